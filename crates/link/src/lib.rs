@@ -1,0 +1,91 @@
+//! Links for flowstack: the [`Device`] trait, in-process devices and middleware.
+//!
+//! A device moves *batches* of Ethernet frames and declares its capabilities. Devices here:
+//! [`pipe`] (two engines, one process), [`switch`] (several engines, one process). Middleware
+//! wraps any device: [`impair`] (seeded loss/reorder/duplicate/corrupt/delay) and [`pcap`]
+//! (capture files that tcpdump and Wireshark read).
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod batch;
+pub mod impair;
+pub mod pcap;
+pub mod pipe;
+pub mod rng;
+pub mod switch;
+
+pub use batch::TxBatch;
+pub use flowstack_wire::{ChecksumCaps, Instant};
+
+/// What a device can do; the engine adapts its output to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceCaps {
+    /// Largest IP datagram the link carries (excluding the Ethernet header).
+    pub mtu: usize,
+    /// Checksum work the device does (or that a trusted link lets the stack skip).
+    pub checksum: ChecksumCaps,
+    /// Largest IP datagram the device accepts for transmission when it segments TCP itself
+    /// (segmentation offload); equal to `mtu` when it does not.
+    pub max_tx_datagram: usize,
+    /// Number of receive/transmit queue pairs.
+    pub queues: usize,
+}
+
+impl DeviceCaps {
+    /// A plain Ethernet link: MTU 1500, software checksums, no segmentation offload, one queue.
+    pub const ETHERNET: DeviceCaps = DeviceCaps {
+        mtu: 1500,
+        checksum: ChecksumCaps::SOFTWARE,
+        max_tx_datagram: 1500,
+        queues: 1,
+    };
+}
+
+impl Default for DeviceCaps {
+    fn default() -> Self {
+        Self::ETHERNET
+    }
+}
+
+/// A network device moving batches of Ethernet frames.
+///
+/// Contract: the owner calls [`Device::send_batch`] with frames it built and
+/// [`Device::recv_batch`] to take arrived frames, passing the current time to both; when the
+/// device holds frames for later (delay middleware), [`Device::poll_at`] says when to call again.
+pub trait Device {
+    /// The device's capabilities.
+    fn caps(&self) -> DeviceCaps;
+
+    /// Hands up to `budget` received frames, in arrival order, to `sink`; returns how many.
+    fn recv_batch(&mut self, now: Instant, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize;
+
+    /// Transmits every frame of `batch`; returns how many the device accepted (the rest were
+    /// dropped, e.g. a full queue, and counted by the device).
+    fn send_batch(&mut self, now: Instant, batch: &TxBatch) -> usize;
+
+    /// When the device next has something to do on its own (a delayed frame becoming due).
+    fn poll_at(&self) -> Option<Instant> {
+        None
+    }
+
+    /// True if frames are waiting to be received now.
+    fn rx_pending(&self, now: Instant) -> bool;
+}
+
+impl<D: Device + ?Sized> Device for Box<D> {
+    fn caps(&self) -> DeviceCaps {
+        (**self).caps()
+    }
+    fn recv_batch(&mut self, now: Instant, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+        (**self).recv_batch(now, budget, sink)
+    }
+    fn send_batch(&mut self, now: Instant, batch: &TxBatch) -> usize {
+        (**self).send_batch(now, batch)
+    }
+    fn poll_at(&self) -> Option<Instant> {
+        (**self).poll_at()
+    }
+    fn rx_pending(&self, now: Instant) -> bool {
+        (**self).rx_pending(now)
+    }
+}
