@@ -130,7 +130,7 @@ impl Accumulator {
         } else {
             s
         };
-        self.odd ^= data.len() % 2 == 1;
+        self.odd ^= !data.len().is_multiple_of(2);
     }
     /// The complemented checksum of everything added.
     pub fn finish(&self) -> u16 {

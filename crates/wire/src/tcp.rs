@@ -194,7 +194,7 @@ impl TcpOptions {
                 }
                 kind::SACK => {
                     let n = body.len() / 8;
-                    if body.len() % 8 != 0 || n == 0 || n > MAX_SACK_BLOCKS {
+                    if !body.len().is_multiple_of(8) || n == 0 || n > MAX_SACK_BLOCKS {
                         return Err(Error::TcpOptionBadLength);
                     }
                     for i in 0..n {

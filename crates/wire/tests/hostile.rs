@@ -25,7 +25,7 @@ impl Rng {
 /// Produces case `i`: even cases are random bytes, odd ones mutate a valid seed.
 fn case(rng: &mut Rng, seed: &[u8], out: &mut Vec<u8>) {
     out.clear();
-    if rng.next() % 2 == 0 {
+    if rng.next().is_multiple_of(2) {
         let len = rng.below(128);
         out.extend((0..len).map(|_| rng.next() as u8));
         return;
