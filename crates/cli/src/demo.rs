@@ -1,0 +1,213 @@
+//! `flowstack demo`: two engines over an in-process link, exercised end to end.
+
+use clap::Args;
+use flowstack_link::impair::ImpairSpec;
+use flowstack_stack::sim::{Net, NetConfig, A_IP, B_IP};
+use flowstack_stack::{Engine, UdpHandle};
+use flowstack_wire::{Duration, Instant};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::net::SocketAddrV4;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant as WallClock;
+
+/// Options of `flowstack demo`.
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// Impair the link, e.g. loss=0.02,reorder=0.02,dup=0.01,corrupt=0.001,delay=1ms
+    #[arg(long, value_name = "SPEC", value_parser = parse_impair)]
+    impair: Option<ImpairSpec>,
+    /// Seed of the impairment generator (same seed, same run).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    seed: u64,
+    /// Write host A's view of the link to this pcap file.
+    #[arg(long, value_name = "FILE")]
+    pcap: Option<PathBuf>,
+}
+
+fn parse_impair(s: &str) -> Result<ImpairSpec, String> {
+    s.parse()
+}
+
+/// What the UDP part did.
+struct UdpOutcome {
+    sent: usize,
+    echoed: usize,
+    corrupt: usize,
+    bytes: usize,
+}
+
+pub fn run(args: DemoArgs) -> ExitCode {
+    let writer: Option<Box<dyn Write>> = match &args.pcap {
+        Some(p) => match File::create(p) {
+            Ok(f) => Some(Box::new(BufWriter::new(f))),
+            Err(e) => {
+                eprintln!("flowstack: cannot create {}: {e}", p.display());
+                return ExitCode::from(1);
+            }
+        },
+        None => None,
+    };
+    let impair = args.impair.unwrap_or_default();
+    let cfg = NetConfig {
+        impair,
+        seed: args.seed,
+        ..Default::default()
+    };
+    let mut net = match Net::new(cfg, writer) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("flowstack: cannot start capture: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let wall = WallClock::now();
+    let start = net.now;
+    println!("flowstack demo: host A {A_IP} <-> host B {B_IP} over an in-process link");
+    if !impair.is_noop() {
+        println!("  link impaired: {impair} (seed {})", args.seed);
+    }
+
+    let (sent, rtts) = ping(&mut net, 5);
+    println!();
+    println!(
+        "ping  {} -> {}: {} sent, {} answered",
+        A_IP,
+        B_IP,
+        sent,
+        rtts.len()
+    );
+    if let (Some(min), Some(max)) = (rtts.iter().min(), rtts.iter().max()) {
+        println!("      rtt min/max {:?}/{:?} (virtual time)", min, max);
+    }
+
+    let u = udp_echo(&mut net);
+    println!(
+        "udp   {} datagrams ({} bytes, up to 9000 bytes: fragmented and reassembled), {} echoed back intact, {} lost",
+        u.sent,
+        u.bytes,
+        u.echoed,
+        u.sent - u.echoed - u.corrupt
+    );
+
+    println!();
+    report_host("A", &net.a);
+    report_host("B", &net.b);
+    println!();
+    println!(
+        "time  {:?} virtual, {:?} wall",
+        net.now.saturating_since(start),
+        wall.elapsed()
+    );
+    if let Err(e) = net.finish_pcap() {
+        eprintln!("flowstack: writing capture failed: {e}");
+        return ExitCode::from(1);
+    }
+    if let Some(p) = &args.pcap {
+        println!(
+            "pcap  {} (read with: tcpdump -nr {})",
+            p.display(),
+            p.display()
+        );
+    }
+    if u.corrupt > 0 {
+        eprintln!("flowstack: {} datagrams came back altered", u.corrupt);
+        return ExitCode::from(1);
+    }
+    if rtts.is_empty() && impair.loss < 1.0 {
+        eprintln!("flowstack: no ping was answered");
+        return ExitCode::from(1);
+    }
+    ExitCode::SUCCESS
+}
+
+fn ping(net: &mut Net, count: u16) -> (u16, Vec<Duration>) {
+    let mut rtts = Vec::new();
+    for seq in 1..=count {
+        let sent_at = net.now;
+        if net
+            .a
+            .ping_send(sent_at, B_IP, 0x4653, seq, b"flowstack ping!!")
+            .is_err()
+        {
+            continue;
+        }
+        let mut got = None;
+        net.run_until(Duration::from_secs(1), |n| {
+            while let Some(r) = n.a.ping_recv() {
+                if r.seq_no == seq {
+                    got = Some(r.at);
+                }
+            }
+            got.is_some()
+        });
+        if let Some(at) = got {
+            rtts.push(at.saturating_since(sent_at));
+        }
+    }
+    (count, rtts)
+}
+
+fn udp_echo(net: &mut Net) -> UdpOutcome {
+    let ha = net.a.udp_bind(0).expect("bind");
+    let hb = net.b.udp_bind(7).expect("bind echo port");
+    let sizes: Vec<usize> = (0..40)
+        .map(|i| [1, 100, 512, 1472, 3000, 9000][i % 6])
+        .collect();
+    let mut out = UdpOutcome {
+        sent: 0,
+        echoed: 0,
+        corrupt: 0,
+        bytes: 0,
+    };
+    let mut buf = vec![0u8; 65536];
+    for (i, &len) in sizes.iter().enumerate() {
+        let msg: Vec<u8> = (0..len).map(|j| (i * 31 + j) as u8).collect();
+        let now = net.now;
+        if net
+            .a
+            .udp_send_to(now, ha, SocketAddrV4::new(B_IP.into(), 7), &msg)
+            .is_err()
+        {
+            continue;
+        }
+        out.sent += 1;
+        out.bytes += len;
+        let mut back = None;
+        net.run_until(Duration::from_millis(200), |n| {
+            let now = n.now;
+            echo_all(&mut n.b, now, hb, &mut buf);
+            if let Ok((l, _)) = n.a.udp_recv_from(ha, &mut buf) {
+                back = Some(buf[..l].to_vec());
+            }
+            back.is_some()
+        });
+        match back {
+            Some(b) if b == msg => out.echoed += 1,
+            Some(_) => out.corrupt += 1,
+            None => {}
+        }
+    }
+    out
+}
+
+/// Echoes every datagram waiting on `h` back to its sender.
+fn echo_all(e: &mut Engine, now: Instant, h: UdpHandle, buf: &mut [u8]) {
+    while let Ok((l, from)) = e.udp_recv_from(h, buf) {
+        let data = buf[..l].to_vec();
+        let _ = e.udp_send_to(now, h, from, &data);
+    }
+}
+
+fn report_host(name: &str, e: &Engine) {
+    let list: Vec<String> = e
+        .counters()
+        .nonzero()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    println!("host {name} {} counters:", e.ip());
+    for chunk in list.chunks(4) {
+        println!("      {}", chunk.join("  "));
+    }
+}

@@ -1,0 +1,120 @@
+//! The `flowstack` command as a user runs it.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn flowstack() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_flowstack"))
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("flowstack-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+#[test]
+fn unknown_flag_exits_2_with_one_line() {
+    let out = flowstack()
+        .args(["demo", "--no-such-flag"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("--no-such-flag"));
+}
+
+#[test]
+fn bad_impair_spec_exits_2() {
+    let out = flowstack()
+        .args(["demo", "--impair", "loss=7"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("probability"));
+}
+
+#[test]
+fn help_reads_like_a_man_page() {
+    let out = flowstack().arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let s = String::from_utf8(out.stdout).unwrap();
+    assert!(s.contains("EXIT STATUS") && s.contains("demo"));
+}
+
+/// Reads a classic pcap file and returns the EtherType of each frame.
+fn ethertypes(bytes: &[u8]) -> Vec<u16> {
+    assert_eq!(&bytes[..4], &[0xd4, 0xc3, 0xb2, 0xa1], "pcap magic");
+    let mut out = vec![];
+    let mut i = 24;
+    while i + 16 <= bytes.len() {
+        let cap = u32::from_le_bytes(bytes[i + 8..i + 12].try_into().unwrap()) as usize;
+        let f = &bytes[i + 16..i + 16 + cap];
+        out.push(u16::from_be_bytes([f[12], f[13]]));
+        i += 16 + cap;
+    }
+    assert_eq!(i, bytes.len(), "records tile the file");
+    out
+}
+
+#[test]
+fn demo_pcap_holds_arp_and_ip_and_tcpdump_reads_it() {
+    let p = tmp("demo.pcap");
+    let out = flowstack()
+        .args(["demo", "--pcap"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let types = ethertypes(&std::fs::read(&p).unwrap());
+    assert!(types.contains(&0x0806), "ARP frames present");
+    assert!(types.contains(&0x0800), "IPv4 frames present");
+    match Command::new("tcpdump").arg("-nr").arg(&p).output() {
+        Ok(td) => {
+            assert!(td.status.success());
+            let s = String::from_utf8_lossy(&td.stdout);
+            assert!(
+                s.contains("ARP, Request who-has 10.0.0.2 tell 10.0.0.1"),
+                "{s}"
+            );
+            assert!(s.contains("ARP, Reply 10.0.0.2 is-at"));
+            assert!(s.contains("ICMP echo request"));
+        }
+        // CI installs tcpdump; a developer machine may not have it.
+        Err(e) if std::env::var_os("CI").is_none() => eprintln!("tcpdump not run: {e}"),
+        Err(e) => panic!("tcpdump required in CI: {e}"),
+    }
+}
+
+#[test]
+fn demo_under_impairment_is_reproducible() {
+    let run = || {
+        let out = flowstack()
+            .args([
+                "demo",
+                "--impair",
+                "loss=0.05,reorder=0.05,dup=0.02,corrupt=0.01",
+                "--seed",
+                "9",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let s = String::from_utf8(out.stdout).unwrap();
+        // Everything but the wall-clock line is determined by the seed.
+        s.lines()
+            .filter(|l| !l.starts_with("time"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(run(), run());
+}

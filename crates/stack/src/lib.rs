@@ -1,0 +1,22 @@
+//! The flowstack engine: one shared-nothing instance of the stack per core.
+//!
+//! An [`Engine`] owns an interface (MAC, IPv4 address, ARP cache, routes), IPv4 input and
+//! output with fragment reassembly, ICMP, UDP and TCP sockets, and a named counter for every
+//! drop. It is sans-IO: see the driving contract on [`Engine`].
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod arp_cache;
+pub mod counters;
+mod engine;
+mod error;
+pub mod iface;
+pub mod reasm;
+pub mod sim;
+pub mod udp;
+
+pub use counters::{Counter, Counters};
+pub use engine::{Engine, EngineConfig, PingReply, EPHEMERAL_FIRST};
+pub use error::SocketError;
+pub use iface::IfaceConfig;
+pub use udp::{UdpConfig, UdpHandle};

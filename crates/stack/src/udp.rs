@@ -1,0 +1,150 @@
+//! UDP sockets: a port table and bounded per-socket receive queues.
+
+use crate::SocketError;
+use flowstack_wire::Ipv4Address;
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddrV4;
+
+/// UDP limits.
+#[derive(Debug, Clone, Copy)]
+pub struct UdpConfig {
+    /// Most open UDP sockets.
+    pub max_sockets: usize,
+    /// Bytes of payload a socket's receive queue holds before new datagrams are dropped.
+    pub rcvbuf: usize,
+}
+
+impl Default for UdpConfig {
+    fn default() -> Self {
+        Self {
+            max_sockets: 1024,
+            rcvbuf: 256 * 1024,
+        }
+    }
+}
+
+/// A UDP socket handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UdpHandle(pub(crate) usize);
+
+#[derive(Debug, Default)]
+pub(crate) struct UdpSock {
+    pub port: u16,
+    pub queue: VecDeque<(SocketAddrV4, Vec<u8>)>,
+    pub queued_bytes: usize,
+    /// Error reported by ICMP (e.g. port unreachable), returned once by the next call.
+    pub error: Option<SocketError>,
+}
+
+/// The UDP socket table.
+#[derive(Debug)]
+pub(crate) struct UdpTable {
+    pub cfg: UdpConfig,
+    pub socks: Vec<Option<UdpSock>>,
+    pub ports: HashMap<u16, usize>,
+    pub pool: Vec<Vec<u8>>,
+}
+
+/// Result of delivering a datagram.
+pub(crate) enum Delivery {
+    Delivered,
+    NoPort,
+    QueueFull,
+}
+
+impl UdpTable {
+    pub fn new(cfg: UdpConfig) -> Self {
+        Self {
+            cfg,
+            socks: Vec::new(),
+            ports: HashMap::new(),
+            pool: Vec::new(),
+        }
+    }
+
+    pub fn bind(&mut self, port: u16) -> Result<UdpHandle, SocketError> {
+        if self.ports.contains_key(&port) {
+            return Err(SocketError::AddrInUse);
+        }
+        if self.ports.len() >= self.cfg.max_sockets {
+            return Err(SocketError::LimitReached);
+        }
+        let sock = UdpSock {
+            port,
+            ..Default::default()
+        };
+        let idx = match self.socks.iter().position(Option::is_none) {
+            Some(i) => {
+                self.socks[i] = Some(sock);
+                i
+            }
+            None => {
+                self.socks.push(Some(sock));
+                self.socks.len() - 1
+            }
+        };
+        self.ports.insert(port, idx);
+        Ok(UdpHandle(idx))
+    }
+
+    pub fn get(&mut self, h: UdpHandle) -> Result<&mut UdpSock, SocketError> {
+        self.socks
+            .get_mut(h.0)
+            .and_then(Option::as_mut)
+            .ok_or(SocketError::InvalidHandle)
+    }
+
+    pub fn close(&mut self, h: UdpHandle) -> Result<(), SocketError> {
+        let s = self
+            .socks
+            .get_mut(h.0)
+            .and_then(Option::take)
+            .ok_or(SocketError::InvalidHandle)?;
+        self.ports.remove(&s.port);
+        self.pool.extend(s.queue.into_iter().map(|(_, b)| b));
+        Ok(())
+    }
+
+    pub fn deliver(&mut self, src: Ipv4Address, sport: u16, dport: u16, data: &[u8]) -> Delivery {
+        let Some(&idx) = self.ports.get(&dport) else {
+            return Delivery::NoPort;
+        };
+        let rcvbuf = self.cfg.rcvbuf;
+        let mut buf = self.pool.pop().unwrap_or_default();
+        let s = self.socks[idx].as_mut().expect("port maps to open socket");
+        if s.queued_bytes + data.len() > rcvbuf {
+            self.pool.push(buf);
+            return Delivery::QueueFull;
+        }
+        buf.clear();
+        buf.extend_from_slice(data);
+        s.queued_bytes += data.len();
+        s.queue
+            .push_back((SocketAddrV4::new(src.into(), sport), buf));
+        Delivery::Delivered
+    }
+
+    pub fn recv(
+        &mut self,
+        h: UdpHandle,
+        out: &mut [u8],
+    ) -> Result<(usize, SocketAddrV4), SocketError> {
+        let s = self.get(h)?;
+        if let Some(e) = s.error.take() {
+            return Err(e);
+        }
+        let Some((from, data)) = s.queue.front() else {
+            return Err(SocketError::WouldBlock);
+        };
+        // Never truncate silently: a short buffer gets an error and the datagram stays queued.
+        if data.len() > out.len() {
+            return Err(SocketError::BufferTooSmall { needed: data.len() });
+        }
+        let (n, from) = (data.len(), *from);
+        out[..n].copy_from_slice(data);
+        let (_, buf) = s.queue.pop_front().expect("front exists");
+        s.queued_bytes -= n;
+        self.pool.push(buf);
+        Ok((n, from))
+    }
+}
