@@ -103,7 +103,9 @@ impl Reassembler {
         let start = ip.frag_offset as usize;
         let end = start + payload.len();
         // RFC 791: every fragment but the last carries a multiple of 8 bytes.
-        if (ip.more_frags && (payload.is_empty() || !payload.len().is_multiple_of(8))) || end > 65535 - 20 {
+        if (ip.more_frags && (payload.is_empty() || !payload.len().is_multiple_of(8)))
+            || end > 65535 - 20
+        {
             return Err(ReasmEvent::Invalid);
         }
         let key = (ip.src, ip.dst, u8::from(ip.protocol), ip.ident);
