@@ -7,7 +7,7 @@
 #![warn(missing_docs)]
 
 pub mod arp_cache;
-pub mod counters;
+pub use flowstack_tcp::counters;
 mod engine;
 mod error;
 pub mod iface;

@@ -1,4 +1,5 @@
-//! Named counters, one for every drop reason and every notable event, with nstat-style names
+//! Named counters for every layer (they live in the lowest crate that increments them, so the
+//! engine and TCP share one namespace), one for every drop reason and every notable event, with nstat-style names
 //! (`IpInHdrErrors`, `TcpExtTCPChallengeACK`, …). Names without a Linux equivalent use the
 //! same style with an `Ext` infix or an `Eth`/`Arp` prefix.
 

@@ -1,0 +1,156 @@
+//! Out-of-order bookkeeping for the receive side: which sequence ranges above RCV.NXT have
+//! arrived. Holds at most a configured number of ranges so the cost per segment stays bounded
+//! under a flood of tiny out-of-order segments (the data itself sits in the receive ring).
+
+use flowstack_wire::SeqNum;
+
+/// Sorted, disjoint, non-adjacent ranges `[start, end)` above the contiguous data.
+#[derive(Debug)]
+pub struct Assembler {
+    ranges: Vec<(SeqNum, SeqNum)>,
+    max: usize,
+    /// The range most recently added to (reported first in SACK, RFC 2018 §4).
+    last: Option<(SeqNum, SeqNum)>,
+}
+
+/// Adding would need more ranges than allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooManyRanges;
+
+impl Assembler {
+    /// Allows at most `max` ranges.
+    pub fn new(max: usize) -> Self {
+        Self {
+            ranges: Vec::with_capacity(max),
+            max,
+            last: None,
+        }
+    }
+    /// True if no out-of-order data is held.
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+    /// The ranges held.
+    pub fn ranges(&self) -> &[(SeqNum, SeqNum)] {
+        &self.ranges
+    }
+
+    /// Records `[start, end)` as received, merging with neighbours.
+    pub fn add(&mut self, start: SeqNum, end: SeqNum) -> Result<(), TooManyRanges> {
+        if end <= start {
+            return Ok(());
+        }
+        // First range that ends at or after `start` (could merge).
+        let i = self.ranges.partition_point(|r| r.1 < start);
+        let mut j = i;
+        let (mut s, mut e) = (start, end);
+        while j < self.ranges.len() && self.ranges[j].0 <= e {
+            s = s.min(self.ranges[j].0);
+            e = e.max(self.ranges[j].1);
+            j += 1;
+        }
+        if i == j && self.ranges.len() >= self.max {
+            return Err(TooManyRanges);
+        }
+        self.ranges.splice(i..j, [(s, e)]);
+        self.last = Some((s, e));
+        Ok(())
+    }
+
+    /// If a range starts at or below `rcv_nxt`, removes it and returns its end (the new
+    /// RCV.NXT).
+    pub fn pop_front(&mut self, rcv_nxt: SeqNum) -> Option<SeqNum> {
+        let first = *self.ranges.first()?;
+        if first.0 <= rcv_nxt {
+            self.ranges.remove(0);
+            if self.last.is_some_and(|l| l.0 == first.0) {
+                self.last = None;
+            }
+            Some(first.1.max(rcv_nxt))
+        } else {
+            None
+        }
+    }
+
+    /// Up to `n` SACK blocks, most recently changed range first (RFC 2018 §4).
+    pub fn sack_blocks(&self, out: &mut [(SeqNum, SeqNum)]) -> usize {
+        let mut k = 0;
+        if let Some(l) = self.last {
+            if let Some(r) = self.ranges.iter().find(|r| r.0 <= l.0 && l.1 <= r.1) {
+                if k < out.len() {
+                    out[k] = *r;
+                    k += 1;
+                }
+            }
+        }
+        for r in self.ranges.iter().rev() {
+            if k >= out.len() {
+                break;
+            }
+            if k > 0 && out[0] == *r {
+                continue;
+            }
+            out[k] = *r;
+            k += 1;
+        }
+        k
+    }
+
+    /// Forgets everything.
+    pub fn clear(&mut self) {
+        self.ranges.clear();
+        self.last = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(n: u32) -> SeqNum {
+        SeqNum(n)
+    }
+
+    #[test]
+    fn merges_and_pops() {
+        let mut a = Assembler::new(4);
+        a.add(s(20), s(30)).unwrap();
+        a.add(s(40), s(50)).unwrap();
+        a.add(s(30), s(40)).unwrap();
+        assert_eq!(a.ranges(), &[(s(20), s(50))]);
+        assert_eq!(a.pop_front(s(10)), None);
+        assert_eq!(a.pop_front(s(20)), Some(s(50)));
+        assert!(a.is_empty());
+    }
+
+    #[test]
+    fn bounded_ranges() {
+        let mut a = Assembler::new(2);
+        a.add(s(10), s(11)).unwrap();
+        a.add(s(20), s(21)).unwrap();
+        assert_eq!(a.add(s(30), s(31)), Err(TooManyRanges));
+        // Merging into an existing range is still allowed.
+        a.add(s(21), s(25)).unwrap();
+        assert_eq!(a.ranges(), &[(s(10), s(11)), (s(20), s(25))]);
+    }
+
+    #[test]
+    fn sack_blocks_most_recent_first() {
+        let mut a = Assembler::new(8);
+        a.add(s(100), s(110)).unwrap();
+        a.add(s(300), s(310)).unwrap();
+        a.add(s(200), s(210)).unwrap();
+        let mut out = [(s(0), s(0)); 3];
+        assert_eq!(a.sack_blocks(&mut out), 3);
+        assert_eq!(out[0], (s(200), s(210)));
+        assert!(out[1..].contains(&(s(100), s(110))) && out[1..].contains(&(s(300), s(310))));
+    }
+
+    #[test]
+    fn wraps_around_zero() {
+        let mut a = Assembler::new(4);
+        a.add(s(u32::MAX - 5), s(5)).unwrap();
+        a.add(s(5), s(10)).unwrap();
+        assert_eq!(a.ranges(), &[(s(u32::MAX - 5), s(10))]);
+    }
+}

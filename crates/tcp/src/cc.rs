@@ -1,0 +1,222 @@
+//! Congestion control behind one small enum-dispatched type: NewReno (RFC 5681, RFC 6582) and
+//! CUBIC (RFC 9438). Windows are in bytes.
+
+use flowstack_wire::{Duration, Instant};
+
+/// Which algorithm a socket uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CcAlgorithm {
+    /// RFC 5681 slow start and congestion avoidance, RFC 6582 recovery.
+    NewReno,
+    /// RFC 9438.
+    #[default]
+    Cubic,
+}
+
+impl std::str::FromStr for CcAlgorithm {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "newreno" | "reno" => Ok(Self::NewReno),
+            "cubic" => Ok(Self::Cubic),
+            _ => Err(format!("unknown congestion control '{s}' (newreno, cubic)")),
+        }
+    }
+}
+
+/// RFC 9438 §4.6: multiplicative decrease factor.
+const BETA: f64 = 0.7;
+/// RFC 9438 §5: the C constant.
+const C: f64 = 0.4;
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Cubic {
+    w_max: f64,
+    k: f64,
+    epoch: Option<Instant>,
+    w_est: f64,
+}
+
+/// Congestion window state.
+#[derive(Debug, Clone)]
+pub struct Congestion {
+    algo: CcAlgorithm,
+    mss: usize,
+    cwnd: usize,
+    ssthresh: usize,
+    /// Bytes acknowledged toward the next congestion-avoidance increase (RFC 5681 §3.1).
+    acked: usize,
+    cubic: Cubic,
+}
+
+impl Congestion {
+    /// Initial window per RFC 6928: min(10·MSS, max(2·MSS, 14600)).
+    pub fn new(algo: CcAlgorithm, mss: usize) -> Self {
+        Self {
+            algo,
+            mss,
+            cwnd: (10 * mss).min((2 * mss).max(14600)),
+            ssthresh: usize::MAX,
+            acked: 0,
+            cubic: Cubic::default(),
+        }
+    }
+
+    /// The algorithm.
+    pub fn algorithm(&self) -> CcAlgorithm {
+        self.algo
+    }
+    /// Congestion window in bytes.
+    pub fn cwnd(&self) -> usize {
+        self.cwnd
+    }
+    /// Slow-start threshold in bytes.
+    pub fn ssthresh(&self) -> usize {
+        self.ssthresh
+    }
+    /// Updates the MSS (after the handshake).
+    pub fn set_mss(&mut self, mss: usize) {
+        self.mss = mss;
+        self.cwnd = (10 * mss).min((2 * mss).max(14600));
+    }
+
+    /// New data acknowledged outside recovery.
+    pub fn on_ack(&mut self, now: Instant, acked: usize, srtt: Option<Duration>) {
+        if self.cwnd < self.ssthresh {
+            // RFC 5681 §3.1 slow start, with RFC 3465 L = 2·SMSS.
+            self.cwnd += acked.min(2 * self.mss);
+            return;
+        }
+        match self.algo {
+            CcAlgorithm::NewReno => self.reno_ca(acked),
+            CcAlgorithm::Cubic => self.cubic_ca(now, acked, srtt.unwrap_or(Duration::from_millis(100))),
+        }
+    }
+
+    fn reno_ca(&mut self, acked: usize) {
+        // RFC 5681 §3.1: about one SMSS per RTT, by counting acknowledged bytes.
+        self.acked += acked;
+        if self.acked >= self.cwnd {
+            self.acked -= self.cwnd;
+            self.cwnd += self.mss;
+        }
+    }
+
+    fn cubic_ca(&mut self, now: Instant, acked: usize, rtt: Duration) {
+        let mss = self.mss as f64;
+        let cw = self.cwnd as f64;
+        let c = &mut self.cubic;
+        let epoch = *c.epoch.get_or_insert_with(|| {
+            // RFC 9438 §4.2: a new congestion-avoidance epoch.
+            if c.w_max < cw {
+                c.w_max = cw;
+                c.k = 0.0;
+            } else {
+                c.k = ((c.w_max - cw) / mss / C).cbrt();
+            }
+            c.w_est = cw;
+            now
+        });
+        let t = now.saturating_since(epoch).as_secs_f64() + rtt.as_secs_f64();
+        let w_cubic = (C * (t - c.k).powi(3)) * mss + c.w_max;
+        // RFC 9438 §4.3: the Reno-friendly estimate, alpha = 3(1-β)/(1+β).
+        let alpha = 3.0 * (1.0 - BETA) / (1.0 + BETA);
+        c.w_est += alpha * (acked as f64 / cw) * mss;
+        let target = if c.w_est > w_cubic {
+            c.w_est
+        } else {
+            // RFC 9438 §4.4: the target is bounded to [cwnd, 1.5·cwnd].
+            w_cubic.clamp(cw, 1.5 * cw)
+        };
+        if target > cw {
+            let inc = (target - cw) / cw * acked as f64;
+            self.cwnd += (inc as usize).max(1);
+        }
+    }
+
+    /// Loss detected by duplicate ACKs or SACK: the new ssthresh and cwnd for recovery.
+    pub fn on_loss(&mut self, flight: usize) {
+        let mss = self.mss;
+        match self.algo {
+            CcAlgorithm::NewReno => {
+                // RFC 5681 eq. (4).
+                self.ssthresh = (flight / 2).max(2 * mss);
+            }
+            CcAlgorithm::Cubic => {
+                let cw = self.cwnd as f64;
+                let c = &mut self.cubic;
+                // RFC 9438 §4.7 fast convergence.
+                c.w_max = if cw < c.w_max {
+                    cw * (1.0 + BETA) / 2.0
+                } else {
+                    cw
+                };
+                c.epoch = None;
+                self.ssthresh = ((cw * BETA) as usize).max(2 * mss);
+            }
+        }
+        self.cwnd = self.ssthresh;
+        self.acked = 0;
+    }
+
+    /// Retransmission timeout: RFC 5681 eq. (4) and a one-segment loss window.
+    pub fn on_rto(&mut self, flight: usize) {
+        self.on_loss(flight);
+        self.cwnd = self.mss;
+    }
+
+    /// Leaving recovery: deflate to ssthresh (RFC 6582 §3.2 step 3).
+    pub fn exit_recovery(&mut self) {
+        self.cwnd = self.ssthresh;
+    }
+
+    /// Temporarily inflates cwnd during NewReno recovery (RFC 6582 §3.2).
+    pub fn inflate(&mut self, bytes: usize) {
+        self.cwnd += bytes;
+    }
+
+    /// Deflates cwnd by `bytes` (partial ACK, RFC 6582 §3.2 step 3).
+    pub fn deflate(&mut self, bytes: usize) {
+        self.cwnd = self.cwnd.saturating_sub(bytes).max(self.mss);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slow_start_then_halving() {
+        let mut c = Congestion::new(CcAlgorithm::NewReno, 1000);
+        assert_eq!(c.cwnd(), 10_000);
+        c.on_ack(Instant::ZERO, 1000, None);
+        assert_eq!(c.cwnd(), 11_000);
+        c.on_loss(20_000);
+        assert_eq!((c.cwnd(), c.ssthresh()), (10_000, 10_000));
+        // Congestion avoidance: one MSS per cwnd of acknowledged bytes.
+        for _ in 0..10 {
+            c.on_ack(Instant::ZERO, 1000, None);
+        }
+        assert_eq!(c.cwnd(), 11_000);
+        c.on_rto(11_000);
+        assert_eq!(c.cwnd(), 1000);
+    }
+
+    #[test]
+    fn cubic_reduces_by_beta_and_regrows() {
+        let mut c = Congestion::new(CcAlgorithm::Cubic, 1000);
+        for _ in 0..90 {
+            c.on_ack(Instant::ZERO, 1000, None);
+        }
+        let before = c.cwnd();
+        c.on_loss(before);
+        assert_eq!(c.cwnd(), (before as f64 * BETA) as usize);
+        let after = c.cwnd();
+        let mut t = Instant::from_millis(0);
+        for _ in 0..2000 {
+            t += Duration::from_millis(1);
+            c.on_ack(t, 1000, Some(Duration::from_millis(10)));
+        }
+        assert!(c.cwnd() > after, "window grows again in congestion avoidance");
+    }
+}

@@ -1,0 +1,107 @@
+//! Per-socket TCP configuration: every limit and timer is named here and can be changed.
+
+use crate::cc::CcAlgorithm;
+use flowstack_wire::Duration;
+
+/// TCP settings for one connection (listeners pass theirs to accepted connections).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TcpConfig {
+    /// Send buffer size in bytes.
+    pub send_buffer: usize,
+    /// Receive buffer size in bytes (the largest window advertised).
+    pub recv_buffer: usize,
+    /// MSS we announce (clamped to what the link carries).
+    pub mss: u16,
+    /// Disable Nagle's algorithm (TCP_NODELAY).
+    pub nodelay: bool,
+    /// Delay ACKs (RFC 1122 §4.2.3.2); off = ACK every segment.
+    pub delayed_ack: bool,
+    /// Delayed-ACK timer.
+    pub delayed_ack_timeout: Duration,
+    /// Segments acknowledged immediately at the start of a connection (quick-ACK mode).
+    pub quickack_segments: u32,
+    /// Congestion control algorithm.
+    pub cc: CcAlgorithm,
+    /// Initial retransmission timeout (RFC 6298 §2.1: 1 s).
+    pub rto_initial: Duration,
+    /// Lower bound on the RTO (RFC 6298 says 1 s; Linux uses 200 ms).
+    pub rto_min: Duration,
+    /// Upper bound on the RTO (RFC 6298 allows ≥ 60 s).
+    pub rto_max: Duration,
+    /// Consecutive retransmission timeouts of one segment before the connection is aborted
+    /// with "timed out" (Linux tcp_retries2 = 15).
+    pub max_retries: u32,
+    /// SYN (or SYN-ACK) retransmissions before giving up (Linux tcp_syn_retries = 6).
+    pub syn_retries: u32,
+    /// TIME_WAIT duration (2·MSL).
+    pub time_wait: Duration,
+    /// Idle limit in FIN_WAIT_2 (Linux tcp_fin_timeout).
+    pub fin_wait2_timeout: Duration,
+    /// Idle limit in CLOSE_WAIT when the application never closes.
+    pub close_wait_timeout: Duration,
+    /// Keepalive: idle time before the first probe, interval, probes; `None` = off.
+    pub keepalive: Option<Keepalive>,
+    /// Offer window scaling (RFC 7323).
+    pub window_scaling: bool,
+    /// Offer timestamps (RFC 7323).
+    pub timestamps: bool,
+    /// Offer SACK (RFC 2018).
+    pub sack: bool,
+    /// Most challenge ACKs per second per connection (RFC 5961 §7).
+    pub challenge_ack_limit: u32,
+    /// Most out-of-order ranges held for reassembly; beyond this, new ranges are dropped.
+    pub max_ofo_ranges: usize,
+    /// Largest segment handed to the device when it segments itself (TSO); MSS when not.
+    pub max_tso_segment: usize,
+}
+
+/// Keepalive parameters (RFC 1122 §4.2.3.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keepalive {
+    /// Idle time before the first probe.
+    pub idle: Duration,
+    /// Time between probes.
+    pub interval: Duration,
+    /// Unanswered probes before the connection is declared dead.
+    pub probes: u32,
+}
+
+impl Default for Keepalive {
+    fn default() -> Self {
+        Self {
+            idle: Duration::from_secs(7200),
+            interval: Duration::from_secs(75),
+            probes: 9,
+        }
+    }
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        Self {
+            send_buffer: 1 << 20,
+            recv_buffer: 1 << 20,
+            mss: 1460,
+            nodelay: false,
+            delayed_ack: true,
+            delayed_ack_timeout: Duration::from_millis(40),
+            quickack_segments: 16,
+            cc: CcAlgorithm::Cubic,
+            rto_initial: Duration::from_secs(1),
+            rto_min: Duration::from_millis(200),
+            rto_max: Duration::from_secs(120),
+            max_retries: 15,
+            syn_retries: 6,
+            time_wait: Duration::from_secs(60),
+            fin_wait2_timeout: Duration::from_secs(60),
+            close_wait_timeout: Duration::from_secs(600),
+            keepalive: None,
+            window_scaling: true,
+            timestamps: true,
+            sack: true,
+            challenge_ack_limit: 10,
+            max_ofo_ranges: 64,
+            max_tso_segment: 0,
+        }
+    }
+}
