@@ -17,9 +17,11 @@
 use crate::counters::{Counter, Counters};
 use crate::iface::{Iface, IfaceConfig};
 use crate::reasm::{ReasmConfig, ReasmEvent, Reassembler};
+use crate::tcp_socket::{self, TcpHandle, TcpLimits, TcpSockets};
 use crate::udp::{Delivery, UdpConfig, UdpHandle, UdpTable};
 use crate::SocketError;
 use flowstack_link::{Device, DeviceCaps, TxBatch};
+use flowstack_tcp::{Connection, FourTuple, State, TcpConfig, TcpError};
 use flowstack_wire::arp::{self, ArpOperation, ArpRepr};
 use flowstack_wire::ethernet::{self, EthernetRepr};
 use flowstack_wire::icmpv4::{self, DstUnreachable, Icmpv4Repr};
@@ -43,6 +45,10 @@ pub struct EngineConfig {
     pub ping_queue: usize,
     /// Frames taken from the device per poll.
     pub rx_budget: usize,
+    /// TCP limits and socket defaults.
+    pub tcp: TcpLimits,
+    /// 128-bit secret for ISNs and SYN cookies; `None` draws one from the OS RNG.
+    pub secret: Option<[u8; 16]>,
 }
 
 impl EngineConfig {
@@ -54,6 +60,8 @@ impl EngineConfig {
             udp: UdpConfig::default(),
             ping_queue: 256,
             rx_budget: 256,
+            tcp: TcpLimits::default(),
+            secret: None,
         }
     }
 }
@@ -82,6 +90,7 @@ pub struct Engine {
     iface: Iface,
     reasm: Reassembler,
     udp: UdpTable,
+    tcp: TcpSockets,
     pings: VecDeque<PingReply>,
     cfg: EngineConfig,
     next_port: u16,
@@ -90,11 +99,38 @@ pub struct Engine {
 /// First ephemeral port (IANA dynamic range).
 pub const EPHEMERAL_FIRST: u16 = 49152;
 
+/// Picks the next free ephemeral port after `*next`, wrapping within the dynamic range.
+fn ephemeral_port(next: &mut u16, taken: impl Fn(u16) -> bool) -> Result<u16, SocketError> {
+    for _ in 0..=(u16::MAX - EPHEMERAL_FIRST) {
+        let p = *next;
+        *next = if p == u16::MAX {
+            EPHEMERAL_FIRST
+        } else {
+            p + 1
+        };
+        if !taken(p) {
+            return Ok(p);
+        }
+    }
+    Err(SocketError::AddrNotAvailable)
+}
+
 impl Engine {
     /// Builds an engine for a device with capabilities `caps`.
     pub fn new(cfg: EngineConfig, caps: DeviceCaps) -> Self {
         let seed = u16::from_be_bytes([cfg.iface.mac.0[4], cfg.iface.mac.0[5]]);
+        let secret = cfg.secret.unwrap_or_else(|| {
+            let mut k = [0u8; 16];
+            // RFC 6528 §3: the secret should be random; without an OS RNG fall back to the
+            // clock-free MAC-derived key (predictable, so warn through the counter name space
+            // is not possible: this only happens on systems without getrandom).
+            if getrandom::fill(&mut k).is_err() {
+                k[..6].copy_from_slice(&cfg.iface.mac.0);
+            }
+            k
+        });
         Self {
+            tcp: TcpSockets::new(cfg.tcp, secret),
             iface: Iface::new(cfg.iface, caps),
             reasm: Reassembler::new(cfg.reasm),
             udp: UdpTable::new(cfg.udp),
@@ -151,10 +187,14 @@ impl Engine {
 
     /// When the engine next needs [`Engine::on_timers`], if ever.
     pub fn poll_at(&self) -> Option<Instant> {
-        [self.iface.poll_at(), self.reasm.poll_at()]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.iface.poll_at(),
+            self.reasm.poll_at(),
+            self.tcp.poll_at(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Fires due timers (ARP retries, reassembly expiry).
@@ -170,7 +210,9 @@ impl Engine {
     }
 
     /// Lets sockets emit pending output.
-    pub fn dispatch(&mut self, _now: Instant) {}
+    pub fn dispatch(&mut self, now: Instant) {
+        self.tcp.dispatch(now, &mut self.iface);
+    }
 
     /// Processes one received Ethernet frame.
     pub fn receive(&mut self, now: Instant, frame: &[u8]) {
@@ -420,14 +462,14 @@ impl Engine {
         }
     }
 
-    fn tcp_input(&mut self, _now: Instant, ip: &Ipv4Repr, payload: &[u8]) {
+    fn tcp_input(&mut self, now: Instant, ip: &Ipv4Repr, payload: &[u8]) {
         let c = &mut self.iface.counters;
         c.inc(Counter::TcpInSegs);
         let pkt = match wtcp::Packet::new_checked(payload) {
             Ok(p) => p,
             Err(_) => return c.inc(Counter::TcpInErrs),
         };
-        let _seg = match TcpRepr::parse(&pkt, ip.src, ip.dst, self.iface.caps.checksum) {
+        let seg = match TcpRepr::parse(&pkt, ip.src, ip.dst, self.iface.caps.checksum) {
             Ok(r) => r,
             Err(WireError::TcpBadChecksum) => {
                 c.inc(Counter::TcpInErrs);
@@ -439,22 +481,7 @@ impl Engine {
             }
             Err(_) => return c.inc(Counter::TcpInErrs),
         };
-        c.inc(Counter::TcpExtTCPNoSocket);
-    }
-
-    fn ephemeral_port(&mut self, taken: impl Fn(u16) -> bool) -> Result<u16, SocketError> {
-        for _ in 0..(u16::MAX - EPHEMERAL_FIRST) {
-            let p = self.next_port;
-            self.next_port = if p == u16::MAX {
-                EPHEMERAL_FIRST
-            } else {
-                p + 1
-            };
-            if !taken(p) {
-                return Ok(p);
-            }
-        }
-        Err(SocketError::AddrNotAvailable)
+        self.tcp.input(now, &mut self.iface, ip, &seg);
     }
 
     // ---- UDP sockets -------------------------------------------------------------------
@@ -463,8 +490,7 @@ impl Engine {
     pub fn udp_bind(&mut self, port: u16) -> Result<UdpHandle, SocketError> {
         let port = if port == 0 {
             let ports = &self.udp.ports;
-            let taken: Vec<u16> = ports.keys().copied().collect();
-            self.ephemeral_port(|p| taken.contains(&p))?
+            ephemeral_port(&mut self.next_port, |p| ports.contains_key(&p))?
         } else {
             port
         };
@@ -530,6 +556,137 @@ impl Engine {
     /// Closes a UDP socket, freeing its port.
     pub fn udp_close(&mut self, h: UdpHandle) -> Result<(), SocketError> {
         self.udp.close(h)
+    }
+
+    // ---- TCP sockets -------------------------------------------------------------------
+
+    /// Listens on `port` with the engine's default TCP configuration.
+    pub fn tcp_listen(&mut self, port: u16, backlog: usize) -> Result<TcpHandle, SocketError> {
+        let cfg = self.tcp.defaults();
+        self.tcp_listen_with(port, backlog, cfg)
+    }
+
+    /// Listens on `port`; accepted connections use `cfg`.
+    pub fn tcp_listen_with(
+        &mut self,
+        port: u16,
+        backlog: usize,
+        mut cfg: TcpConfig,
+    ) -> Result<TcpHandle, SocketError> {
+        cfg.mss = cfg
+            .mss
+            .min((self.iface.max_payload() - wtcp::HEADER_LEN) as u16);
+        self.tcp.listen(port, backlog, cfg)
+    }
+
+    /// Takes an established connection from a listener's accept queue.
+    pub fn tcp_accept(&mut self, listener: TcpHandle) -> Result<TcpHandle, SocketError> {
+        self.tcp.accept(listener)
+    }
+
+    /// Opens a connection to `remote` (non-blocking: poll until writable or failed).
+    pub fn tcp_connect(
+        &mut self,
+        now: Instant,
+        remote: SocketAddrV4,
+    ) -> Result<TcpHandle, SocketError> {
+        let cfg = self.tcp.defaults();
+        self.tcp_connect_with(now, remote, cfg)
+    }
+
+    /// Opens a connection with a per-socket configuration.
+    pub fn tcp_connect_with(
+        &mut self,
+        now: Instant,
+        remote: SocketAddrV4,
+        mut cfg: TcpConfig,
+    ) -> Result<TcpHandle, SocketError> {
+        let rip: Ipv4Address = (*remote.ip()).into();
+        if remote.port() == 0 || self.iface.is_broadcast(rip) || rip.is_multicast() {
+            return Err(SocketError::InvalidArgument);
+        }
+        cfg.mss = cfg
+            .mss
+            .min((self.iface.max_payload() - wtcp::HEADER_LEN) as u16);
+        let local_ip = self.ip();
+        let mut tuple = FourTuple {
+            local_ip,
+            local_port: 0,
+            remote_ip: rip,
+            remote_port: remote.port(),
+        };
+        let tcp = &self.tcp;
+        tuple.local_port = ephemeral_port(&mut self.next_port, |p| {
+            tcp.tuple_in_use(&FourTuple {
+                local_port: p,
+                ..tuple
+            })
+        })?;
+        self.tcp.connect(now, tuple, cfg)
+    }
+
+    /// Queues bytes to send; returns how many were taken.
+    pub fn tcp_send(&mut self, h: TcpHandle, data: &[u8]) -> Result<usize, SocketError> {
+        let c = self.tcp.conn_mut_pub(h)?;
+        match c.send(data) {
+            Ok(0) if !data.is_empty() => Err(SocketError::WouldBlock),
+            Ok(n) => Ok(n),
+            Err(TcpError::Aborted) if c.error().is_none() => Err(SocketError::BrokenPipe),
+            Err(e) => Err(tcp_socket::map_err(e)),
+        }
+    }
+
+    /// Reads received bytes; `Ok(0)` means the peer closed (end of stream).
+    pub fn tcp_recv(&mut self, h: TcpHandle, buf: &mut [u8]) -> Result<usize, SocketError> {
+        let c = self.tcp.conn_mut_pub(h)?;
+        match c.recv(buf) {
+            Ok(n) => Ok(n),
+            Err(Some(e)) => Err(tcp_socket::map_err(e)),
+            Err(None) if c.state() == State::Closed => Err(SocketError::NotConnected),
+            Err(None) => Err(SocketError::WouldBlock),
+        }
+    }
+
+    /// Closes the sending side (FIN); reading continues.
+    pub fn tcp_shutdown(&mut self, h: TcpHandle) -> Result<(), SocketError> {
+        self.tcp.conn_mut_pub(h)?.shutdown_write();
+        Ok(())
+    }
+
+    /// Releases the handle; the connection closes gracefully in the background.
+    pub fn tcp_close(&mut self, now: Instant, h: TcpHandle) -> Result<(), SocketError> {
+        self.tcp.close(now, h)
+    }
+
+    /// Resets the connection (RST) and releases nothing: close the handle afterwards.
+    pub fn tcp_abort(&mut self, now: Instant, h: TcpHandle) -> Result<(), SocketError> {
+        self.tcp.conn_mut_pub(h)?.abort(now);
+        Ok(())
+    }
+
+    /// The connection behind a handle (state, statistics, readiness).
+    pub fn tcp_conn(&self, h: TcpHandle) -> Result<&Connection, SocketError> {
+        self.tcp.conn(h)
+    }
+
+    /// Mutable access for per-socket options (no-delay, keepalive).
+    pub fn tcp_conn_mut(&mut self, h: TcpHandle) -> Result<&mut Connection, SocketError> {
+        self.tcp.conn_mut_pub(h)
+    }
+
+    /// The error that ended a connection, as a socket error.
+    pub fn tcp_error(&self, h: TcpHandle) -> Option<SocketError> {
+        self.tcp.conn(h).ok()?.error().map(tcp_socket::map_err)
+    }
+
+    /// Connections in any state.
+    pub fn tcp_connections(&self) -> usize {
+        self.tcp.connections()
+    }
+
+    /// Every connection (for `ss`-like listings).
+    pub fn tcp_iter(&self) -> impl Iterator<Item = &Connection> {
+        self.tcp.iter()
     }
 
     // ---- ICMP echo ---------------------------------------------------------------------

@@ -13,10 +13,13 @@ mod error;
 pub mod iface;
 pub mod reasm;
 pub mod sim;
+pub mod tcp_socket;
 pub mod udp;
 
 pub use counters::{Counter, Counters};
 pub use engine::{Engine, EngineConfig, PingReply, EPHEMERAL_FIRST};
 pub use error::SocketError;
+pub use flowstack_tcp::{CcAlgorithm, Connection, Keepalive, State, TcpConfig};
 pub use iface::IfaceConfig;
+pub use tcp_socket::{TcpHandle, TcpLimits};
 pub use udp::{UdpConfig, UdpHandle};

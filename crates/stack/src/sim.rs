@@ -74,9 +74,13 @@ impl Default for NetConfig {
     }
 }
 
-fn engine_cfg(ip: Ipv4Address, last: u8, tune: fn(&mut EngineConfig)) -> EngineConfig {
+fn engine_cfg(ip: Ipv4Address, last: u8, seed: u64, tune: fn(&mut EngineConfig)) -> EngineConfig {
     let mac = EthernetAddress([0x02, 0, 0, 0, 0, last]);
     let mut cfg = EngineConfig::new(IfaceConfig::new(mac, Ipv4Cidr::new(ip, 24)));
+    // A fixed secret keeps ISNs, and so the whole run, reproducible from the seed.
+    let mut secret = [last; 16];
+    secret[..8].copy_from_slice(&seed.to_le_bytes());
+    cfg.secret = Some(secret);
     tune(&mut cfg);
     cfg
 }
@@ -100,8 +104,8 @@ impl Net {
             None => (Box::new(ia), None),
         };
         Ok(Self {
-            a: Engine::new(engine_cfg(A_IP, 1, cfg.tune), cfg.caps),
-            b: Engine::new(engine_cfg(B_IP, 2, cfg.tune), cfg.caps),
+            a: Engine::new(engine_cfg(A_IP, 1, cfg.seed, cfg.tune), cfg.caps),
+            b: Engine::new(engine_cfg(B_IP, 2, cfg.seed, cfg.tune), cfg.caps),
             dev_a,
             dev_b: Box::new(ib),
             now: Instant::from_millis(1),
@@ -164,4 +168,149 @@ impl Net {
         }
         Ok(())
     }
+}
+
+/// The byte at stream offset `i` of the test pattern: cheap, and position-dependent so any
+/// loss, duplication or reordering of data shows.
+pub fn pattern(i: u64) -> u8 {
+    let x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (x >> 56) as u8 ^ (i as u8)
+}
+
+/// What a bulk transfer did.
+#[derive(Debug, Clone)]
+pub struct TransferReport {
+    /// Bytes the sender queued.
+    pub sent: u64,
+    /// Bytes the receiver read.
+    pub received: u64,
+    /// First offset at which received data differed from the pattern.
+    pub mismatch_at: Option<u64>,
+    /// True if the receiver saw end of stream after all bytes.
+    pub complete: bool,
+    /// Virtual time the transfer took.
+    pub elapsed: Duration,
+    /// Sender connection statistics.
+    pub client: flowstack_tcp::ConnStats,
+    /// Receiver connection statistics.
+    pub server: flowstack_tcp::ConnStats,
+    /// Sender's smoothed RTT.
+    pub srtt: Option<Duration>,
+    /// Final states (sender, receiver) when the report was taken.
+    pub states: (flowstack_tcp::State, flowstack_tcp::State),
+}
+
+/// Sends `bytes` of [`pattern`] from A to B over TCP (port 5001), checks every byte, closes
+/// both sides, and reports. `rx` sees every chunk B reads (e.g. to hash it).
+pub fn bulk_transfer(
+    net: &mut Net,
+    bytes: u64,
+    limit: Duration,
+    mut rx: impl FnMut(&[u8]),
+) -> Result<TransferReport, crate::SocketError> {
+    use std::net::SocketAddrV4;
+    let start = net.now;
+    let listener = net.b.tcp_listen(5001, 16)?;
+    let now = net.now;
+    let client = net
+        .a
+        .tcp_connect(now, SocketAddrV4::new(B_IP.into(), 5001))?;
+    let mut server = None;
+    let mut sent = 0u64;
+    let mut received = 0u64;
+    let mut mismatch = None;
+    let mut eof = false;
+    let mut shut = false;
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut rbuf = vec![0u8; 64 * 1024];
+    let mut failure = None;
+    net.run_until(limit, |n| {
+        // Sender: keep the send buffer full, then half-close.
+        while sent < bytes {
+            let len = (bytes - sent).min(chunk.len() as u64) as usize;
+            for (k, b) in chunk[..len].iter_mut().enumerate() {
+                *b = pattern(sent + k as u64);
+            }
+            match n.a.tcp_send(client, &chunk[..len]) {
+                Ok(k) => sent += k as u64,
+                Err(crate::SocketError::WouldBlock) => break,
+                Err(e) => {
+                    failure = Some(e);
+                    return true;
+                }
+            }
+        }
+        if sent == bytes && !shut {
+            shut = n.a.tcp_shutdown(client).is_ok();
+        }
+        // Receiver.
+        if server.is_none() {
+            server = n.b.tcp_accept(listener).ok();
+        }
+        if let Some(s) = server {
+            loop {
+                match n.b.tcp_recv(s, &mut rbuf) {
+                    Ok(0) => {
+                        eof = true;
+                        break;
+                    }
+                    Ok(k) => {
+                        for (j, &b) in rbuf[..k].iter().enumerate() {
+                            if mismatch.is_none() && b != pattern(received + j as u64) {
+                                mismatch = Some(received + j as u64);
+                            }
+                        }
+                        rx(&rbuf[..k]);
+                        received += k as u64;
+                    }
+                    Err(crate::SocketError::WouldBlock) => break,
+                    Err(e) => {
+                        failure = Some(e);
+                        return true;
+                    }
+                }
+            }
+        }
+        if let Some(e) = n.a.tcp_error(client) {
+            failure = Some(e);
+            return true;
+        }
+        eof
+    });
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let elapsed = net.now.saturating_since(start);
+    // Let the close handshake finish.
+    if let Some(s) = server {
+        let now = net.now;
+        net.b.tcp_close(now, s)?;
+    }
+    net.run_until(Duration::from_secs(1), |n| {
+        n.a.tcp_conn(client)
+            .map(|c| {
+                matches!(
+                    c.state(),
+                    flowstack_tcp::State::TimeWait | flowstack_tcp::State::Closed
+                )
+            })
+            .unwrap_or(true)
+    });
+    let cc = net.a.tcp_conn(client)?;
+    let (cstats, srtt, cstate) = (cc.stats(), cc.srtt(), cc.state());
+    let (sstats, sstate) = server
+        .and_then(|_| net.b.tcp_iter().next())
+        .map(|c| (c.stats(), c.state()))
+        .unwrap_or((Default::default(), flowstack_tcp::State::Closed));
+    Ok(TransferReport {
+        sent,
+        received,
+        mismatch_at: mismatch,
+        complete: eof && received == bytes,
+        elapsed,
+        client: cstats,
+        server: sstats,
+        srtt,
+        states: (cstate, sstate),
+    })
 }

@@ -111,10 +111,9 @@ impl RingBuffer {
     pub fn consume(&mut self, n: usize) {
         let n = n.min(self.len);
         self.head = self.idx(n);
+        // The head never jumps back to 0 when the ring empties: bytes written past the end
+        // (out-of-order data) stay where they are.
         self.len -= n;
-        if self.len == 0 {
-            self.head = 0;
-        }
     }
 }
 
@@ -150,5 +149,20 @@ mod tests {
         assert_eq!(r.dequeue(&mut o), 6);
         assert_eq!(&o[..6], b"abcdef");
         assert_eq!(r.write_at(8, b"x"), 0);
+    }
+
+    #[test]
+    fn data_past_the_end_survives_an_empty_ring() {
+        let mut r = RingBuffer::new(8);
+        r.enqueue(b"abc");
+        r.write_at(2, b"zz");
+        let mut o = [0u8; 3];
+        r.dequeue(&mut o);
+        assert!(r.is_empty());
+        r.enqueue(b"xy");
+        r.commit(2);
+        let mut o = [0u8; 4];
+        assert_eq!(r.dequeue(&mut o), 4);
+        assert_eq!(&o, b"xyzz");
     }
 }

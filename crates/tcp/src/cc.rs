@@ -89,7 +89,9 @@ impl Congestion {
         }
         match self.algo {
             CcAlgorithm::NewReno => self.reno_ca(acked),
-            CcAlgorithm::Cubic => self.cubic_ca(now, acked, srtt.unwrap_or(Duration::from_millis(100))),
+            CcAlgorithm::Cubic => {
+                self.cubic_ca(now, acked, srtt.unwrap_or(Duration::from_millis(100)))
+            }
         }
     }
 
@@ -217,6 +219,9 @@ mod tests {
             t += Duration::from_millis(1);
             c.on_ack(t, 1000, Some(Duration::from_millis(10)));
         }
-        assert!(c.cwnd() > after, "window grows again in congestion avoidance");
+        assert!(
+            c.cwnd() > after,
+            "window grows again in congestion avoidance"
+        );
     }
 }

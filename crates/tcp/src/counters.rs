@@ -13,6 +13,8 @@ macro_rules! counters {
         }
 
         impl Counter {
+            /// How many counters there are.
+            pub const COUNT: usize = [$(stringify!($name)),*].len();
             /// Every counter, in display order.
             pub const ALL: &'static [Counter] = &[$(Counter::$name,)*];
             /// The nstat-style name.
@@ -201,13 +203,13 @@ counters! {
 /// The engine's counters.
 #[derive(Debug, Clone)]
 pub struct Counters {
-    values: Vec<u64>,
+    values: [u64; Counter::COUNT],
 }
 
 impl Default for Counters {
     fn default() -> Self {
         Self {
-            values: vec![0; Counter::ALL.len()],
+            values: [0; Counter::COUNT],
         }
     }
 }
@@ -227,6 +229,12 @@ impl Counters {
     #[inline]
     pub fn get(&self, c: Counter) -> u64 {
         self.values[c as usize]
+    }
+    /// Adds every counter of `other` into this one.
+    pub fn merge(&mut self, other: &Counters) {
+        for (a, b) in self.values.iter_mut().zip(&other.values) {
+            *a += b;
+        }
     }
     /// Looks a counter up by its nstat-style name.
     pub fn by_name(&self, name: &str) -> Option<u64> {

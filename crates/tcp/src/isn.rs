@@ -65,13 +65,21 @@ impl IsnGenerator {
 
     /// Checks the cookie echoed in an ACK (`ack - 1`) and returns the MSS it encodes.
     /// Cookies from the current and previous period are accepted.
-    pub fn check_cookie(&self, t: &FourTuple, client_isn: SeqNum, cookie: SeqNum, now: Instant) -> Option<u16> {
+    pub fn check_cookie(
+        &self,
+        t: &FourTuple,
+        client_isn: SeqNum,
+        cookie: SeqNum,
+        now: Instant,
+    ) -> Option<u16> {
         let count = (now.as_nanos() >> COOKIE_PERIOD_SHIFT) as u32;
         let c = cookie.0;
         let idx = ((c >> 24) & 7) as usize;
         for age in 0..2u32 {
             let k = count.wrapping_sub(age);
-            if (k & 0x1f) == c >> 27 && self.hash(t, client_isn.0, k) & 0x00ff_ffff == c & 0x00ff_ffff {
+            if (k & 0x1f) == c >> 27
+                && self.hash(t, client_isn.0, k) & 0x00ff_ffff == c & 0x00ff_ffff
+            {
                 return Some(COOKIE_MSS[idx]);
             }
         }
@@ -97,7 +105,10 @@ mod tests {
         let g = IsnGenerator::new([7; 16]);
         let t0 = Instant::ZERO;
         assert_ne!(g.isn(&tuple(1), t0), g.isn(&tuple(2), t0));
-        assert_ne!(g.isn(&tuple(1), t0), IsnGenerator::new([8; 16]).isn(&tuple(1), t0));
+        assert_ne!(
+            g.isn(&tuple(1), t0),
+            IsnGenerator::new([8; 16]).isn(&tuple(1), t0)
+        );
         let later = Instant::from_nanos(4000 * 100);
         assert_eq!(g.isn(&tuple(1), later).diff(g.isn(&tuple(1), t0)), 100);
     }
@@ -110,7 +121,10 @@ mod tests {
         assert_eq!(g.check_cookie(&tuple(5), SeqNum(1234), c, now), Some(1460));
         assert_eq!(g.check_cookie(&tuple(6), SeqNum(1234), c, now), None);
         assert_eq!(g.check_cookie(&tuple(5), SeqNum(1235), c, now), None);
-        assert_eq!(g.check_cookie(&tuple(5), SeqNum(1234), SeqNum(c.0 ^ 1), now), None);
+        assert_eq!(
+            g.check_cookie(&tuple(5), SeqNum(1234), SeqNum(c.0 ^ 1), now),
+            None
+        );
         let much_later = Instant::from_nanos(now.as_nanos() + (3u64 << COOKIE_PERIOD_SHIFT));
         assert_eq!(g.check_cookie(&tuple(5), SeqNum(1234), c, much_later), None);
     }

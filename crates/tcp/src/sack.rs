@@ -135,7 +135,10 @@ mod tests {
         assert!(!s.update(SeqNum(0), SeqNum(10_000), &[b(2000, 3000)]));
         assert_eq!(s.sacked_bytes(), 3000);
         assert_eq!(s.next_hole(SeqNum(0)), Some((SeqNum(0), SeqNum(2000))));
-        assert_eq!(s.next_hole(SeqNum(2000)), Some((SeqNum(3000), SeqNum(4000))));
+        assert_eq!(
+            s.next_hole(SeqNum(2000)),
+            Some((SeqNum(3000), SeqNum(4000)))
+        );
         assert_eq!(s.next_hole(SeqNum(6000)), None);
         assert!(s.is_lost(SeqNum(0), 1000));
         assert!(!s.is_lost(SeqNum(3000), 1000));
@@ -143,6 +146,10 @@ mod tests {
         s.advance(SeqNum(2500));
         assert_eq!(s.sacked_bytes(), 2500);
         // Blocks outside the window are ignored.
-        assert!(!s.update(SeqNum(2500), SeqNum(10_000), &[b(9000, 12_000), b(100, 200)]));
+        assert!(!s.update(
+            SeqNum(2500),
+            SeqNum(10_000),
+            &[b(9000, 12_000), b(100, 200)]
+        ));
     }
 }

@@ -60,8 +60,7 @@ impl Connection {
         }
         if self.snd_una > self.iss {
             // Our SYN is acknowledged: ESTABLISHED.
-            self.state = State::Established;
-            self.snd_wnd = (seg.window as usize) << self.snd_wscale;
+            self.enter_established();
             // RFC 7323 §2.2: the SYN-ACK's window is not scaled.
             self.snd_wnd = seg.window as usize;
             self.max_snd_wnd = self.snd_wnd;
@@ -184,7 +183,7 @@ impl Connection {
         }
         if self.state == State::SynReceived {
             if self.snd_una < seg.ack && seg.ack <= self.snd_max {
-                self.state = State::Established;
+                self.enter_established();
                 self.snd_wnd = (seg.window as usize) << self.snd_wscale;
                 self.max_snd_wnd = self.snd_wnd;
                 self.snd_wl1 = seg.seq;

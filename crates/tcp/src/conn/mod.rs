@@ -222,7 +222,11 @@ impl Connection {
             mss,
             irs: SeqNum(0),
             rcv_nxt: SeqNum(0),
-            rcv_wscale: if cfg.window_scaling { wscale_for(cfg.recv_buffer) } else { 0 },
+            rcv_wscale: if cfg.window_scaling {
+                wscale_for(cfg.recv_buffer)
+            } else {
+                0
+            },
             rcv_adv: SeqNum(0),
             recv_buf: RingBuffer::new(if cfg.window_scaling {
                 cfg.recv_buffer
@@ -390,7 +394,12 @@ impl Connection {
     }
     /// Whether timestamps / SACK / window scaling were negotiated.
     pub fn options(&self) -> (bool, bool, u8, u8) {
-        (self.ts_enabled, self.sack_enabled, self.snd_wscale, self.rcv_wscale)
+        (
+            self.ts_enabled,
+            self.sack_enabled,
+            self.snd_wscale,
+            self.rcv_wscale,
+        )
     }
     /// Changes Nagle (TCP_NODELAY).
     pub fn set_nodelay(&mut self, on: bool) {
@@ -432,10 +441,12 @@ impl Connection {
         if let Some(e) = self.error {
             return Err(e);
         }
-        if self.fin_seq.is_some() || !matches!(
-            self.state,
-            State::SynSent | State::SynReceived | State::Established | State::CloseWait
-        ) {
+        if self.fin_seq.is_some()
+            || !matches!(
+                self.state,
+                State::SynSent | State::SynReceived | State::Established | State::CloseWait
+            )
+        {
             return Err(TcpError::Aborted);
         }
         if want == 0 {
@@ -488,8 +499,12 @@ impl Connection {
     /// Closes the sending side (FIN after queued data); reading continues (half-close).
     pub fn shutdown_write(&mut self) {
         match self.state {
-            State::SynSent => self.state = State::Closed,
-            State::SynReceived | State::Established => {
+            // Before the handshake completes the FIN waits; the state moves to FIN-WAIT-1
+            // once established (RFC 9293 §3.10.4 queues the close behind the open).
+            State::SynSent | State::SynReceived if self.fin_seq.is_none() => {
+                self.fin_seq = Some(self.iss + 1 + self.send_buf.len());
+            }
+            State::Established => {
                 self.fin_seq = Some(self.snd_una_data() + self.send_buf.len());
                 self.state = State::FinWait1;
             }
@@ -514,11 +529,24 @@ impl Connection {
 
     /// Aborts: RST to the peer (if synchronized) and CLOSED.
     pub fn abort(&mut self, _now: Instant) {
-        if self.state != State::Closed && self.state != State::SynSent && self.state != State::TimeWait {
+        if self.state != State::Closed
+            && self.state != State::SynSent
+            && self.state != State::TimeWait
+        {
             self.pending_rst = Some((self.snd_nxt, None));
         }
         self.error.get_or_insert(TcpError::Aborted);
         self.enter_closed();
+    }
+
+    /// The handshake completed: enter ESTABLISHED, or FIN-WAIT-1 if the application already
+    /// closed its sending side.
+    pub(crate) fn enter_established(&mut self) {
+        self.state = if self.fin_seq.is_some() {
+            State::FinWait1
+        } else {
+            State::Established
+        };
     }
 
     pub(crate) fn enter_closed(&mut self) {

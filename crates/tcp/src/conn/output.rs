@@ -183,10 +183,12 @@ impl Connection {
         emit: &mut dyn FnMut(&TcpRepr),
     ) -> usize {
         let off = seq - self.snd_una_data();
-        let data_len = self.send_buf.len().saturating_sub(off).min(len);
         let retrans = seq < self.snd_max;
         let mut r = self.base(seq, Flags::NONE);
         self.with_options(now, &mut r);
+        // RFC 6691: the MSS counts data only; options in this segment take from it.
+        let room = self.mss.max(self.cfg.max_tso_segment) - r.options.buffer_len();
+        let data_len = self.send_buf.len().saturating_sub(off).min(len).min(room);
         let payload = self.send_buf.contiguous(off, data_len);
         let sent = payload.len();
         // The FIN rides on the segment whose data ends where the FIN sits.
@@ -218,10 +220,19 @@ impl Connection {
     }
 
     /// New data (or a go-back-N resend after a timeout) from SND.NXT.
-    fn send_data(&mut self, now: Instant, c: &mut Counters, emit: &mut dyn FnMut(&TcpRepr)) -> usize {
+    fn send_data(
+        &mut self,
+        now: Instant,
+        c: &mut Counters,
+        emit: &mut dyn FnMut(&TcpRepr),
+    ) -> usize {
         if !matches!(
             self.state,
-            State::Established | State::CloseWait | State::FinWait1 | State::Closing | State::LastAck
+            State::Established
+                | State::CloseWait
+                | State::FinWait1
+                | State::Closing
+                | State::LastAck
         ) {
             return 0;
         }
@@ -255,7 +266,8 @@ impl Connection {
             }
             if len == avail && len < self.mss && len > 0 && !fin_pending {
                 // Nagle (RFC 9293 §3.7.4): one small segment in flight at a time.
-                if !self.cfg.nodelay && self.snd_max > self.snd_una && self.snd_nxt == self.snd_max {
+                if !self.cfg.nodelay && self.snd_max > self.snd_una && self.snd_nxt == self.snd_max
+                {
                     break;
                 }
             }
@@ -286,7 +298,12 @@ impl Connection {
 
     /// Loss recovery retransmissions: the head after entry or a partial ACK, then (with
     /// SACK) the holes the scoreboard marks lost (RFC 6675 §5 NextSeg rule 1).
-    fn send_recovery(&mut self, now: Instant, c: &mut Counters, emit: &mut dyn FnMut(&TcpRepr)) -> usize {
+    fn send_recovery(
+        &mut self,
+        now: Instant,
+        c: &mut Counters,
+        emit: &mut dyn FnMut(&TcpRepr),
+    ) -> usize {
         let mut n = 0;
         if self.rexmit_head {
             self.rexmit_head = false;
@@ -304,7 +321,9 @@ impl Connection {
         }
         while self.pipe() < self.cc.cwnd() {
             let from = self.high_rxt.max(self.snd_una);
-            let Some((s, e)) = self.sack.next_hole(from) else { break };
+            let Some((s, e)) = self.sack.next_hole(from) else {
+                break;
+            };
             if !self.sack.is_lost(s, self.mss) {
                 break;
             }

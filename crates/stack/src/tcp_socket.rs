@@ -1,0 +1,495 @@
+//! TCP sockets in the engine: the connection table with hashed 4-tuple demux, per-port
+//! listeners with a bounded half-open queue and accept backlog, SYN cookies when the half-open
+//! queue is full, and RSTs for segments that match nothing (RFC 9293 §3.10.7.1).
+
+use crate::counters::Counter;
+use crate::iface::Iface;
+use crate::SocketError;
+use flowstack_tcp::{Connection, FourTuple, IsnGenerator, State, TcpConfig, TcpError};
+use flowstack_wire::ipv4::{IpProtocol, Ipv4Repr};
+use flowstack_wire::tcp::{Flags, TcpOptions, TcpRepr};
+use flowstack_wire::{Instant, SeqNum};
+use std::collections::{HashMap, VecDeque};
+
+/// Engine-wide TCP limits.
+#[derive(Debug, Clone, Copy)]
+pub struct TcpLimits {
+    /// Most connections (any state) at once.
+    pub max_connections: usize,
+    /// Most half-open (SYN-RECEIVED) connections per listener before SYN cookies are used.
+    pub syn_backlog: usize,
+    /// Default configuration for new sockets.
+    pub defaults: TcpConfig,
+}
+
+impl Default for TcpLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 16_384,
+            syn_backlog: 256,
+            defaults: TcpConfig::default(),
+        }
+    }
+}
+
+/// A TCP socket handle (listener or connection).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TcpHandle(pub(crate) usize);
+
+struct Listener {
+    port: u16,
+    cfg: TcpConfig,
+    backlog: usize,
+    accept_q: VecDeque<usize>,
+    half_open: usize,
+}
+
+struct ConnSock {
+    conn: Connection,
+    /// Listener that created it, until it is queued for accept.
+    listener: Option<usize>,
+    /// The application holds a handle.
+    owned: bool,
+}
+
+enum Sock {
+    Listener(Listener),
+    Conn(Box<ConnSock>),
+}
+
+/// The TCP socket table of one engine.
+pub(crate) struct TcpSockets {
+    limits: TcpLimits,
+    socks: Vec<Option<Sock>>,
+    free: Vec<usize>,
+    conns: HashMap<FourTuple, usize>,
+    listeners: HashMap<u16, usize>,
+    isn: IsnGenerator,
+    count: usize,
+}
+
+pub(crate) fn map_err(e: TcpError) -> SocketError {
+    match e {
+        TcpError::Refused => SocketError::ConnectionRefused,
+        TcpError::Reset => SocketError::ConnectionReset,
+        TcpError::TimedOut => SocketError::TimedOut,
+        TcpError::Aborted => SocketError::ConnectionAborted,
+    }
+}
+
+/// Sends one segment through the interface.
+fn send_seg(now: Instant, iface: &mut Iface, t: &FourTuple, r: &TcpRepr) {
+    let caps = iface.caps.checksum;
+    let (src, dst) = (t.local_ip, t.remote_ip);
+    let _ = iface.send_ip(now, dst, IpProtocol::Tcp, r.buffer_len(), true, &mut |b| {
+        r.emit(b, src, dst, caps)
+    });
+}
+
+impl TcpSockets {
+    pub fn new(limits: TcpLimits, secret: [u8; 16]) -> Self {
+        Self {
+            limits,
+            socks: Vec::new(),
+            free: Vec::new(),
+            conns: HashMap::new(),
+            listeners: HashMap::new(),
+            isn: IsnGenerator::new(secret),
+            count: 0,
+        }
+    }
+
+    pub fn defaults(&self) -> TcpConfig {
+        self.limits.defaults
+    }
+
+    fn insert(&mut self, s: Sock) -> usize {
+        match self.free.pop() {
+            Some(i) => {
+                self.socks[i] = Some(s);
+                i
+            }
+            None => {
+                self.socks.push(Some(s));
+                self.socks.len() - 1
+            }
+        }
+    }
+
+    fn conn_mut(&mut self, h: TcpHandle) -> Result<&mut ConnSock, SocketError> {
+        match self.socks.get_mut(h.0) {
+            Some(Some(Sock::Conn(c))) if c.owned => Ok(c),
+            _ => Err(SocketError::InvalidHandle),
+        }
+    }
+
+    pub fn conn(&self, h: TcpHandle) -> Result<&Connection, SocketError> {
+        match self.socks.get(h.0) {
+            Some(Some(Sock::Conn(c))) if c.owned => Ok(&c.conn),
+            _ => Err(SocketError::InvalidHandle),
+        }
+    }
+
+    pub fn conn_mut_pub(&mut self, h: TcpHandle) -> Result<&mut Connection, SocketError> {
+        Ok(&mut self.conn_mut(h)?.conn)
+    }
+
+    // ---- application calls -------------------------------------------------------------
+
+    pub fn listen(
+        &mut self,
+        port: u16,
+        backlog: usize,
+        cfg: TcpConfig,
+    ) -> Result<TcpHandle, SocketError> {
+        if port == 0 || backlog == 0 {
+            return Err(SocketError::InvalidArgument);
+        }
+        if self.listeners.contains_key(&port) {
+            return Err(SocketError::AddrInUse);
+        }
+        let i = self.insert(Sock::Listener(Listener {
+            port,
+            cfg,
+            backlog,
+            accept_q: VecDeque::new(),
+            half_open: 0,
+        }));
+        self.listeners.insert(port, i);
+        Ok(TcpHandle(i))
+    }
+
+    pub fn accept(&mut self, h: TcpHandle) -> Result<TcpHandle, SocketError> {
+        let Some(Some(Sock::Listener(l))) = self.socks.get_mut(h.0) else {
+            return Err(SocketError::InvalidHandle);
+        };
+        let i = l.accept_q.pop_front().ok_or(SocketError::WouldBlock)?;
+        if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
+            c.owned = true;
+        }
+        Ok(TcpHandle(i))
+    }
+
+    pub fn connect(
+        &mut self,
+        now: Instant,
+        tuple: FourTuple,
+        cfg: TcpConfig,
+    ) -> Result<TcpHandle, SocketError> {
+        if self.count >= self.limits.max_connections {
+            return Err(SocketError::LimitReached);
+        }
+        if self.conns.contains_key(&tuple) {
+            return Err(SocketError::AddrInUse);
+        }
+        let iss = self.isn.isn(&tuple, now);
+        let conn = Connection::connect(cfg, tuple, iss, now);
+        let i = self.insert(Sock::Conn(Box::new(ConnSock {
+            conn,
+            listener: None,
+            owned: true,
+        })));
+        self.conns.insert(tuple, i);
+        self.count += 1;
+        Ok(TcpHandle(i))
+    }
+
+    pub fn tuple_in_use(&self, t: &FourTuple) -> bool {
+        self.conns.contains_key(t)
+    }
+
+    /// The application lets go of a handle. Listeners close at once (their queued
+    /// connections are reset); connections close gracefully and live on until CLOSED.
+    pub fn close(&mut self, now: Instant, h: TcpHandle) -> Result<(), SocketError> {
+        match self.socks.get_mut(h.0) {
+            Some(Some(Sock::Listener(_))) => {
+                let Some(Sock::Listener(l)) = self.socks[h.0].take() else {
+                    unreachable!()
+                };
+                self.free.push(h.0);
+                self.listeners.remove(&l.port);
+                for i in l.accept_q {
+                    if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
+                        c.conn.abort(now);
+                    }
+                }
+                // Half-open connections of this listener are aborted too.
+                for s in self.socks.iter_mut().flatten() {
+                    if let Sock::Conn(c) = s {
+                        if c.listener == Some(h.0) {
+                            c.listener = None;
+                            c.conn.abort(now);
+                        }
+                    }
+                }
+                Ok(())
+            }
+            Some(Some(Sock::Conn(c))) if c.owned => {
+                c.owned = false;
+                c.conn.close(now);
+                Ok(())
+            }
+            _ => Err(SocketError::InvalidHandle),
+        }
+    }
+
+    // ---- segment input -----------------------------------------------------------------
+
+    pub fn input(&mut self, now: Instant, iface: &mut Iface, ip: &Ipv4Repr, seg: &TcpRepr) {
+        let tuple = FourTuple {
+            local_ip: ip.dst,
+            local_port: seg.dst_port,
+            remote_ip: ip.src,
+            remote_port: seg.src_port,
+        };
+        if let Some(&i) = self.conns.get(&tuple) {
+            if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
+                c.conn.on_segment(now, seg, &mut iface.counters);
+            }
+            self.after_input(now, i, iface);
+            return;
+        }
+        if ip.dst != iface.ip() {
+            return; // never answer TCP sent to a broadcast address
+        }
+        match self.listeners.get(&seg.dst_port).copied() {
+            Some(l) => self.listener_input(now, iface, l, tuple, seg),
+            None => {
+                iface.counters.inc(Counter::TcpExtTCPNoSocket);
+                self.reset_for(now, iface, &tuple, seg);
+            }
+        }
+    }
+
+    /// RFC 9293 §3.10.7.1: the RST answering a segment that matches no connection.
+    fn reset_for(&self, now: Instant, iface: &mut Iface, t: &FourTuple, seg: &TcpRepr) {
+        if seg.flags.rst() {
+            return;
+        }
+        let (seq, ack, flags) = if seg.flags.ack() {
+            (seg.ack, SeqNum(0), Flags::RST)
+        } else {
+            (
+                SeqNum(0),
+                seg.seq + seg.segment_len(),
+                Flags::RST | Flags::ACK,
+            )
+        };
+        let r = TcpRepr {
+            src_port: t.local_port,
+            dst_port: t.remote_port,
+            seq,
+            ack,
+            flags,
+            window: 0,
+            urgent: 0,
+            options: TcpOptions::default(),
+            payload: &[],
+        };
+        iface.counters.inc(Counter::TcpOutRsts);
+        iface.counters.inc(Counter::TcpOutSegs);
+        send_seg(now, iface, t, &r);
+    }
+
+    fn listener_input(
+        &mut self,
+        now: Instant,
+        iface: &mut Iface,
+        li: usize,
+        t: FourTuple,
+        seg: &TcpRepr,
+    ) {
+        let f = seg.flags;
+        if f.rst() {
+            return;
+        }
+        let Some(Some(Sock::Listener(l))) = self.socks.get(li) else {
+            return;
+        };
+        let (cfg, backlog, queued, half_open) = (l.cfg, l.backlog, l.accept_q.len(), l.half_open);
+        let c = &mut iface.counters;
+        if f.ack() && !f.syn() {
+            // Possibly the ACK completing a SYN-cookie handshake.
+            let cookie = seg.ack - 1;
+            match self.isn.check_cookie(&t, seg.seq - 1, cookie, now) {
+                Some(mss) if queued < backlog && self.count < self.limits.max_connections => {
+                    c.inc(Counter::TcpExtSyncookiesRecv);
+                    c.inc(Counter::TcpPassiveOpens);
+                    let conn = Connection::accept(cfg, t, seg, cookie, now, Some(mss));
+                    let i = self.add_conn(t, conn, None);
+                    if let Some(Some(Sock::Conn(cs))) = self.socks.get_mut(i) {
+                        cs.conn.on_segment(now, seg, c);
+                    }
+                    if let Some(Some(Sock::Listener(l))) = self.socks.get_mut(li) {
+                        l.accept_q.push_back(i);
+                    }
+                    self.after_input(now, i, iface);
+                }
+                Some(_) => {
+                    c.inc(Counter::TcpExtListenOverflows);
+                    c.inc(Counter::TcpExtListenDrops);
+                }
+                None => {
+                    c.inc(Counter::TcpExtSyncookiesFailed);
+                    self.reset_for(now, iface, &t, seg);
+                }
+            }
+            return;
+        }
+        if !f.syn() {
+            return;
+        }
+        if queued >= backlog {
+            c.inc(Counter::TcpExtListenOverflows);
+            c.inc(Counter::TcpExtListenDrops);
+            return;
+        }
+        if self.count >= self.limits.max_connections {
+            c.inc(Counter::TcpExtTCPConnLimit);
+            c.inc(Counter::TcpExtListenDrops);
+            return;
+        }
+        if half_open >= self.limits.syn_backlog {
+            // Half-open queue full: answer statelessly with a SYN cookie.
+            let mss = flowstack_tcp::DEFAULT_MSS
+                .max(seg.options.mss.map(|m| m as usize).unwrap_or(0))
+                .min(cfg.mss as usize) as u16;
+            let cookie = self.isn.cookie(&t, seg.seq, mss, now);
+            let r = TcpRepr {
+                src_port: t.local_port,
+                dst_port: t.remote_port,
+                seq: cookie,
+                ack: seg.seq + 1,
+                flags: Flags::SYN | Flags::ACK,
+                window: cfg.recv_buffer.min(65535) as u16,
+                urgent: 0,
+                options: TcpOptions {
+                    mss: Some(mss),
+                    ..Default::default()
+                },
+                payload: &[],
+            };
+            c.inc(Counter::TcpExtSyncookiesSent);
+            c.inc(Counter::TcpOutSegs);
+            send_seg(now, iface, &t, &r);
+            return;
+        }
+        c.inc(Counter::TcpPassiveOpens);
+        let iss = self.isn.isn(&t, now);
+        let conn = Connection::accept(cfg, t, seg, iss, now, None);
+        let i = self.add_conn(t, conn, Some(li));
+        if let Some(Some(Sock::Listener(l))) = self.socks.get_mut(li) {
+            l.half_open += 1;
+        }
+        self.after_input(now, i, iface);
+    }
+
+    fn add_conn(&mut self, t: FourTuple, conn: Connection, listener: Option<usize>) -> usize {
+        let i = self.insert(Sock::Conn(Box::new(ConnSock {
+            conn,
+            listener,
+            owned: false,
+        })));
+        self.conns.insert(t, i);
+        self.count += 1;
+        i
+    }
+
+    /// Moves newly established connections to their listener's accept queue and reaps
+    /// connections that are gone.
+    fn after_input(&mut self, now: Instant, i: usize, iface: &mut Iface) {
+        let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) else {
+            return;
+        };
+        let state = c.conn.state();
+        if let Some(li) = c.listener {
+            if state != State::SynReceived {
+                c.listener = None;
+                let established = state != State::Closed;
+                if let Some(Some(Sock::Listener(l))) = self.socks.get_mut(li) {
+                    l.half_open -= 1;
+                    if established {
+                        l.accept_q.push_back(i);
+                    }
+                }
+            }
+        }
+        self.flush(now, i, iface);
+    }
+
+    /// Sends what connection `i` has to send, and frees it once closed and unowned.
+    fn flush(&mut self, now: Instant, i: usize, iface: &mut Iface) {
+        let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) else {
+            return;
+        };
+        let t = c.conn.tuple();
+        // The connection counts into its own tally while the interface (which counts IP
+        // output) is borrowed by the emit closure; the tallies are merged after.
+        let mut tally = std::mem::take(&mut iface.counters);
+        c.conn
+            .poll_transmit(now, &mut tally, &mut |r| send_seg(now, iface, &t, r));
+        tally.merge(&iface.counters);
+        iface.counters = tally;
+        let closed = c.conn.state() == State::Closed;
+        let in_accept_q_or_half_open = c.listener.is_some();
+        if closed && !c.owned && !in_accept_q_or_half_open && !self.queued(i) {
+            self.remove(i);
+        }
+    }
+
+    fn queued(&self, i: usize) -> bool {
+        self.listeners.values().any(|&li| match &self.socks[li] {
+            Some(Sock::Listener(l)) => l.accept_q.contains(&i),
+            _ => false,
+        })
+    }
+
+    fn remove(&mut self, i: usize) {
+        if let Some(Sock::Conn(c)) = self.socks[i].take() {
+            self.conns.remove(&c.conn.tuple());
+            self.free.push(i);
+            self.count -= 1;
+        }
+    }
+
+    /// Fires due timers and sends pending output of every connection.
+    pub fn dispatch(&mut self, now: Instant, iface: &mut Iface) {
+        for i in 0..self.socks.len() {
+            let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) else {
+                continue;
+            };
+            if c.conn.poll_at().is_some_and(|t| t <= now) {
+                c.conn.on_timeout(now, &mut iface.counters);
+            }
+            let was_half_open = c.listener.is_some();
+            if was_half_open {
+                self.after_input(now, i, iface);
+            } else {
+                self.flush(now, i, iface);
+            }
+        }
+    }
+
+    pub fn poll_at(&self) -> Option<Instant> {
+        self.socks
+            .iter()
+            .filter_map(|s| match s {
+                Some(Sock::Conn(c)) => c.conn.poll_at(),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// Number of connections (any state).
+    pub fn connections(&self) -> usize {
+        self.count
+    }
+
+    /// Every connection, for `ss`-like listings.
+    pub fn iter(&self) -> impl Iterator<Item = &Connection> {
+        self.socks.iter().filter_map(|s| match s {
+            Some(Sock::Conn(c)) => Some(&c.conn),
+            _ => None,
+        })
+    }
+}
