@@ -24,6 +24,24 @@ pub struct DemoArgs {
     /// Write host A's view of the link to this pcap file.
     #[arg(long, value_name = "FILE")]
     pcap: Option<PathBuf>,
+    /// Bytes to send over TCP (suffixes K, M, G are powers of 1024).
+    #[arg(long, value_name = "N", default_value = "16M", value_parser = parse_size)]
+    bytes: u64,
+}
+
+/// Parses `100`, `64K`, `100M`, `1G` (powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let (num, mul) = match s.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&s[..i], 1u64 << 10),
+        Some((i, 'M' | 'm')) => (&s[..i], 1 << 20),
+        Some((i, 'G' | 'g')) => (&s[..i], 1 << 30),
+        _ => (s, 1),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size (e.g. 1500, 64K, 100M, 1G)"))?;
+    n.checked_mul(mul)
+        .ok_or_else(|| format!("'{s}' is too large"))
 }
 
 fn parse_impair(s: &str) -> Result<ImpairSpec, String> {
@@ -91,6 +109,36 @@ pub fn run(args: DemoArgs) -> ExitCode {
         u.sent - u.echoed - u.corrupt
     );
 
+    let bulk = match crate::demo_tcp::bulk(&mut net, args.bytes) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("flowstack: TCP transfer failed: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let r = &bulk.report;
+    let mbps = r.received as f64 * 8.0 / bulk.wall.as_secs_f64().max(1e-9) / 1e6;
+    println!(
+        "tcp   {} -> {} bytes A -> B in {:?} wall ({:.0} Mbit/s in-process, both stacks on one core), {:?} virtual",
+        r.sent, r.received, bulk.wall, mbps, r.elapsed
+    );
+    println!("      sha256 sent     {}", bulk.sent_sha);
+    println!("      sha256 received {}", bulk.recv_sha);
+    println!(
+        "      retransmissions {} ({} timeouts, {} fast retransmits), rtt estimate {}, fast-path segments {}",
+        r.client.retransmits,
+        r.client.timeouts,
+        r.client.fast_retransmits,
+        r.srtt.map(|d| format!("{d:?}")).unwrap_or("n/a".into()),
+        r.server.fast_path + r.client.fast_path
+    );
+    println!("      final states: A {}  B {}", r.states.0, r.states.1);
+    let http = crate::demo_tcp::http(&mut net);
+    match &http {
+        Ok((status, body)) => println!("http  GET /hello -> {status}: {}", body.trim_end()),
+        Err(e) => println!("http  failed: {e}"),
+    }
+
     println!();
     report_host("A", &net.a);
     report_host("B", &net.b);
@@ -110,6 +158,18 @@ pub fn run(args: DemoArgs) -> ExitCode {
             p.display(),
             p.display()
         );
+    }
+    let verified = r.complete && r.mismatch_at.is_none() && bulk.sent_sha == bulk.recv_sha;
+    if !verified {
+        eprintln!(
+            "flowstack: TCP data did not verify (received {} of {} bytes, first difference at {:?})",
+            r.received, r.sent, r.mismatch_at
+        );
+        return ExitCode::from(1);
+    }
+    if http.is_err() {
+        eprintln!("flowstack: HTTP exchange failed");
+        return ExitCode::from(1);
     }
     if u.corrupt > 0 {
         eprintln!("flowstack: {} datagrams came back altered", u.corrupt);
@@ -153,7 +213,7 @@ fn udp_echo(net: &mut Net) -> UdpOutcome {
     let ha = net.a.udp_bind(0).expect("bind");
     let hb = net.b.udp_bind(7).expect("bind echo port");
     let sizes: Vec<usize> = (0..40)
-        .map(|i| [1, 100, 512, 1472, 3000, 9000][i % 6])
+        .map(|i| [4, 100, 512, 1472, 3000, 9000][i % 6])
         .collect();
     let mut out = UdpOutcome {
         sent: 0,
@@ -163,7 +223,10 @@ fn udp_echo(net: &mut Net) -> UdpOutcome {
     };
     let mut buf = vec![0u8; 65536];
     for (i, &len) in sizes.iter().enumerate() {
-        let msg: Vec<u8> = (0..len).map(|j| (i * 31 + j) as u8).collect();
+        // The first four bytes carry the datagram's index, so a late duplicate of an earlier
+        // echo (the link may duplicate and reorder) is recognised and skipped.
+        let mut msg: Vec<u8> = (0..len).map(|j| (i * 31 + j) as u8).collect();
+        msg[..4].copy_from_slice(&(i as u32).to_be_bytes());
         let now = net.now;
         if net
             .a
@@ -178,8 +241,10 @@ fn udp_echo(net: &mut Net) -> UdpOutcome {
         net.run_until(Duration::from_millis(200), |n| {
             let now = n.now;
             echo_all(&mut n.b, now, hb, &mut buf);
-            if let Ok((l, _)) = n.a.udp_recv_from(ha, &mut buf) {
-                back = Some(buf[..l].to_vec());
+            while let Ok((l, _)) = n.a.udp_recv_from(ha, &mut buf) {
+                if l >= 4 && buf[..4] == msg[..4] {
+                    back = Some(buf[..l].to_vec());
+                }
             }
             back.is_some()
         });

@@ -1,6 +1,7 @@
 //! `flowstack`: a user-space TCP/IP stack and the tools that show what it does.
 
 mod demo;
+mod demo_tcp;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -20,7 +21,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Two engines in one process over an in-process link: ARP, ping, UDP echo, then a report.
+    /// Two engines in one process over an in-process link: ARP, ping, UDP echo, a verified TCP
+    /// bulk transfer and an HTTP/1.1 exchange, then a report.
     ///
     /// Needs no privileges. The link can be impaired (loss, reordering, duplication,
     /// corruption, delay) from a seeded generator, so every run with the same --seed is the

@@ -45,6 +45,9 @@ pub struct Net {
     /// Virtual time charged per productive turn.
     pub step_cost: Duration,
     pcap: Option<SharedWriter>,
+    /// When set, host B is not polled: it has vanished (crashed or unplugged) and answers
+    /// nothing.
+    pub b_down: bool,
 }
 
 /// How to build a [`Net`].
@@ -111,13 +114,14 @@ impl Net {
             now: Instant::from_millis(1),
             step_cost: Duration::from_micros(5),
             pcap: shared,
+            b_down: false,
         })
     }
 
     /// One turn of both engines at the current time. Returns true if frames moved.
     pub fn turn(&mut self) -> bool {
         let x = self.a.poll(self.now, &mut self.dev_a);
-        let y = self.b.poll(self.now, &mut self.dev_b);
+        let y = !self.b_down && self.b.poll(self.now, &mut self.dev_b);
         x || y
     }
 
@@ -201,11 +205,13 @@ pub struct TransferReport {
 }
 
 /// Sends `bytes` of [`pattern`] from A to B over TCP (port 5001), checks every byte, closes
-/// both sides, and reports. `rx` sees every chunk B reads (e.g. to hash it).
+/// both sides, and reports. `tx` sees every chunk A queued and `rx` every chunk B read (e.g.
+/// to hash them).
 pub fn bulk_transfer(
     net: &mut Net,
     bytes: u64,
     limit: Duration,
+    mut tx: impl FnMut(&[u8]),
     mut rx: impl FnMut(&[u8]),
 ) -> Result<TransferReport, crate::SocketError> {
     use std::net::SocketAddrV4;
@@ -232,7 +238,10 @@ pub fn bulk_transfer(
                 *b = pattern(sent + k as u64);
             }
             match n.a.tcp_send(client, &chunk[..len]) {
-                Ok(k) => sent += k as u64,
+                Ok(k) => {
+                    tx(&chunk[..k]);
+                    sent += k as u64
+                }
                 Err(crate::SocketError::WouldBlock) => break,
                 Err(e) => {
                     failure = Some(e);
@@ -281,6 +290,10 @@ pub fn bulk_transfer(
         return Err(e);
     }
     let elapsed = net.now.saturating_since(start);
+    let sstats = server
+        .and_then(|s| net.b.tcp_conn(s).ok())
+        .map(|c| c.stats())
+        .unwrap_or_default();
     // Let the close handshake finish.
     if let Some(s) = server {
         let now = net.now;
@@ -298,10 +311,13 @@ pub fn bulk_transfer(
     });
     let cc = net.a.tcp_conn(client)?;
     let (cstats, srtt, cstate) = (cc.stats(), cc.srtt(), cc.state());
-    let (sstats, sstate) = server
-        .and_then(|_| net.b.tcp_iter().next())
-        .map(|c| (c.stats(), c.state()))
-        .unwrap_or((Default::default(), flowstack_tcp::State::Closed));
+    // The server's handle is closed; once CLOSED its connection is freed.
+    let sstate = net
+        .b
+        .tcp_iter()
+        .find(|c| c.tuple().local_port == 5001)
+        .map(|c| c.state())
+        .unwrap_or(flowstack_tcp::State::Closed);
     Ok(TransferReport {
         sent,
         received,

@@ -53,7 +53,7 @@ struct ConnSock {
 }
 
 enum Sock {
-    Listener(Listener),
+    Listener(Box<Listener>),
     Conn(Box<ConnSock>),
 }
 
@@ -148,13 +148,13 @@ impl TcpSockets {
         if self.listeners.contains_key(&port) {
             return Err(SocketError::AddrInUse);
         }
-        let i = self.insert(Sock::Listener(Listener {
+        let i = self.insert(Sock::Listener(Box::new(Listener {
             port,
             cfg,
             backlog,
             accept_q: VecDeque::new(),
             half_open: 0,
-        }));
+        })));
         self.listeners.insert(port, i);
         Ok(TcpHandle(i))
     }

@@ -13,7 +13,7 @@ fn run(spec: &str, seed: u64, bytes: u64) -> flowstack_stack::sim::TransferRepor
         ..Default::default()
     };
     let mut net = Net::new(cfg, None).unwrap();
-    bulk_transfer(&mut net, bytes, Duration::from_secs(600), |_| {})
+    bulk_transfer(&mut net, bytes, Duration::from_secs(600), |_| {}, |_| {})
         .unwrap_or_else(|e| panic!("seed {seed} spec {spec}: {e}"))
 }
 
@@ -58,4 +58,66 @@ fn five_percent_loss_with_reorder_dup_corrupt() {
 #[test]
 fn zero_loss_with_reorder_and_delay() {
     sweep("reorder=0.05,dup=0.02,delay=200us", 64 * 1024);
+}
+
+#[test]
+fn connect_to_closed_port_is_refused() {
+    let mut net = Net::new(NetConfig::default(), None).unwrap();
+    let now = net.now;
+    let c = net
+        .a
+        .tcp_connect(
+            now,
+            std::net::SocketAddrV4::new(flowstack_stack::sim::B_IP.into(), 4444),
+        )
+        .unwrap();
+    assert!(net.run_until(Duration::from_secs(1), |n| n.a.tcp_error(c).is_some()));
+    assert_eq!(
+        net.a.tcp_error(c),
+        Some(flowstack_stack::SocketError::ConnectionRefused)
+    );
+    assert_eq!(
+        net.b.counters().get(flowstack_stack::Counter::TcpOutRsts),
+        1
+    );
+}
+
+#[test]
+fn peer_vanishing_mid_transfer_times_out_within_bound() {
+    fn tune(c: &mut flowstack_stack::EngineConfig) {
+        c.tcp.defaults.max_retries = 4;
+    }
+    let cfg = NetConfig {
+        tune,
+        ..Default::default()
+    };
+    let mut net = Net::new(cfg, None).unwrap();
+    let l = net.b.tcp_listen(9, 4).unwrap();
+    let now = net.now;
+    let c = net
+        .a
+        .tcp_connect(
+            now,
+            std::net::SocketAddrV4::new(flowstack_stack::sim::B_IP.into(), 9),
+        )
+        .unwrap();
+    assert!(net.run_until(Duration::from_secs(1), |n| n.b.tcp_accept(l).is_ok()));
+    net.b_down = true;
+    let start = net.now;
+    net.a.tcp_send(c, &[1u8; 10_000]).unwrap();
+    let timed_out = net.run_until(Duration::from_secs(3600), |n| n.a.tcp_error(c).is_some());
+    assert!(timed_out);
+    assert_eq!(
+        net.a.tcp_error(c),
+        Some(flowstack_stack::SocketError::TimedOut)
+    );
+    // Bound: RTO 1 s initial doubling 4 times (1+2+4+8+16 s) plus the last wait.
+    let took = net.now.saturating_since(start);
+    assert!(took <= Duration::from_secs(64), "took {took:?}");
+    assert_eq!(
+        net.a
+            .counters()
+            .get(flowstack_stack::Counter::TcpExtTCPAbortOnTimeout),
+        1
+    );
 }

@@ -1,0 +1,341 @@
+//! Packet-level tests: a connection placed in a state, segments sent relative to its sequence
+//! space, and what comes out checked. Each test is named after the rule it checks.
+
+use flowstack_tcp::{Connection, Counter, Counters, FourTuple, State, TcpConfig, TcpError};
+use flowstack_wire::tcp::{Flags, TcpOptions, TcpRepr};
+use flowstack_wire::{Duration, Instant, Ipv4Address, SeqNum};
+
+const PEER_ISN: u32 = 1000;
+const OUR_ISN: u32 = 5000;
+
+#[derive(Debug, Clone)]
+struct Out {
+    seq: SeqNum,
+    ack: SeqNum,
+    flags: Flags,
+    len: usize,
+    sack: usize,
+}
+
+struct Fx {
+    c: Connection,
+    ctr: Counters,
+    now: Instant,
+    /// Next sequence number the peer would send.
+    peer: SeqNum,
+}
+
+fn tuple() -> FourTuple {
+    FourTuple {
+        local_ip: Ipv4Address::new(10, 0, 0, 1),
+        local_port: 80,
+        remote_ip: Ipv4Address::new(10, 0, 0, 2),
+        remote_port: 40000,
+    }
+}
+
+fn seg(seq: SeqNum, ack: SeqNum, flags: Flags, payload: &[u8]) -> TcpRepr<'_> {
+    TcpRepr {
+        src_port: 40000,
+        dst_port: 80,
+        seq,
+        ack,
+        flags,
+        window: 65535,
+        urgent: 0,
+        options: TcpOptions::default(),
+        payload,
+    }
+}
+
+impl Fx {
+    /// A passive connection taken to ESTABLISHED with the given SYN options.
+    fn established_with(cfg: TcpConfig, opts: TcpOptions) -> Self {
+        let now = Instant::from_millis(1000);
+        let mut syn = seg(SeqNum(PEER_ISN), SeqNum(0), Flags::SYN, &[]);
+        syn.options = opts;
+        let c = Connection::accept(cfg, tuple(), &syn, SeqNum(OUR_ISN), now, None);
+        let mut fx = Fx {
+            c,
+            ctr: Counters::default(),
+            now,
+            peer: SeqNum(PEER_ISN + 1),
+        };
+        let out = fx.poll();
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].flags, Flags::SYN | Flags::ACK);
+        fx.input(seg(fx.peer, SeqNum(OUR_ISN + 1), Flags::ACK, &[]));
+        assert_eq!(fx.c.state(), State::Established);
+        fx
+    }
+
+    fn established() -> Self {
+        Self::established_with(
+            TcpConfig::default(),
+            TcpOptions {
+                mss: Some(1460),
+                ..Default::default()
+            },
+        )
+    }
+
+    fn input(&mut self, s: TcpRepr) {
+        self.c.on_segment(self.now, &s, &mut self.ctr);
+    }
+
+    fn poll(&mut self) -> Vec<Out> {
+        let mut v = Vec::new();
+        self.c.poll_transmit(self.now, &mut self.ctr, &mut |r| {
+            v.push(Out {
+                seq: r.seq,
+                ack: r.ack,
+                flags: r.flags,
+                len: r.payload.len(),
+                sack: r.options.sack_len as usize,
+            })
+        });
+        v
+    }
+
+    /// Sends a segment relative to the peer's sequence space and returns our answer.
+    fn send(&mut self, rel: i64, flags: Flags, payload: &[u8]) -> Vec<Out> {
+        let s = SeqNum((self.peer.0 as i64 + rel) as u32);
+        let ack = self.c_snd_nxt();
+        self.input(seg(s, ack, flags, payload));
+        self.poll()
+    }
+
+    fn c_snd_nxt(&self) -> SeqNum {
+        SeqNum(OUR_ISN + 1)
+    }
+
+    fn advance(&mut self, d: Duration) -> Vec<Out> {
+        self.now += d;
+        self.c.on_timeout(self.now, &mut self.ctr);
+        self.poll()
+    }
+}
+
+#[test]
+fn rst_at_exact_rcv_nxt_resets() {
+    let mut f = Fx::established();
+    let out = f.send(0, Flags::RST, &[]);
+    assert!(out.is_empty());
+    assert_eq!(f.c.state(), State::Closed);
+    assert_eq!(f.c.error(), Some(TcpError::Reset));
+}
+
+#[test]
+fn rst_in_window_not_exact_gets_challenge_ack() {
+    let mut f = Fx::established();
+    let out = f.send(100, Flags::RST, &[]);
+    assert_eq!(f.c.state(), State::Established);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].flags, Flags::ACK);
+    assert_eq!(out[0].ack, f.peer);
+    assert_eq!(f.ctr.get(Counter::TcpExtTCPChallengeACK), 1);
+}
+
+#[test]
+fn rst_outside_window_is_ignored() {
+    let mut f = Fx::established();
+    let out = f.send(-10_000, Flags::RST, &[]);
+    assert!(out.is_empty());
+    assert_eq!(f.c.state(), State::Established);
+}
+
+#[test]
+fn syn_on_synchronized_connection_gets_challenge_ack() {
+    let mut f = Fx::established();
+    let out = f.send(0, Flags::SYN, &[]);
+    assert_eq!(f.c.state(), State::Established);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].flags, Flags::ACK);
+    assert_eq!(f.ctr.get(Counter::TcpExtTCPChallengeACK), 1);
+}
+
+#[test]
+fn challenge_acks_are_rate_limited_per_connection() {
+    let mut f = Fx::established();
+    for _ in 0..50 {
+        f.send(7, Flags::RST, &[]);
+    }
+    let limit = TcpConfig::default().challenge_ack_limit as u64;
+    assert_eq!(f.ctr.get(Counter::TcpExtTCPChallengeACK), limit);
+    assert_eq!(f.ctr.get(Counter::TcpExtTCPChallengeACKLimited), 50 - limit);
+    f.advance(Duration::from_secs(1));
+    f.send(7, Flags::RST, &[]);
+    assert_eq!(f.ctr.get(Counter::TcpExtTCPChallengeACK), limit + 1);
+}
+
+#[test]
+fn ack_of_unsent_data_is_dropped_and_answered() {
+    let mut f = Fx::established();
+    f.input(seg(f.peer, SeqNum(OUR_ISN + 1000), Flags::ACK, b"injected"));
+    let out = f.poll();
+    assert_eq!(
+        f.c.recv_queue(),
+        0,
+        "data with an invalid ACK is not accepted"
+    );
+    assert_eq!(out.len(), 1);
+    assert_eq!(f.ctr.get(Counter::TcpExtTCPACKSkippedInvalid), 1);
+}
+
+#[test]
+fn out_of_order_segment_gets_immediate_ack_with_sack() {
+    let opts = TcpOptions {
+        mss: Some(1460),
+        sack_permitted: true,
+        ..Default::default()
+    };
+    let mut f = Fx::established_with(TcpConfig::default(), opts);
+    let out = f.send(1000, Flags::ACK, &[1u8; 100]);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].ack, f.peer, "duplicate ACK for the gap");
+    assert_eq!(out[0].sack, 1);
+    assert_eq!(f.ctr.get(Counter::TcpExtTCPOFOQueue), 1);
+    // Filling the gap delivers both pieces in order.
+    let out = f.send(0, Flags::ACK, &[2u8; 1000]);
+    assert_eq!(out[0].ack, f.peer + 1100);
+    let mut buf = vec![0u8; 2000];
+    assert_eq!(f.c.recv(&mut buf).unwrap(), 1100);
+    assert_eq!(&buf[..1000], &[2u8; 1000][..]);
+    assert_eq!(&buf[1000..1100], &[1u8; 100][..]);
+}
+
+#[test]
+fn mss_absent_means_536_and_tiny_mss_is_floored_to_48() {
+    let f = Fx::established_with(TcpConfig::default(), TcpOptions::default());
+    assert_eq!(f.c.mss(), 536);
+    let f = Fx::established_with(
+        TcpConfig::default(),
+        TcpOptions {
+            mss: Some(0),
+            ..Default::default()
+        },
+    );
+    assert_eq!(f.c.mss(), 536);
+    let f = Fx::established_with(
+        TcpConfig::default(),
+        TcpOptions {
+            mss: Some(1),
+            ..Default::default()
+        },
+    );
+    assert_eq!(f.c.mss(), 48);
+}
+
+#[test]
+fn window_scale_above_14_is_clamped() {
+    let f = Fx::established_with(
+        TcpConfig::default(),
+        TcpOptions {
+            mss: Some(1460),
+            window_scale: Some(20),
+            ..Default::default()
+        },
+    );
+    assert_eq!(f.c.options().2, 14);
+}
+
+#[test]
+fn in_order_data_takes_the_header_prediction_fast_path() {
+    let mut f = Fx::established();
+    f.send(0, Flags::ACK | Flags::PSH, &[9u8; 500]);
+    assert_eq!(f.ctr.get(Counter::TcpExtTCPHPHits), 1);
+    assert_eq!(f.c.recv_queue(), 500);
+}
+
+#[test]
+fn delayed_ack_waits_for_timer_or_second_full_segment() {
+    let cfg = TcpConfig {
+        quickack_segments: 0,
+        ..Default::default()
+    };
+    let mut f = Fx::established_with(
+        cfg,
+        TcpOptions {
+            mss: Some(1460),
+            ..Default::default()
+        },
+    );
+    let out = f.send(0, Flags::ACK, &[0u8; 1460]);
+    assert!(out.is_empty(), "first full segment: ACK delayed");
+    let out = f.send(1460, Flags::ACK, &[0u8; 1460]);
+    assert_eq!(out.len(), 1, "second full segment: ACK at once");
+    assert_eq!(out[0].ack, f.peer + 2920);
+    let out = f.send(2920, Flags::ACK, &[0u8; 100]);
+    assert!(out.is_empty());
+    let out = f.advance(cfg.delayed_ack_timeout);
+    assert_eq!(out.len(), 1, "timer sends the delayed ACK");
+    assert_eq!(f.ctr.get(Counter::TcpExtDelayedACKs), 1);
+}
+
+#[test]
+fn retransmission_limit_ends_in_timed_out() {
+    let cfg = TcpConfig {
+        max_retries: 3,
+        ..Default::default()
+    };
+    let mut f = Fx::established_with(
+        cfg,
+        TcpOptions {
+            mss: Some(1460),
+            ..Default::default()
+        },
+    );
+    f.c.send(b"hello").unwrap();
+    assert_eq!(f.poll().len(), 1);
+    let mut rexmits = 0;
+    for _ in 0..10 {
+        rexmits += f.advance(Duration::from_secs(130)).len();
+        if f.c.state() == State::Closed {
+            break;
+        }
+    }
+    assert_eq!(rexmits, 3);
+    assert_eq!(f.c.error(), Some(TcpError::TimedOut));
+}
+
+#[test]
+fn zero_window_is_probed_and_reopened() {
+    let mut f = Fx::established();
+    let mut zero = seg(f.peer, SeqNum(OUR_ISN + 1), Flags::ACK, &[]);
+    zero.window = 0;
+    f.input(zero);
+    f.c.send(&[5u8; 3000]).unwrap();
+    assert!(f.poll().is_empty(), "nothing sent into a zero window");
+    let probe = f.advance(Duration::from_secs(2));
+    assert_eq!(probe.len(), 1, "persist timer probes");
+    assert_eq!(probe[0].seq, SeqNum(OUR_ISN));
+    assert_eq!(f.ctr.get(Counter::TcpExtTCPWinProbe), 1);
+    // The window reopens: data flows.
+    f.input(seg(f.peer, SeqNum(OUR_ISN + 1), Flags::ACK, &[]));
+    let out = f.poll();
+    // Two full segments; Nagle holds the 80-byte tail while they are unacknowledged.
+    assert_eq!(
+        out.iter().map(|o| o.len).collect::<Vec<_>>(),
+        vec![1460, 1460]
+    );
+    f.input(seg(f.peer, SeqNum(OUR_ISN + 1 + 2920), Flags::ACK, &[]));
+    assert_eq!(f.poll().iter().map(|o| o.len).sum::<usize>(), 80);
+}
+
+#[test]
+fn half_close_keeps_receiving() {
+    let mut f = Fx::established();
+    f.c.shutdown_write();
+    let out = f.poll();
+    assert_eq!(out[0].flags, Flags::FIN | Flags::ACK);
+    assert_eq!(f.c.state(), State::FinWait1);
+    f.input(seg(f.peer, SeqNum(OUR_ISN + 2), Flags::ACK, &[]));
+    assert_eq!(f.c.state(), State::FinWait2);
+    f.input(seg(
+        f.peer,
+        SeqNum(OUR_ISN + 2),
+        Flags::ACK,
+        b"still talking",
+    ));
+    assert_eq!(f.c.recv_queue(), 13);
+}
