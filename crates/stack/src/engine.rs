@@ -121,9 +121,8 @@ impl Engine {
         let seed = u16::from_be_bytes([cfg.iface.mac.0[4], cfg.iface.mac.0[5]]);
         let secret = cfg.secret.unwrap_or_else(|| {
             let mut k = [0u8; 16];
-            // RFC 6528 §3: the secret should be random; without an OS RNG fall back to the
-            // clock-free MAC-derived key (predictable, so warn through the counter name space
-            // is not possible: this only happens on systems without getrandom).
+            // RFC 6528 §3: the secret should be random. Without an OS RNG (never on Linux)
+            // fall back to a MAC-derived key, which is predictable.
             if getrandom::fill(&mut k).is_err() {
                 k[..6].copy_from_slice(&cfg.iface.mac.0);
             }

@@ -430,14 +430,6 @@ impl Connection {
 
     /// Queues bytes to send; returns how many were taken (at most the free send buffer).
     pub fn send(&mut self, data: &[u8]) -> Result<usize, TcpError> {
-        self.send_with(data.len(), |b| b.enqueue(data))
-    }
-
-    fn send_with(
-        &mut self,
-        want: usize,
-        f: impl FnOnce(&mut RingBuffer) -> usize,
-    ) -> Result<usize, TcpError> {
         if let Some(e) = self.error {
             return Err(e);
         }
@@ -449,14 +441,11 @@ impl Connection {
         {
             return Err(TcpError::Aborted);
         }
-        if want == 0 {
-            return Ok(0);
-        }
-        Ok(f(&mut self.send_buf))
+        Ok(self.send_buf.enqueue(data))
     }
 
-    /// Copies received bytes into `out`. `Ok(0)` with a nonempty `out` means end of stream.
-    /// Returns `Ok(None)`-like `WouldBlock` as `Err(None)`.
+    /// Copies received bytes into `out`. `Ok(0)` with a nonempty `out` means end of stream;
+    /// `Err(None)` means nothing to read yet; `Err(Some(e))` means the connection failed.
     pub fn recv(&mut self, out: &mut [u8]) -> Result<usize, Option<TcpError>> {
         if !self.recv_buf.is_empty() {
             let n = self.recv_buf.dequeue(out);
