@@ -66,6 +66,17 @@ impl EngineConfig {
     }
 }
 
+/// What a socket is ready for (as `poll(2)` reports it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Readiness {
+    /// Data, end of stream, an error, or (listener) a connection to accept is waiting.
+    pub readable: bool,
+    /// `send` would take bytes.
+    pub writable: bool,
+    /// The error that ended the connection.
+    pub error: Option<SocketError>,
+}
+
 /// An echo reply received for [`Engine::ping_send`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PingReply {
@@ -598,6 +609,18 @@ impl Engine {
         &mut self,
         now: Instant,
         remote: SocketAddrV4,
+        cfg: TcpConfig,
+    ) -> Result<TcpHandle, SocketError> {
+        self.tcp_connect_from(now, 0, remote, cfg)
+    }
+
+    /// Opens a connection from a chosen local port (0 picks an ephemeral one); used for
+    /// simultaneous open and by applications that bind before connecting.
+    pub fn tcp_connect_from(
+        &mut self,
+        now: Instant,
+        local_port: u16,
+        remote: SocketAddrV4,
         mut cfg: TcpConfig,
     ) -> Result<TcpHandle, SocketError> {
         let rip: Ipv4Address = (*remote.ip()).into();
@@ -610,17 +633,19 @@ impl Engine {
         let local_ip = self.ip();
         let mut tuple = FourTuple {
             local_ip,
-            local_port: 0,
+            local_port,
             remote_ip: rip,
             remote_port: remote.port(),
         };
-        let tcp = &self.tcp;
-        tuple.local_port = ephemeral_port(&mut self.next_port, |p| {
-            tcp.tuple_in_use(&FourTuple {
-                local_port: p,
-                ..tuple
-            })
-        })?;
+        if local_port == 0 {
+            let tcp = &self.tcp;
+            tuple.local_port = ephemeral_port(&mut self.next_port, |p| {
+                tcp.tuple_in_use(&FourTuple {
+                    local_port: p,
+                    ..tuple
+                })
+            })?;
+        }
         self.tcp.connect(now, tuple, cfg)
     }
 
@@ -671,6 +696,40 @@ impl Engine {
     /// Mutable access for per-socket options (no-delay, keepalive).
     pub fn tcp_conn_mut(&mut self, h: TcpHandle) -> Result<&mut Connection, SocketError> {
         self.tcp.conn_mut_pub(h)
+    }
+
+    /// Readiness of a TCP socket: what a `poll(2)` on it would report.
+    pub fn tcp_poll(&self, h: TcpHandle) -> Result<Readiness, SocketError> {
+        if let Ok(n) = self.tcp.accept_queue_len(h) {
+            return Ok(Readiness {
+                readable: n > 0,
+                writable: false,
+                error: None,
+            });
+        }
+        let c = self.tcp.conn(h)?;
+        Ok(Readiness {
+            readable: c.is_readable(),
+            writable: c.is_writable(),
+            error: c.error().map(tcp_socket::map_err),
+        })
+    }
+
+    /// Sets TCP_NODELAY (disables Nagle) on a connection.
+    pub fn tcp_set_nodelay(&mut self, h: TcpHandle, on: bool) -> Result<(), SocketError> {
+        self.tcp.conn_mut_pub(h)?.set_nodelay(on);
+        Ok(())
+    }
+
+    /// Turns keepalive on (with its timers) or off.
+    pub fn tcp_set_keepalive(
+        &mut self,
+        now: Instant,
+        h: TcpHandle,
+        k: Option<flowstack_tcp::Keepalive>,
+    ) -> Result<(), SocketError> {
+        self.tcp.conn_mut_pub(h)?.set_keepalive(k, now);
+        Ok(())
     }
 
     /// The error that ended a connection, as a socket error.

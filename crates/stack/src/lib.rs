@@ -17,7 +17,7 @@ pub mod tcp_socket;
 pub mod udp;
 
 pub use counters::{Counter, Counters};
-pub use engine::{Engine, EngineConfig, PingReply, EPHEMERAL_FIRST};
+pub use engine::{Engine, EngineConfig, PingReply, Readiness, EPHEMERAL_FIRST};
 pub use error::SocketError;
 pub use flowstack_tcp::{CcAlgorithm, Connection, Keepalive, State, TcpConfig};
 pub use iface::IfaceConfig;

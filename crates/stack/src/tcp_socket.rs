@@ -159,6 +159,14 @@ impl TcpSockets {
         Ok(TcpHandle(i))
     }
 
+    /// Connections waiting in a listener's accept queue.
+    pub fn accept_queue_len(&self, h: TcpHandle) -> Result<usize, SocketError> {
+        match self.socks.get(h.0) {
+            Some(Some(Sock::Listener(l))) => Ok(l.accept_q.len()),
+            _ => Err(SocketError::InvalidHandle),
+        }
+    }
+
     pub fn accept(&mut self, h: TcpHandle) -> Result<TcpHandle, SocketError> {
         let Some(Some(Sock::Listener(l))) = self.socks.get_mut(h.0) else {
             return Err(SocketError::InvalidHandle);

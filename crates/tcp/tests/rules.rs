@@ -339,3 +339,91 @@ fn half_close_keeps_receiving() {
     ));
     assert_eq!(f.c.recv_queue(), 13);
 }
+
+#[test]
+fn paws_drops_segment_with_old_timestamp() {
+    let opts = TcpOptions {
+        mss: Some(1460),
+        timestamp: Some((100, 0)),
+        ..Default::default()
+    };
+    let mut f = Fx::established_with(TcpConfig::default(), opts);
+    let mut s = seg(f.peer, SeqNum(OUR_ISN + 1), Flags::ACK, b"new");
+    s.options.timestamp = Some((200, 0));
+    f.input(s);
+    assert_eq!(f.c.recv_queue(), 3);
+    f.poll();
+    let mut old = seg(f.peer + 3, SeqNum(OUR_ISN + 1), Flags::ACK, b"old");
+    old.options.timestamp = Some((150, 0));
+    f.input(old);
+    assert_eq!(f.c.recv_queue(), 3, "old duplicate not accepted");
+    assert_eq!(f.ctr.get(Counter::TcpExtPAWSEstab), 1);
+    assert_eq!(f.poll().len(), 1, "answered with an ACK");
+}
+
+#[test]
+fn fin_wait_1_against_a_closed_window_is_bounded() {
+    let cfg = TcpConfig {
+        max_retries: 3,
+        ..Default::default()
+    };
+    let mut f = Fx::established_with(
+        cfg,
+        TcpOptions {
+            mss: Some(1460),
+            ..Default::default()
+        },
+    );
+    let mut zero = seg(f.peer, SeqNum(OUR_ISN + 1), Flags::ACK, &[]);
+    zero.window = 0;
+    f.input(zero);
+    f.c.send(&[1u8; 100]).unwrap();
+    f.c.shutdown_write();
+    f.poll();
+    for _ in 0..20 {
+        f.advance(Duration::from_secs(200));
+        if f.c.state() == State::Closed {
+            break;
+        }
+    }
+    assert_eq!(f.c.state(), State::Closed);
+    assert_eq!(f.c.error(), Some(TcpError::TimedOut));
+}
+
+#[test]
+fn time_wait_lasts_two_msl_then_closes() {
+    let cfg = TcpConfig {
+        time_wait: Duration::from_secs(10),
+        ..Default::default()
+    };
+    let mut f = Fx::established_with(
+        cfg,
+        TcpOptions {
+            mss: Some(1460),
+            ..Default::default()
+        },
+    );
+    f.c.shutdown_write();
+    f.poll();
+    // Peer ACKs our FIN and sends its own.
+    f.input(seg(
+        f.peer,
+        SeqNum(OUR_ISN + 2),
+        Flags::ACK | Flags::FIN,
+        &[],
+    ));
+    assert_eq!(f.c.state(), State::TimeWait);
+    assert_eq!(f.poll().len(), 1, "FIN acknowledged");
+    // A retransmitted FIN in TIME-WAIT is acknowledged again.
+    f.input(seg(
+        f.peer,
+        SeqNum(OUR_ISN + 2),
+        Flags::ACK | Flags::FIN,
+        &[],
+    ));
+    assert_eq!(f.poll().len(), 1);
+    f.advance(Duration::from_secs(9));
+    assert_eq!(f.c.state(), State::TimeWait);
+    f.advance(Duration::from_secs(1));
+    assert_eq!(f.c.state(), State::Closed);
+}

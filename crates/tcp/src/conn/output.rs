@@ -49,10 +49,19 @@ impl Connection {
             n += self.send_data(now, c, emit);
             if self.probe_now {
                 self.probe_now = false;
-                // Zero-window probe / keepalive: an ACK with an old sequence number makes the
-                // peer answer with its current window (as Linux's tcp_xmit_probe_skb).
-                let r = self.ack_segment(now, self.snd_una - 1);
-                self.emit_counted(&r, c, emit);
+                let room = (self.snd_una + self.snd_wnd) - self.snd_nxt;
+                let avail = (self.snd_una_data() + self.send_buf.len()) - self.snd_nxt;
+                if room > 0 && avail > 0 {
+                    // SWS override: the window is too small for a full segment, send what fits.
+                    let seq = self.snd_nxt;
+                    let used = self.emit_range(now, seq, room.min(avail).min(self.mss), c, emit);
+                    self.snd_nxt = seq + used;
+                } else {
+                    // Zero-window probe / keepalive: an ACK with an old sequence number makes
+                    // the peer answer with its current window (as Linux's tcp_xmit_probe_skb).
+                    let r = self.ack_segment(now, self.snd_una - 1);
+                    self.emit_counted(&r, c, emit);
+                }
                 n += 1;
             }
         }
@@ -250,19 +259,16 @@ impl Connection {
             let usable_rw = (self.snd_una + self.snd_wnd) - self.snd_nxt;
             let usable = usable_cc.min(usable_rw);
             let len = avail.min(usable).min(max_seg);
-            if avail > 0 && len == 0 {
-                if self.snd_wnd == 0 && self.snd_max == self.snd_una && self.persist_at.is_none() {
-                    // RFC 9293 §3.8.6.1: probe a zero window.
+            // RFC 9293 §3.8.6.2.1 sender SWS avoidance: a short segment only if it is at
+            // least half the largest window the peer offered.
+            let sws_blocked = len < avail && len < self.mss && len < self.max_snd_wnd / 2;
+            if avail > 0 && (len == 0 || sws_blocked) {
+                // Nothing in flight and nothing sendable: the persist timer probes a zero
+                // window (RFC 9293 §3.8.6.1) and is the SWS override timeout for a small one.
+                if self.snd_max == self.snd_una && self.persist_at.is_none() {
                     self.persist_at = Some(now + self.rtt.rto());
                 }
                 break;
-            }
-            if len < avail && len < self.mss {
-                // RFC 9293 §3.8.6.2.1 sender SWS avoidance: a short segment only if it is at
-                // least half the largest window the peer offered.
-                if len < self.max_snd_wnd / 2 || len == 0 {
-                    break;
-                }
             }
             if len == avail && len < self.mss && len > 0 && !fin_pending {
                 // Nagle (RFC 9293 §3.7.4): one small segment in flight at a time.

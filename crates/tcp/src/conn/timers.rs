@@ -53,8 +53,24 @@ impl Connection {
         }
         if self.persist_at.is_some_and(|d| d <= now) {
             self.persist_at = None;
-            if self.snd_wnd == 0 && self.state.is_synchronized() {
-                c.inc(Counter::TcpExtTCPWinProbe);
+            let unsent = (self.snd_una_data() + self.send_buf.len()) - self.snd_nxt;
+            if self.snd_max == self.snd_una && unsent > 0 && self.state.is_synchronized() {
+                // A closing connection must not probe a closed window forever: there the
+                // probes count against the retransmission limit (as Linux's orphan retries).
+                if matches!(
+                    self.state,
+                    State::FinWait1 | State::Closing | State::LastAck
+                ) {
+                    self.retries += 1;
+                    if self.retries > self.cfg.max_retries {
+                        c.inc(Counter::TcpExtTCPAbortOnTimeout);
+                        self.error = Some(TcpError::TimedOut);
+                        return self.enter_closed();
+                    }
+                }
+                if self.snd_wnd == 0 {
+                    c.inc(Counter::TcpExtTCPWinProbe);
+                }
                 self.probe_now = true;
                 self.persist_backoff = (self.persist_backoff + 1).min(10);
                 let wait = (self.rtt.rto() * (1 << self.persist_backoff)).min(self.cfg.rto_max);
