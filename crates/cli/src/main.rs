@@ -2,6 +2,10 @@
 
 mod demo;
 mod demo_tcp;
+mod get;
+mod net;
+mod ping;
+mod serve;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -28,6 +32,17 @@ enum Cmd {
     /// corruption, delay) from a seeded generator, so every run with the same --seed is the
     /// same run; --pcap records host A's side of the link for tcpdump or Wireshark.
     Demo(demo::DemoArgs),
+    /// Run a server (http, echo, sink) on a flowstack instance attached to a real link.
+    ///
+    /// LINK is --tap NAME (the kernel on the other side of a TAP) or --packet IFACE (an
+    /// existing interface through AF_PACKET, e.g. one end of a veth pair); ADDR is
+    /// --ip CIDR [--gw IP] [--mac MAC]. Example:
+    ///   flowstack serve --tap fs0 --ip 10.7.0.2/24 http --root ./www --port 80
+    Serve(serve::ServeArgs),
+    /// HTTP/1.1 GET from a flowstack instance: flowstack get LINK ADDR URL [-o FILE].
+    Get(get::GetArgs),
+    /// ICMP echo from a flowstack instance: flowstack ping LINK ADDR HOST [-c N].
+    Ping(ping::PingArgs),
 }
 
 fn main() -> ExitCode {
@@ -45,16 +60,26 @@ fn main() -> ExitCode {
             }
             // Misuse: one line naming what was wrong, exit 2.
             let msg = e.to_string();
-            let first = msg
-                .lines()
+            let mut lines = msg.lines().map(str::trim).filter(|l| !l.is_empty());
+            let mut first = lines
                 .next()
                 .unwrap_or("invalid usage")
-                .trim_start_matches("error: ");
+                .trim_start_matches("error: ")
+                .to_string();
+            // "the following required arguments were not provided:" lists them below.
+            if first.ends_with(':') {
+                if let Some(next) = lines.next() {
+                    first = format!("{first} {next}");
+                }
+            }
             eprintln!("flowstack: {first} (see 'flowstack --help')");
             return ExitCode::from(2);
         }
     };
     match cli.cmd {
         Cmd::Demo(a) => demo::run(a),
+        Cmd::Serve(a) => serve::run(a),
+        Cmd::Get(a) => get::run(a),
+        Cmd::Ping(a) => ping::run(a),
     }
 }

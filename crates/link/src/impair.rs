@@ -291,6 +291,10 @@ impl<D: Device> Device for Impaired<D> {
     fn rx_pending(&self, now: Instant) -> bool {
         self.inner.rx_pending(now)
     }
+
+    fn wait(&mut self, timeout: flowstack_wire::Duration) {
+        self.inner.wait(timeout)
+    }
 }
 
 #[cfg(test)]

@@ -4,15 +4,18 @@
 //! [`pipe`] (two engines, one process), [`switch`] (several engines, one process). Middleware
 //! wraps any device: [`impair`] (seeded loss/reorder/duplicate/corrupt/delay) and [`pcap`]
 //! (capture files that tcpdump and Wireshark read).
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod batch;
 pub mod impair;
+pub mod packet;
 pub mod pcap;
 pub mod pipe;
 pub mod rng;
 pub mod switch;
+pub mod sys;
+pub mod tap;
 
 pub use batch::TxBatch;
 pub use flowstack_wire::{ChecksumCaps, Instant};
@@ -70,6 +73,10 @@ pub trait Device {
 
     /// True if frames are waiting to be received now.
     fn rx_pending(&self, now: Instant) -> bool;
+
+    /// Blocks for at most `timeout` until a frame may be waiting (devices backed by a file
+    /// descriptor sleep in `poll(2)`); in-process devices return at once.
+    fn wait(&mut self, _timeout: flowstack_wire::Duration) {}
 }
 
 impl<D: Device + ?Sized> Device for Box<D> {
@@ -87,5 +94,8 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn rx_pending(&self, now: Instant) -> bool {
         (**self).rx_pending(now)
+    }
+    fn wait(&mut self, timeout: flowstack_wire::Duration) {
+        (**self).wait(timeout)
     }
 }

@@ -114,6 +114,10 @@ impl<D: Device, W: Write> Device for Pcap<D, W> {
     fn rx_pending(&self, now: Instant) -> bool {
         self.inner.rx_pending(now)
     }
+
+    fn wait(&mut self, timeout: flowstack_wire::Duration) {
+        self.inner.wait(timeout)
+    }
 }
 
 #[cfg(test)]

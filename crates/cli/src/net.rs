@@ -1,0 +1,109 @@
+//! Options shared by the commands that run flowstack on a real link: LINK and ADDR.
+
+use clap::Args;
+use flowstack_link::impair::{ImpairSpec, Impaired};
+use flowstack_link::pcap::{Pcap, PcapWriter};
+use flowstack_link::tap::Tap;
+use flowstack_link::Device;
+use flowstack_stack::{Engine, EngineConfig, Host, IfaceConfig};
+use flowstack_wire::{EthernetAddress, Ipv4Address, Ipv4Cidr};
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// LINK: the device flowstack runs on, plus capture and impairment.
+#[derive(Args, Debug, Clone)]
+pub struct LinkArgs {
+    /// Attach to (or create) this TAP interface; the kernel is on its other side.
+    #[arg(
+        long,
+        value_name = "NAME",
+        conflicts_with = "packet",
+        required_unless_present = "packet"
+    )]
+    pub tap: Option<String>,
+    /// Use this existing interface through an AF_PACKET socket (e.g. one end of a veth pair).
+    #[arg(long, value_name = "IFACE")]
+    pub packet: Option<String>,
+    /// Capture every frame sent and received to this pcap file.
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<PathBuf>,
+    /// Impair our transmit side, e.g. loss=0.02,reorder=0.02.
+    #[arg(long, value_name = "SPEC", value_parser = |s: &str| s.parse::<ImpairSpec>())]
+    pub impair: Option<ImpairSpec>,
+    /// Seed of the impairment generator.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// ADDR: flowstack's own addresses on the link.
+#[derive(Args, Debug, Clone)]
+pub struct AddrArgs {
+    /// Our address and prefix, e.g. 10.0.0.2/24.
+    #[arg(long, value_name = "CIDR", value_parser = |s: &str| s.parse::<Ipv4Cidr>())]
+    pub ip: Ipv4Cidr,
+    /// Default gateway.
+    #[arg(long, value_name = "IP", value_parser = |s: &str| s.parse::<Ipv4Address>())]
+    pub gw: Option<Ipv4Address>,
+    /// Our MAC (default 02:66:73 followed by the last three bytes of the address).
+    #[arg(long, value_name = "MAC", value_parser = |s: &str| s.parse::<EthernetAddress>())]
+    pub mac: Option<EthernetAddress>,
+}
+
+/// Opens the link and builds a host on it.
+pub fn open(link: &LinkArgs, addr: &AddrArgs) -> Result<Host<Box<dyn Device>>, String> {
+    let dev: Box<dyn Device> = if let Some(name) = &link.tap {
+        Box::new(Tap::open(name).map_err(|e| e.to_string())?)
+    } else if let Some(name) = &link.packet {
+        Box::new(flowstack_link::packet::PacketSocket::open(name).map_err(|e| e.to_string())?)
+    } else {
+        return Err("a link is required: --tap NAME or --packet IFACE".into());
+    };
+    let dev: Box<dyn Device> = match link.impair {
+        Some(spec) if !spec.is_noop() => Box::new(Impaired::new(dev, spec, link.seed)),
+        _ => dev,
+    };
+    let dev: Box<dyn Device> = match &link.pcap {
+        Some(p) => {
+            let f = File::create(p).map_err(|e| format!("cannot create {}: {e}", p.display()))?;
+            let epoch = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0);
+            let w = PcapWriter::new(BufWriter::new(f), epoch).map_err(|e| e.to_string())?;
+            Box::new(Pcap::new(dev, w))
+        }
+        None => dev,
+    };
+    let a = addr.ip.addr.0;
+    let mac = addr
+        .mac
+        .unwrap_or(EthernetAddress([0x02, 0x66, 0x73, a[1], a[2], a[3]]));
+    let mut iface = IfaceConfig::new(mac, addr.ip);
+    iface.gateway = addr.gw;
+    let engine = Engine::new(EngineConfig::new(iface), dev.caps());
+    Ok(Host::new(engine, dev))
+}
+
+/// A flag set by SIGINT/SIGTERM.
+pub fn stop_flag() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let _ = signal_hook::flag::register(sig, stop.clone());
+    }
+    stop
+}
+
+/// Prints the engine's nonzero counters, four per line.
+pub fn print_counters(e: &Engine, out: &mut dyn std::io::Write) {
+    let list: Vec<String> = e
+        .counters()
+        .nonzero()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    for chunk in list.chunks(4) {
+        let _ = writeln!(out, "  {}", chunk.join("  "));
+    }
+}

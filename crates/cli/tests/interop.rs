@@ -1,0 +1,522 @@
+//! Interop with the Linux kernel's TCP/IP stack over TAP and AF_PACKET (veth), each test in a
+//! network namespace it creates and removes, with private addresses that exist only there.
+//!
+//! These tests need root (CI runs as root). Without root they are skipped with a message,
+//! unless `CI` is set, in which case they fail.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+const FLOWSTACK: &str = env!("CARGO_BIN_EXE_flowstack");
+const BIG: usize = 50 * 1024 * 1024;
+
+fn have_root() -> bool {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false);
+    if !root {
+        if std::env::var_os("CI").is_some() {
+            panic!("interop tests need root in CI");
+        }
+        eprintln!("skipped: interop tests need root (network namespaces, TAP)");
+    }
+    root
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    out
+}
+
+fn sh(args: &[&str]) {
+    let out = run(Command::new(args[0]).args(&args[1..]));
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+static SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// A network namespace removed (with everything running in it) on drop.
+struct Netns {
+    name: String,
+    children: Vec<Child>,
+}
+
+impl Netns {
+    fn new() -> Self {
+        let name = format!(
+            "fst{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::SeqCst)
+        );
+        let _ = run(Command::new("ip").args(["netns", "del", &name]));
+        sh(&["ip", "netns", "add", &name]);
+        let ns = Netns {
+            name,
+            children: vec![],
+        };
+        ns.ip(&["link", "set", "lo", "up"]);
+        ns
+    }
+
+    fn cmd(&self, prog: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name, prog]);
+        c
+    }
+
+    fn ip(&self, args: &[&str]) {
+        let out = run(self.cmd("ip").args(args));
+        assert!(
+            out.status.success(),
+            "ip {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// A TAP `fst0` with the kernel at 10.77.0.1/24.
+    fn with_tap(self) -> Self {
+        self.ip(&["tuntap", "add", "dev", "fst0", "mode", "tap"]);
+        self.ip(&["addr", "add", "10.77.0.1/24", "dev", "fst0"]);
+        self.ip(&["link", "set", "fst0", "up"]);
+        self
+    }
+
+    fn spawn(&mut self, mut c: Command, log: &Path) -> usize {
+        let f = fs::File::create(log).unwrap();
+        c.stdout(f.try_clone().unwrap()).stderr(f);
+        self.children.push(c.spawn().unwrap());
+        self.children.len() - 1
+    }
+
+    /// Stops child `i` with SIGINT and returns its exit code.
+    fn interrupt(&mut self, i: usize) -> Option<i32> {
+        let pid = self.children[i].id().to_string();
+        // `ip netns exec` execs the program, so the pid is flowstack's own.
+        let _ = run(Command::new("kill").args(["-INT", &pid]));
+        let start = Instant::now();
+        loop {
+            if let Ok(Some(s)) = self.children[i].try_wait() {
+                return s.code();
+            }
+            if start.elapsed() > Duration::from_secs(10) {
+                let _ = self.children[i].kill();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if let Ok(o) = Command::new("ip")
+            .args(["netns", "pids", &self.name])
+            .output()
+        {
+            for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                let _ = Command::new("kill").args(["-9", pid]).status();
+            }
+        }
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("fs-interop-{}-{tag}", std::process::id()));
+    let _ = fs::remove_dir_all(&d);
+    fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A deterministic pseudo-random file of `len` bytes.
+fn make_file(path: &Path, len: usize) {
+    let mut f = std::io::BufWriter::new(fs::File::create(path).unwrap());
+    let mut x: u64 = 0x243f_6a88_85a3_08d3;
+    let mut chunk = vec![0u8; 1 << 16];
+    let mut left = len;
+    while left > 0 {
+        for w in chunk.chunks_mut(8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            w.copy_from_slice(&x.to_le_bytes()[..w.len()]);
+        }
+        let n = left.min(chunk.len());
+        f.write_all(&chunk[..n]).unwrap();
+        left -= n;
+    }
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    fs::read(a).unwrap() == fs::read(b).unwrap_or_default()
+}
+
+/// Waits (bounded) until `log` contains `needle`.
+fn wait_for(log: &Path, needle: &str) {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(10) {
+        if fs::read_to_string(log).unwrap_or_default().contains(needle) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!(
+        "'{needle}' never appeared in {}: {}",
+        log.display(),
+        fs::read_to_string(log).unwrap_or_default()
+    );
+}
+
+/// Waits until a kernel TCP server answers at `url`.
+fn wait_http(ns: &Netns, url: &str) {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(10) {
+        if run(ns.cmd("curl").args(["-s", "-o", "/dev/null", url]))
+            .status
+            .success()
+        {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("no HTTP server at {url}");
+}
+
+fn serve(
+    ns: &mut Netns,
+    link: &[&str],
+    ip: &str,
+    root: &Path,
+    extra: &[&str],
+    log: &Path,
+) -> usize {
+    let mut c = ns.cmd(FLOWSTACK);
+    c.arg("serve").args(link).args(["--ip", ip]).args(extra);
+    c.args(["http", "--root"]).arg(root).args(["--port", "80"]);
+    let i = ns.spawn(c, log);
+    wait_for(log, "serving http");
+    i
+}
+
+fn curl_get(ns: &Netns, url: &str, out: &Path) -> Output {
+    run(ns
+        .cmd("curl")
+        .args(["-s", "-S", "--max-time", "120", "-o"])
+        .arg(out)
+        .arg(url))
+}
+
+#[test]
+fn tap_ping_both_ways() {
+    if !have_root() {
+        return;
+    }
+    let mut ns = Netns::new().with_tap();
+    let d = tmpdir("ping");
+    // flowstack pings the kernel.
+    let out = run(ns.cmd(FLOWSTACK).args([
+        "ping",
+        "--tap",
+        "fst0",
+        "--ip",
+        "10.77.0.2/24",
+        "10.77.0.1",
+        "-c",
+        "3",
+        "-i",
+        "0.1",
+    ]));
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{s}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(s.contains("3 packets transmitted, 3 received"), "{s}");
+    // The kernel pings flowstack (running as a server).
+    let srv = serve(
+        &mut ns,
+        &["--tap", "fst0"],
+        "10.77.0.2/24",
+        &d,
+        &[],
+        &d.join("serve.log"),
+    );
+    let out = run(ns
+        .cmd("ping")
+        .args(["-c", "3", "-i", "0.2", "-W", "2", "10.77.0.2"]));
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{s}");
+    assert!(s.contains("3 received"), "{s}");
+    assert_eq!(
+        ns.interrupt(srv),
+        Some(0),
+        "SIGINT ends serve with status 0"
+    );
+    let log = fs::read_to_string(d.join("serve.log")).unwrap();
+    assert!(log.contains("IcmpOutEchoReps=3"), "{log}");
+}
+
+fn kernel_curl_from_flowstack(
+    link_setup: fn() -> (Netns, Vec<&'static str>, &'static str, &'static str),
+    impair: Option<&str>,
+    tag: &str,
+) {
+    let (mut ns, link, ip, server) = link_setup();
+    let d = tmpdir(tag);
+    let www = d.join("www");
+    fs::create_dir_all(&www).unwrap();
+    make_file(&www.join("big.bin"), BIG);
+    let mut extra = vec![];
+    if let Some(i) = impair {
+        extra = vec!["--impair", i, "--seed", "3"];
+    }
+    let pcap = d.join("s.pcap");
+    let pcap_s = pcap.to_str().unwrap().to_string();
+    extra.push("--pcap");
+    extra.push(&pcap_s);
+    let srv = serve(&mut ns, &link, ip, &www, &extra, &d.join("serve.log"));
+    let got = d.join("got.bin");
+    let out = curl_get(&ns, &format!("http://{server}/big.bin"), &got);
+    assert!(
+        out.status.success(),
+        "curl: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        same_file(&www.join("big.bin"), &got),
+        "downloaded file differs"
+    );
+    assert_eq!(ns.interrupt(srv), Some(0));
+    let log = fs::read_to_string(d.join("serve.log")).unwrap();
+    assert!(log.contains("requests 1"), "{log}");
+    if impair.is_some() {
+        assert!(
+            !log.contains("retransmissions 0 "),
+            "loss must cause retransmissions: {log}"
+        );
+    }
+    // The capture opens with tcpdump and shows the handshake.
+    let td = run(Command::new("tcpdump").arg("-nr").arg(&pcap));
+    let s = String::from_utf8_lossy(&td.stdout);
+    assert!(
+        td.status.success(),
+        "{}",
+        String::from_utf8_lossy(&td.stderr)
+    );
+    assert!(
+        s.contains("Flags [S]") && s.contains("Flags [S.]"),
+        "handshake missing"
+    );
+    let _ = fs::remove_dir_all(&d);
+}
+
+fn tap_setup() -> (Netns, Vec<&'static str>, &'static str, &'static str) {
+    (
+        Netns::new().with_tap(),
+        vec!["--tap", "fst0"],
+        "10.77.0.2/24",
+        "10.77.0.2",
+    )
+}
+
+/// Two namespaces would be needed to keep the kernel of the flowstack side out of the way;
+/// one namespace with a veth pair works as well: the flowstack end has no kernel address.
+fn veth_setup() -> (Netns, Vec<&'static str>, &'static str, &'static str) {
+    let ns = Netns::new();
+    ns.ip(&[
+        "link", "add", "fsk0", "type", "veth", "peer", "name", "fsf0",
+    ]);
+    ns.ip(&["addr", "add", "10.78.0.1/24", "dev", "fsk0"]);
+    ns.ip(&["link", "set", "fsk0", "up"]);
+    ns.ip(&["link", "set", "fsf0", "up"]);
+    // Keep the kernel from answering on the flowstack end (it has no IPv4 address; no IPv6).
+    let _ = run(ns
+        .cmd("sysctl")
+        .args(["-q", "-w", "net.ipv6.conf.fsf0.disable_ipv6=1"]));
+    (ns, vec!["--packet", "fsf0"], "10.78.0.2/24", "10.78.0.2")
+}
+
+#[test]
+fn tap_kernel_curl_downloads_50mb_from_flowstack() {
+    if have_root() {
+        kernel_curl_from_flowstack(tap_setup, None, "tap-curl");
+    }
+}
+
+#[test]
+fn tap_kernel_curl_downloads_50mb_under_impairment() {
+    if have_root() {
+        kernel_curl_from_flowstack(tap_setup, Some("loss=0.02,reorder=0.02"), "tap-curl-imp");
+    }
+}
+
+#[test]
+fn packet_kernel_curl_downloads_50mb_from_flowstack() {
+    if have_root() {
+        kernel_curl_from_flowstack(veth_setup, None, "pkt-curl");
+    }
+}
+
+fn flowstack_get_from_kernel(
+    link_setup: fn() -> (Netns, Vec<&'static str>, &'static str, &'static str),
+    kernel_ip: &str,
+    impair: Option<&str>,
+    tag: &str,
+) {
+    let (mut ns, link, ip, _) = link_setup();
+    let d = tmpdir(tag);
+    let www = d.join("www");
+    fs::create_dir_all(&www).unwrap();
+    make_file(&www.join("big.bin"), BIG);
+    let mut py = ns.cmd("python3");
+    py.args(["-m", "http.server", "8000", "--bind", kernel_ip])
+        .current_dir(&www);
+    ns.spawn(py, &d.join("py.log"));
+    let url = format!("http://{kernel_ip}:8000/big.bin");
+    wait_http(&ns, &url);
+    let got = d.join("got.bin");
+    let mut c = ns.cmd(FLOWSTACK);
+    c.arg("get").args(&link).args(["--ip", ip]);
+    if let Some(i) = impair {
+        c.args(["--impair", i]);
+    }
+    c.arg(&url).arg("-o").arg(&got);
+    let out = run(&mut c);
+    assert!(
+        out.status.success(),
+        "flowstack get: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        same_file(&www.join("big.bin"), &got),
+        "downloaded file differs"
+    );
+    let _ = fs::remove_dir_all(&d);
+}
+
+#[test]
+fn tap_flowstack_get_downloads_50mb_from_kernel() {
+    if have_root() {
+        flowstack_get_from_kernel(tap_setup, "10.77.0.1", None, "tap-get");
+    }
+}
+
+#[test]
+fn tap_flowstack_get_downloads_50mb_under_impairment() {
+    if have_root() {
+        flowstack_get_from_kernel(
+            tap_setup,
+            "10.77.0.1",
+            Some("loss=0.02,reorder=0.02"),
+            "tap-get-imp",
+        );
+    }
+}
+
+#[test]
+fn packet_flowstack_get_downloads_50mb_from_kernel() {
+    if have_root() {
+        flowstack_get_from_kernel(veth_setup, "10.78.0.1", None, "pkt-get");
+    }
+}
+
+#[test]
+fn tap_hundred_concurrent_kernel_clients_all_get_their_file() {
+    if !have_root() {
+        return;
+    }
+    let mut ns = Netns::new().with_tap();
+    let d = tmpdir("many");
+    let www = d.join("www");
+    fs::create_dir_all(&www).unwrap();
+    make_file(&www.join("f.bin"), 256 * 1024);
+    let srv = serve(
+        &mut ns,
+        &["--tap", "fst0"],
+        "10.77.0.2/24",
+        &www,
+        &[],
+        &d.join("serve.log"),
+    );
+    let clients: Vec<(Child, PathBuf)> = (0..100)
+        .map(|i| {
+            let out = d.join(format!("got{i}.bin"));
+            let child = ns
+                .cmd("curl")
+                .args(["-s", "-S", "--max-time", "60", "-o"])
+                .arg(&out)
+                .arg("http://10.77.0.2/f.bin")
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            (child, out)
+        })
+        .collect();
+    let mut ok = 0;
+    for (c, out) in clients {
+        let o = c.wait_with_output().unwrap();
+        if o.status.success() && same_file(&www.join("f.bin"), &out) {
+            ok += 1;
+        } else {
+            eprintln!("client failed: {}", String::from_utf8_lossy(&o.stderr));
+        }
+    }
+    assert_eq!(ok, 100);
+    assert_eq!(ns.interrupt(srv), Some(0));
+    let log = fs::read_to_string(d.join("serve.log")).unwrap();
+    assert!(log.contains("connections 100"), "{log}");
+    let _ = fs::remove_dir_all(&d);
+}
+
+#[test]
+fn tap_closed_ports_are_refused_both_ways() {
+    if !have_root() {
+        return;
+    }
+    let mut ns = Netns::new().with_tap();
+    let d = tmpdir("closed");
+    // flowstack get to a closed kernel port.
+    let out = run(ns.cmd(FLOWSTACK).args([
+        "get",
+        "--tap",
+        "fst0",
+        "--ip",
+        "10.77.0.2/24",
+        "http://10.77.0.1:8999/",
+    ]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("connection refused"));
+    // Kernel client to a closed flowstack port: refused at once (curl exit 7), not a timeout.
+    let srv = serve(
+        &mut ns,
+        &["--tap", "fst0"],
+        "10.77.0.2/24",
+        &d,
+        &[],
+        &d.join("serve.log"),
+    );
+    let start = Instant::now();
+    let out = run(ns
+        .cmd("curl")
+        .args(["-s", "--max-time", "10", "http://10.77.0.2:81/"]));
+    assert_eq!(out.status.code(), Some(7), "curl: connection refused");
+    assert!(start.elapsed() < Duration::from_secs(3));
+    assert_eq!(ns.interrupt(srv), Some(0));
+}

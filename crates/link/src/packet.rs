@@ -1,0 +1,360 @@
+//! AF_PACKET driver on an existing interface (e.g. one end of a veth pair): a TPACKET_V3
+//! memory-mapped receive ring, `send(2)` for transmit, and PACKET_FANOUT in hash mode so that
+//! several sockets (one per engine) split the flows of one interface.
+//!
+//! Frames the kernel hands over with a partial checksum (TP_STATUS_CSUMNOTREADY, e.g. from a
+//! veth peer with checksum offload) get their TCP/UDP checksum completed before delivery, and
+//! coalesced large frames are accepted as they are.
+#![allow(unsafe_code)]
+
+use crate::sys::{cvt, interface_index, interface_mtu, wait_readable};
+use crate::{Device, DeviceCaps, Instant, TxBatch};
+use flowstack_wire::{checksum, Duration};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{fence, Ordering};
+
+const TPACKET_V3: libc::c_int = 2;
+const PACKET_RX_RING: libc::c_int = 5;
+const PACKET_VERSION: libc::c_int = 10;
+const PACKET_FANOUT: libc::c_int = 18;
+const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+const PACKET_FANOUT_HASH: u32 = 0;
+const TP_STATUS_USER: u32 = 1;
+const TP_STATUS_CSUMNOTREADY: u32 = 8;
+const PACKET_OUTGOING: u8 = 4;
+
+const BLOCK_SIZE: u32 = 1 << 22;
+const BLOCK_NR: u32 = 8;
+const FRAME_SIZE: u32 = 1 << 17;
+
+#[repr(C)]
+struct TpacketReq3 {
+    block_size: u32,
+    block_nr: u32,
+    frame_size: u32,
+    frame_nr: u32,
+    retire_blk_tov: u32,
+    sizeof_priv: u32,
+    feature_req_word: u32,
+}
+
+/// Counters of a packet socket.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PacketStats {
+    /// Frames received.
+    pub rx_frames: u64,
+    /// Frames whose checksum was completed in software.
+    pub rx_csum_fixups: u64,
+    /// Frames sent.
+    pub tx_frames: u64,
+    /// Frames the kernel refused.
+    pub tx_drops: u64,
+}
+
+/// One AF_PACKET socket with its receive ring.
+pub struct PacketSocket {
+    fd: OwnedFd,
+    ring: NonNull<u8>,
+    ring_len: usize,
+    block: u32,
+    mtu: usize,
+    scratch: Vec<u8>,
+    stats: PacketStats,
+}
+
+fn setopt<T>(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, v: &T) -> io::Result<()> {
+    // SAFETY: `v` points to a live value of the size we pass.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            v as *const T as *const libc::c_void,
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    })
+    .map(|_| ())
+}
+
+impl PacketSocket {
+    /// Opens one socket on `iface` (no fanout).
+    pub fn open(iface: &str) -> io::Result<Self> {
+        Self::open_one(iface, None)
+            .map_err(|e| io::Error::new(e.kind(), format!("AF_PACKET on {iface}: {e}")))
+    }
+
+    /// Opens `n` sockets on `iface` joined in one hash fanout group: each flow (by its
+    /// addresses and ports) always lands on the same socket.
+    pub fn open_queues(iface: &str, n: usize) -> io::Result<Vec<Self>> {
+        let group = (std::process::id() & 0xffff) as u32;
+        (0..n)
+            .map(|_| Self::open_one(iface, (n > 1).then_some(group)))
+            .collect::<io::Result<Vec<_>>>()
+            .map_err(|e| io::Error::new(e.kind(), format!("AF_PACKET on {iface}: {e}")))
+    }
+
+    fn open_one(iface: &str, fanout: Option<u32>) -> io::Result<Self> {
+        let ifindex = interface_index(iface)?;
+        let proto = (libc::ETH_P_ALL as u16).to_be();
+        // SAFETY: socket(2); the descriptor is immediately owned by OwnedFd.
+        let raw = cvt(unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                proto as libc::c_int,
+            )
+        })?;
+        // SAFETY: `raw` is a fresh descriptor nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        setopt(&fd, libc::SOL_PACKET, PACKET_VERSION, &TPACKET_V3)?;
+        let req = TpacketReq3 {
+            block_size: BLOCK_SIZE,
+            block_nr: BLOCK_NR,
+            frame_size: FRAME_SIZE,
+            frame_nr: BLOCK_SIZE / FRAME_SIZE * BLOCK_NR,
+            retire_blk_tov: 1,
+            sizeof_priv: 0,
+            feature_req_word: 0,
+        };
+        setopt(&fd, libc::SOL_PACKET, PACKET_RX_RING, &req)?;
+        let ring_len = (BLOCK_SIZE * BLOCK_NR) as usize;
+        // SAFETY: maps the ring the kernel just allocated for this socket; the mapping is
+        // unmapped in Drop and only accessed within `ring_len`.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                ring_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ring = NonNull::new(p as *mut u8).expect("mmap returned non-null");
+        // SAFETY: zeroed sockaddr_ll is a valid value; we fill the fields bind needs.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = proto;
+        sll.sll_ifindex = ifindex;
+        // SAFETY: `sll` is a valid sockaddr_ll of the size passed.
+        cvt(unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                &sll as *const _ as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        })?;
+        let _ = setopt(&fd, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, &1i32);
+        if let Some(group) = fanout {
+            let arg: u32 = group | (PACKET_FANOUT_HASH << 16);
+            setopt(&fd, libc::SOL_PACKET, PACKET_FANOUT, &arg)?;
+        }
+        Ok(Self {
+            fd,
+            ring,
+            ring_len,
+            block: 0,
+            mtu: interface_mtu(iface).unwrap_or(1500),
+            scratch: Vec::with_capacity(65536),
+            stats: PacketStats::default(),
+        })
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> PacketStats {
+        self.stats
+    }
+
+    fn block_ptr(&self, i: u32) -> *mut u8 {
+        // SAFETY: i < BLOCK_NR, so the offset stays inside the mapping.
+        unsafe { self.ring.as_ptr().add((i * BLOCK_SIZE) as usize) }
+    }
+}
+
+/// Completes the TCP/UDP checksum of an IPv4 frame whose checksum field holds only the
+/// pseudo-header sum (CHECKSUM_PARTIAL).
+fn complete_checksum(frame: &mut [u8]) -> bool {
+    if frame.len() < 34 || frame[12..14] != [0x08, 0x00] {
+        return false;
+    }
+    let ip = &frame[14..];
+    let ihl = ((ip[0] & 0xf) as usize) * 4;
+    let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
+    if ihl < 20 || total < ihl || 14 + total > frame.len() {
+        return false;
+    }
+    let off = match ip[9] {
+        6 => 16,
+        17 => 6,
+        _ => return false,
+    };
+    let src = flowstack_wire::Ipv4Address(ip[12..16].try_into().unwrap());
+    let dst = flowstack_wire::Ipv4Address(ip[16..20].try_into().unwrap());
+    let proto = ip[9];
+    let l4 = 14 + ihl;
+    let len = total - ihl;
+    if len < off + 2 {
+        return false;
+    }
+    frame[l4 + off..l4 + off + 2].copy_from_slice(&[0, 0]);
+    let mut acc = checksum::Accumulator::new();
+    acc.add_sum(checksum::pseudo_header(src, dst, proto, len as u32));
+    acc.add(&frame[l4..l4 + len]);
+    let mut c = acc.finish();
+    if proto == 17 && c == 0 {
+        c = 0xffff;
+    }
+    frame[l4 + off..l4 + off + 2].copy_from_slice(&c.to_be_bytes());
+    true
+}
+
+impl Device for PacketSocket {
+    fn caps(&self) -> DeviceCaps {
+        DeviceCaps {
+            mtu: self.mtu,
+            max_tx_datagram: self.mtu,
+            ..DeviceCaps::ETHERNET
+        }
+    }
+
+    fn recv_batch(&mut self, _now: Instant, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+        let mut n = 0;
+        while n < budget {
+            let b = self.block_ptr(self.block);
+            // SAFETY: the block descriptor header lies at the start of the block; the status
+            // word is written by the kernel, so it is read volatile and followed by an acquire
+            // fence before the packets are read.
+            let status = unsafe { std::ptr::read_volatile(b.add(8) as *const u32) };
+            if status & TP_STATUS_USER == 0 {
+                break;
+            }
+            fence(Ordering::Acquire);
+            // SAFETY: within the block header (tpacket_hdr_v1 after two u32s).
+            let (num, first) = unsafe {
+                (
+                    std::ptr::read_unaligned(b.add(12) as *const u32),
+                    std::ptr::read_unaligned(b.add(16) as *const u32),
+                )
+            };
+            let mut off = first as usize;
+            for _ in 0..num {
+                if off + 48 + 12 > BLOCK_SIZE as usize {
+                    break;
+                }
+                // SAFETY: `off` was checked to leave room for a tpacket3_hdr and the
+                // sockaddr_ll after it inside this block.
+                let (next, snaplen, pstatus, mac, pkttype) = unsafe {
+                    let h = b.add(off);
+                    (
+                        std::ptr::read_unaligned(h as *const u32),
+                        std::ptr::read_unaligned(h.add(12) as *const u32),
+                        std::ptr::read_unaligned(h.add(20) as *const u32),
+                        std::ptr::read_unaligned(h.add(24) as *const u16),
+                        *h.add(48 + 10),
+                    )
+                };
+                let start = off + mac as usize;
+                let end = start + snaplen as usize;
+                if end <= BLOCK_SIZE as usize && pkttype != PACKET_OUTGOING {
+                    // SAFETY: start..end lies inside this block of the mapping.
+                    let frame =
+                        unsafe { std::slice::from_raw_parts(b.add(start), snaplen as usize) };
+                    if pstatus & TP_STATUS_CSUMNOTREADY != 0 {
+                        self.scratch.clear();
+                        self.scratch.extend_from_slice(frame);
+                        if complete_checksum(&mut self.scratch) {
+                            self.stats.rx_csum_fixups += 1;
+                        }
+                        sink(&self.scratch);
+                    } else {
+                        sink(frame);
+                    }
+                    n += 1;
+                }
+                if next == 0 {
+                    break;
+                }
+                off += next as usize;
+            }
+            fence(Ordering::Release);
+            // SAFETY: hand the block back to the kernel (TP_STATUS_KERNEL = 0).
+            unsafe { std::ptr::write_volatile(b.add(8) as *mut u32, 0) };
+            self.block = (self.block + 1) % BLOCK_NR;
+        }
+        self.stats.rx_frames += n as u64;
+        n
+    }
+
+    fn send_batch(&mut self, _now: Instant, batch: &TxBatch) -> usize {
+        let mut sent = 0;
+        for f in batch.iter() {
+            // SAFETY: `f` is a valid buffer of `f.len()` bytes; the socket is bound.
+            let r = unsafe {
+                libc::send(
+                    self.fd.as_raw_fd(),
+                    f.as_ptr() as *const libc::c_void,
+                    f.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if r < 0 {
+                self.stats.tx_drops += 1;
+            } else {
+                sent += 1;
+            }
+        }
+        self.stats.tx_frames += sent as u64;
+        sent
+    }
+
+    fn rx_pending(&self, _now: Instant) -> bool {
+        let b = self.block_ptr(self.block);
+        // SAFETY: reads the current block's status word (see recv_batch).
+        unsafe { std::ptr::read_volatile(b.add(8) as *const u32) & TP_STATUS_USER != 0 }
+    }
+
+    fn wait(&mut self, timeout: Duration) {
+        if !self.rx_pending(Instant::ZERO) {
+            wait_readable(&self.fd, timeout);
+        }
+    }
+}
+
+impl Drop for PacketSocket {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the region mapped in open_one; no references outlive self.
+        unsafe { libc::munmap(self.ring.as_ptr() as *mut libc::c_void, self.ring_len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flowstack_wire::ipv4::{IpProtocol, Ipv4Repr};
+    use flowstack_wire::{ChecksumCaps, Ipv4Address};
+
+    #[test]
+    fn partial_checksum_is_completed() {
+        let (a, b) = (Ipv4Address::new(1, 2, 3, 4), Ipv4Address::new(5, 6, 7, 8));
+        let mut f = vec![0u8; 14 + 20 + 8 + 5];
+        f[12] = 8;
+        Ipv4Repr::new(a, b, IpProtocol::Udp, 13).emit(&mut f[14..34], ChecksumCaps::SOFTWARE);
+        f[42..].copy_from_slice(b"hello");
+        flowstack_wire::udp::UdpRepr {
+            src_port: 1,
+            dst_port: 2,
+        }
+        .emit_header(&mut f[34..], a, b, 5, ChecksumCaps::SOFTWARE);
+        let good = f.clone();
+        // What a CHECKSUM_PARTIAL frame carries: the folded pseudo-header sum.
+        let partial = checksum::pseudo_header(a, b, 17, 13);
+        f[40..42].copy_from_slice(&partial.to_be_bytes());
+        assert!(complete_checksum(&mut f));
+        assert_eq!(f, good);
+    }
+}

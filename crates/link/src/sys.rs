@@ -1,0 +1,84 @@
+//! Small safe wrappers over the system calls the drivers share.
+#![allow(unsafe_code)]
+
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+
+/// `struct ifreq` with the fields the drivers use (name, then a short or an int).
+#[repr(C)]
+pub(crate) struct IfReq {
+    pub name: [libc::c_char; libc::IFNAMSIZ],
+    pub data: [u8; 24],
+}
+
+impl IfReq {
+    pub fn new(name: &str) -> io::Result<Self> {
+        if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains('\0') {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("interface name '{name}' must be 1..15 bytes"),
+            ));
+        }
+        let mut r = IfReq {
+            name: [0; libc::IFNAMSIZ],
+            data: [0; 24],
+        };
+        for (d, s) in r.name.iter_mut().zip(name.bytes()) {
+            *d = s as libc::c_char;
+        }
+        Ok(r)
+    }
+    pub fn set_short(&mut self, v: i16) {
+        self.data[..2].copy_from_slice(&v.to_ne_bytes());
+    }
+    pub fn int(&self) -> i32 {
+        i32::from_ne_bytes(self.data[..4].try_into().unwrap())
+    }
+}
+
+/// Converts a `-1` return into the last OS error.
+pub(crate) fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// The MTU of interface `name` (SIOCGIFMTU).
+pub fn interface_mtu(name: &str) -> io::Result<usize> {
+    let mut req = IfReq::new(name)?;
+    // SAFETY: plain socket(2) call; the returned fd is owned and closed below.
+    let s = cvt(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: SIOCGIFMTU reads the name and writes an int into `req`, which is a valid,
+    // properly sized `struct ifreq`.
+    let r = unsafe { libc::ioctl(s, libc::SIOCGIFMTU as _, &mut req) };
+    // SAFETY: `s` is a descriptor we own.
+    unsafe { libc::close(s) };
+    cvt(r)?;
+    Ok(req.int() as usize)
+}
+
+/// The index of interface `name`.
+pub fn interface_index(name: &str) -> io::Result<i32> {
+    let c = std::ffi::CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "bad interface name"))?;
+    // SAFETY: `c` is a valid NUL-terminated string.
+    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if i == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(i as i32)
+}
+
+/// Waits up to `timeout` for `fd` to become readable.
+pub fn wait_readable(fd: &impl AsRawFd, timeout: std::time::Duration) {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd() as RawFd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: one valid pollfd, count 1.
+    unsafe { libc::poll(&mut p, 1, ms.max(if timeout.is_zero() { 0 } else { 1 })) };
+}
