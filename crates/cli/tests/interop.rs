@@ -520,3 +520,33 @@ fn tap_closed_ports_are_refused_both_ways() {
     assert!(start.elapsed() < Duration::from_secs(3));
     assert_eq!(ns.interrupt(srv), Some(0));
 }
+
+#[test]
+fn tap_made_with_multi_queue_is_attached() {
+    if !have_root() {
+        return;
+    }
+    let ns = Netns::new();
+    ns.ip(&["tuntap", "add", "dev", "fst0", "mode", "tap", "multi_queue"]);
+    ns.ip(&["addr", "add", "10.77.0.1/24", "dev", "fst0"]);
+    ns.ip(&["link", "set", "fst0", "up"]);
+    let out = run(ns.cmd(FLOWSTACK).args([
+        "ping",
+        "--tap",
+        "fst0",
+        "--ip",
+        "10.77.0.2/24",
+        "10.77.0.1",
+        "-c",
+        "2",
+        "-i",
+        "0.1",
+    ]));
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{s}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(s.contains("2 received"), "{s}");
+}
