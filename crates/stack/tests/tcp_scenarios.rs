@@ -228,3 +228,71 @@ fn sustained_zero_window_then_reopened_completes() {
     }));
     assert!(got == data, "byte-exact after the window reopened");
 }
+
+#[test]
+fn request_response_is_not_held_by_delayed_ack_or_nagle() {
+    // Default configuration (Nagle on, delayed ACK 40 ms): 50 exchanges of a two-segment
+    // request and a three-segment response must take about a round trip each, not 40 ms.
+    let mut net = Net::new(NetConfig::default(), None).unwrap();
+    let (c, s) = pair(&mut net, 12);
+    let start = net.now;
+    let req = vec![1u8; 2000];
+    let resp = vec![2u8; 3000];
+    let mut buf = vec![0u8; 8192];
+    for _ in 0..50 {
+        net.a.tcp_send(c, &req).unwrap();
+        let mut got = 0;
+        let mut answered = false;
+        let mut back = 0;
+        assert!(net.run_until(Duration::from_secs(5), |n| {
+            while let Ok(k) = n.b.tcp_recv(s, &mut buf) {
+                got += k;
+            }
+            if got == req.len() && !answered {
+                answered = n.b.tcp_send(s, &resp).is_ok();
+            }
+            while let Ok(k) = n.a.tcp_recv(c, &mut buf) {
+                back += k;
+            }
+            back == resp.len()
+        }));
+    }
+    let took = net.now.saturating_since(start);
+    eprintln!(
+        "A {:?}\nB {:?}",
+        net.a.counters().nonzero().collect::<Vec<_>>(),
+        net.b.counters().nonzero().collect::<Vec<_>>()
+    );
+    assert!(
+        took < Duration::from_millis(40),
+        "50 exchanges took {took:?} of virtual time"
+    );
+    assert_eq!(net.b.counters().get(Counter::TcpExtDelayedACKs), 0);
+}
+
+#[test]
+fn newreno_transfers_byte_exact_under_loss() {
+    fn tune(c: &mut EngineConfig) {
+        c.tcp.defaults.cc = flowstack_stack::CcAlgorithm::NewReno;
+        c.tcp.defaults.sack = false;
+    }
+    for seed in 0..40 {
+        let cfg = NetConfig {
+            impair: "loss=0.03,reorder=0.01,dup=0.01".parse().unwrap(),
+            seed,
+            tune,
+            ..Default::default()
+        };
+        let mut net = Net::new(cfg, None).unwrap();
+        let r = flowstack_stack::sim::bulk_transfer(
+            &mut net,
+            256 * 1024,
+            Duration::from_secs(600),
+            |_| {},
+            |_| {},
+        )
+        .unwrap();
+        assert!(r.complete && r.mismatch_at.is_none(), "seed {seed}: {r:?}");
+        assert!(r.client.fast_retransmits > 0 || r.client.timeouts > 0);
+    }
+}

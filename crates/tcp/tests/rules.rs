@@ -313,13 +313,11 @@ fn zero_window_is_probed_and_reopened() {
     // The window reopens: data flows.
     f.input(seg(f.peer, SeqNum(OUR_ISN + 1), Flags::ACK, &[]));
     let out = f.poll();
-    // Two full segments; Nagle holds the 80-byte tail while they are unacknowledged.
+    // Everything goes: two full segments and the tail (no other small segment is in flight).
     assert_eq!(
         out.iter().map(|o| o.len).collect::<Vec<_>>(),
-        vec![1460, 1460]
+        vec![1460, 1460, 80]
     );
-    f.input(seg(f.peer, SeqNum(OUR_ISN + 1 + 2920), Flags::ACK, &[]));
-    assert_eq!(f.poll().iter().map(|o| o.len).sum::<usize>(), 80);
 }
 
 #[test]
@@ -426,4 +424,50 @@ fn time_wait_lasts_two_msl_then_closes() {
     assert_eq!(f.c.state(), State::TimeWait);
     f.advance(Duration::from_secs(1));
     assert_eq!(f.c.state(), State::Closed);
+}
+
+#[test]
+fn tiny_out_of_order_flood_is_bounded_and_harmless() {
+    let opts = TcpOptions {
+        mss: Some(1460),
+        sack_permitted: true,
+        ..Default::default()
+    };
+    let mut f = Fx::established_with(TcpConfig::default(), opts);
+    // 5000 one-byte segments, none adjacent: each would need its own range.
+    for i in 0..5000i64 {
+        let b = [(i % 251) as u8];
+        f.input(seg(
+            SeqNum((f.peer.0 as i64 + 2 + 2 * i) as u32),
+            SeqNum(OUR_ISN + 1),
+            Flags::ACK,
+            &b,
+        ));
+    }
+    f.poll();
+    let max = TcpConfig::default().max_ofo_ranges as u64;
+    assert_eq!(f.ctr.get(Counter::TcpExtTCPOFOQueue), max);
+    assert_eq!(f.ctr.get(Counter::TcpExtTCPOFODrop), 5000 - max);
+    // The connection still works: in-order data fills the first gap and is delivered.
+    f.send(0, Flags::ACK, &[7u8; 2]);
+    let mut buf = [0u8; 8];
+    let n = f.c.recv(&mut buf).unwrap();
+    assert_eq!(&buf[..n], &[7, 7, 0][..n.min(3)]);
+    assert!(n >= 3, "the queued byte at offset 2 joined the stream");
+}
+
+#[test]
+fn minshall_nagle_sends_the_tail_of_a_message_at_once() {
+    let mut f = Fx::established();
+    f.c.send(&[1u8; 2000]).unwrap();
+    let out = f.poll();
+    assert_eq!(
+        out.iter().map(|o| o.len).collect::<Vec<_>>(),
+        vec![1460, 540]
+    );
+    // A second small write waits while the first small segment is unacknowledged.
+    f.c.send(&[2u8; 10]).unwrap();
+    assert!(f.poll().is_empty());
+    f.input(seg(f.peer, SeqNum(OUR_ISN + 1 + 2000), Flags::ACK, &[]));
+    assert_eq!(f.poll().iter().map(|o| o.len).sum::<usize>(), 10);
 }

@@ -28,59 +28,6 @@ impl Connection {
         }
     }
 
-    /// RFC 9293 §3.10.7.3: SEGMENT ARRIVES in SYN-SENT.
-    fn on_syn_sent(&mut self, now: Instant, seg: &TcpRepr, c: &mut Counters) {
-        let f = seg.flags;
-        if f.ack() && (seg.ack <= self.iss || seg.ack > self.snd_max) {
-            // "If SEG.ACK =< ISS or SEG.ACK > SND.NXT, send a reset (unless the RST bit is
-            // set, if so drop the segment and return)".
-            if !f.rst() {
-                self.pending_rst = Some((seg.ack, None));
-            }
-            return;
-        }
-        if f.rst() {
-            // RFC 5961 §3.2 / RFC 9293: an RST is acceptable only with an acceptable ACK.
-            if f.ack() {
-                self.error = Some(TcpError::Refused);
-                c.inc(Counter::TcpAttemptFails);
-                self.enter_closed();
-            }
-            return;
-        }
-        if !f.syn() {
-            return;
-        }
-        self.irs = seg.seq;
-        self.rcv_nxt = seg.seq + 1;
-        self.rcv_adv = self.rcv_nxt;
-        self.negotiate(seg);
-        if f.ack() {
-            self.snd_una = seg.ack;
-        }
-        if self.snd_una > self.iss {
-            // Our SYN is acknowledged: ESTABLISHED.
-            self.enter_established();
-            // RFC 7323 §2.2: the SYN-ACK's window is not scaled.
-            self.snd_wnd = seg.window as usize;
-            self.max_snd_wnd = self.snd_wnd;
-            self.snd_wl1 = seg.seq;
-            self.snd_wl2 = seg.ack;
-            self.retries = 0;
-            self.rto_at = None;
-            if let Some((_, t)) = self.rtt_probe.take() {
-                self.rtt.sample(now.saturating_since(t));
-            }
-            self.ack_now = true;
-            self.arm_keepalive(now);
-        } else {
-            // Simultaneous open (RFC 9293 §3.5 figure 7): SYN-RECEIVED, send SYN-ACK.
-            self.state = State::SynReceived;
-            self.snd_wnd = seg.window as usize;
-            self.snd_nxt = self.iss;
-        }
-    }
-
     /// Header prediction (Van Jacobson, as in BSD and Linux): an in-order segment with only
     /// ACK (and maybe PSH) on an ESTABLISHED connection with nothing unusual pending takes a
     /// short path. Returns false to fall back to the full processing.
@@ -457,10 +404,10 @@ impl Connection {
         self.unacked_bytes += seg.payload.len();
         if !self.cfg.delayed_ack
             || self.quickack > 0
-            || self.unacked_bytes >= 2 * self.mss
+            || self.unacked_bytes >= 2 * self.full_seg()
             // The tail of a multi-segment message: ACK it now so a Nagle-limited sender
             // is not held for the delayed-ACK timer.
-            || (had_unacked && seg.flags.psh() && seg.payload.len() < self.mss)
+            || (had_unacked && seg.flags.psh() && seg.payload.len() < self.full_seg())
         {
             self.quickack = self.quickack.saturating_sub(1);
             self.ack_now = true;

@@ -10,6 +10,7 @@
 //!    segment it emits.
 //! 4. When [`Connection::state`] is `Closed`, the owner may drop the connection.
 
+mod handshake;
 mod input;
 mod output;
 mod timers;
@@ -21,8 +22,7 @@ use crate::config::TcpConfig;
 use crate::isn::FourTuple;
 use crate::rtt::RttEstimator;
 use crate::sack::Scoreboard;
-use crate::{DEFAULT_MSS, MAX_WSCALE, MIN_MSS};
-use flowstack_wire::tcp::TcpRepr;
+use crate::MAX_WSCALE;
 use flowstack_wire::{Duration, Instant, SeqNum};
 use std::fmt;
 
@@ -122,6 +122,8 @@ pub struct Connection {
     pub(crate) snd_nxt: SeqNum,
     /// Highest sequence number sent (SND.NXT before a go-back-N rewind).
     pub(crate) snd_max: SeqNum,
+    /// End of the last sub-MSS segment sent (Minshall's Nagle variant).
+    pub(crate) snd_sml: SeqNum,
     pub(crate) snd_wnd: usize,
     pub(crate) snd_wl1: SeqNum,
     pub(crate) snd_wl2: SeqNum,
@@ -183,21 +185,12 @@ pub struct Connection {
 }
 
 /// The smallest window-scale shift that lets `buf` bytes be advertised.
-fn wscale_for(buf: usize) -> u8 {
+pub(crate) fn wscale_for(buf: usize) -> u8 {
     let mut s = 0;
     while s < MAX_WSCALE && (buf >> s) > 65535 {
         s += 1;
     }
     s
-}
-
-/// RFC 9293 §3.7.1 / RFC 6691: the send MSS from the peer's option.
-pub(crate) fn peer_mss(opt: Option<u16>, ours: u16) -> usize {
-    let m = match opt {
-        None | Some(0) => DEFAULT_MSS,
-        Some(m) => (m as usize).max(MIN_MSS),
-    };
-    m.min(ours as usize)
 }
 
 impl Connection {
@@ -212,6 +205,7 @@ impl Connection {
             snd_una: iss,
             snd_nxt: iss,
             snd_max: iss,
+            snd_sml: iss,
             snd_wnd: 0,
             snd_wl1: SeqNum(0),
             snd_wl2: iss,
@@ -270,82 +264,6 @@ impl Connection {
             error: None,
             stats: ConnStats::default(),
         }
-    }
-
-    /// Active open: a connection in SYN-SENT whose first [`Connection::poll_transmit`] sends
-    /// the SYN.
-    pub fn connect(cfg: TcpConfig, tuple: FourTuple, iss: SeqNum, now: Instant) -> Self {
-        Self::blank(cfg, tuple, iss, now, State::SynSent)
-    }
-
-    /// Passive open from a listener: the connection for an accepted SYN, in SYN-RECEIVED
-    /// (the SYN-ACK goes out on the next poll). With `cookie_mss`, the SYN was answered
-    /// statelessly by a SYN cookie and `syn` is the completing ACK: the connection starts
-    /// ESTABLISHED without options (they were not kept).
-    pub fn accept(
-        cfg: TcpConfig,
-        tuple: FourTuple,
-        syn: &TcpRepr,
-        iss: SeqNum,
-        now: Instant,
-        cookie_mss: Option<u16>,
-    ) -> Self {
-        let mut c = Self::blank(cfg, tuple, iss, now, State::SynReceived);
-        c.passive = true;
-        if let Some(mss) = cookie_mss {
-            c.irs = syn.seq - 1;
-            c.rcv_nxt = syn.seq;
-            c.snd_una = iss + 1;
-            c.snd_nxt = iss + 1;
-            c.snd_max = iss + 1;
-            c.mss = peer_mss(Some(mss), cfg.mss);
-            c.cc.set_mss(c.mss);
-            c.rcv_wscale = 0;
-            c.recv_buf = RingBuffer::new(cfg.recv_buffer.min(65535));
-            c.rcv_adv = c.rcv_nxt;
-            c.state = State::Established;
-            c.snd_wnd = syn.window as usize;
-            c.max_snd_wnd = c.snd_wnd;
-            c.snd_wl1 = syn.seq;
-            c.snd_wl2 = syn.ack;
-            return c;
-        }
-        c.irs = syn.seq;
-        c.rcv_nxt = syn.seq + 1;
-        c.rcv_adv = c.rcv_nxt;
-        c.negotiate(syn);
-        // RFC 7323 §2.2: the window field of a SYN is never scaled.
-        c.snd_wnd = syn.window as usize;
-        c.max_snd_wnd = c.snd_wnd;
-        c.snd_wl1 = syn.seq;
-        c.snd_wl2 = iss;
-        c
-    }
-
-    /// Applies the options of the peer's SYN (or SYN-ACK) to what we offered.
-    pub(crate) fn negotiate(&mut self, syn: &TcpRepr) {
-        let o = &syn.options;
-        self.mss = peer_mss(o.mss, self.cfg.mss);
-        self.cc.set_mss(self.mss);
-        // RFC 7323 §2.3: scaling only if both sides sent the option; shifts above 14 are 14.
-        match (self.cfg.window_scaling, o.window_scale) {
-            (true, Some(ws)) => {
-                self.snd_wscale = ws.min(MAX_WSCALE);
-                self.peer_syn_ws = Some(ws);
-            }
-            _ => {
-                self.snd_wscale = 0;
-                self.rcv_wscale = 0;
-                if self.recv_buf.capacity() > 65535 {
-                    self.recv_buf = RingBuffer::new(65535);
-                }
-            }
-        }
-        self.ts_enabled = self.cfg.timestamps && o.timestamp.is_some();
-        if let Some((val, _)) = o.timestamp {
-            self.ts_recent = val;
-        }
-        self.sack_enabled = self.cfg.sack && o.sack_permitted;
     }
 
     /// The connection's 4-tuple.
@@ -560,6 +478,12 @@ impl Connection {
     /// Our timestamp clock: milliseconds plus a per-connection offset (RFC 7323 §5.4).
     pub(crate) fn ts_now(&self, now: Instant) -> u32 {
         (now.as_millis() as u32).wrapping_add(self.ts_offset)
+    }
+
+    /// Data bytes in a full-sized segment: the MSS less the options every segment carries
+    /// (timestamps), so "full-sized" means what the peer actually sends (RFC 6691).
+    pub(crate) fn full_seg(&self) -> usize {
+        self.mss - if self.ts_enabled { 12 } else { 0 }
     }
 
     /// Bytes sent and not yet acknowledged.

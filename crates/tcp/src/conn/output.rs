@@ -261,7 +261,8 @@ impl Connection {
             let len = avail.min(usable).min(max_seg);
             // RFC 9293 §3.8.6.2.1 sender SWS avoidance: a short segment only if it is at
             // least half the largest window the peer offered.
-            let sws_blocked = len < avail && len < self.mss && len < self.max_snd_wnd / 2;
+            let full = self.full_seg();
+            let sws_blocked = len < avail && len < full && len < self.max_snd_wnd / 2;
             if avail > 0 && (len == 0 || sws_blocked) {
                 // Nothing in flight and nothing sendable: the persist timer probes a zero
                 // window (RFC 9293 §3.8.6.1) and is the SWS override timeout for a small one.
@@ -270,9 +271,11 @@ impl Connection {
                 }
                 break;
             }
-            if len == avail && len < self.mss && len > 0 && !fin_pending {
-                // Nagle (RFC 9293 §3.7.4): one small segment in flight at a time.
-                if !self.cfg.nodelay && self.snd_max > self.snd_una && self.snd_nxt == self.snd_max
+            if len == avail && len < full && len > 0 && !fin_pending {
+                // Nagle (RFC 9293 §3.7.4) with Minshall's refinement (as Linux): hold a small
+                // segment only while another *small* segment is unacknowledged, so the tail
+                // of a multi-segment message is not held behind the peer's delayed ACK.
+                if !self.cfg.nodelay && self.snd_sml > self.snd_una && self.snd_nxt == self.snd_max
                 {
                     break;
                 }
@@ -281,6 +284,9 @@ impl Connection {
             let used = self.emit_range(now, seq, len, c, emit);
             if used == 0 {
                 break;
+            }
+            if used < full {
+                self.snd_sml = seq + used;
             }
             self.snd_nxt = seq + used;
             n += 1;
