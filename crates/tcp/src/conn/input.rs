@@ -61,7 +61,7 @@ impl Connection {
             // Pure ACK for new data.
             c.inc(Counter::TcpExtTCPHPAcks);
             self.stats.fast_path += 1;
-            self.ack_advanced(now, seg.ack, c);
+            self.ack_advanced(now, seg, c);
             return true;
         }
         if seg.ack != self.snd_una || seg.payload.len() > self.recv_buf.window() {
@@ -236,7 +236,7 @@ impl Connection {
                 .update(self.snd_una, self.snd_max, seg.options.sack_blocks());
         let window = (seg.window as usize) << self.snd_wscale;
         if seg.ack > self.snd_una {
-            self.ack_advanced(now, seg.ack, c);
+            self.ack_advanced(now, seg, c);
         } else if seg.ack == self.snd_una
             && self.snd_max > self.snd_una
             && seg.payload.is_empty()
@@ -292,7 +292,8 @@ impl Connection {
     }
 
     /// SND.UNA moves forward to `ack`.
-    pub(crate) fn ack_advanced(&mut self, now: Instant, ack: SeqNum, c: &mut Counters) {
+    pub(crate) fn ack_advanced(&mut self, now: Instant, seg: &TcpRepr, c: &mut Counters) {
+        let ack = seg.ack;
         let mut acked = ack - self.snd_una;
         if self.snd_una == self.iss {
             acked -= 1; // our SYN
@@ -304,11 +305,23 @@ impl Connection {
         let acked = acked.min(self.send_buf.len());
         self.send_buf.consume(acked);
         self.stats.bytes_acked += acked as u64;
-        if let Some((seq, t)) = self.rtt_probe {
-            if ack > seq {
+        // RTT: one timed segment per round trip on our nanosecond clock (finer than the
+        // 1 ms timestamp clock); when none is timed (Karn: retransmissions void it), RFC 7323
+        // RTTM takes the sample from TSecr, which is safe for retransmitted data.
+        match self.rtt_probe {
+            Some((seq, t)) if ack > seq => {
                 self.rtt.sample(now.saturating_since(t));
                 self.rtt_probe = None;
             }
+            None if self.ts_enabled => {
+                if let Some((_, ecr)) = seg.options.timestamp.filter(|t| t.1 != 0) {
+                    let ms = self.ts_now(now).wrapping_sub(ecr);
+                    if ms < 60_000 {
+                        self.rtt.sample(Duration::from_millis(ms as u64));
+                    }
+                }
+            }
+            _ => {}
         }
         self.snd_una = ack;
         if self.snd_nxt < ack {
