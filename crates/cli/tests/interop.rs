@@ -550,3 +550,59 @@ fn tap_made_with_multi_queue_is_attached() {
     );
     assert!(s.contains("2 received"), "{s}");
 }
+
+#[test]
+fn tap_flowstack_get_decodes_chunked_bodies() {
+    if !have_root() {
+        return;
+    }
+    let mut ns = Netns::new().with_tap();
+    let d = tmpdir("chunked");
+    let script = d.join("chunked.py");
+    fs::write(
+        &script,
+        r#"
+import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for i in range(300):
+            part = (("%05d," % i) * (i + 1)).encode()
+            self.wfile.write(b"%x;ext=1\r\n" % len(part) + part + b"\r\n")
+        self.wfile.write(b"0\r\n\r\n")
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("10.77.0.1", 8000), H).serve_forever()
+"#,
+    )
+    .unwrap();
+    let mut py = ns.cmd("python3");
+    py.arg(&script);
+    ns.spawn(py, &d.join("py.log"));
+    wait_http(&ns, "http://10.77.0.1:8000/");
+    let got = d.join("got.txt");
+    let out = run(ns
+        .cmd(FLOWSTACK)
+        .args([
+            "get",
+            "--tap",
+            "fst0",
+            "--ip",
+            "10.77.0.2/24",
+            "http://10.77.0.1:8000/x",
+            "-o",
+        ])
+        .arg(&got));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want: String = (0..300)
+        .map(|i: usize| format!("{i:05},").repeat(i + 1))
+        .collect();
+    assert_eq!(fs::read_to_string(&got).unwrap(), want);
+}
