@@ -5,6 +5,7 @@ mod demo_tcp;
 mod get;
 mod net;
 mod ping;
+mod profile;
 mod serve;
 
 use clap::{Parser, Subcommand};
@@ -43,6 +44,12 @@ enum Cmd {
     Get(get::GetArgs),
     /// ICMP echo from a flowstack instance: flowstack ping LINK ADDR HOST [-c N].
     Ping(ping::PingArgs),
+    /// Per-layer cost of sending and receiving one TCP segment (seed 000's experiment).
+    ///
+    /// Runs single-segment send and receive between two engines over the in-process link and
+    /// prints, per size, the cycles and nanoseconds of every layer, its share, hardware
+    /// counters where the machine has them, and the throughput ceilings they imply.
+    Profile(profile::ProfileArgs),
 }
 
 fn main() -> ExitCode {
@@ -81,5 +88,6 @@ fn main() -> ExitCode {
         Cmd::Serve(a) => serve::run(a),
         Cmd::Get(a) => get::run(a),
         Cmd::Ping(a) => ping::run(a),
+        Cmd::Profile(a) => profile::run(a),
     }
 }

@@ -118,3 +118,80 @@ fn demo_under_impairment_is_reproducible() {
     };
     assert_eq!(run(), run());
 }
+
+#[test]
+fn profile_covers_every_layer_for_each_size_and_writes_json_and_svg() {
+    let json = tmp("p.json");
+    let svg = tmp("p.svg");
+    let out = flowstack()
+        .args([
+            "profile",
+            "--sizes",
+            "100,1440",
+            "--samples",
+            "300",
+            "--json",
+        ])
+        .arg(&json)
+        .arg("--plot")
+        .arg(&svg)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("hardware counters:"));
+    let j = std::fs::read_to_string(&json).unwrap();
+    for size in ["\"size\": 100", "\"size\": 1440"] {
+        assert!(j.contains(size), "{size}");
+    }
+    // Every layer of seed 000's experiment appears in both sizes.
+    for layer in [
+        "AppCopyIn",
+        "TcpOutput",
+        "IpOutput",
+        "EthOutput",
+        "DevTx",
+        "DevRx",
+        "EthIpInput",
+        "TcpInput",
+        "BufRelease",
+        "SockAppend",
+        "AppCopyOut",
+    ] {
+        let n = j.matches(&format!("\"layer\": \"{layer}\"")).count();
+        assert!(n >= 2, "{layer} appears {n} times");
+    }
+    for key in [
+        "send_with_ack_mbps",
+        "receive_without_ack_output_mbps",
+        "end_to_end",
+        "samples_kept",
+    ] {
+        assert!(j.contains(key), "{key}");
+    }
+    let s = std::fs::read_to_string(&svg).unwrap();
+    assert!(s.starts_with("<svg") && s.contains("<rect"));
+}
+
+#[test]
+fn profile_rejects_bad_sizes_and_png() {
+    let out = flowstack()
+        .args(["profile", "--sizes", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = flowstack()
+        .args(["profile", "--sizes", "2000"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = flowstack()
+        .args(["profile", "--plot", "x.png"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -156,8 +156,10 @@ impl Engine {
     }
 
     /// Counters of every layer.
-    pub fn counters(&self) -> &Counters {
-        &self.iface.counters
+    pub fn counters(&self) -> Counters {
+        let mut c = self.iface.counters.clone();
+        c.merge(&self.tcp.counters);
+        c
     }
 
     /// The ARP cache (for display).
@@ -180,13 +182,21 @@ impl Engine {
     /// One full turn: receive a batch from `dev`, run timers and socket output, transmit.
     /// Returns true if any frame moved.
     pub fn poll<D: Device + ?Sized>(&mut self, now: Instant, dev: &mut D) -> bool {
+        use flowstack_prof::{enter, Layer};
+        let _p = enter(Layer::Engine);
         let budget = self.cfg.rx_budget;
-        let got = dev.recv_batch(now, budget, &mut |f| self.receive(now, f));
+        let got = {
+            let _p = enter(Layer::DevRx);
+            dev.recv_batch(now, budget, &mut |f| self.receive(now, f))
+        };
         self.on_timers(now);
         self.dispatch(now);
         let sent = self.iface.tx.len();
         if sent > 0 {
-            let accepted = dev.send_batch(now, &self.iface.tx);
+            let accepted = {
+                let _p = enter(Layer::DevTx);
+                dev.send_batch(now, &self.iface.tx)
+            };
             self.iface
                 .counters
                 .add(Counter::EthOutDrops, (sent - accepted) as u64);
@@ -226,6 +236,7 @@ impl Engine {
 
     /// Processes one received Ethernet frame.
     pub fn receive(&mut self, now: Instant, frame: &[u8]) {
+        let _p = flowstack_prof::enter(flowstack_prof::Layer::EthIpInput);
         let f = match ethernet::Frame::new_checked(frame) {
             Ok(f) => f,
             Err(_) => return self.iface.counters.inc(Counter::EthInRunts),
@@ -473,6 +484,8 @@ impl Engine {
     }
 
     fn tcp_input(&mut self, now: Instant, ip: &Ipv4Repr, payload: &[u8]) {
+        // TCP input as seed 000 counts it: header parse, checksum, demux, processing.
+        let _p = flowstack_prof::enter(flowstack_prof::Layer::TcpInput);
         let c = &mut self.iface.counters;
         c.inc(Counter::TcpInSegs);
         let pkt = match wtcp::Packet::new_checked(payload) {
@@ -651,6 +664,8 @@ impl Engine {
 
     /// Queues bytes to send; returns how many were taken.
     pub fn tcp_send(&mut self, h: TcpHandle, data: &[u8]) -> Result<usize, SocketError> {
+        // The whole socket call (lookup and copy) is the "application → socket" layer.
+        let _p = flowstack_prof::enter(flowstack_prof::Layer::AppCopyIn);
         let c = self.tcp.conn_mut_pub(h)?;
         match c.send(data) {
             Ok(0) if !data.is_empty() => Err(SocketError::WouldBlock),
@@ -662,6 +677,7 @@ impl Engine {
 
     /// Reads received bytes; `Ok(0)` means the peer closed (end of stream).
     pub fn tcp_recv(&mut self, h: TcpHandle, buf: &mut [u8]) -> Result<usize, SocketError> {
+        let _p = flowstack_prof::enter(flowstack_prof::Layer::AppCopyOut);
         let c = self.tcp.conn_mut_pub(h)?;
         match c.recv(buf) {
             Ok(n) => Ok(n),

@@ -137,6 +137,7 @@ impl Iface {
         dont_frag: bool,
         fill: &mut dyn FnMut(&mut [u8]),
     ) -> Result<(), SocketError> {
+        let _p = flowstack_prof::enter(flowstack_prof::Layer::IpOutput);
         let hop = match self.route(dst) {
             Ok(h) => h,
             Err(e) => {
@@ -193,6 +194,7 @@ impl Iface {
         repr: &Ipv4Repr,
         fill: &mut dyn FnMut(&mut [u8]),
     ) {
+        let _p = flowstack_prof::enter(flowstack_prof::Layer::EthOutput);
         let mac = match *hop {
             NextHop::Broadcast => Some(EthernetAddress::BROADCAST),
             NextHop::Unicast(ip) => self.arp.lookup(now, ip),

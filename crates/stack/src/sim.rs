@@ -125,6 +125,16 @@ impl Net {
         x || y
     }
 
+    /// One turn of host A only (for harnesses that time each side on its own).
+    pub fn poll_a(&mut self) -> bool {
+        self.a.poll(self.now, &mut self.dev_a)
+    }
+
+    /// One turn of host B only.
+    pub fn poll_b(&mut self) -> bool {
+        self.b.poll(self.now, &mut self.dev_b)
+    }
+
     /// The next instant at which anything is scheduled.
     pub fn next_deadline(&self) -> Option<Instant> {
         [

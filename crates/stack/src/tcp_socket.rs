@@ -2,7 +2,7 @@
 //! listeners with a bounded half-open queue and accept backlog, SYN cookies when the half-open
 //! queue is full, and RSTs for segments that match nothing (RFC 9293 §3.10.7.1).
 
-use crate::counters::Counter;
+use crate::counters::{Counter, Counters};
 use crate::iface::Iface;
 use crate::SocketError;
 use flowstack_tcp::{Connection, FourTuple, IsnGenerator, State, TcpConfig, TcpError};
@@ -66,6 +66,9 @@ pub(crate) struct TcpSockets {
     listeners: HashMap<u16, usize>,
     isn: IsnGenerator,
     count: usize,
+    /// TCP's counters (kept apart from the interface's so a connection can count while the
+    /// interface is busy sending its segments; the engine merges them when read).
+    pub counters: Counters,
 }
 
 pub(crate) fn map_err(e: TcpError) -> SocketError {
@@ -82,6 +85,8 @@ fn send_seg(now: Instant, iface: &mut Iface, t: &FourTuple, r: &TcpRepr) {
     let caps = iface.caps.checksum;
     let (src, dst) = (t.local_ip, t.remote_ip);
     let _ = iface.send_ip(now, dst, IpProtocol::Tcp, r.buffer_len(), true, &mut |b| {
+        // Header, options, payload copy and checksum belong to TCP output.
+        let _p = flowstack_prof::enter(flowstack_prof::Layer::TcpOutput);
         r.emit(b, src, dst, caps)
     });
 }
@@ -96,6 +101,7 @@ impl TcpSockets {
             listeners: HashMap::new(),
             isn: IsnGenerator::new(secret),
             count: 0,
+            counters: Counters::default(),
         }
     }
 
@@ -252,7 +258,7 @@ impl TcpSockets {
         };
         if let Some(&i) = self.conns.get(&tuple) {
             if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
-                c.conn.on_segment(now, seg, &mut iface.counters);
+                c.conn.on_segment(now, seg, &mut self.counters);
             }
             self.after_input(now, i, iface);
             return;
@@ -263,14 +269,14 @@ impl TcpSockets {
         match self.listeners.get(&seg.dst_port).copied() {
             Some(l) => self.listener_input(now, iface, l, tuple, seg),
             None => {
-                iface.counters.inc(Counter::TcpExtTCPNoSocket);
+                self.counters.inc(Counter::TcpExtTCPNoSocket);
                 self.reset_for(now, iface, &tuple, seg);
             }
         }
     }
 
     /// RFC 9293 §3.10.7.1: the RST answering a segment that matches no connection.
-    fn reset_for(&self, now: Instant, iface: &mut Iface, t: &FourTuple, seg: &TcpRepr) {
+    fn reset_for(&mut self, now: Instant, iface: &mut Iface, t: &FourTuple, seg: &TcpRepr) {
         if seg.flags.rst() {
             return;
         }
@@ -294,8 +300,8 @@ impl TcpSockets {
             options: TcpOptions::default(),
             payload: &[],
         };
-        iface.counters.inc(Counter::TcpOutRsts);
-        iface.counters.inc(Counter::TcpOutSegs);
+        self.counters.inc(Counter::TcpOutRsts);
+        self.counters.inc(Counter::TcpOutSegs);
         send_seg(now, iface, t, &r);
     }
 
@@ -315,18 +321,17 @@ impl TcpSockets {
             return;
         };
         let (cfg, backlog, queued, half_open) = (l.cfg, l.backlog, l.accept_q.len(), l.half_open);
-        let c = &mut iface.counters;
         if f.ack() && !f.syn() {
             // Possibly the ACK completing a SYN-cookie handshake.
             let cookie = seg.ack - 1;
             match self.isn.check_cookie(&t, seg.seq - 1, cookie, now) {
                 Some(mss) if queued < backlog && self.count < self.limits.max_connections => {
-                    c.inc(Counter::TcpExtSyncookiesRecv);
-                    c.inc(Counter::TcpPassiveOpens);
+                    self.counters.inc(Counter::TcpExtSyncookiesRecv);
+                    self.counters.inc(Counter::TcpPassiveOpens);
                     let conn = Connection::accept(cfg, t, seg, cookie, now, Some(mss));
                     let i = self.add_conn(t, conn, None);
                     if let Some(Some(Sock::Conn(cs))) = self.socks.get_mut(i) {
-                        cs.conn.on_segment(now, seg, c);
+                        cs.conn.on_segment(now, seg, &mut self.counters);
                     }
                     if let Some(Some(Sock::Listener(l))) = self.socks.get_mut(li) {
                         l.accept_q.push_back(i);
@@ -334,11 +339,11 @@ impl TcpSockets {
                     self.after_input(now, i, iface);
                 }
                 Some(_) => {
-                    c.inc(Counter::TcpExtListenOverflows);
-                    c.inc(Counter::TcpExtListenDrops);
+                    self.counters.inc(Counter::TcpExtListenOverflows);
+                    self.counters.inc(Counter::TcpExtListenDrops);
                 }
                 None => {
-                    c.inc(Counter::TcpExtSyncookiesFailed);
+                    self.counters.inc(Counter::TcpExtSyncookiesFailed);
                     self.reset_for(now, iface, &t, seg);
                 }
             }
@@ -348,13 +353,13 @@ impl TcpSockets {
             return;
         }
         if queued >= backlog {
-            c.inc(Counter::TcpExtListenOverflows);
-            c.inc(Counter::TcpExtListenDrops);
+            self.counters.inc(Counter::TcpExtListenOverflows);
+            self.counters.inc(Counter::TcpExtListenDrops);
             return;
         }
         if self.count >= self.limits.max_connections {
-            c.inc(Counter::TcpExtTCPConnLimit);
-            c.inc(Counter::TcpExtListenDrops);
+            self.counters.inc(Counter::TcpExtTCPConnLimit);
+            self.counters.inc(Counter::TcpExtListenDrops);
             return;
         }
         if half_open >= self.limits.syn_backlog {
@@ -377,12 +382,12 @@ impl TcpSockets {
                 },
                 payload: &[],
             };
-            c.inc(Counter::TcpExtSyncookiesSent);
-            c.inc(Counter::TcpOutSegs);
+            self.counters.inc(Counter::TcpExtSyncookiesSent);
+            self.counters.inc(Counter::TcpOutSegs);
             send_seg(now, iface, &t, &r);
             return;
         }
-        c.inc(Counter::TcpPassiveOpens);
+        self.counters.inc(Counter::TcpPassiveOpens);
         let iss = self.isn.isn(&t, now);
         let conn = Connection::accept(cfg, t, seg, iss, now, None);
         let i = self.add_conn(t, conn, Some(li));
@@ -431,13 +436,9 @@ impl TcpSockets {
             return;
         };
         let t = c.conn.tuple();
-        // The connection counts into its own tally while the interface (which counts IP
-        // output) is borrowed by the emit closure; the tallies are merged after.
-        let mut tally = std::mem::take(&mut iface.counters);
-        c.conn
-            .poll_transmit(now, &mut tally, &mut |r| send_seg(now, iface, &t, r));
-        tally.merge(&iface.counters);
-        iface.counters = tally;
+        c.conn.poll_transmit(now, &mut self.counters, &mut |r| {
+            send_seg(now, iface, &t, r)
+        });
         let closed = c.conn.state() == State::Closed;
         let in_accept_q_or_half_open = c.listener.is_some();
         if closed && !c.owned && !in_accept_q_or_half_open && !self.queued(i) {
@@ -467,7 +468,7 @@ impl TcpSockets {
                 continue;
             };
             if c.conn.poll_at().is_some_and(|t| t <= now) {
-                c.conn.on_timeout(now, &mut iface.counters);
+                c.conn.on_timeout(now, &mut self.counters);
             }
             let was_half_open = c.listener.is_some();
             if was_half_open {

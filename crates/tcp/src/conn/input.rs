@@ -70,7 +70,10 @@ impl Connection {
         // In-order data that fits.
         c.inc(Counter::TcpExtTCPHPHits);
         self.stats.fast_path += 1;
-        let n = self.recv_buf.enqueue(seg.payload);
+        let n = {
+            let _p = flowstack_prof::enter(flowstack_prof::Layer::SockAppend);
+            self.recv_buf.enqueue(seg.payload)
+        };
         self.rcv_nxt += n;
         self.stats.bytes_received += n as u64;
         self.schedule_ack(now, seg);
@@ -303,7 +306,10 @@ impl Connection {
             acked -= 1;
         }
         let acked = acked.min(self.send_buf.len());
-        self.send_buf.consume(acked);
+        {
+            let _p = flowstack_prof::enter(flowstack_prof::Layer::BufRelease);
+            self.send_buf.consume(acked);
+        }
         self.stats.bytes_acked += acked as u64;
         // RTT: one timed segment per round trip on our nanosecond clock (finer than the
         // 1 ms timestamp clock); when none is timed (Karn: retransmissions void it), RFC 7323
@@ -374,6 +380,7 @@ impl Connection {
         let data = &seg.payload[skip..];
         let rel = start - self.rcv_nxt;
         if rel == 0 {
+            let _p = flowstack_prof::enter(flowstack_prof::Layer::SockAppend);
             let n = self.recv_buf.write_at(0, data);
             if n < data.len() {
                 c.inc(Counter::TcpExtTCPRcvQDrop);

@@ -15,6 +15,7 @@ impl Connection {
         c: &mut Counters,
         emit: &mut dyn FnMut(&TcpRepr),
     ) -> usize {
+        let _p = flowstack_prof::enter(flowstack_prof::Layer::TcpOutput);
         let mut n = 0;
         if let Some((seq, ack)) = self.pending_rst.take() {
             let mut r = self.base(seq, Flags::RST);
