@@ -1,5 +1,6 @@
 //! `flowstack`: a user-space TCP/IP stack and the tools that show what it does.
 
+mod bench;
 mod demo;
 mod demo_tcp;
 mod get;
@@ -50,6 +51,15 @@ enum Cmd {
     /// prints, per size, the cycles and nanoseconds of every layer, its share, hardware
     /// counters where the machine has them, and the throughput ceilings they imply.
     Profile(profile::ProfileArgs),
+    /// flowstack and the Linux kernel side by side: stream, rr or crr, same machine, same run.
+    ///
+    /// The flowstack peer runs client and server in two processes joined by the shm wire;
+    /// the kernel peer runs the same logic over loopback TCP. Ablation switches turn one
+    /// optimisation off at a time. Example: flowstack bench rr --peer both --runs 5
+    Bench(bench::BenchArgs),
+    /// (internal) the server process of `flowstack bench`.
+    #[command(name = "__bench-server", hide = true)]
+    BenchServer(bench::ServerArgs),
 }
 
 fn main() -> ExitCode {
@@ -89,5 +99,7 @@ fn main() -> ExitCode {
         Cmd::Get(a) => get::run(a),
         Cmd::Ping(a) => ping::run(a),
         Cmd::Profile(a) => profile::run(a),
+        Cmd::Bench(a) => bench::run(a),
+        Cmd::BenchServer(a) => bench::serve(a),
     }
 }

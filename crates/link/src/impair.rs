@@ -295,6 +295,10 @@ impl<D: Device> Device for Impaired<D> {
     fn wait(&mut self, timeout: flowstack_wire::Duration) {
         self.inner.wait(timeout)
     }
+
+    fn link_down(&self) -> bool {
+        self.inner.link_down()
+    }
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ pub mod packet;
 pub mod pcap;
 pub mod pipe;
 pub mod rng;
+pub mod shm;
 pub mod switch;
 pub mod sys;
 pub mod tap;
@@ -77,6 +78,11 @@ pub trait Device {
     /// Blocks for at most `timeout` until a frame may be waiting (devices backed by a file
     /// descriptor sleep in `poll(2)`); in-process devices return at once.
     fn wait(&mut self, _timeout: flowstack_wire::Duration) {}
+
+    /// True once the link is gone for good (e.g. the peer process of a shm wire died).
+    fn link_down(&self) -> bool {
+        false
+    }
 }
 
 impl<D: Device + ?Sized> Device for Box<D> {
@@ -97,5 +103,8 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn wait(&mut self, timeout: flowstack_wire::Duration) {
         (**self).wait(timeout)
+    }
+    fn link_down(&self) -> bool {
+        (**self).link_down()
     }
 }

@@ -118,6 +118,10 @@ impl<D: Device, W: Write> Device for Pcap<D, W> {
     fn wait(&mut self, timeout: flowstack_wire::Duration) {
         self.inner.wait(timeout)
     }
+
+    fn link_down(&self) -> bool {
+        self.inner.link_down()
+    }
 }
 
 #[cfg(test)]

@@ -82,3 +82,25 @@ pub fn wait_readable(fd: &impl AsRawFd, timeout: std::time::Duration) {
     // SAFETY: one valid pollfd, count 1.
     unsafe { libc::poll(&mut p, 1, ms.max(if timeout.is_zero() { 0 } else { 1 })) };
 }
+
+/// Pins the calling thread to one CPU (for benchmarks: one engine per core).
+pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it; sched_setaffinity reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        cvt(libc::sched_setaffinity(
+            0,
+            std::mem::size_of::<libc::cpu_set_t>(),
+            &set,
+        ))
+        .map(|_| ())
+    }
+}
+
+/// Number of CPUs this process may run on.
+pub fn cpu_count() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}

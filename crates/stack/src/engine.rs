@@ -596,10 +596,22 @@ impl Engine {
         backlog: usize,
         mut cfg: TcpConfig,
     ) -> Result<TcpHandle, SocketError> {
+        self.fit_to_device(&mut cfg);
+        self.tcp.listen(port, backlog, cfg)
+    }
+
+    /// Clamps the MSS to the link and enables segmentation offload when the device takes
+    /// TCP segments larger than its MTU.
+    fn fit_to_device(&self, cfg: &mut TcpConfig) {
         cfg.mss = cfg
             .mss
             .min((self.iface.max_payload() - wtcp::HEADER_LEN) as u16);
-        self.tcp.listen(port, backlog, cfg)
+        let caps = self.iface.caps;
+        cfg.max_tso_segment = if caps.max_tx_datagram > caps.mtu {
+            caps.max_tx_datagram - ipv4::HEADER_LEN - wtcp::HEADER_LEN
+        } else {
+            0
+        };
     }
 
     /// Takes an established connection from a listener's accept queue.
@@ -640,9 +652,7 @@ impl Engine {
         if remote.port() == 0 || self.iface.is_broadcast(rip) || rip.is_multicast() {
             return Err(SocketError::InvalidArgument);
         }
-        cfg.mss = cfg
-            .mss
-            .min((self.iface.max_payload() - wtcp::HEADER_LEN) as u16);
+        self.fit_to_device(&mut cfg);
         let local_ip = self.ip();
         let mut tuple = FourTuple {
             local_ip,
@@ -685,6 +695,33 @@ impl Engine {
             Err(None) if c.state() == State::Closed => Err(SocketError::NotConnected),
             Err(None) => Err(SocketError::WouldBlock),
         }
+    }
+
+    /// Zero-copy receive: borrows up to `max` readable bytes in place (at most two slices,
+    /// the receive ring may wrap). Call [`Engine::tcp_consume`] with how many were used.
+    pub fn tcp_peek(&self, h: TcpHandle, max: usize) -> Result<(&[u8], &[u8]), SocketError> {
+        let c = self.tcp.conn(h)?;
+        if c.recv_queue() == 0 {
+            if let Some(e) = c.error() {
+                return Err(tcp_socket::map_err(e));
+            }
+        }
+        Ok(c.peek_recv(max))
+    }
+
+    /// Marks `n` peeked bytes as read (frees receive window).
+    pub fn tcp_consume(&mut self, h: TcpHandle, n: usize) -> Result<(), SocketError> {
+        let _p = flowstack_prof::enter(flowstack_prof::Layer::AppCopyOut);
+        self.tcp.conn_mut_pub(h)?.consume(n);
+        Ok(())
+    }
+
+    /// True once the peer's FIN has been received and every byte before it read.
+    pub fn tcp_at_eof(&self, h: TcpHandle) -> bool {
+        self.tcp
+            .conn(h)
+            .map(|c| c.recv_queue() == 0 && c.is_readable() && c.error().is_none())
+            .unwrap_or(false)
     }
 
     /// Closes the sending side (FIN); reading continues.

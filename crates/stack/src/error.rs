@@ -40,6 +40,8 @@ pub enum SocketError {
     LimitReached,
     /// Invalid argument (EINVAL).
     InvalidArgument,
+    /// The link is gone (e.g. the peer process of a shm wire died) (ENETDOWN).
+    LinkDown,
 }
 
 impl SocketError {
@@ -60,6 +62,7 @@ impl SocketError {
             SocketError::InvalidState | SocketError::InvalidArgument => 22,
             SocketError::BrokenPipe => 32,
             SocketError::LimitReached => 105,
+            SocketError::LinkDown => 100,
         }
     }
 }
@@ -85,6 +88,7 @@ impl fmt::Display for SocketError {
             SocketError::BrokenPipe => f.write_str("broken pipe: sending side shut down"),
             SocketError::LimitReached => f.write_str("configured limit reached"),
             SocketError::InvalidArgument => f.write_str("invalid argument"),
+            SocketError::LinkDown => f.write_str("link down: the peer is gone"),
         }
     }
 }

@@ -78,6 +78,9 @@ impl<D: Device> Host<D> {
             if start.elapsed() >= timeout {
                 return Err(SocketError::TimedOut);
             }
+            if self.dev.link_down() {
+                return Err(SocketError::LinkDown);
+            }
             if !moved {
                 self.idle(timeout.saturating_sub(start.elapsed()));
             }

@@ -9,7 +9,8 @@ use flowstack_tcp::{Connection, FourTuple, IsnGenerator, State, TcpConfig, TcpEr
 use flowstack_wire::ipv4::{IpProtocol, Ipv4Repr};
 use flowstack_wire::tcp::{Flags, TcpOptions, TcpRepr};
 use flowstack_wire::{Instant, SeqNum};
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 /// Engine-wide TCP limits.
 #[derive(Debug, Clone, Copy)]
@@ -46,6 +47,8 @@ struct Listener {
 
 struct ConnSock {
     conn: Connection,
+    /// Queued in `ready`.
+    ready: bool,
     /// Listener that created it, until it is queued for accept.
     listener: Option<usize>,
     /// The application holds a handle.
@@ -66,6 +69,10 @@ pub(crate) struct TcpSockets {
     listeners: HashMap<u16, usize>,
     isn: IsnGenerator,
     count: usize,
+    /// Connections with work to do at the next dispatch (input, an application call).
+    ready: Vec<usize>,
+    /// Timer deadlines (nanoseconds, slot); entries may be stale and are re-checked.
+    timers: BinaryHeap<Reverse<(u64, usize)>>,
     /// TCP's counters (kept apart from the interface's so a connection can count while the
     /// interface is busy sending its segments; the engine merges them when read).
     pub counters: Counters,
@@ -101,6 +108,8 @@ impl TcpSockets {
             listeners: HashMap::new(),
             isn: IsnGenerator::new(secret),
             count: 0,
+            ready: Vec::new(),
+            timers: BinaryHeap::new(),
             counters: Counters::default(),
         }
     }
@@ -136,8 +145,30 @@ impl TcpSockets {
         }
     }
 
+    /// Mutable access for an application call; the connection is queued for the next
+    /// dispatch, since the call may have given it something to send.
     pub fn conn_mut_pub(&mut self, h: TcpHandle) -> Result<&mut Connection, SocketError> {
+        self.conn_mut(h)?;
+        self.mark_ready(h.0);
         Ok(&mut self.conn_mut(h)?.conn)
+    }
+
+    fn mark_ready(&mut self, i: usize) {
+        if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
+            if !c.ready {
+                c.ready = true;
+                self.ready.push(i);
+            }
+        }
+    }
+
+    /// Records the connection's next deadline in the timer heap.
+    fn schedule(&mut self, i: usize) {
+        if let Some(Some(Sock::Conn(c))) = self.socks.get(i) {
+            if let Some(t) = c.conn.poll_at() {
+                self.timers.push(Reverse((t.as_nanos(), i)));
+            }
+        }
     }
 
     // ---- application calls -------------------------------------------------------------
@@ -193,23 +224,37 @@ impl TcpSockets {
         if self.count >= self.limits.max_connections {
             return Err(SocketError::LimitReached);
         }
-        if self.conns.contains_key(&tuple) {
-            return Err(SocketError::AddrInUse);
+        if let Some(&old) = self.conns.get(&tuple) {
+            // Reuse a TIME-WAIT tuple for a new outgoing connection (as Linux's tcp_tw_reuse):
+            // the new ISN comes from a clock that has moved on and timestamps (PAWS) reject old
+            // duplicates, so only an orphaned TIME-WAIT entry may be replaced.
+            if !self.is_reusable(old) {
+                return Err(SocketError::AddrInUse);
+            }
+            self.remove(old);
         }
         let iss = self.isn.isn(&tuple, now);
         let conn = Connection::connect(cfg, tuple, iss, now);
         let i = self.insert(Sock::Conn(Box::new(ConnSock {
             conn,
+            ready: false,
             listener: None,
             owned: true,
         })));
         self.conns.insert(tuple, i);
         self.count += 1;
+        self.mark_ready(i);
         Ok(TcpHandle(i))
     }
 
+    /// True if `t` is taken by a connection that may not be replaced.
     pub fn tuple_in_use(&self, t: &FourTuple) -> bool {
-        self.conns.contains_key(t)
+        self.conns.get(t).is_some_and(|&i| !self.is_reusable(i))
+    }
+
+    /// An unowned connection in TIME-WAIT may give its tuple to a new outgoing connection.
+    fn is_reusable(&self, i: usize) -> bool {
+        matches!(&self.socks[i], Some(Sock::Conn(c)) if !c.owned && c.conn.state() == State::TimeWait)
     }
 
     /// The application lets go of a handle. Listeners close at once (their queued
@@ -226,6 +271,7 @@ impl TcpSockets {
                     if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
                         c.conn.abort(now);
                     }
+                    self.mark_ready(i);
                 }
                 // Half-open connections of this listener are aborted too.
                 for s in self.socks.iter_mut().flatten() {
@@ -241,6 +287,7 @@ impl TcpSockets {
             Some(Some(Sock::Conn(c))) if c.owned => {
                 c.owned = false;
                 c.conn.close(now);
+                self.mark_ready(h.0);
                 Ok(())
             }
             _ => Err(SocketError::InvalidHandle),
@@ -400,6 +447,7 @@ impl TcpSockets {
     fn add_conn(&mut self, t: FourTuple, conn: Connection, listener: Option<usize>) -> usize {
         let i = self.insert(Sock::Conn(Box::new(ConnSock {
             conn,
+            ready: false,
             listener,
             owned: false,
         })));
@@ -443,6 +491,8 @@ impl TcpSockets {
         let in_accept_q_or_half_open = c.listener.is_some();
         if closed && !c.owned && !in_accept_q_or_half_open && !self.queued(i) {
             self.remove(i);
+        } else {
+            self.schedule(i);
         }
     }
 
@@ -461,32 +511,47 @@ impl TcpSockets {
         }
     }
 
-    /// Fires due timers and sends pending output of every connection.
+    /// Fires due timers and sends the pending output of connections that have work: those
+    /// touched since the last dispatch and those whose deadline has come (a timer heap, so the
+    /// cost does not grow with idle connections, e.g. thousands in TIME-WAIT).
     pub fn dispatch(&mut self, now: Instant, iface: &mut Iface) {
-        for i in 0..self.socks.len() {
+        while let Some(&Reverse((t, i))) = self.timers.peek() {
+            if t > now.as_nanos() {
+                break;
+            }
+            self.timers.pop();
+            // Entries can be stale (the deadline moved, or the slot was reused): re-check.
+            if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
+                if c.conn.poll_at().is_some_and(|d| d <= now) {
+                    c.conn.on_timeout(now, &mut self.counters);
+                    self.mark_ready(i);
+                }
+            }
+        }
+        let ready = std::mem::take(&mut self.ready);
+        for &i in &ready {
             let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) else {
                 continue;
             };
-            if c.conn.poll_at().is_some_and(|t| t <= now) {
-                c.conn.on_timeout(now, &mut self.counters);
-            }
-            let was_half_open = c.listener.is_some();
-            if was_half_open {
+            c.ready = false;
+            if c.listener.is_some() {
                 self.after_input(now, i, iface);
             } else {
                 self.flush(now, i, iface);
             }
         }
+        let mut ready = ready;
+        ready.clear();
+        if self.ready.is_empty() {
+            self.ready = ready; // keep the allocation
+        }
     }
 
     pub fn poll_at(&self) -> Option<Instant> {
-        self.socks
-            .iter()
-            .filter_map(|s| match s {
-                Some(Sock::Conn(c)) => c.conn.poll_at(),
-                _ => None,
-            })
-            .min()
+        if !self.ready.is_empty() {
+            return Some(Instant::ZERO);
+        }
+        self.timers.peek().map(|r| Instant::from_nanos(r.0 .0))
     }
 
     /// Number of connections (any state).

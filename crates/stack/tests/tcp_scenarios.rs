@@ -258,11 +258,6 @@ fn request_response_is_not_held_by_delayed_ack_or_nagle() {
         }));
     }
     let took = net.now.saturating_since(start);
-    eprintln!(
-        "A {:?}\nB {:?}",
-        net.a.counters().nonzero().collect::<Vec<_>>(),
-        net.b.counters().nonzero().collect::<Vec<_>>()
-    );
     assert!(
         took < Duration::from_millis(40),
         "50 exchanges took {took:?} of virtual time"

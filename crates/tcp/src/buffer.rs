@@ -1,29 +1,69 @@
-//! A fixed-capacity byte ring used for send and receive buffers.
+//! A bounded byte ring used for send and receive buffers.
 //!
 //! Besides FIFO reads and writes it can write at an offset past the end without making those
 //! bytes readable (out-of-order data waiting for a gap to fill) and peek at an offset (data
 //! already sent but not yet acknowledged).
+//!
+//! The capacity is a limit, not an allocation: memory grows (doubling, never per packet once
+//! a connection is warm) up to the capacity as data actually queues, and can be released when
+//! the connection no longer needs it, so thousands of short or idle connections (TIME-WAIT)
+//! cost little.
 
-/// A ring of bytes with a fixed capacity.
+/// Smallest allocation once the ring holds data.
+const MIN_ALLOC: usize = 4096;
+
+/// A ring of bytes holding at most `capacity` bytes.
 #[derive(Debug)]
 pub struct RingBuffer {
     buf: Vec<u8>,
+    cap: usize,
     head: usize,
     len: usize,
 }
 
 impl RingBuffer {
-    /// A ring holding at most `capacity` bytes (allocated once, here).
+    /// A ring holding at most `capacity` bytes (nothing is allocated yet).
     pub fn new(capacity: usize) -> Self {
         Self {
-            buf: vec![0; capacity],
+            buf: Vec::new(),
+            cap: capacity,
             head: 0,
             len: 0,
         }
     }
-    /// Capacity in bytes.
+    /// Capacity in bytes (the limit).
     pub fn capacity(&self) -> usize {
+        self.cap
+    }
+    /// Bytes currently allocated.
+    pub fn allocated(&self) -> usize {
         self.buf.len()
+    }
+
+    /// Makes the allocation hold at least `needed` bytes from the head (≤ capacity),
+    /// re-linearising the contents (out-of-order bytes past the end included).
+    fn ensure(&mut self, needed: usize) {
+        if needed <= self.buf.len() {
+            return;
+        }
+        let size = needed.max(self.buf.len() * 2).max(MIN_ALLOC).min(self.cap);
+        let mut nb = vec![0u8; size];
+        let old = self.buf.len();
+        if old > 0 {
+            let first = old - self.head;
+            nb[..first].copy_from_slice(&self.buf[self.head..]);
+            nb[first..old].copy_from_slice(&self.buf[..self.head]);
+        }
+        self.buf = nb;
+        self.head = 0;
+    }
+
+    /// Frees the allocation when the ring is empty (e.g. a connection in TIME-WAIT).
+    pub fn release_if_empty(&mut self) {
+        if self.len == 0 {
+            self.buf = Vec::new();
+            self.head = 0;
+        }
     }
     /// Bytes held.
     pub fn len(&self) -> usize {
@@ -33,9 +73,9 @@ impl RingBuffer {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
-    /// Free bytes.
+    /// Free bytes (up to the capacity).
     pub fn window(&self) -> usize {
-        self.buf.len() - self.len
+        self.cap - self.len
     }
 
     fn idx(&self, off: usize) -> usize {
@@ -57,11 +97,15 @@ impl RingBuffer {
     /// Writes `data` starting `offset` bytes past the end without making it readable; returns
     /// how many bytes fit.
     pub fn write_at(&mut self, offset: usize, data: &[u8]) -> usize {
-        let cap = self.buf.len();
         if offset >= self.window() {
             return 0;
         }
         let n = data.len().min(self.window() - offset);
+        if n == 0 {
+            return 0;
+        }
+        self.ensure(self.len + offset + n);
+        let cap = self.buf.len();
         let start = self.idx(self.len + offset);
         let first = n.min(cap - start);
         self.buf[start..start + first].copy_from_slice(&data[..first]);
@@ -97,19 +141,20 @@ impl RingBuffer {
     /// The `n` bytes at `offset` as at most two contiguous slices (zero-copy view).
     pub fn slices(&self, offset: usize, n: usize) -> (&[u8], &[u8]) {
         let n = n.min(self.len.saturating_sub(offset));
+        if n == 0 {
+            return (&[], &[]);
+        }
         let start = self.idx(offset);
         let first = n.min(self.buf.len() - start);
         (&self.buf[start..start + first], &self.buf[..n - first])
     }
 
-    /// The longest contiguous run at `offset`, at most `max` bytes.
-    pub fn contiguous(&self, offset: usize, max: usize) -> &[u8] {
-        self.slices(offset, max).0
-    }
-
     /// Removes `n` bytes from the front.
     pub fn consume(&mut self, n: usize) {
         let n = n.min(self.len);
+        if n == 0 {
+            return;
+        }
         self.head = self.idx(n);
         // The head never jumps back to 0 when the ring empties: bytes written past the end
         // (out-of-order data) stay where they are.
@@ -149,6 +194,38 @@ mod tests {
         assert_eq!(r.dequeue(&mut o), 6);
         assert_eq!(&o[..6], b"abcdef");
         assert_eq!(r.write_at(8, b"x"), 0);
+    }
+
+    #[test]
+    fn grows_on_demand_keeping_wrapped_and_out_of_order_bytes() {
+        let mut r = RingBuffer::new(1 << 20);
+        assert_eq!(r.allocated(), 0);
+        let data: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
+        r.enqueue(&data);
+        let mut o = vec![0u8; 2500];
+        r.dequeue(&mut o);
+        r.enqueue(&data); // wraps inside the 4 KiB allocation
+        r.write_at(100, b"ooo"); // out of order, past the end
+        r.enqueue(&vec![9u8; 10_000]); // forces growth while wrapped
+        assert!(r.allocated() >= 3500 + 10_000);
+        let mut all = vec![0u8; r.len()];
+        r.peek(0, &mut all);
+        assert_eq!(&all[..500], &data[2500..]);
+        assert_eq!(&all[500..3500], &data[..]);
+        assert!(all[3500..].iter().all(|&b| b == 9));
+        assert_eq!(r.window(), (1 << 20) - r.len());
+    }
+
+    #[test]
+    fn release_frees_only_an_empty_ring() {
+        let mut r = RingBuffer::new(8192);
+        r.enqueue(b"x");
+        r.release_if_empty();
+        assert!(r.allocated() > 0);
+        r.consume(1);
+        r.release_if_empty();
+        assert_eq!(r.allocated(), 0);
+        assert_eq!(r.enqueue(b"again"), 5);
     }
 
     #[test]

@@ -457,6 +457,8 @@ impl Connection {
 
     pub(crate) fn enter_time_wait(&mut self, now: Instant, c: &mut Counters) {
         c.inc(Counter::TcpExtTW);
+        // Nothing more will be sent; unread received data (if any) stays for the application.
+
         self.state = State::TimeWait;
         self.rto_at = None;
         self.persist_at = None;

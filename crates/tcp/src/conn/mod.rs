@@ -130,6 +130,8 @@ pub struct Connection {
     pub(crate) max_snd_wnd: usize,
     pub(crate) snd_wscale: u8,
     pub(crate) send_buf: RingBuffer,
+    /// Holds a segment's payload when it straddles the send ring's wrap point.
+    pub(crate) tx_scratch: Vec<u8>,
     /// Sequence number of our FIN once the application closed the sending side.
     pub(crate) fin_seq: Option<SeqNum>,
     /// Effective send MSS.
@@ -212,6 +214,7 @@ impl Connection {
             max_snd_wnd: 0,
             snd_wscale: 0,
             send_buf: RingBuffer::new(cfg.send_buffer),
+            tx_scratch: Vec::new(),
             fin_seq: None,
             mss,
             irs: SeqNum(0),

@@ -199,7 +199,17 @@ impl Connection {
         // RFC 6691: the MSS counts data only; options in this segment take from it.
         let room = self.mss.max(self.cfg.max_tso_segment) - r.options.buffer_len();
         let data_len = self.send_buf.len().saturating_sub(off).min(len).min(room);
-        let payload = self.send_buf.contiguous(off, data_len);
+        // A segment is never cut short at the ring's wrap point (that would make needless
+        // small segments): a straddling payload is gathered into a scratch buffer.
+        let (a, b) = self.send_buf.slices(off, data_len);
+        let payload: &[u8] = if b.is_empty() {
+            a
+        } else {
+            self.tx_scratch.clear();
+            self.tx_scratch.extend_from_slice(a);
+            self.tx_scratch.extend_from_slice(b);
+            &self.tx_scratch
+        };
         let sent = payload.len();
         // The FIN rides on the segment whose data ends where the FIN sits.
         let fin = self.fin_seq == Some(seq + sent);
