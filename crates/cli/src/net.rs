@@ -20,13 +20,17 @@ pub struct LinkArgs {
     #[arg(
         long,
         value_name = "NAME",
-        conflicts_with = "packet",
-        required_unless_present = "packet"
+        conflicts_with_all = ["packet", "shm_fd"],
+        required_unless_present_any = ["packet", "shm_fd"]
     )]
     pub tap: Option<String>,
     /// Use this existing interface through an AF_PACKET socket (e.g. one end of a veth pair).
-    #[arg(long, value_name = "IFACE")]
+    #[arg(long, value_name = "IFACE", conflicts_with = "shm_fd")]
     pub packet: Option<String>,
+    /// Use the shm wire whose descriptor this process inherited (made by another flowstack
+    /// process, e.g. a test or `flowstack bench`).
+    #[arg(long, value_name = "FD")]
+    pub shm_fd: Option<i32>,
     /// Capture every frame sent and received to this pcap file.
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<PathBuf>,
@@ -58,6 +62,11 @@ pub fn open(link: &LinkArgs, addr: &AddrArgs) -> Result<Host<Box<dyn Device>>, S
         Box::new(Tap::open(name).map_err(|e| e.to_string())?)
     } else if let Some(name) = &link.packet {
         Box::new(flowstack_link::packet::PacketSocket::open(name).map_err(|e| e.to_string())?)
+    } else if let Some(fd) = link.shm_fd {
+        Box::new(
+            flowstack_link::shm::ShmWire::attach(fd, Default::default())
+                .map_err(|e| format!("shm wire: {e}"))?,
+        )
     } else {
         return Err("a link is required: --tap NAME or --packet IFACE".into());
     };

@@ -118,14 +118,14 @@ pub fn run(a: ServeArgs) -> ExitCode {
             .as_deref()
             .map(|t| format!("tap {t}"))
             .or(a.link.packet.as_deref().map(|p| format!("packet {p}")))
-            .unwrap_or_default()
+            .unwrap_or_else(|| "shm wire".into())
     );
     let stop = stop_flag();
     let start = std::time::Instant::now();
     let mut conns: Vec<HttpConn> = Vec::new();
     let mut t = Totals::default();
     let mut buf = vec![0u8; CHUNK];
-    while !stop.load(Ordering::Relaxed) {
+    while !stop.load(Ordering::Relaxed) && !host.dev.link_down() {
         let mut moved = host.turn();
         let now = host.now();
         let e = &mut host.engine;

@@ -66,7 +66,7 @@ impl Default for ShmOptions {
             checksum_offload: true,
             large_segments: true,
             mtu: 1500,
-            spin: Duration::from_micros(50),
+            spin: Duration::from_micros(500),
         }
     }
 }

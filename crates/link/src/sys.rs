@@ -98,9 +98,14 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     }
 }
 
-/// Number of CPUs this process may run on.
+/// Number of online CPUs (not this process's affinity mask, which a pinned parent passes on
+/// to its children).
 pub fn cpu_count() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
+    // SAFETY: sysconf has no memory effects.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    if n > 0 {
+        n as usize
+    } else {
+        1
+    }
 }

@@ -677,12 +677,16 @@ impl Engine {
         // The whole socket call (lookup and copy) is the "application → socket" layer.
         let _p = flowstack_prof::enter(flowstack_prof::Layer::AppCopyIn);
         let c = self.tcp.conn_mut_pub(h)?;
-        match c.send(data) {
+        let r = match c.send(data) {
             Ok(0) if !data.is_empty() => Err(SocketError::WouldBlock),
             Ok(n) => Ok(n),
             Err(TcpError::Aborted) if c.error().is_none() => Err(SocketError::BrokenPipe),
             Err(e) => Err(tcp_socket::map_err(e)),
+        };
+        if matches!(r, Ok(n) if n > 0) {
+            self.tcp.touch(h);
         }
+        r
     }
 
     /// Reads received bytes; `Ok(0)` means the peer closed (end of stream).
@@ -690,7 +694,11 @@ impl Engine {
         let _p = flowstack_prof::enter(flowstack_prof::Layer::AppCopyOut);
         let c = self.tcp.conn_mut_pub(h)?;
         match c.recv(buf) {
-            Ok(n) => Ok(n),
+            Ok(n) => {
+                // Reading frees window: a window update may be due.
+                self.tcp.touch(h);
+                Ok(n)
+            }
             Err(Some(e)) => Err(tcp_socket::map_err(e)),
             Err(None) if c.state() == State::Closed => Err(SocketError::NotConnected),
             Err(None) => Err(SocketError::WouldBlock),
@@ -713,6 +721,7 @@ impl Engine {
     pub fn tcp_consume(&mut self, h: TcpHandle, n: usize) -> Result<(), SocketError> {
         let _p = flowstack_prof::enter(flowstack_prof::Layer::AppCopyOut);
         self.tcp.conn_mut_pub(h)?.consume(n);
+        self.tcp.touch(h);
         Ok(())
     }
 
@@ -727,6 +736,7 @@ impl Engine {
     /// Closes the sending side (FIN); reading continues.
     pub fn tcp_shutdown(&mut self, h: TcpHandle) -> Result<(), SocketError> {
         self.tcp.conn_mut_pub(h)?.shutdown_write();
+        self.tcp.touch(h);
         Ok(())
     }
 
@@ -738,6 +748,7 @@ impl Engine {
     /// Resets the connection (RST) and releases nothing: close the handle afterwards.
     pub fn tcp_abort(&mut self, now: Instant, h: TcpHandle) -> Result<(), SocketError> {
         self.tcp.conn_mut_pub(h)?.abort(now);
+        self.tcp.touch(h);
         Ok(())
     }
 
@@ -747,7 +758,10 @@ impl Engine {
     }
 
     /// Mutable access for per-socket options (no-delay, keepalive).
+    /// The connection is queued for the next dispatch, as anything may change.
     pub fn tcp_conn_mut(&mut self, h: TcpHandle) -> Result<&mut Connection, SocketError> {
+        self.tcp.conn(h)?;
+        self.tcp.touch(h);
         self.tcp.conn_mut_pub(h)
     }
 
@@ -771,6 +785,7 @@ impl Engine {
     /// Sets TCP_NODELAY (disables Nagle) on a connection.
     pub fn tcp_set_nodelay(&mut self, h: TcpHandle, on: bool) -> Result<(), SocketError> {
         self.tcp.conn_mut_pub(h)?.set_nodelay(on);
+        self.tcp.touch(h);
         Ok(())
     }
 
@@ -782,6 +797,7 @@ impl Engine {
         k: Option<flowstack_tcp::Keepalive>,
     ) -> Result<(), SocketError> {
         self.tcp.conn_mut_pub(h)?.set_keepalive(k, now);
+        self.tcp.touch(h);
         Ok(())
     }
 

@@ -145,12 +145,16 @@ impl TcpSockets {
         }
     }
 
-    /// Mutable access for an application call; the connection is queued for the next
-    /// dispatch, since the call may have given it something to send.
+    /// Mutable access for an application call. A call that changed what the connection has
+    /// to send must [`TcpSockets::touch`] it.
     pub fn conn_mut_pub(&mut self, h: TcpHandle) -> Result<&mut Connection, SocketError> {
-        self.conn_mut(h)?;
-        self.mark_ready(h.0);
         Ok(&mut self.conn_mut(h)?.conn)
+    }
+
+    /// Queues the connection for the next dispatch (it has something new to send or a timer
+    /// changed).
+    pub fn touch(&mut self, h: TcpHandle) {
+        self.mark_ready(h.0);
     }
 
     fn mark_ready(&mut self, i: usize) {
