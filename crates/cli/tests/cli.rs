@@ -195,3 +195,96 @@ fn profile_rejects_bad_sizes_and_png() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn bench_runs_both_peers_and_writes_json_with_speedup() {
+    let json = tmp("bench.json");
+    let out = flowstack()
+        .args([
+            "bench",
+            "rr",
+            "--peer",
+            "both",
+            "--duration",
+            "0.3",
+            "--json",
+        ])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        s.contains("[flowstack]") && s.contains("[   kernel]"),
+        "{s}"
+    );
+    let j = std::fs::read_to_string(&json).unwrap();
+    for key in [
+        "\"workload\": \"rr\"",
+        "\"flowstack\"",
+        "\"kernel\"",
+        "\"p50_us\"",
+        "\"p99_9_us\"",
+        "\"speedup\"",
+    ] {
+        assert!(j.contains(key), "{key} in {j}");
+    }
+    assert!(!j.contains("\"speedup\": null"));
+}
+
+#[test]
+fn bench_stream_over_the_pipe_and_crr_complete() {
+    let out = flowstack()
+        .args([
+            "bench",
+            "stream",
+            "--peer",
+            "flowstack",
+            "--link",
+            "pipe",
+            "--duration",
+            "0.3",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("(receiver)"));
+    let out = flowstack()
+        .args([
+            "bench",
+            "crr",
+            "--peer",
+            "flowstack",
+            "--duration",
+            "0.3",
+            "--no-tso",
+            "--no-checksum-offload",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn bench_misuse_exits_2() {
+    for args in [
+        &["bench", "nope"][..],
+        &["bench", "rr", "--duration", "0"],
+        &["bench", "rr", "--peer", "smoltcp"],
+    ] {
+        let out = flowstack().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
+}
