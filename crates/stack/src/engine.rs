@@ -689,6 +689,33 @@ impl Engine {
         r
     }
 
+    /// Zero-copy send: queues an application-owned buffer without copying it (it must fit
+    /// whole, else `WouldBlock`). Returns a token that [`Engine::tcp_zc_completion`] reports
+    /// once the peer has acknowledged every byte; until then the buffer stays referenced.
+    pub fn tcp_send_zc(
+        &mut self,
+        h: TcpHandle,
+        buf: std::sync::Arc<[u8]>,
+    ) -> Result<u64, SocketError> {
+        let _p = flowstack_prof::enter(flowstack_prof::Layer::AppCopyIn);
+        let c = self.tcp.conn_mut_pub(h)?;
+        let r = match c.send_zc(buf) {
+            Ok(Some(t)) => Ok(t),
+            Ok(None) => Err(SocketError::WouldBlock),
+            Err(TcpError::Aborted) if c.error().is_none() => Err(SocketError::BrokenPipe),
+            Err(e) => Err(tcp_socket::map_err(e)),
+        };
+        if r.is_ok() {
+            self.tcp.touch(h);
+        }
+        r
+    }
+
+    /// The token of a zero-copy send whose bytes are all acknowledged, if any.
+    pub fn tcp_zc_completion(&mut self, h: TcpHandle) -> Option<u64> {
+        self.tcp.conn_mut_pub(h).ok()?.take_zc_completion()
+    }
+
     /// Reads received bytes; `Ok(0)` means the peer closed (end of stream).
     pub fn tcp_recv(&mut self, h: TcpHandle, buf: &mut [u8]) -> Result<usize, SocketError> {
         let _p = flowstack_prof::enter(flowstack_prof::Layer::AppCopyOut);

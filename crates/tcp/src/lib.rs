@@ -19,6 +19,7 @@ pub mod counters;
 pub mod isn;
 pub mod rtt;
 pub mod sack;
+pub mod sendq;
 
 pub use cc::CcAlgorithm;
 pub use config::{Keepalive, TcpConfig};

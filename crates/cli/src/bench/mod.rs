@@ -55,7 +55,8 @@ pub struct RunOpts {
     /// stream, 64 otherwise].
     #[arg(long, value_name = "B")]
     pub msg_size: Option<usize>,
-    /// Ablation: copy received data out instead of borrowing it from the receive buffer.
+    /// Ablation: copy data into and out of the socket buffers instead of lending the
+    /// application's buffers to the stack (send) and borrowing the receive buffer (receive).
     #[arg(long)]
     pub no_zero_copy: bool,
     /// Ablation: segment in software to the MTU instead of handing 64 KiB segments down.
@@ -241,6 +242,7 @@ fn flowstack_shm(a: &BenchArgs) -> Result<ClientResult, String> {
         SocketAddrV4::new(SERVER_IP.into(), PORT),
         a.conns,
         Duration::from_secs_f64(a.duration),
+        !a.opts.no_zero_copy,
     );
     // Give the server a moment to listen: connect attempts retry anyway (RST → error), so wait
     // for its engine to answer ARP first.
@@ -298,6 +300,7 @@ fn flowstack_pipe(a: &BenchArgs) -> Result<ClientResult, String> {
         SocketAddrV4::new(SERVER_IP.into(), PORT),
         a.conns,
         Duration::from_secs_f64(a.duration),
+        !a.opts.no_zero_copy,
     );
     let origin = std::time::Instant::now();
     let deadline = origin + Duration::from_secs_f64(a.duration + 30.0);
@@ -406,7 +409,7 @@ pub fn run(a: BenchArgs) -> ExitCode {
         _ => vec!["flowstack", "kernel"],
     };
     println!(
-        "flowstack bench {}: msg {} B, {} conn(s), {:.1} s x {} run(s); flowstack over {} (checksum offload {}, TSO {}, zero-copy receive {}, delayed ACK {}), kernel over loopback",
+        "flowstack bench {}: msg {} B, {} conn(s), {:.1} s x {} run(s); flowstack over {} (checksum offload {}, TSO {}, zero-copy send/receive {}, delayed ACK {}), kernel over loopback",
         workload_name(a.workload),
         msg_size(a.workload, &a.opts),
         a.conns,

@@ -198,6 +198,9 @@ pub struct Client {
     done: bool,
     duration: Duration,
     data: Vec<u8>,
+    /// The same bytes, shared with the stack for zero-copy sends.
+    shared: std::sync::Arc<[u8]>,
+    zero_copy: bool,
     buf: Vec<u8>,
     interval_start: Instant,
     interval_bytes: u64,
@@ -211,6 +214,7 @@ impl Client {
         server: SocketAddrV4,
         conns: usize,
         duration: Duration,
+        zero_copy: bool,
     ) -> Self {
         Self {
             workload,
@@ -228,6 +232,8 @@ impl Client {
             done: false,
             duration,
             data: vec![0x17; msg.max(8)],
+            shared: vec![0x17; msg.max(8)].into(),
+            zero_copy,
             buf: vec![0; 256 * 1024],
             interval_start: Instant::ZERO,
             interval_bytes: 0,
@@ -322,9 +328,18 @@ impl Client {
                         self.conns[i].state = CState::Draining;
                         return true;
                     }
-                    while let Ok(n) = e.tcp_send(h, &self.data) {
-                        self.interval_bytes += n as u64;
-                        moved = true;
+                    if self.zero_copy {
+                        // The stack borrows the application's buffer until it is acknowledged.
+                        while e.tcp_zc_completion(h).is_some() {}
+                        while e.tcp_send_zc(h, self.shared.clone()).is_ok() {
+                            self.interval_bytes += self.shared.len() as u64;
+                            moved = true;
+                        }
+                    } else {
+                        while let Ok(n) = e.tcp_send(h, &self.data) {
+                            self.interval_bytes += n as u64;
+                            moved = true;
+                        }
                     }
                 }
                 Workload::Rr | Workload::Crr => {

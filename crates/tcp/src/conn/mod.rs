@@ -22,6 +22,7 @@ use crate::config::TcpConfig;
 use crate::isn::FourTuple;
 use crate::rtt::RttEstimator;
 use crate::sack::Scoreboard;
+use crate::sendq::SendQueue;
 use crate::MAX_WSCALE;
 use flowstack_wire::{Duration, Instant, SeqNum};
 use std::fmt;
@@ -129,7 +130,9 @@ pub struct Connection {
     pub(crate) snd_wl2: SeqNum,
     pub(crate) max_snd_wnd: usize,
     pub(crate) snd_wscale: u8,
-    pub(crate) send_buf: RingBuffer,
+    pub(crate) send_buf: SendQueue,
+    /// Next zero-copy buffer token.
+    pub(crate) zc_token: u64,
     /// Holds a segment's payload when it straddles the send ring's wrap point.
     pub(crate) tx_scratch: Vec<u8>,
     /// Sequence number of our FIN once the application closed the sending side.
@@ -213,7 +216,8 @@ impl Connection {
             snd_wl2: iss,
             max_snd_wnd: 0,
             snd_wscale: 0,
-            send_buf: RingBuffer::new(cfg.send_buffer),
+            send_buf: SendQueue::new(cfg.send_buffer),
+            zc_token: 0,
             tx_scratch: Vec::new(),
             fin_seq: None,
             mss,
@@ -377,6 +381,34 @@ impl Connection {
             return Ok(0);
         }
         Err(self.error)
+    }
+
+    /// Zero-copy send: queues an application-owned buffer without copying it. Returns its
+    /// token, later reported by [`Connection::take_zc_completion`] once every byte is
+    /// acknowledged, or `Ok(None)` if the buffer does not fit in the send window now.
+    pub fn send_zc(&mut self, buf: std::sync::Arc<[u8]>) -> Result<Option<u64>, TcpError> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        if self.fin_seq.is_some()
+            || !matches!(
+                self.state,
+                State::SynSent | State::SynReceived | State::Established | State::CloseWait
+            )
+        {
+            return Err(TcpError::Aborted);
+        }
+        let token = self.zc_token;
+        if !self.send_buf.enqueue_ext(buf, token) {
+            return Ok(None);
+        }
+        self.zc_token += 1;
+        Ok(Some(token))
+    }
+
+    /// The token of a zero-copy buffer that has been fully acknowledged (its memory is free).
+    pub fn take_zc_completion(&mut self) -> Option<u64> {
+        self.send_buf.take_completed()
     }
 
     /// Zero-copy receive: up to two slices of readable bytes; call [`Connection::consume`]

@@ -201,15 +201,7 @@ impl Connection {
         let data_len = self.send_buf.len().saturating_sub(off).min(len).min(room);
         // A segment is never cut short at the ring's wrap point (that would make needless
         // small segments): a straddling payload is gathered into a scratch buffer.
-        let (a, b) = self.send_buf.slices(off, data_len);
-        let payload: &[u8] = if b.is_empty() {
-            a
-        } else {
-            self.tx_scratch.clear();
-            self.tx_scratch.extend_from_slice(a);
-            self.tx_scratch.extend_from_slice(b);
-            &self.tx_scratch
-        };
+        let payload = self.send_buf.gather(off, data_len, &mut self.tx_scratch);
         let sent = payload.len();
         // The FIN rides on the segment whose data ends where the FIN sits.
         let fin = self.fin_seq == Some(seq + sent);

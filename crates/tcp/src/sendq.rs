@@ -1,0 +1,224 @@
+//! The send queue: bytes copied into a ring, and application-owned buffers sent without a copy
+//! (seed 002's user buffers handed to the stack), in one ordered stream.
+//!
+//! A zero-copy buffer stays referenced until every byte of it is acknowledged; then its token
+//! is reported as completed and the application may reuse the memory.
+
+use crate::buffer::RingBuffer;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+#[derive(Debug)]
+enum Chunk {
+    /// The next `n` bytes of the ring.
+    Ring(usize),
+    /// An application buffer, `off` bytes of it already acknowledged.
+    Ext {
+        buf: Arc<[u8]>,
+        off: usize,
+        token: u64,
+    },
+}
+
+/// Ordered bytes waiting to be sent or acknowledged.
+#[derive(Debug)]
+pub struct SendQueue {
+    ring: RingBuffer,
+    chunks: VecDeque<Chunk>,
+    len: usize,
+    cap: usize,
+    completed: VecDeque<u64>,
+}
+
+impl SendQueue {
+    /// A queue holding at most `cap` bytes (copied and borrowed together).
+    pub fn new(cap: usize) -> Self {
+        Self {
+            ring: RingBuffer::new(cap),
+            chunks: VecDeque::new(),
+            len: 0,
+            cap,
+            completed: VecDeque::new(),
+        }
+    }
+    /// Bytes queued (unsent and unacknowledged).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// True if nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Room left under the limit.
+    pub fn window(&self) -> usize {
+        self.cap - self.len
+    }
+
+    /// Copies as much of `data` as fits; returns how much.
+    pub fn enqueue(&mut self, data: &[u8]) -> usize {
+        let n = self.ring.enqueue(&data[..data.len().min(self.window())]);
+        if n > 0 {
+            match self.chunks.back_mut() {
+                Some(Chunk::Ring(k)) => *k += n,
+                _ => self.chunks.push_back(Chunk::Ring(n)),
+            }
+            self.len += n;
+        }
+        n
+    }
+
+    /// Queues an application buffer without copying it, if it fits whole.
+    pub fn enqueue_ext(&mut self, buf: Arc<[u8]>, token: u64) -> bool {
+        if buf.len() > self.window() {
+            return false;
+        }
+        if buf.is_empty() {
+            self.completed.push_back(token);
+            return true;
+        }
+        self.len += buf.len();
+        self.chunks.push_back(Chunk::Ext { buf, off: 0, token });
+        true
+    }
+
+    /// Drops `n` acknowledged bytes from the front, completing finished buffers.
+    pub fn consume(&mut self, mut n: usize) {
+        n = n.min(self.len);
+        self.len -= n;
+        while n > 0 {
+            match self.chunks.front_mut() {
+                Some(Chunk::Ring(k)) => {
+                    let m = (*k).min(n);
+                    self.ring.consume(m);
+                    *k -= m;
+                    n -= m;
+                    if *k == 0 {
+                        self.chunks.pop_front();
+                    }
+                }
+                Some(Chunk::Ext { buf, off, token }) => {
+                    let m = (buf.len() - *off).min(n);
+                    *off += m;
+                    n -= m;
+                    if *off == buf.len() {
+                        let t = *token;
+                        self.chunks.pop_front();
+                        self.completed.push_back(t);
+                    }
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// The `n` bytes at `off`: one slice when they are contiguous in one chunk, otherwise
+    /// gathered into `scratch`.
+    pub fn gather<'a>(&'a self, off: usize, n: usize, scratch: &'a mut Vec<u8>) -> &'a [u8] {
+        let mut single: Option<&'a [u8]> = None;
+        let mut pieces = 0;
+        scratch.clear();
+        self.pieces(off, n, |p| {
+            pieces += 1;
+            if pieces == 1 {
+                single = Some(p);
+            } else {
+                if pieces == 2 {
+                    scratch.extend_from_slice(single.expect("first piece"));
+                }
+                scratch.extend_from_slice(p);
+            }
+        });
+        match pieces {
+            0 => &[],
+            1 => single.expect("one piece"),
+            _ => scratch,
+        }
+    }
+
+    /// Calls `f` with the contiguous pieces making up `n` bytes at `off`.
+    fn pieces<'a>(&'a self, mut off: usize, mut n: usize, mut f: impl FnMut(&'a [u8])) {
+        let mut ring_pos = 0;
+        for c in &self.chunks {
+            if n == 0 {
+                break;
+            }
+            let clen = match c {
+                Chunk::Ring(k) => *k,
+                Chunk::Ext { buf, off: done, .. } => buf.len() - done,
+            };
+            if off >= clen {
+                off -= clen;
+                if let Chunk::Ring(k) = c {
+                    ring_pos += k;
+                }
+                continue;
+            }
+            let m = (clen - off).min(n);
+            match c {
+                Chunk::Ring(k) => {
+                    let (a, b) = self.ring.slices(ring_pos + off, m);
+                    if !a.is_empty() {
+                        f(a);
+                    }
+                    if !b.is_empty() {
+                        f(b);
+                    }
+                    ring_pos += k;
+                }
+                Chunk::Ext { buf, off: done, .. } => f(&buf[done + off..done + off + m]),
+            }
+            n -= m;
+            off = 0;
+        }
+    }
+
+    /// Takes the token of a zero-copy buffer whose bytes are all acknowledged.
+    pub fn take_completed(&mut self) -> Option<u64> {
+        self.completed.pop_front()
+    }
+
+    /// Frees the ring's memory when nothing is queued.
+    pub fn release_if_empty(&mut self) {
+        if self.len == 0 {
+            self.ring.release_if_empty();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copied_and_borrowed_bytes_form_one_stream() {
+        let mut q = SendQueue::new(100);
+        assert_eq!(q.enqueue(b"abc"), 3);
+        let ext: Arc<[u8]> = Arc::from(&b"DEFG"[..]);
+        assert!(q.enqueue_ext(ext.clone(), 7));
+        assert_eq!(q.enqueue(b"hi"), 2);
+        assert_eq!(q.len(), 9);
+        let mut s = Vec::new();
+        assert_eq!(q.gather(0, 9, &mut s), b"abcDEFGhi");
+        assert_eq!(q.gather(3, 4, &mut s), b"DEFG");
+        assert_eq!(q.gather(2, 3, &mut s), b"cDE");
+        // Acknowledge into the middle of the borrowed buffer: not complete yet.
+        q.consume(5);
+        assert_eq!(q.take_completed(), None);
+        assert_eq!(q.gather(0, 4, &mut s), b"FGhi");
+        q.consume(2);
+        assert_eq!(q.take_completed(), Some(7));
+        assert_eq!(q.gather(0, 2, &mut s), b"hi");
+        q.consume(2);
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn borrowed_buffer_must_fit_whole() {
+        let mut q = SendQueue::new(10);
+        q.enqueue(b"12345678");
+        assert!(!q.enqueue_ext(Arc::from(&b"abc"[..]), 1));
+        assert!(q.enqueue_ext(Arc::from(&b"ab"[..]), 2));
+        assert_eq!(q.window(), 0);
+        assert_eq!(q.enqueue(b"x"), 0);
+    }
+}
