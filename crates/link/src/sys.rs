@@ -109,3 +109,21 @@ pub fn cpu_count() -> usize {
         1
     }
 }
+
+/// Lets the calling thread run on every online CPU again (undoes [`pin_to_cpu`], which a
+/// child process inherits).
+pub fn unpin() -> io::Result<()> {
+    // SAFETY: as in pin_to_cpu.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for cpu in 0..cpu_count() {
+            libc::CPU_SET(cpu, &mut set);
+        }
+        cvt(libc::sched_setaffinity(
+            0,
+            std::mem::size_of::<libc::cpu_set_t>(),
+            &set,
+        ))
+        .map(|_| ())
+    }
+}

@@ -2,7 +2,7 @@
 //! process, one client thread per connection.
 
 use super::workload::{ClientResult, Workload};
-use super::{pass_opts, pin, workload_name, BenchArgs};
+use super::{kernel_placement, pass_opts, workload_name, BenchArgs};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::process::{Command, ExitCode, Stdio};
@@ -82,14 +82,16 @@ pub fn client(a: &BenchArgs, msg: usize) -> Result<ClientResult, String> {
 fn run_client(a: &BenchArgs, msg: usize, port: u16) -> Result<ClientResult, String> {
     let duration = Duration::from_secs_f64(a.duration);
     let addr = ("127.0.0.1", port);
+    kernel_placement(&a.opts, 0);
     let sent = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let threads: Vec<_> = (0..a.conns)
         .map(|_| {
             let w = a.workload;
             let sent = sent.clone();
+            let opts = a.opts.clone();
             std::thread::spawn(move || -> Result<ClientResult, String> {
-                pin(0);
+                kernel_placement(&opts, 0);
                 let mut r = ClientResult::default();
                 let data = vec![0x17u8; msg.max(8)];
                 let mut buf = vec![0u8; msg.max(8)];

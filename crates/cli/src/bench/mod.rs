@@ -71,6 +71,22 @@ pub struct RunOpts {
     /// Socket send and receive buffer size (the largest window).
     #[arg(long, value_name = "BYTES")]
     pub window: Option<usize>,
+    /// Where the kernel peer's client and server run: `free` (the scheduler decides),
+    /// `split` (pinned to different cores, like flowstack's engines) or `same` (one core,
+    /// which avoids cross-core wake-ups and is the kernel's best case for rr in a VM).
+    #[arg(long, value_enum, default_value = "free")]
+    pub kernel_placement: Placement,
+}
+
+/// Kernel peer placement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Placement {
+    /// Scheduler's choice.
+    Free,
+    /// Client on core 0, server on core 1.
+    Split,
+    /// Both on core 0.
+    Same,
 }
 
 /// Options of `flowstack bench`.
@@ -142,6 +158,18 @@ fn shm_options(o: &RunOpts) -> ShmOptions {
     }
 }
 
+/// Where a kernel-peer thread runs: pinned like flowstack's engines, or wherever the
+/// scheduler likes (the affinity a pinned parent passed down is undone).
+fn kernel_placement(o: &RunOpts, cpu: usize) {
+    match o.kernel_placement {
+        Placement::Split => pin(cpu),
+        Placement::Same => pin(0),
+        Placement::Free => {
+            let _ = flowstack_link::sys::unpin();
+        }
+    }
+}
+
 fn pin(cpu: usize) {
     if cpu_count() > 1 {
         let _ = pin_to_cpu(cpu % cpu_count());
@@ -150,11 +178,12 @@ fn pin(cpu: usize) {
 
 /// Entry of the hidden server process.
 pub fn serve(a: ServerArgs) -> ExitCode {
-    pin(1);
     let msg = msg_size(a.workload, &a.opts);
     if a.kernel {
+        kernel_placement(&a.opts, 1);
         return kernel::serve(a.workload, msg);
     }
+    pin(1);
     let Some(fd) = a.shm_fd else {
         eprintln!("flowstack: server needs --shm-fd or --kernel");
         return ExitCode::from(2);
@@ -343,6 +372,11 @@ fn pass_opts(cmd: &mut Command, o: &RunOpts) {
     if let Some(w) = o.window {
         cmd.arg("--window").arg(w.to_string());
     }
+    cmd.arg("--kernel-placement").arg(match o.kernel_placement {
+        Placement::Free => "free",
+        Placement::Split => "split",
+        Placement::Same => "same",
+    });
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
