@@ -291,3 +291,60 @@ fn newreno_transfers_byte_exact_under_loss() {
         assert!(r.client.fast_retransmits > 0 || r.client.timeouts > 0);
     }
 }
+
+#[test]
+fn malformed_option_drops_the_segment_without_harming_the_connection() {
+    let mut net = Net::new(NetConfig::default(), None).unwrap();
+    let (c, s) = pair(&mut net, 13);
+    let local = net.a.tcp_conn(c).unwrap().tuple();
+    // A data segment for A's connection whose MSS option claims length 1.
+    let t = TcpRepr {
+        src_port: local.remote_port,
+        dst_port: local.local_port,
+        seq: SeqNum(1),
+        ack: SeqNum(1),
+        flags: Flags::ACK,
+        window: 1000,
+        urgent: 0,
+        options: TcpOptions {
+            mss: Some(1460),
+            ..Default::default()
+        },
+        payload: b"evil",
+    };
+    let ip = Ipv4Repr::new(B_IP, A_IP, IpProtocol::Tcp, t.buffer_len());
+    let mut f = vec![0u8; 14 + 20 + t.buffer_len()];
+    EthernetRepr {
+        src: EthernetAddress([2, 0, 0, 0, 0, 2]),
+        dst: EthernetAddress([2, 0, 0, 0, 0, 1]),
+        ethertype: EtherType::Ipv4,
+    }
+    .emit(&mut f);
+    ip.emit(&mut f[14..34], ChecksumCaps::SOFTWARE);
+    t.emit(&mut f[34..], B_IP, A_IP, ChecksumCaps::SOFTWARE);
+    f[34 + 21] = 1; // option length 1 (checksum recomputed below)
+    f[34 + 16..34 + 18].copy_from_slice(&[0, 0]);
+    let mut acc = flowstack_wire::checksum::Accumulator::new();
+    acc.add_sum(flowstack_wire::checksum::pseudo_header(
+        B_IP,
+        A_IP,
+        6,
+        t.buffer_len() as u32,
+    ));
+    acc.add(&f[34..]);
+    let sum = acc.finish();
+    f[34 + 16..34 + 18].copy_from_slice(&sum.to_be_bytes());
+    let now = net.now;
+    net.a.receive(now, &f);
+    assert_eq!(net.a.counters().get(Counter::TcpExtTCPBadOptions), 1);
+    assert_eq!(net.a.tcp_conn(c).unwrap().state(), State::Established);
+    // The connection carries on.
+    net.b.tcp_send(s, b"still fine").unwrap();
+    let mut buf = [0u8; 32];
+    let mut got = 0;
+    assert!(net.run_until(Duration::from_secs(5), |n| {
+        got = n.a.tcp_recv(c, &mut buf).unwrap_or(0);
+        got > 0
+    }));
+    assert_eq!(&buf[..got], b"still fine");
+}
