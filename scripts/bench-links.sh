@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Throughput of a kernel client (curl) downloading one file over three paths, in one run:
-#   1. flowstack serve http over a TAP            (kernel curl <- flowstack)
+#   1. flowstack serve http over a TAP            (kernel curl <- flowstack), with and without
+#      the vnet header (segmentation/checksum offload)
 #   2. flowstack serve http over AF_PACKET (veth) (kernel curl <- flowstack)
 #   3. a kernel HTTP server over a veth pair      (kernel curl <- kernel, sendfile)
 # Everything runs inside network namespaces this script creates and removes; the addresses
@@ -65,6 +66,7 @@ run_flowstack() { # LINK... -> MB/s list
 }
 
 SRV=10.77.0.2 ; tap=$(run_flowstack --tap fst0 --ip 10.77.0.2/24)
+SRV=10.77.0.2 ; tapnv=$(run_flowstack --tap fst0 --no-vnet --ip 10.77.0.2/24)
 SRV=10.78.0.2 ; pkt=$(run_flowstack --packet fsf0 --ip 10.78.0.2/24)
 cat > "$WORK/srv.py" <<'PY'
 import http.server, os, sys
@@ -79,9 +81,10 @@ $K python3 "$WORK/srv.py" "$WORK/www" > /dev/null 2>&1 &
 wait_up http://10.79.0.1:8000/f.bin
 ker=$(for _ in $(seq "$RUNS"); do $X curl -s -o /dev/null -w '%{speed_download}\n' http://10.79.0.1:8000/f.bin | awk '{printf "%.1f\n", $1/1e6}'; done)
 
-t=$(echo "$tap" | median); p=$(echo "$pkt" | median); k=$(echo "$ker" | median)
+t=$(echo "$tap" | median); tn=$(echo "$tapnv" | median); p=$(echo "$pkt" | median); k=$(echo "$ker" | median)
 echo "file ${SIZE_MB} MiB, ${RUNS} runs each, median MB/s (all runs)"
 echo "kernel curl <- flowstack over TAP:        $t   ($(echo $tap | tr '\n' ' '))"
+echo "  same, TAP without vnet header (--no-vnet): $tn   ($(echo $tapnv | tr '\n' ' '))"
 echo "kernel curl <- flowstack over AF_PACKET:  $p   ($(echo $pkt | tr '\n' ' '))"
 echo "kernel curl <- kernel over veth:          $k   ($(echo $ker | tr '\n' ' '))"
 awk -v t="$t" -v p="$p" -v k="$k" 'BEGIN {printf "ratio flowstack/kernel: TAP %.2f, AF_PACKET %.2f\n", t/k, p/k}'

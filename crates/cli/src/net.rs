@@ -27,6 +27,9 @@ pub struct LinkArgs {
     /// Use this existing interface through an AF_PACKET socket (e.g. one end of a veth pair).
     #[arg(long, value_name = "IFACE", conflicts_with = "shm_fd")]
     pub packet: Option<String>,
+    /// With --tap: do not use the vnet header (no segmentation or checksum offload).
+    #[arg(long)]
+    pub no_vnet: bool,
     /// Use the shm wire whose descriptor this process inherited (made by another flowstack
     /// process, e.g. a test or `flowstack bench`).
     #[arg(long, value_name = "FD")]
@@ -59,7 +62,7 @@ pub struct AddrArgs {
 /// Opens the link and builds a host on it.
 pub fn open(link: &LinkArgs, addr: &AddrArgs) -> Result<Host<Box<dyn Device>>, String> {
     let dev: Box<dyn Device> = if let Some(name) = &link.tap {
-        Box::new(Tap::open(name).map_err(|e| e.to_string())?)
+        Box::new(Tap::open(name, !link.no_vnet).map_err(|e| e.to_string())?)
     } else if let Some(name) = &link.packet {
         Box::new(flowstack_link::packet::PacketSocket::open(name).map_err(|e| e.to_string())?)
     } else if let Some(fd) = link.shm_fd {

@@ -606,3 +606,20 @@ http.server.HTTPServer(("10.77.0.1", 8000), H).serve_forever()
         .collect();
     assert_eq!(fs::read_to_string(&got).unwrap(), want);
 }
+
+fn tap_novnet_setup() -> (Netns, Vec<&'static str>, &'static str, &'static str) {
+    (
+        Netns::new().with_tap(),
+        vec!["--tap", "fst0", "--no-vnet"],
+        "10.77.0.2/24",
+        "10.77.0.2",
+    )
+}
+
+#[test]
+fn tap_without_vnet_header_downloads_both_ways() {
+    if have_root() {
+        kernel_curl_from_flowstack(tap_novnet_setup, None, "tap-novnet-curl");
+        flowstack_get_from_kernel(tap_novnet_setup, "10.77.0.1", None, "tap-novnet-get");
+    }
+}

@@ -7,9 +7,9 @@
 //! coalesced large frames are accepted as they are.
 #![allow(unsafe_code)]
 
-use crate::sys::{cvt, interface_index, interface_mtu, wait_readable};
+use crate::sys::{complete_checksum, cvt, interface_index, interface_mtu, wait_readable};
 use crate::{Device, DeviceCaps, Instant, TxBatch};
-use flowstack_wire::{checksum, Duration};
+use flowstack_wire::Duration;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
@@ -176,43 +176,6 @@ impl PacketSocket {
     }
 }
 
-/// Completes the TCP/UDP checksum of an IPv4 frame whose checksum field holds only the
-/// pseudo-header sum (CHECKSUM_PARTIAL).
-fn complete_checksum(frame: &mut [u8]) -> bool {
-    if frame.len() < 34 || frame[12..14] != [0x08, 0x00] {
-        return false;
-    }
-    let ip = &frame[14..];
-    let ihl = ((ip[0] & 0xf) as usize) * 4;
-    let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
-    if ihl < 20 || total < ihl || 14 + total > frame.len() {
-        return false;
-    }
-    let off = match ip[9] {
-        6 => 16,
-        17 => 6,
-        _ => return false,
-    };
-    let src = flowstack_wire::Ipv4Address(ip[12..16].try_into().unwrap());
-    let dst = flowstack_wire::Ipv4Address(ip[16..20].try_into().unwrap());
-    let proto = ip[9];
-    let l4 = 14 + ihl;
-    let len = total - ihl;
-    if len < off + 2 {
-        return false;
-    }
-    frame[l4 + off..l4 + off + 2].copy_from_slice(&[0, 0]);
-    let mut acc = checksum::Accumulator::new();
-    acc.add_sum(checksum::pseudo_header(src, dst, proto, len as u32));
-    acc.add(&frame[l4..l4 + len]);
-    let mut c = acc.finish();
-    if proto == 17 && c == 0 {
-        c = 0xffff;
-    }
-    frame[l4 + off..l4 + off + 2].copy_from_slice(&c.to_be_bytes());
-    true
-}
-
 impl Device for PacketSocket {
     fn caps(&self) -> DeviceCaps {
         DeviceCaps {
@@ -335,6 +298,7 @@ impl Drop for PacketSocket {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flowstack_wire::checksum;
     use flowstack_wire::ipv4::{IpProtocol, Ipv4Repr};
     use flowstack_wire::{ChecksumCaps, Ipv4Address};
 

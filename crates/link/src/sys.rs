@@ -127,3 +127,42 @@ pub fn unpin() -> io::Result<()> {
         .map(|_| ())
     }
 }
+
+/// Completes the TCP/UDP checksum of an IPv4 frame whose checksum field holds only the
+/// pseudo-header sum (CHECKSUM_PARTIAL).
+pub(crate) fn complete_checksum(frame: &mut [u8]) -> bool {
+    if frame.len() < 34 || frame[12..14] != [0x08, 0x00] {
+        return false;
+    }
+    let ip = &frame[14..];
+    let ihl = ((ip[0] & 0xf) as usize) * 4;
+    let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
+    if ihl < 20 || total < ihl || 14 + total > frame.len() {
+        return false;
+    }
+    let off = match ip[9] {
+        6 => 16,
+        17 => 6,
+        _ => return false,
+    };
+    let src = flowstack_wire::Ipv4Address(ip[12..16].try_into().unwrap());
+    let dst = flowstack_wire::Ipv4Address(ip[16..20].try_into().unwrap());
+    let proto = ip[9];
+    let l4 = 14 + ihl;
+    let len = total - ihl;
+    if len < off + 2 {
+        return false;
+    }
+    frame[l4 + off..l4 + off + 2].copy_from_slice(&[0, 0]);
+    let mut acc = flowstack_wire::checksum::Accumulator::new();
+    acc.add_sum(flowstack_wire::checksum::pseudo_header(
+        src, dst, proto, len as u32,
+    ));
+    acc.add(&frame[l4..l4 + len]);
+    let mut c = acc.finish();
+    if proto == 17 && c == 0 {
+        c = 0xffff;
+    }
+    frame[l4 + off..l4 + off + 2].copy_from_slice(&c.to_be_bytes());
+    true
+}
