@@ -63,6 +63,11 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
+    // Internal helper for the interop tests (not part of the documented interface).
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some("__fanout-check") {
+        return net::fanout_check(&argv[2..]);
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

@@ -119,3 +119,40 @@ pub fn print_counters(e: &Engine, out: &mut dyn std::io::Write) {
         let _ = writeln!(out, "  {}", chunk.join("  "));
     }
 }
+
+/// `flowstack __fanout-check IFACE N MS`: opens N AF_PACKET sockets on IFACE in one hash
+/// fanout group, counts the frames each receives for MS milliseconds and prints the counts
+/// (one per line). Used by the interop tests to show that flows are spread.
+pub fn fanout_check(args: &[String]) -> std::process::ExitCode {
+    use flowstack_link::packet::PacketSocket;
+    use flowstack_wire::Instant;
+    let (Some(iface), Some(n), Some(ms)) = (
+        args.first(),
+        args.get(1).and_then(|s| s.parse::<usize>().ok()),
+        args.get(2).and_then(|s| s.parse::<u64>().ok()),
+    ) else {
+        eprintln!("flowstack: usage: __fanout-check IFACE N MS");
+        return std::process::ExitCode::from(2);
+    };
+    let mut socks = match PacketSocket::open_queues(iface, n) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("flowstack: {e}");
+            return std::process::ExitCode::from(1);
+        }
+    };
+    println!("ready");
+    let _ = std::io::Write::flush(&mut std::io::stdout());
+    let mut counts = vec![0u64; n];
+    let end = std::time::Instant::now() + std::time::Duration::from_millis(ms);
+    while std::time::Instant::now() < end {
+        for (i, s) in socks.iter_mut().enumerate() {
+            counts[i] += s.recv_batch(Instant::ZERO, 256, &mut |_| {}) as u64;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    for c in counts {
+        println!("{c}");
+    }
+    std::process::ExitCode::SUCCESS
+}

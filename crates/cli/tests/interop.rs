@@ -623,3 +623,52 @@ fn tap_without_vnet_header_downloads_both_ways() {
         flowstack_get_from_kernel(tap_novnet_setup, "10.77.0.1", None, "tap-novnet-get");
     }
 }
+
+#[test]
+fn packet_fanout_spreads_flows_over_queues() {
+    if !have_root() {
+        return;
+    }
+    let (ns, _, _, _) = veth_setup();
+    // The kernel sends to 10.78.0.2 without ARP (nobody answers on the raw side).
+    ns.ip(&[
+        "neigh",
+        "add",
+        "10.78.0.2",
+        "lladdr",
+        "02:66:73:00:00:02",
+        "dev",
+        "fsk0",
+    ]);
+    let mut checker = ns
+        .cmd(FLOWSTACK)
+        .args(["__fanout-check", "fsf0", "2", "1500"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(checker.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    // 64 flows (source ports), 10 datagrams each.
+    let script = "import socket\nfor p in range(64):\n  s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n  s.bind(('10.78.0.1',20000+p))\n  [s.sendto(b'x'*100,('10.78.0.2',9)) for _ in range(10)]\n";
+    let sent = run(ns.cmd("python3").args(["-c", script]));
+    assert!(
+        sent.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sent.stderr)
+    );
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    checker.wait().unwrap();
+    let counts: Vec<u64> = rest.lines().filter_map(|l| l.trim().parse().ok()).collect();
+    assert_eq!(counts.len(), 2, "{rest}");
+    assert!(
+        counts.iter().all(|&c| c > 0),
+        "both queues get flows: {counts:?}"
+    );
+    assert!(
+        counts.iter().sum::<u64>() >= 640,
+        "every datagram seen once: {counts:?}"
+    );
+}
