@@ -83,8 +83,10 @@ impl Congestion {
     /// New data acknowledged outside recovery.
     pub fn on_ack(&mut self, now: Instant, acked: usize, srtt: Option<Duration>) {
         if self.cwnd < self.ssthresh {
-            // RFC 5681 §3.1 slow start, with RFC 3465 L = 2·SMSS.
-            self.cwnd += acked.min(2 * self.mss);
+            // RFC 5681 §3.1 slow start by bytes acknowledged (RFC 3465). Deliberately without
+            // RFC 3465's L = 2·SMSS cap, as Linux does: with segmentation offload one ACK
+            // covers up to 44 segments, and the cap would starve slow start.
+            self.cwnd = (self.cwnd + acked).min(self.ssthresh.max(self.cwnd));
             return;
         }
         match self.algo {
@@ -193,6 +195,9 @@ mod tests {
         assert_eq!(c.cwnd(), 10_000);
         c.on_ack(Instant::ZERO, 1000, None);
         assert_eq!(c.cwnd(), 11_000);
+        // One ACK for a large (offloaded) segment grows the window by what it acknowledged.
+        c.on_ack(Instant::ZERO, 30_000, None);
+        assert_eq!(c.cwnd(), 41_000);
         c.on_loss(20_000);
         assert_eq!((c.cwnd(), c.ssthresh()), (10_000, 10_000));
         // Congestion avoidance: one MSS per cwnd of acknowledged bytes.

@@ -111,7 +111,20 @@ impl Scoreboard {
         n
     }
 
-    /// Forgets everything (after a retransmission timeout).
+    /// If `seq` lies in a SACKed block, the end of that block.
+    pub fn sacked_until(&self, seq: SeqNum) -> Option<SeqNum> {
+        self.blocks
+            .iter()
+            .find(|r| r.0 <= seq && seq < r.1)
+            .map(|r| r.1)
+    }
+
+    /// The start of the first SACKed block above `seq`.
+    pub fn next_sacked_after(&self, seq: SeqNum) -> Option<SeqNum> {
+        self.blocks.iter().find(|r| r.0 > seq).map(|r| r.0)
+    }
+
+    /// Forgets everything (the receiver may have reneged).
     pub fn clear(&mut self) {
         self.blocks.clear();
     }

@@ -7,6 +7,7 @@
 //! Client and server are pinned to different cores where the machine has two.
 
 mod kernel;
+mod smol;
 pub mod workload;
 
 use clap::{Args, ValueEnum};
@@ -33,7 +34,8 @@ pub enum PeerSel {
     Flowstack,
     /// The Linux kernel over loopback only.
     Kernel,
-    /// smoltcp over the in-process link (reference for stream; not built yet).
+    /// smoltcp (from crates.io) over an in-process link, next to flowstack over the
+    /// in-process pipe with the same settings (software checksums, MTU 1500): stream only.
     Smoltcp,
     /// flowstack and the kernel, compared.
     Both,
@@ -433,14 +435,24 @@ pub fn run(a: BenchArgs) -> ExitCode {
         eprintln!("flowstack: --msg-size must be 1..1048576");
         return ExitCode::from(2);
     }
-    if a.peer == PeerSel::Smoltcp {
-        eprintln!("flowstack: the smoltcp reference peer is not built in this version");
+    if a.peer == PeerSel::Smoltcp && a.workload != Workload::Stream {
+        eprintln!("flowstack: the smoltcp reference peer runs the stream workload only");
         return ExitCode::from(2);
     }
+    let mut a = a;
+    if a.peer == PeerSel::Smoltcp {
+        // Same ground for both: one process, in-process link, MTU-sized segments, software
+        // checksums (smoltcp has neither segmentation nor checksum offload here).
+        a.link = LinkSel::Pipe;
+        a.opts.no_tso = true;
+        a.opts.no_checksum_offload = true;
+    }
+    let a = a;
     let peers: Vec<&str> = match a.peer {
         PeerSel::Flowstack => vec!["flowstack"],
         PeerSel::Kernel => vec!["kernel"],
-        _ => vec!["flowstack", "kernel"],
+        PeerSel::Smoltcp => vec!["flowstack", "smoltcp"],
+        PeerSel::Both => vec!["flowstack", "kernel"],
     };
     println!(
         "flowstack bench {}: msg {} B, {} conn(s), {:.1} s x {} run(s); flowstack over {} (checksum offload {}, TSO {}, zero-copy send/receive {}, delayed ACK {}), kernel over loopback",
@@ -467,6 +479,11 @@ pub fn run(a: BenchArgs) -> ExitCode {
                     LinkSel::Shm => flowstack_shm(&a),
                     LinkSel::Pipe => flowstack_pipe(&a),
                 },
+                "smoltcp" => smol::stream(
+                    Duration::from_secs_f64(a.duration),
+                    msg_size(a.workload, &a.opts),
+                    a.opts.window.unwrap_or(1 << 20),
+                ),
                 _ => kernel::client(&a, msg_size(a.workload, &a.opts)),
             };
             match r {
@@ -520,7 +537,8 @@ pub fn run(a: BenchArgs) -> ExitCode {
             _ => f.1 / k.1.max(1e-9),
         };
         println!(
-            "speedup (flowstack vs kernel, > 1 = flowstack better): {s:.2}x ({})",
+            "speedup (flowstack vs {}, > 1 = flowstack better): {s:.2}x ({})",
+            k.0,
             if a.workload == Workload::Rr {
                 "kernel p50 / flowstack p50"
             } else {

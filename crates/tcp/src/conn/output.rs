@@ -249,8 +249,23 @@ impl Connection {
             return 0;
         }
         let mut n = 0;
-        let max_seg = self.mss.max(self.cfg.max_tso_segment);
+        // With segmentation offload, a segment carries at most a quarter of the congestion
+        // window (in whole segments): several segments stay in flight, so ACK clocking, dup
+        // ACKs and SACK recovery keep working (as Linux sizes its TSO bursts).
+        let full = self.full_seg();
+        let max_seg = if self.cfg.max_tso_segment > self.mss {
+            (self.cc.cwnd() / 4 / full * full).clamp(full, self.cfg.max_tso_segment)
+        } else {
+            self.mss
+        };
         loop {
+            // After a timeout, do not resend what the receiver has SACKed.
+            if self.snd_nxt < self.snd_max {
+                if let Some(end) = self.sack.sacked_until(self.snd_nxt) {
+                    self.snd_nxt = end.min(self.snd_max);
+                    continue;
+                }
+            }
             let data_end = self.snd_una_data() + self.send_buf.len();
             let fin_pending = self.fin_seq.is_some_and(|f| self.snd_nxt <= f);
             let avail = data_end - self.snd_nxt;
@@ -261,7 +276,12 @@ impl Connection {
             let usable_cc = self.cc.cwnd().saturating_sub(flight);
             let usable_rw = (self.snd_una + self.snd_wnd) - self.snd_nxt;
             let usable = usable_cc.min(usable_rw);
-            let len = avail.min(usable).min(max_seg);
+            let mut len = avail.min(usable).min(max_seg);
+            if self.snd_nxt < self.snd_max {
+                if let Some(next) = self.sack.next_sacked_after(self.snd_nxt) {
+                    len = len.min(next - self.snd_nxt);
+                }
+            }
             // RFC 9293 §3.8.6.2.1 sender SWS avoidance: a short segment only if it is at
             // least half the largest window the peer offered.
             let full = self.full_seg();

@@ -131,7 +131,12 @@ impl Connection {
         self.in_recovery = false;
         self.dupacks = 0;
         self.recover = self.snd_max;
-        self.sack.clear();
+        // RFC 6675 §5.1: keep using SACK information after a timeout, so the go-back-N
+        // resend skips what the receiver holds. A second timeout without progress may mean
+        // the receiver reneged: then forget it (as Linux's reneging check does).
+        if self.retries >= 2 {
+            self.sack.clear();
+        }
         // Go back N: resend from the oldest unacknowledged byte (or the SYN).
         self.snd_nxt = self.snd_una;
         self.rto_at = Some(now + self.rtt.rto());
