@@ -428,7 +428,7 @@ impl Engine {
                 reason, original, ..
             } => {
                 c.inc(Counter::IcmpInDestUnreachs);
-                self.icmp_unreachable_quoted(reason, original);
+                self.icmp_unreachable(reason, original);
             }
             Icmpv4Repr::TimeExceeded { .. } => c.inc(Counter::IcmpInTimeExcds),
         }
@@ -437,7 +437,7 @@ impl Engine {
     /// Reports an ICMP destination-unreachable to the socket it concerns (RFC 1122 §4.1.3.3).
     /// The quoted datagram is usually cut after 8 payload bytes, so its fields are read
     /// directly once the header is known to be there.
-    fn icmp_unreachable_quoted(&mut self, reason: DstUnreachable, q: &[u8]) {
+    fn icmp_unreachable(&mut self, reason: DstUnreachable, q: &[u8]) {
         if q.len() < ipv4::HEADER_LEN + 4 || q[0] >> 4 != 4 {
             return;
         }

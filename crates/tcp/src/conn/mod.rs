@@ -433,7 +433,7 @@ impl Connection {
         let grow = right - self.rcv_adv;
         let adv_wnd = self.rcv_adv - self.rcv_nxt;
         let thresh = (self.recv_buf.capacity() / 2).min(self.mss);
-        if grow >= thresh || (adv_wnd < self.mss && grow > 0 && adv_wnd == 0) {
+        if grow >= thresh || (adv_wnd == 0 && grow > 0) {
             self.ack_now = true;
         }
     }
