@@ -169,12 +169,19 @@ impl ArpCache {
         failed
     }
 
-    /// When [`ArpCache::on_timer`] next has work.
+    /// When [`ArpCache::on_timer`] next has work: a retry, or the earliest entry expiry
+    /// (expired entries are also ignored by `lookup`, so sweeping them is only housekeeping).
     pub fn poll_at(&self) -> Option<Instant> {
-        self.pending
+        let retry = self
+            .pending
             .values()
             .map(|p| p.last_request + self.cfg.request_interval)
-            .min()
+            .min();
+        let expiry = self.entries.values().map(|e| e.1).min();
+        match (retry, expiry) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Resolved entries (for `arp -n`-style display).

@@ -219,7 +219,13 @@ impl Engine {
 
     /// Fires due timers (ARP retries, reassembly expiry).
     pub fn on_timers(&mut self, now: Instant) {
-        self.iface.on_timer(now);
+        // Only when something is due: this runs on every poll.
+        if self.iface.poll_at().is_some_and(|t| t <= now) {
+            self.iface.on_timer(now);
+        }
+        if !self.reasm.poll_at().is_some_and(|t| t <= now) {
+            return;
+        }
         let expired = self.reasm.on_timer(now);
         self.iface
             .counters
