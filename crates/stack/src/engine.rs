@@ -223,7 +223,7 @@ impl Engine {
         if self.iface.poll_at().is_some_and(|t| t <= now) {
             self.iface.on_timer(now);
         }
-        if !self.reasm.poll_at().is_some_and(|t| t <= now) {
+        if self.reasm.poll_at().is_none_or(|t| t > now) {
             return;
         }
         let expired = self.reasm.on_timer(now);
