@@ -1,7 +1,7 @@
 //! `flowstack get`: an HTTP/1.1 client on a flowstack instance (Content-Length and chunked
 //! bodies).
 
-use crate::net::{open, AddrArgs, LinkArgs};
+use crate::net::{open_or_exit, AddrArgs, LinkArgs};
 use clap::Args;
 use flowstack_link::Device;
 use flowstack_stack::{Host, SocketError, TcpHandle};
@@ -71,12 +71,9 @@ pub fn run(a: GetArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let mut host = match open(&a.link, &a.addr) {
+    let mut host = match open_or_exit(&a.link, &a.addr) {
         Ok(h) => h,
-        Err(e) => {
-            eprintln!("flowstack: {e}");
-            return ExitCode::from(1);
-        }
+        Err(code) => return code,
     };
     let mut out: Box<dyn Write> = match &a.output {
         Some(p) => match std::fs::File::create(p) {

@@ -99,6 +99,17 @@ pub fn open(link: &LinkArgs, addr: &AddrArgs) -> Result<Host<Box<dyn Device>>, S
     Ok(Host::new(engine, dev))
 }
 
+/// [`open`], printing the reason on failure; `Err` is the exit status (1) to return.
+pub fn open_or_exit(
+    link: &LinkArgs,
+    addr: &AddrArgs,
+) -> Result<Host<Box<dyn Device>>, std::process::ExitCode> {
+    open(link, addr).map_err(|e| {
+        eprintln!("flowstack: {e}");
+        std::process::ExitCode::from(1)
+    })
+}
+
 /// A flag set by SIGINT/SIGTERM.
 pub fn stop_flag() -> Arc<AtomicBool> {
     let stop = Arc::new(AtomicBool::new(false));

@@ -1,6 +1,6 @@
 //! `flowstack ping`: ICMP echo from a flowstack instance, with ping(8)-like output.
 
-use crate::net::{open, stop_flag, AddrArgs, LinkArgs};
+use crate::net::{open_or_exit, stop_flag, AddrArgs, LinkArgs};
 use clap::Args;
 use flowstack_wire::{Duration, Ipv4Address};
 use std::process::ExitCode;
@@ -49,12 +49,9 @@ pub fn run(a: PingArgs) -> ExitCode {
         eprintln!("flowstack: ping size must be 16..65499 bytes");
         return ExitCode::from(2);
     }
-    let mut host = match open(&a.link, &a.addr) {
+    let mut host = match open_or_exit(&a.link, &a.addr) {
         Ok(h) => h,
-        Err(e) => {
-            eprintln!("flowstack: {e}");
-            return ExitCode::from(1);
-        }
+        Err(code) => return code,
     };
     let stop = stop_flag();
     println!("PING {} ({}) {} data bytes", a.host, a.host, a.size);

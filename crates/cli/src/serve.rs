@@ -3,7 +3,7 @@
 //! One event loop: poll the engine, accept, advance every connection as far as its buffers
 //! allow, sleep in the device when nothing moved. SIGINT/SIGTERM end it with a summary.
 
-use crate::net::{open, print_counters, stop_flag, AddrArgs, LinkArgs};
+use crate::net::{open_or_exit, print_counters, stop_flag, AddrArgs, LinkArgs};
 use clap::{Args, Subcommand};
 use flowstack_stack::{Counter, Engine, SocketError, TcpHandle};
 use flowstack_wire::Duration;
@@ -76,12 +76,9 @@ struct Totals {
 }
 
 pub fn run(a: ServeArgs) -> ExitCode {
-    let mut host = match open(&a.link, &a.addr) {
+    let mut host = match open_or_exit(&a.link, &a.addr) {
         Ok(h) => h,
-        Err(e) => {
-            eprintln!("flowstack: {e}");
-            return ExitCode::from(1);
-        }
+        Err(code) => return code,
     };
     let port = match &a.app {
         App::Http { root, port } => {
