@@ -49,6 +49,8 @@ struct ConnSock {
     conn: Connection,
     /// Queued in `ready`.
     ready: bool,
+    /// The earliest deadline this connection has in the timer heap.
+    scheduled: Option<Instant>,
     /// Listener that created it, until it is queued for accept.
     listener: Option<usize>,
     /// The application holds a handle.
@@ -166,11 +168,15 @@ impl TcpSockets {
         }
     }
 
-    /// Records the connection's next deadline in the timer heap.
+    /// Records the connection's next deadline in the timer heap, unless an entry at or
+    /// before it is already there (so the heap holds about one entry per connection).
     fn schedule(&mut self, i: usize) {
-        if let Some(Some(Sock::Conn(c))) = self.socks.get(i) {
+        if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
             if let Some(t) = c.conn.poll_at() {
-                self.timers.push(Reverse((t.as_nanos(), i)));
+                if c.scheduled.is_none_or(|s| t < s) {
+                    c.scheduled = Some(t);
+                    self.timers.push(Reverse((t.as_nanos(), i)));
+                }
             }
         }
     }
@@ -242,6 +248,7 @@ impl TcpSockets {
         let i = self.insert(Sock::Conn(Box::new(ConnSock {
             conn,
             ready: false,
+            scheduled: None,
             listener: None,
             owned: true,
         })));
@@ -452,6 +459,7 @@ impl TcpSockets {
         let i = self.insert(Sock::Conn(Box::new(ConnSock {
             conn,
             ready: false,
+            scheduled: None,
             listener,
             owned: false,
         })));
@@ -524,11 +532,17 @@ impl TcpSockets {
                 break;
             }
             self.timers.pop();
-            // Entries can be stale (the deadline moved, or the slot was reused): re-check.
+            // Entries can be stale (the deadline moved later, or the slot was reused): re-check,
+            // and re-arm a deadline that moved later.
             if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
+                if c.scheduled.is_some_and(|s| s.as_nanos() == t) {
+                    c.scheduled = None;
+                }
                 if c.conn.poll_at().is_some_and(|d| d <= now) {
                     c.conn.on_timeout(now, &mut self.counters);
                     self.mark_ready(i);
+                } else {
+                    self.schedule(i);
                 }
             }
         }
