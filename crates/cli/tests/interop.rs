@@ -672,3 +672,38 @@ fn packet_fanout_spreads_flows_over_queues() {
         "every datagram seen once: {counts:?}"
     );
 }
+
+#[test]
+fn tap_reattached_without_vnet_after_a_vnet_user() {
+    if !have_root() {
+        return;
+    }
+    let mut ns = Netns::new().with_tap();
+    let d = tmpdir("reattach");
+    let www = d.join("www");
+    fs::create_dir_all(&www).unwrap();
+    make_file(&www.join("f.bin"), 4 << 20);
+    // A vnet user turns the TAP's offloads on; a later plain user must still get whole,
+    // checksummed frames.
+    for (i, extra) in [&[][..], &["--no-vnet"][..]].iter().enumerate() {
+        let mut link = vec!["--tap", "fst0"];
+        link.extend_from_slice(extra);
+        let srv = serve(
+            &mut ns,
+            &link,
+            "10.77.0.2/24",
+            &www,
+            &[],
+            &d.join(format!("s{i}.log")),
+        );
+        let got = d.join(format!("got{i}.bin"));
+        let out = curl_get(&ns, "http://10.77.0.2/f.bin", &got);
+        assert!(
+            out.status.success(),
+            "run {i}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(same_file(&www.join("f.bin"), &got));
+        assert_eq!(ns.interrupt(srv), Some(0));
+    }
+}

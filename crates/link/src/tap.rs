@@ -78,16 +78,14 @@ fn open_queue(name: &str, multi_queue: bool, vnet: bool) -> io::Result<File> {
     req.set_short(flags);
     // SAFETY: TUNSETIFF reads and writes the `struct ifreq` we pass, which lives for the call.
     cvt(unsafe { libc::ioctl(file.as_raw_fd(), TUNSETIFF as _, &mut req) })?;
+    // With the vnet header, let the kernel send us coalesced TCP segments with partial
+    // checksums; without it, switch those offloads off: a previous user of the TAP may have
+    // left them on, and frames without a header cannot say their checksum is partial.
+    let offloads = if vnet { TUN_F_CSUM | TUN_F_TSO4 } else { 0 };
+    // SAFETY: TUNSETOFFLOAD takes its flags by value.
+    let r = cvt(unsafe { libc::ioctl(file.as_raw_fd(), TUNSETOFFLOAD as _, offloads) });
     if vnet {
-        // Let the kernel send us coalesced TCP segments with partial checksums.
-        // SAFETY: TUNSETOFFLOAD takes its flags by value.
-        cvt(unsafe {
-            libc::ioctl(
-                file.as_raw_fd(),
-                TUNSETOFFLOAD as _,
-                TUN_F_CSUM | TUN_F_TSO4,
-            )
-        })?;
+        r?;
     }
     Ok(file)
 }
