@@ -61,6 +61,15 @@ pub struct AddrArgs {
 
 /// Opens the link and builds a host on it.
 pub fn open(link: &LinkArgs, addr: &AddrArgs) -> Result<Host<Box<dyn Device>>, String> {
+    open_tuned(link, addr, |_| {})
+}
+
+/// [`open`], letting `tune` adjust the engine's configuration first.
+pub fn open_tuned(
+    link: &LinkArgs,
+    addr: &AddrArgs,
+    tune: impl FnOnce(&mut EngineConfig),
+) -> Result<Host<Box<dyn Device>>, String> {
     let dev: Box<dyn Device> = if let Some(name) = &link.tap {
         Box::new(Tap::open(name, !link.no_vnet).map_err(|e| e.to_string())?)
     } else if let Some(name) = &link.packet {
@@ -95,7 +104,9 @@ pub fn open(link: &LinkArgs, addr: &AddrArgs) -> Result<Host<Box<dyn Device>>, S
         .unwrap_or(EthernetAddress([0x02, 0x66, 0x73, a[1], a[2], a[3]]));
     let mut iface = IfaceConfig::new(mac, addr.ip);
     iface.gateway = addr.gw;
-    let engine = Engine::new(EngineConfig::new(iface), dev.caps());
+    let mut cfg = EngineConfig::new(iface);
+    tune(&mut cfg);
+    let engine = Engine::new(cfg, dev.caps());
     Ok(Host::new(engine, dev))
 }
 

@@ -152,6 +152,7 @@ fn profile_covers_every_layer_for_each_size_and_writes_json_and_svg() {
     for layer in [
         "AppCopyIn",
         "TcpOutput",
+        "TcpEmit",
         "IpOutput",
         "EthOutput",
         "DevTx",
@@ -170,15 +171,44 @@ fn profile_covers_every_layer_for_each_size_and_writes_json_and_svg() {
         "receive_without_ack_output_mbps",
         "end_to_end",
         "samples_kept",
+        "coverage_percent",
+        "\"method\": \"inclusive",
+        "in-process link",
     ] {
         assert!(j.contains(key), "{key}");
     }
     let s = std::fs::read_to_string(&svg).unwrap();
     assert!(s.starts_with("<svg") && s.contains("<rect"));
+    // One bar per path and size.
+    assert_eq!(s.matches("send+ACK ").count(), 2);
+    assert_eq!(s.matches(">receive ").count(), 2);
 }
 
 #[test]
-fn profile_rejects_bad_sizes_and_png() {
+fn profile_draws_a_png() {
+    let png = tmp("p.png");
+    let out = flowstack()
+        .args(["profile", "--sizes", "100", "--samples", "100", "--plot"])
+        .arg(&png)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let b = std::fs::read(&png).unwrap();
+    assert_eq!(&b[..8], b"\x89PNG\r\n\x1a\n");
+    // IHDR: width and height of the chart, 8-bit RGB.
+    assert_eq!(&b[12..16], b"IHDR");
+    let w = u32::from_be_bytes(b[16..20].try_into().unwrap());
+    let h = u32::from_be_bytes(b[20..24].try_into().unwrap());
+    assert!(w >= 800 && h >= 100, "{w}x{h}");
+    assert_eq!((b[24], b[25]), (8, 2));
+}
+
+#[test]
+fn profile_rejects_bad_sizes_plot_formats_and_addresses() {
     let out = flowstack()
         .args(["profile", "--sizes", "0"])
         .output()
@@ -190,10 +220,38 @@ fn profile_rejects_bad_sizes_and_png() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let out = flowstack()
-        .args(["profile", "--plot", "x.png"])
+        .args(["profile", "--plot", "x.gif"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+    for args in [
+        &["profile", "--ip", "10.0.0.2/24", "--peer", "10.0.0.1"][..],
+        &["profile", "--tap", "t0", "--ip", "10.0.0.2/24"],
+        &[
+            "profile",
+            "--tap",
+            "t0",
+            "--ip",
+            "10.0.0.2/24",
+            "--peer",
+            "10.9.0.1",
+        ],
+        &[
+            "profile",
+            "--tap",
+            "t0",
+            "--ip",
+            "10.0.0.2/24",
+            "--peer",
+            "10.0.0.2",
+        ],
+        &["profile", "--samples", "5"],
+    ] {
+        let out = flowstack().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+    }
 }
 
 #[test]

@@ -707,3 +707,89 @@ fn tap_reattached_without_vnet_after_a_vnet_user() {
         assert_eq!(ns.interrupt(srv), Some(0));
     }
 }
+
+/// `flowstack profile` over a real link against the kernel: every layer of both paths is
+/// measured, the JSON says which link, and the layer sums account for the end-to-end cost.
+fn profile_over(
+    setup: fn() -> (Netns, Vec<&'static str>, &'static str, &'static str),
+    peer: &str,
+    tag: &str,
+) {
+    let (ns, link, cidr, _) = setup();
+    let d = tmpdir(tag);
+    let json = d.join("p.json");
+    let out = run(ns
+        .cmd(FLOWSTACK)
+        .args(["profile", "--sizes", "100,1440", "--samples", "300"])
+        .args(&link)
+        .args(["--ip", cidr, "--peer", peer, "--json"])
+        .arg(&json));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("against the kernel at"), "{text}");
+    let j = fs::read_to_string(&json).unwrap();
+    assert!(j.contains(&format!("against the kernel at {peer}")), "{j}");
+    for layer in [
+        "AppCopyIn",
+        "TcpOutput",
+        "TcpEmit",
+        "IpOutput",
+        "EthOutput",
+        "DevTx",
+        "DevRx",
+        "EthIpInput",
+        "TcpInput",
+        "BufRelease",
+        "SockAppend",
+        "AppCopyOut",
+    ] {
+        let n = j.matches(&format!("\"layer\": \"{layer}\"")).count();
+        assert!(n >= 2, "{layer} appears {n} times\n{text}");
+    }
+    // Most samples are usable: the kernel acknowledged and sent in time.
+    for kept in j
+        .match_indices("\"samples_kept\": ")
+        .map(|(i, m)| &j[i + m.len()..])
+    {
+        let n: usize = kept
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(n >= 150, "only {n} of 300 samples kept\n{text}");
+    }
+    // The coverage is a measurement on a noisy VM; a broken bookkeeping (a layer counted twice
+    // or lost) shows up far outside this band.
+    for cov in j
+        .match_indices("\"coverage_percent\": ")
+        .map(|(i, m)| &j[i + m.len()..])
+    {
+        let v: f64 = cov
+            .split([',', '\n'])
+            .next()
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!((60.0..140.0).contains(&v), "coverage {v}%\n{text}");
+    }
+}
+
+#[test]
+fn tap_profile_against_the_kernel_covers_every_layer() {
+    if have_root() {
+        profile_over(tap_setup, "10.77.0.1", "tap-profile");
+    }
+}
+
+#[test]
+fn packet_profile_against_the_kernel_covers_every_layer() {
+    if have_root() {
+        profile_over(veth_setup, "10.78.0.1", "packet-profile");
+    }
+}

@@ -10,6 +10,16 @@ use std::net::SocketAddrV4;
 use std::process::{Child, Command, Stdio};
 
 const FLOWSTACK: &str = env!("CARGO_BIN_EXE_flowstack");
+
+/// Each test runs two polling engines (client here, server in a child process); on a
+/// 2-core machine three such pairs at once starve each other, so the tests take turns.
+/// (Under that starvation the impaired echo was seen to stall for over 60 s about one run in
+/// seven — a liveness problem still being chased, noted on the issue.)
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
 const SERVER: Ipv4Address = Ipv4Address::new(10, 0, 0, 2);
 
 /// Starts `flowstack serve --shm-fd N ... echo --port 7` in a child process.
@@ -76,6 +86,7 @@ fn echo_exact<D: Device>(host: &mut Host<D>, len: usize) {
 
 #[test]
 fn byte_exact_echo_between_two_processes() {
+    let _turn = turn();
     let wire = ShmWire::create(ShmOptions::default()).unwrap();
     let mut child = spawn_echo(&wire, None);
     let mut host = client(wire);
@@ -86,6 +97,7 @@ fn byte_exact_echo_between_two_processes() {
 
 #[test]
 fn byte_exact_echo_between_two_processes_under_impairment() {
+    let _turn = turn();
     let wire = ShmWire::create(ShmOptions::default()).unwrap();
     let spec = "loss=0.02,reorder=0.02,dup=0.01";
     let mut child = spawn_echo(&wire, Some(spec));
@@ -100,6 +112,7 @@ fn byte_exact_echo_between_two_processes_under_impairment() {
 
 #[test]
 fn peer_process_death_is_an_error_not_a_hang() {
+    let _turn = turn();
     let wire = ShmWire::create(ShmOptions::default()).unwrap();
     let mut child = spawn_echo(&wire, None);
     let mut host = client(wire);

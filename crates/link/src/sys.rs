@@ -83,6 +83,24 @@ pub fn wait_readable(fd: &impl AsRawFd, timeout: std::time::Duration) {
     unsafe { libc::poll(&mut p, 1, ms.max(if timeout.is_zero() { 0 } else { 1 })) };
 }
 
+/// Makes a kernel TCP socket acknowledge the segments it receives next at once
+/// (`TCP_QUICKACK`; the kernel falls back to delayed ACKs after a while, so call it again
+/// before each segment that must be acknowledged without delay).
+pub fn tcp_quickack(sock: &impl AsRawFd) -> io::Result<()> {
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt reads one c_int from a pointer to a live local of that size.
+    cvt(unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_QUICKACK,
+            &one as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })
+    .map(|_| ())
+}
+
 /// Pins the calling thread to one CPU (for benchmarks: one engine per core).
 pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it; sched_setaffinity reads it.

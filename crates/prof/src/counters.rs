@@ -1,6 +1,11 @@
 //! Hardware performance counters through `perf_event_open(2)`: instructions, cache misses and
 //! data-TLB read misses of the calling thread, read as one group. Many VMs expose none; then
 //! [`HwCounters::open`] says why and the profiler reports "n/a".
+//!
+//! Where the kernel allows user-space RDPMC (the event's mmap page has `cap_user_rdpmc`),
+//! [`HwCounters::pmc`] gives the counter indices so the probes can read the counters at every
+//! layer boundary for a few cycles; otherwise only [`HwCounters::read`] (a system call) works,
+//! which is good for whole phases, not for single layers.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -43,10 +48,29 @@ struct Attr {
     reserved: u16,
 }
 
+/// RDPMC access to an open counter group: what a probe needs to read the counters itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pmc {
+    /// RDPMC index of each counter, in the order of [`NAMES`].
+    pub index: [u32; N],
+    /// Counters are `pmc_width` bits wide: deltas are taken modulo `mask + 1`.
+    pub mask: u64,
+}
+
 /// An open counter group for the calling thread.
 pub struct HwCounters {
     fds: [i32; N],
+    /// Each event's mmap'd `perf_event_mmap_page` (null where mmap failed).
+    pages: [*const u8; N],
 }
+
+/// Offsets in `struct perf_event_mmap_page` (include/uapi/linux/perf_event.h).
+const PAGE_INDEX: usize = 12;
+const PAGE_CAPABILITIES: usize = 40;
+const PAGE_PMC_WIDTH: usize = 48;
+/// `cap_user_rdpmc` bit of `capabilities`.
+const CAP_USER_RDPMC: u64 = 1 << 2;
+const PAGE_SIZE: usize = 4096;
 
 fn open_one(type_: u32, config: u64, group: i32) -> io::Result<i32> {
     let attr = Attr {
@@ -85,7 +109,29 @@ impl HwCounters {
         let miss = open_one(PERF_TYPE_HARDWARE, PERF_COUNT_HW_CACHE_MISSES, lead);
         let tlb = open_one(PERF_TYPE_HW_CACHE, DTLB_READ_MISS, lead);
         match (miss, tlb) {
-            (Ok(m), Ok(t)) => Ok(Self { fds: [lead, m, t] }),
+            (Ok(m), Ok(t)) => {
+                let fds = [lead, m, t];
+                let pages = fds.map(|fd| {
+                    // SAFETY: maps the first (metadata) page of a perf event we opened,
+                    // read-only; unmapped in Drop.
+                    let p = unsafe {
+                        libc::mmap(
+                            std::ptr::null_mut(),
+                            PAGE_SIZE,
+                            libc::PROT_READ,
+                            libc::MAP_SHARED,
+                            fd,
+                            0,
+                        )
+                    };
+                    if p == libc::MAP_FAILED {
+                        std::ptr::null()
+                    } else {
+                        p as *const u8
+                    }
+                });
+                Ok(Self { fds, pages })
+            }
             (m, t) => {
                 for fd in [Some(lead), m.ok(), t.ok()].into_iter().flatten() {
                     // SAFETY: closing descriptors we opened.
@@ -114,8 +160,49 @@ impl HwCounters {
     }
 }
 
+impl HwCounters {
+    /// The counters' RDPMC indices, if user space may read them directly (the probes then
+    /// count per layer); `None` if not (counts per phase only, through [`HwCounters::read`]).
+    /// Read it right before a measurement: an index changes when the kernel reschedules
+    /// the event.
+    pub fn pmc(&self) -> Option<Pmc> {
+        let mut index = [0u32; N];
+        let mut width = 64u16;
+        for (i, &page) in self.pages.iter().enumerate() {
+            if page.is_null() {
+                return None;
+            }
+            // SAFETY: `page` is a live read-only mapping of one page; the fields read lie
+            // inside it and are naturally aligned. The kernel updates them concurrently,
+            // hence volatile reads.
+            let (idx, caps, w) = unsafe {
+                (
+                    std::ptr::read_volatile(page.add(PAGE_INDEX) as *const u32),
+                    std::ptr::read_volatile(page.add(PAGE_CAPABILITIES) as *const u64),
+                    std::ptr::read_volatile(page.add(PAGE_PMC_WIDTH) as *const u16),
+                )
+            };
+            if caps & CAP_USER_RDPMC == 0 || idx == 0 {
+                return None;
+            }
+            index[i] = idx - 1;
+            width = width.min(w.max(1));
+        }
+        let mask = if width >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << width) - 1
+        };
+        Some(Pmc { index, mask })
+    }
+}
+
 impl Drop for HwCounters {
     fn drop(&mut self) {
+        for p in self.pages.into_iter().filter(|p| !p.is_null()) {
+            // SAFETY: unmapping the page mapped in `open`.
+            unsafe { libc::munmap(p as *mut libc::c_void, PAGE_SIZE) };
+        }
         for fd in self.fds {
             // SAFETY: closing descriptors we own.
             unsafe { libc::close(fd) };

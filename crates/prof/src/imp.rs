@@ -1,8 +1,17 @@
 //! The probe recorder (compiled with the `probes` feature).
+//!
+//! One thread-local record of plain `Cell`s (no borrow flag, no lazy initialisation): a probe
+//! that finds the recorder inactive costs one thread-local load and a branch. An active probe
+//! reads the clock once per boundary and, when per-layer hardware counters are switched on,
+//! the counters with RDPMC right after it.
 #![allow(unsafe_code)]
 
+use crate::counters::{Pmc, N};
 use crate::{Layer, Snapshot, LAYERS};
-use std::cell::RefCell;
+use std::cell::Cell;
+
+/// Deepest nesting of probes recorded; deeper probes are ignored (not charged).
+const DEPTH: usize = 32;
 
 /// Reads the time-stamp counter.
 #[inline(always)]
@@ -28,6 +37,29 @@ pub fn rdtsc() -> u64 {
     }
 }
 
+/// Reads hardware counter `idx` (an RDPMC index the kernel published for this thread).
+#[inline(always)]
+#[cfg_attr(test, allow(dead_code))]
+fn rdpmc(idx: u32) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let (lo, hi): (u32, u32);
+        // SAFETY: called only while a `Pmc` is installed, i.e. with indices read from perf
+        // mmap pages whose `cap_user_rdpmc` bit was set: user-space RDPMC is then allowed for
+        // them. The instruction reads registers only.
+        unsafe {
+            core::arch::asm!("rdpmc", in("ecx") idx, out("eax") lo, out("edx") hi,
+                options(nomem, nostack, preserves_flags));
+        }
+        (hi as u64) << 32 | lo as u64
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = idx;
+        0
+    }
+}
+
 /// The recorder's clock: the TSC, or a settable counter in unit tests.
 #[inline(always)]
 fn clock() -> u64 {
@@ -41,28 +73,78 @@ fn clock() -> u64 {
     }
 }
 
+/// The hardware counters' current values (fake ones in unit tests).
+#[inline(always)]
+fn events(pmc: &Pmc) -> [u64; N] {
+    #[cfg(test)]
+    {
+        let _ = pmc;
+        tests::FAKE_EVENTS.with(|f| f.get())
+    }
+    #[cfg(not(test))]
+    {
+        [
+            rdpmc(pmc.index[0]),
+            rdpmc(pmc.index[1]),
+            rdpmc(pmc.index[2]),
+        ]
+    }
+}
+
 struct Rec {
-    active: bool,
-    cur: Layer,
-    last: u64,
-    stack: [Layer; 32],
-    depth: usize,
-    snap: Snapshot,
+    /// Bit `1 << layer` set while that layer is recorded; 0 when inactive.
+    enabled: Cell<u32>,
+    cur: Cell<usize>,
+    last: Cell<u64>,
+    depth: Cell<usize>,
+    stack: [Cell<u8>; DEPTH],
+    cycles: [Cell<u64>; LAYERS],
+    entries: [Cell<u32>; LAYERS],
+    children: [Cell<u32>; LAYERS],
+    nest: [Cell<u32>; LAYERS * LAYERS],
+    pmc: Cell<Option<Pmc>>,
+    events_last: Cell<[u64; N]>,
+    events: [Cell<[u64; N]>; LAYERS],
 }
 
 thread_local! {
-    /// Checked first by every probe: the one predictable branch paid when off.
-    static ACTIVE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    static REC: RefCell<Rec> = const {
-        RefCell::new(Rec {
-            active: false,
-            cur: Layer::Outside,
-            last: 0,
-            stack: [Layer::Outside; 32],
-            depth: 0,
-            snap: Snapshot { cycles: [0; LAYERS], entries: [0; LAYERS], children: [0; LAYERS] },
-        })
+    static REC: Rec = const {
+        Rec {
+            enabled: Cell::new(0),
+            cur: Cell::new(0),
+            last: Cell::new(0),
+            depth: Cell::new(0),
+            stack: [const { Cell::new(0) }; DEPTH],
+            cycles: [const { Cell::new(0) }; LAYERS],
+            entries: [const { Cell::new(0) }; LAYERS],
+            children: [const { Cell::new(0) }; LAYERS],
+            nest: [const { Cell::new(0) }; LAYERS * LAYERS],
+            pmc: Cell::new(None),
+            events_last: Cell::new([0; N]),
+            events: [const { Cell::new([0; N]) }; LAYERS],
+        }
     };
+}
+
+impl Rec {
+    /// Charges everything since the previous boundary to the current layer.
+    #[inline(always)]
+    fn boundary(&self) {
+        let t = clock();
+        let cur = self.cur.get();
+        let c = &self.cycles[cur];
+        c.set(c.get().wrapping_add(t.wrapping_sub(self.last.get())));
+        self.last.set(t);
+        if let Some(pmc) = self.pmc.get() {
+            let now = events(&pmc);
+            let last = self.events_last.replace(now);
+            let mut acc = self.events[cur].get();
+            for j in 0..N {
+                acc[j] = acc[j].wrapping_add(now[j].wrapping_sub(last[j]) & pmc.mask);
+            }
+            self.events[cur].set(acc);
+        }
+    }
 }
 
 /// Leaves the layer when dropped.
@@ -73,27 +155,26 @@ pub struct Guard {
 /// Enters `l`; the returned guard leaves it. Nothing is recorded while inactive.
 #[inline(always)]
 pub fn enter(l: Layer) -> Guard {
-    if !ACTIVE.with(|a| a.get()) {
-        return Guard { armed: false };
-    }
-    let armed = REC.with(|r| {
-        let mut r = r.borrow_mut();
-        if !r.active || r.depth == r.stack.len() {
-            return false;
+    REC.with(|r| {
+        if r.enabled.get() & (1 << l as u32) == 0 {
+            return Guard { armed: false };
         }
-        let t = clock();
-        let cur = r.cur as usize;
-        r.snap.cycles[cur] += t.wrapping_sub(r.last);
-        r.snap.entries[l as usize] += 1;
-        r.snap.children[cur] += 1;
-        let d = r.depth;
-        r.stack[d] = r.cur;
-        r.depth += 1;
-        r.cur = l;
-        r.last = clock();
-        true
-    });
-    Guard { armed }
+        let d = r.depth.get();
+        if d == DEPTH {
+            return Guard { armed: false };
+        }
+        r.boundary();
+        let cur = r.cur.get();
+        r.stack[d].set(cur as u8);
+        r.depth.set(d + 1);
+        r.children[cur].set(r.children[cur].get() + 1);
+        let li = l as usize;
+        r.entries[li].set(r.entries[li].get() + 1);
+        let n = &r.nest[cur * LAYERS + li];
+        n.set(n.get() + 1);
+        r.cur.set(li);
+        Guard { armed: true }
+    })
 }
 
 impl Drop for Guard {
@@ -103,62 +184,91 @@ impl Drop for Guard {
             return;
         }
         REC.with(|r| {
-            let mut r = r.borrow_mut();
-            let t = clock();
-            let cur = r.cur as usize;
-            r.snap.cycles[cur] += t.wrapping_sub(r.last);
-            r.depth -= 1;
-            let d = r.depth;
-            r.cur = r.stack[d];
-            r.last = clock();
+            let d = r.depth.get();
+            if r.enabled.get() == 0 || d == 0 {
+                return;
+            }
+            r.boundary();
+            r.depth.set(d - 1);
+            r.cur.set(r.stack[d - 1].get() as usize);
         });
     }
 }
 
-/// Starts recording on this thread (time until the first probe counts as `Outside`).
+/// Starts recording every layer on this thread (time until the first probe counts as
+/// `Outside`).
 pub fn activate() {
-    ACTIVE.with(|a| a.set(true));
+    activate_only(u32::MAX);
+}
+
+/// Starts recording on this thread, only the layers whose bit (`1 << layer`) is set in
+/// `mask`: the probes of the others do nothing, so their time counts to whichever recorded
+/// layer encloses them (inclusive measurement of a layer with only its own probes' cost).
+pub fn activate_only(mask: u32) {
     REC.with(|r| {
-        let mut r = r.borrow_mut();
-        r.active = true;
-        r.cur = Layer::Outside;
-        r.depth = 0;
-        r.last = clock();
+        r.cur.set(Layer::Outside as usize);
+        r.depth.set(0);
+        r.enabled.set(mask & !1);
+        if let Some(pmc) = r.pmc.get() {
+            r.events_last.set(events(&pmc));
+        }
+        r.last.set(clock());
     });
 }
 
 /// Stops recording on this thread.
 pub fn deactivate() {
-    ACTIVE.with(|a| a.set(false));
     REC.with(|r| {
-        let mut r = r.borrow_mut();
-        let t = clock();
-        let cur = r.cur as usize;
-        r.snap.cycles[cur] += t.wrapping_sub(r.last);
-        r.active = false;
+        if r.enabled.get() != 0 {
+            r.boundary();
+            r.enabled.set(0);
+        }
     });
+}
+
+/// Counts hardware events per layer from now on (`Some`), or stops doing so (`None`).
+/// Takes effect at the next [`activate`].
+pub fn use_counters(pmc: Option<Pmc>) {
+    REC.with(|r| r.pmc.set(pmc));
 }
 
 /// Returns and clears what was recorded.
 pub fn take() -> Snapshot {
-    REC.with(|r| std::mem::take(&mut r.borrow_mut().snap))
+    REC.with(|r| {
+        let mut s = Snapshot::default();
+        for l in 0..LAYERS {
+            s.cycles[l] = r.cycles[l].replace(0);
+            s.entries[l] = r.entries[l].replace(0);
+            s.children[l] = r.children[l].replace(0);
+            s.events[l] = r.events[l].replace([0; N]);
+            for c in 0..LAYERS {
+                s.nest[l][c] = r.nest[l * LAYERS + c].replace(0);
+            }
+        }
+        s
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::cell::Cell;
 
     thread_local! {
         pub(super) static FAKE: Cell<u64> = const { Cell::new(0) };
+        pub(super) static FAKE_EVENTS: Cell<[u64; N]> = const { Cell::new([0; N]) };
     }
 
     fn at(t: u64) {
         FAKE.with(|f| f.set(t));
     }
 
+    fn events_at(e: [u64; N]) {
+        FAKE_EVENTS.with(|f| f.set(e));
+    }
+
     #[test]
     fn nested_layers_are_charged_exclusively() {
+        use_counters(None);
         take();
         at(0);
         activate();
@@ -181,10 +291,95 @@ mod tests {
         assert_eq!(s.children[Layer::Outside as usize], 1);
         assert_eq!(s.children[Layer::TcpOutput as usize], 1);
         assert_eq!(s.children[Layer::IpOutput as usize], 0);
+        assert_eq!(
+            s.nest[Layer::Outside as usize][Layer::TcpOutput as usize],
+            1
+        );
+        assert_eq!(
+            s.nest[Layer::TcpOutput as usize][Layer::IpOutput as usize],
+            1
+        );
+        assert_eq!(s.nest.iter().flatten().sum::<u32>(), 2);
+        assert_eq!(s.events, Snapshot::default().events);
         // Inactive: nothing is recorded.
         let c = enter(Layer::TcpOutput);
         at(1000);
         drop(c);
         assert_eq!(take(), Snapshot::default());
+    }
+
+    #[test]
+    fn a_masked_recording_charges_unrecorded_layers_to_their_recorded_parent() {
+        use_counters(None);
+        take();
+        at(0);
+        activate_only(1 << Layer::TcpOutput as u32);
+        at(10);
+        let a = enter(Layer::TcpOutput);
+        at(110);
+        let b = enter(Layer::IpOutput); // not recorded: its time stays in TCP output
+        at(160);
+        drop(b);
+        at(185);
+        drop(a);
+        at(200);
+        deactivate();
+        let s = take();
+        assert_eq!(s.cycles[Layer::TcpOutput as usize], 175);
+        assert_eq!(s.cycles[Layer::IpOutput as usize], 0);
+        assert_eq!(s.entries[Layer::IpOutput as usize], 0);
+        assert_eq!(s.children[Layer::TcpOutput as usize], 0);
+        assert_eq!(s.cycles[Layer::Outside as usize], 25);
+    }
+
+    #[test]
+    fn hardware_events_are_charged_per_layer_and_wrap_at_the_counter_width() {
+        // 48-bit counters, as x86 PMUs publish in pmc_width.
+        let mask = (1u64 << 48) - 1;
+        use_counters(Some(Pmc {
+            index: [0, 1, 2],
+            mask,
+        }));
+        take();
+        at(0);
+        events_at([mask - 5, 100, 7]);
+        activate();
+        events_at([mask - 5 + 20, 130, 7]); // 20 instructions outside
+        let a = enter(Layer::TcpInput);
+        // The first counter wraps past 2^48 inside TCP input.
+        events_at([(mask - 5 + 20 + 300) & mask, 131, 9]);
+        let b = enter(Layer::SockAppend);
+        events_at([(mask - 5 + 20 + 300 + 40) & mask, 131, 9]);
+        drop(b);
+        events_at([(mask - 5 + 20 + 300 + 40 + 1) & mask, 131, 9]);
+        drop(a);
+        deactivate();
+        let s = take();
+        assert_eq!(s.events[Layer::Outside as usize], [20, 30, 0]);
+        assert_eq!(s.events[Layer::TcpInput as usize], [301, 1, 2]);
+        assert_eq!(s.events[Layer::SockAppend as usize], [40, 0, 0]);
+        use_counters(None);
+    }
+
+    #[test]
+    fn too_deep_nesting_is_ignored_and_unbalanced_drops_are_harmless() {
+        use_counters(None);
+        take();
+        at(0);
+        activate();
+        let mut guards = Vec::new();
+        for _ in 0..DEPTH + 3 {
+            guards.push(enter(Layer::Engine));
+        }
+        at(64);
+        // A guard outliving the recording period does nothing when dropped.
+        deactivate();
+        drop(guards);
+        let s = take();
+        assert_eq!(s.entries[Layer::Engine as usize] as usize, DEPTH);
+        assert_eq!(s.cycles[Layer::Engine as usize], 64);
+        activate();
+        deactivate();
+        assert_eq!(take().entries, [0; LAYERS]);
     }
 }

@@ -6,6 +6,9 @@
 //! are counted *exclusively* (TCP output's figure excludes the IPv4 output it calls) and the
 //! layers of one path add up to the path's cost.
 //!
+//! Hardware counters (instructions, cache misses, dTLB misses) are charged per layer the same
+//! way when the machine lets user space read them with RDPMC ([`counters::HwCounters`]).
+//!
 //! Free when off: without the `probes` cargo feature `enter` is an empty inline function; with
 //! it, an inactive recorder costs one thread-local load and one predictable branch.
 #![deny(unsafe_code)]
@@ -22,7 +25,8 @@ pub enum Layer {
     Outside = 0,
     /// Application → socket send buffer copy.
     AppCopyIn,
-    /// TCP output: segment choice, header, options, checksum, payload copy.
+    /// TCP output: what to send now (window, congestion, Nagle, timers) and the segment's
+    /// description; the bytes are written by [`Layer::TcpEmit`].
     TcpOutput,
     /// IPv4 output: routing, header, fragmentation decision.
     IpOutput,
@@ -45,12 +49,15 @@ pub enum Layer {
     AppCopyOut,
     /// Engine work between layers (timers, dispatch loop).
     Engine,
+    /// TCP output's writing of one segment into the frame the Ethernet layer provides:
+    /// header, options, payload copy and checksum (runs inside Ethernet output).
+    TcpEmit,
     /// Used to measure the probe's own cost.
     Calibrate,
 }
 
 /// Number of layers.
-pub const LAYERS: usize = 14;
+pub const LAYERS: usize = 15;
 
 impl Layer {
     /// Every layer, indexed by its value.
@@ -68,6 +75,7 @@ impl Layer {
         Layer::SockAppend,
         Layer::AppCopyOut,
         Layer::Engine,
+        Layer::TcpEmit,
         Layer::Calibrate,
     ];
 }
@@ -82,12 +90,17 @@ pub struct Snapshot {
     /// How many probes were entered while each layer was the current one (its children):
     /// part of each child probe's cost lands in the parent and is removed per child.
     pub children: [u32; LAYERS],
+    /// Hardware events charged to each layer (order of [`counters::NAMES`]); all zero unless
+    /// per-layer counters were switched on with [`use_counters`].
+    pub events: [[u64; counters::N]; LAYERS],
+    /// `nest[p][c]`: how many times layer `c` was entered while `p` was the current layer.
+    pub nest: [[u32; LAYERS]; LAYERS],
 }
 
 #[cfg(feature = "probes")]
 mod imp;
 #[cfg(feature = "probes")]
-pub use imp::{activate, deactivate, enter, rdtsc, take, Guard};
+pub use imp::{activate, activate_only, deactivate, enter, rdtsc, take, use_counters, Guard};
 
 #[cfg(not(feature = "probes"))]
 mod off {
@@ -102,6 +115,8 @@ mod off {
     /// Compiled out.
     pub fn activate() {}
     /// Compiled out.
+    pub fn activate_only(_mask: u32) {}
+    /// Compiled out.
     pub fn deactivate() {}
     /// Compiled out: always empty.
     pub fn take() -> Snapshot {
@@ -111,9 +126,11 @@ mod off {
     pub fn rdtsc() -> u64 {
         0
     }
+    /// Compiled out.
+    pub fn use_counters(_pmc: Option<crate::counters::Pmc>) {}
 }
 #[cfg(not(feature = "probes"))]
-pub use off::{activate, deactivate, enter, rdtsc, take, Guard};
+pub use off::{activate, activate_only, deactivate, enter, rdtsc, take, use_counters, Guard};
 
 /// True if the probes are compiled in.
 pub const ENABLED: bool = cfg!(feature = "probes");

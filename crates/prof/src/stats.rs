@@ -31,10 +31,28 @@ pub fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// Mean of `v` without its lowest and highest `frac` share (0 for an empty slice).
+///
+/// Used for the probe's own cost: a virtual machine's TSC may tick in coarse steps (26
+/// cycles here), which makes a median land on a step while the true cost lies between steps;
+/// the mean of many samples recovers it, and trimming keeps interrupt-sized spikes out.
+pub fn trimmed_mean(v: &[f64], frac: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let cut = ((s.len() as f64) * frac.clamp(0.0, 0.49)) as usize;
+    let kept = &s[cut..s.len() - cut];
+    kept.iter().sum::<f64>() / kept.len() as f64
+}
+
 /// Indices of the samples to keep: not `disturbed` (an interrupt, context switch or CPU
 /// migration was seen) and within `k` scaled median absolute deviations of the median of the
-/// undisturbed ones. A spread of zero keeps exactly the samples equal to the median.
-pub fn clean(samples: &[f64], disturbed: &[bool], k: f64) -> Vec<usize> {
+/// undisturbed ones — the deviation taken as at least `min_spread`, the clock's resolution:
+/// a clock that ticks in steps (26 cycles in this VM) makes most samples of a short layer
+/// equal, and keeping only those would bias the mean to one step.
+pub fn clean(samples: &[f64], disturbed: &[bool], k: f64, min_spread: f64) -> Vec<usize> {
     let calm: Vec<f64> = samples
         .iter()
         .zip(disturbed)
@@ -44,7 +62,7 @@ pub fn clean(samples: &[f64], disturbed: &[bool], k: f64) -> Vec<usize> {
     let med = median(&calm);
     let dev: Vec<f64> = calm.iter().map(|s| (s - med).abs()).collect();
     // 1.4826 · MAD estimates the standard deviation of normally distributed data.
-    let mad = 1.4826 * median(&dev);
+    let mad = (1.4826 * median(&dev)).max(min_spread);
     samples
         .iter()
         .enumerate()
@@ -115,7 +133,7 @@ mod tests {
         s[20] = 10.0; // impossible fast sample
         let mut d = vec![false; 100];
         d[30] = true; // a context switch was seen
-        let kept = clean(&s, &d, 5.0);
+        let kept = clean(&s, &d, 5.0, 0.0);
         assert_eq!(kept.len(), 97);
         assert!(!kept.contains(&10) && !kept.contains(&20) && !kept.contains(&30));
         let sum = summarize(&kept.iter().map(|&i| s[i]).collect::<Vec<_>>());
@@ -124,9 +142,25 @@ mod tests {
     }
 
     #[test]
-    fn zero_spread_keeps_the_median_only() {
+    fn trimmed_mean_sees_between_coarse_clock_steps() {
+        // A 62-cycle cost read by a clock ticking every 26 cycles: 52 or 78, by phase.
+        let mut v: Vec<f64> = (0..1000)
+            .map(|i| if i % 26 < 16 { 52.0 } else { 78.0 })
+            .collect();
+        v[3] = 90_000.0; // an interrupt
+        assert_eq!(median(&v), 52.0);
+        let m = trimmed_mean(&v, 0.01);
+        assert!((m - 62.0).abs() < 0.6, "{m}");
+        assert_eq!(trimmed_mean(&[], 0.1), 0.0);
+        assert_eq!(trimmed_mean(&[4.0], 0.4), 4.0);
+    }
+
+    #[test]
+    fn zero_spread_keeps_the_median_only_unless_the_clock_is_coarse() {
         let s = vec![5.0, 5.0, 5.0, 9.0];
-        assert_eq!(clean(&s, &[false; 4], 3.0), vec![0, 1, 2]);
+        assert_eq!(clean(&s, &[false; 4], 3.0, 0.0), vec![0, 1, 2]);
+        // With a 2-cycle clock, 9 is within 3 × 2 of 5: kept.
+        assert_eq!(clean(&s, &[false; 4], 3.0, 2.0), vec![0, 1, 2, 3]);
         assert_eq!(median(&[]), 0.0);
         assert_eq!(median(&[3.0, 1.0]), 2.0);
     }

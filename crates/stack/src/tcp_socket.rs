@@ -94,8 +94,8 @@ fn send_seg(now: Instant, iface: &mut Iface, t: &FourTuple, r: &TcpRepr) {
     let caps = iface.caps.checksum;
     let (src, dst) = (t.local_ip, t.remote_ip);
     let _ = iface.send_ip(now, dst, IpProtocol::Tcp, r.buffer_len(), true, &mut |b| {
-        // Header, options, payload copy and checksum belong to TCP output.
-        let _p = flowstack_prof::enter(flowstack_prof::Layer::TcpOutput);
+        // Header, options, payload copy and checksum: TCP output's work, done in the frame.
+        let _p = flowstack_prof::enter(flowstack_prof::Layer::TcpEmit);
         r.emit(b, src, dst, caps)
     });
 }
@@ -318,7 +318,7 @@ impl TcpSockets {
             if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
                 c.conn.on_segment(now, seg, &mut self.counters);
             }
-            self.after_input(now, i, iface);
+            self.after_input(i);
             return;
         }
         if ip.dst != iface.ip() {
@@ -394,7 +394,7 @@ impl TcpSockets {
                     if let Some(Some(Sock::Listener(l))) = self.socks.get_mut(li) {
                         l.accept_q.push_back(i);
                     }
-                    self.after_input(now, i, iface);
+                    self.after_input(i);
                 }
                 Some(_) => {
                     self.counters.inc(Counter::TcpExtListenOverflows);
@@ -452,7 +452,7 @@ impl TcpSockets {
         if let Some(Some(Sock::Listener(l))) = self.socks.get_mut(li) {
             l.half_open += 1;
         }
-        self.after_input(now, i, iface);
+        self.after_input(i);
     }
 
     fn add_conn(&mut self, t: FourTuple, conn: Connection, listener: Option<usize>) -> usize {
@@ -468,9 +468,18 @@ impl TcpSockets {
         i
     }
 
-    /// Moves newly established connections to their listener's accept queue and reaps
-    /// connections that are gone.
-    fn after_input(&mut self, now: Instant, i: usize, iface: &mut Iface) {
+    /// After a segment was processed for connection `i`: moves it to its listener's accept
+    /// queue once established and marks it ready, so that what it now has to send (the
+    /// ACK, data the ACK let out) leaves in this turn's dispatch — after the whole receive
+    /// batch, so one ACK can cover several segments — and it is reaped there if gone.
+    fn after_input(&mut self, i: usize) {
+        self.settle_listener(i);
+        self.mark_ready(i);
+    }
+
+    /// Moves a newly established connection to its listener's accept queue (or forgets a
+    /// failed half-open one).
+    fn settle_listener(&mut self, i: usize) {
         let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) else {
             return;
         };
@@ -487,7 +496,6 @@ impl TcpSockets {
                 }
             }
         }
-        self.flush(now, i, iface);
     }
 
     /// Sends what connection `i` has to send, and frees it once closed and unowned.
@@ -553,10 +561,9 @@ impl TcpSockets {
             };
             c.ready = false;
             if c.listener.is_some() {
-                self.after_input(now, i, iface);
-            } else {
-                self.flush(now, i, iface);
+                self.settle_listener(i);
             }
+            self.flush(now, i, iface);
         }
         let mut ready = ready;
         ready.clear();
