@@ -142,22 +142,12 @@ pub struct SizeResult {
     receive: PathResult,
 }
 
-/// Layers the inclusive passes rotate over (every real layer).
-const ROTATE: [Layer; 13] = [
-    Layer::AppCopyIn,
-    Layer::TcpOutput,
-    Layer::TcpEmit,
-    Layer::IpOutput,
-    Layer::EthOutput,
-    Layer::DevTx,
-    Layer::DevRx,
-    Layer::EthIpInput,
-    Layer::TcpInput,
-    Layer::BufRelease,
-    Layer::SockAppend,
-    Layer::AppCopyOut,
-    Layer::Engine,
-];
+/// Layers the inclusive passes rotate over: every real layer (all but `Outside` and
+/// `Calibrate`, the first and last of `Layer::ALL`).
+const ROTATE: &[Layer] = {
+    let (_, rest) = Layer::ALL.split_first().unwrap();
+    rest.split_last().unwrap().1
+};
 
 const STEPS: [Step; 3] = [Step::Send, Step::Ack, Step::Receive];
 
