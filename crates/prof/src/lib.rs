@@ -100,7 +100,9 @@ pub struct Snapshot {
 #[cfg(feature = "probes")]
 mod imp;
 #[cfg(feature = "probes")]
-pub use imp::{activate, activate_only, deactivate, enter, rdtsc, take, use_counters, Guard};
+pub use imp::{
+    activate, activate_only, deactivate, enter, rdtsc, supported, take, use_counters, Guard,
+};
 
 #[cfg(not(feature = "probes"))]
 mod off {
@@ -128,9 +130,15 @@ mod off {
     }
     /// Compiled out.
     pub fn use_counters(_pmc: Option<crate::counters::Pmc>) {}
+    /// Compiled out: nothing can be recorded.
+    pub fn supported() -> Result<(), &'static str> {
+        Err("this binary was built without probes (feature flowstack-prof/probes)")
+    }
 }
 #[cfg(not(feature = "probes"))]
-pub use off::{activate, activate_only, deactivate, enter, rdtsc, take, use_counters, Guard};
+pub use off::{
+    activate, activate_only, deactivate, enter, rdtsc, supported, take, use_counters, Guard,
+};
 
 /// True if the probes are compiled in.
 pub const ENABLED: bool = cfg!(feature = "probes");

@@ -4,7 +4,7 @@
 //! Each layer is measured twice. In the *full* pass every probe records, which shows how
 //! the layers nest and their exclusive cost directly — but each layer's figure then carries
 //! the calibration error of its own probes and of its children's, and on a path of a dozen
-//! probes whose cost (a serialised TSC read, ~50 cycles on this VM) rivals the work, those
+//! probes whose cost (a TSC read, ~55 cycles a pair on this VM) rivals the work, those
 //! errors add up. In the *inclusive* passes only one layer's probes record, so its figure
 //! (itself plus everything it calls) carries one probe pair's error; a layer's exclusive cost
 //! is then its inclusive cost minus its children's, and the layers of a path sum to the

@@ -391,10 +391,8 @@ pub fn run(a: ProfileArgs) -> ExitCode {
         Ok(w) => w,
         Err(e) => return usage(e),
     };
-    if !flowstack_prof::ENABLED {
-        eprintln!(
-            "flowstack: this binary was built without probes (feature flowstack-prof/probes)"
-        );
+    if let Err(why) = flowstack_prof::supported() {
+        eprintln!("flowstack: cannot profile: {why}");
         return ExitCode::from(1);
     }
     let tpn = tsc_per_ns();
