@@ -67,8 +67,8 @@ fn rdpmc(idx: u32) -> u64 {
 /// around a probe still overlaps a little. A full LFENCE on both sides (as [`rdtsc`] does)
 /// drains the pipeline: measured on this project's 2-core VM, each top-level probe then cost
 /// 25–40 cycles more in real code than the empty calibration pair did, and the receive
-/// path's layer sum came out at 110–115 % of its end-to-end cost; with RDTSCP it is 95–106 %
-/// (10 runs of `flowstack profile`). It is used unconditionally — even a predictable branch
+/// path's layer sum came out at 110–115 % of its end-to-end cost; with RDTSCP 99–111 % (10
+/// runs of `flowstack profile`, 4 sizes). It is used unconditionally — even a predictable branch
 /// choosing the instruction at each boundary measurably moved the sums — and recording
 /// refuses to start on a CPU without it ([`supported`]).
 #[inline(always)]
