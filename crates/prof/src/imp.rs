@@ -90,18 +90,10 @@ fn probe_tsc() -> u64 {
 /// Whether this CPU can record: it needs RDTSCP (CPUID leaf 0x8000_0001, EDX bit 27).
 /// Asked once (CPUID leaves a VM).
 pub fn supported() -> Result<(), &'static str> {
-    if has_rdtscp() {
-        Ok(())
-    } else {
-        Err("the CPU has no RDTSCP instruction, which the probes read the clock with")
-    }
-}
-
-fn has_rdtscp() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *HAS.get_or_init(|| {
+        let has = *HAS.get_or_init(|| {
             // SAFETY: CPUID exists on every x86_64 CPU (the intrinsic is safe on newer Rust,
             // hence the allow); leaf 0x8000_0000 gives the highest extended leaf, checked
             // before 0x8000_0001 is asked for.
@@ -110,12 +102,12 @@ fn has_rdtscp() -> bool {
                 let max = core::arch::x86_64::__cpuid(0x8000_0000).eax;
                 max >= 0x8000_0001 && core::arch::x86_64::__cpuid(0x8000_0001).edx & (1 << 27) != 0
             }
-        })
+        });
+        if !has {
+            return Err("the CPU has no RDTSCP instruction, which the probes read the clock with");
+        }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        true
-    }
+    Ok(())
 }
 
 /// The recorder's clock: the TSC, or a settable counter in unit tests.
@@ -328,12 +320,12 @@ mod tests {
         FAKE_EVENTS.with(|f| f.set(e));
     }
 
-    #[test]
-    fn nested_layers_are_charged_exclusively() {
+    /// Records, with the layers in `mask`, TCP output (10..200) calling IP output (110..185).
+    fn tcp_output_calling_ip_output(mask: u32) -> Snapshot {
         use_counters(None);
         take();
         at(0);
-        activate();
+        activate_only(mask);
         at(10);
         let a = enter(Layer::TcpOutput);
         at(110);
@@ -344,7 +336,12 @@ mod tests {
         drop(a);
         at(200);
         deactivate();
-        let s = take();
+        take()
+    }
+
+    #[test]
+    fn nested_layers_are_charged_exclusively() {
+        let s = tcp_output_calling_ip_output(u32::MAX);
         assert_eq!(s.entries[Layer::TcpOutput as usize], 1);
         assert_eq!(s.entries[Layer::IpOutput as usize], 1);
         assert_eq!(s.cycles[Layer::TcpOutput as usize], 100 + 25);
@@ -372,21 +369,8 @@ mod tests {
 
     #[test]
     fn a_masked_recording_charges_unrecorded_layers_to_their_recorded_parent() {
-        use_counters(None);
-        take();
-        at(0);
-        activate_only(1 << Layer::TcpOutput as u32);
-        at(10);
-        let a = enter(Layer::TcpOutput);
-        at(110);
-        let b = enter(Layer::IpOutput); // not recorded: its time stays in TCP output
-        at(160);
-        drop(b);
-        at(185);
-        drop(a);
-        at(200);
-        deactivate();
-        let s = take();
+        // IP output is not recorded: its time stays in TCP output.
+        let s = tcp_output_calling_ip_output(1 << Layer::TcpOutput as u32);
         assert_eq!(s.cycles[Layer::TcpOutput as usize], 175);
         assert_eq!(s.cycles[Layer::IpOutput as usize], 0);
         assert_eq!(s.entries[Layer::IpOutput as usize], 0);

@@ -140,9 +140,6 @@ pub use off::{
     activate, activate_only, deactivate, enter, rdtsc, supported, take, use_counters, Guard,
 };
 
-/// True if the probes are compiled in.
-pub const ENABLED: bool = cfg!(feature = "probes");
-
 /// What can disturb a sample: (context switches of this thread so far, current CPU).
 /// A sample whose switch count or CPU changed is discarded, as seed 000 discarded samples
 /// taken while an interrupt fired.
