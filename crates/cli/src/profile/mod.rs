@@ -162,6 +162,7 @@ fn probe_overhead(hw: Option<&HwCounters>) -> [ProbeCost; 1 + N] {
     for i in 0..8000 {
         flowstack_prof::use_counters(hw.and_then(|h| h.pmc()));
         take();
+        settle();
         activate();
         {
             let _outer = enter(Layer::Engine);
@@ -207,12 +208,18 @@ fn window_costs() -> (f64, f64) {
     let probed: Vec<f64> = (0..2000)
         .map(|_| {
             take();
+            settle();
             activate();
             deactivate();
             take().cycles[Layer::Outside as usize] as f64
         })
         .collect();
-    let off: Vec<f64> = (0..2000).map(|_| timed(|| ())).collect();
+    let off: Vec<f64> = (0..2000)
+        .map(|_| {
+            settle();
+            timed(|| ())
+        })
+        .collect();
     (trimmed_mean(&probed, 0.02), trimmed_mean(&off, 0.02))
 }
 
@@ -270,6 +277,7 @@ fn probed_pass(
         };
         flowstack_prof::use_counters(hw.and_then(|h| h.pmc()));
         take();
+        settle();
         activate_only(mask);
         let ran = rig.run(step);
         deactivate();
@@ -302,12 +310,52 @@ fn timed_pass(rig: &mut dyn Rig, per_step: bool) -> [(f64, bool); 3] {
         let ok = rig.prepare(step);
         let d0 = per_step.then(disturbance);
         let mut ran = false;
+        settle();
         let c = timed(|| ran = rig.run(step));
         let disturbed = d0.is_some_and(|d| d != disturbance());
         (c, !ok || !ran || disturbed)
     });
     rig.finish();
     out
+}
+
+/// Puts every measured window — probed or not, calibration or experiment — on the same
+/// footing just before it opens: a random delay (see [`dither`]), then a full fence (MFENCE),
+/// so that no window starts with stores of the unmeasured work before it still draining. The
+/// probed passes clear the recorder (~1.5 KB of stores in [`take`]) right before their window;
+/// without the fence, a pass with the recorder active and *no* probe recording (measured with
+/// a temporary layer outside the stack) ran the receive step 75–105 cycles slower than the
+/// probes-off window, with it 15–30.
+fn settle() {
+    dither();
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Waits a pseudo-random 0–127 loop turns (tens to a few hundred cycles).
+///
+/// This VM's TSC advances in steps of 26 cycles (see [`clock_tick`]), and the core clock and
+/// the TSC come from one reference: in a loop that repeats the same instructions, every
+/// boundary meets the clock at the same phase of a step and each interval rounds the same way,
+/// sample after sample — a bias of up to a step per boundary that averaging cannot remove and
+/// that moved with code layout. A random delay before each window makes the phase uniform, so
+/// the rounding averages out (dithering). Measured in one build (10 runs × 4 sizes): layer sum
+/// / end-to-end, send path 106.0 % → 101.6 %, receive 106.3 % → 102.0 %; a fixed delay of the
+/// same mean length left them at 104.4 % and 106.0 %.
+fn dither() {
+    use std::cell::Cell;
+    thread_local!(static STATE: Cell<u64> = const { Cell::new(0x9e37_79b9_7f4a_7c15) });
+    // xorshift64: cheap, and only the phase has to look random.
+    let n = STATE.with(|x| {
+        let mut v = x.get();
+        v ^= v << 13;
+        v ^= v >> 7;
+        v ^= v << 17;
+        x.set(v);
+        v % 128
+    });
+    for i in 0..n {
+        std::hint::black_box(i);
+    }
 }
 
 /// Runs `pass` twice and returns what the second run measured.
