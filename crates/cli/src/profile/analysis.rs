@@ -86,6 +86,8 @@ pub struct PathResult {
     pub e2e_stddev: f64,
     pub kept: usize,
     pub discarded: usize,
+    /// Samples taken, over all the path's steps (`discarded` counts against this).
+    pub taken: usize,
     /// Mean cycles inside the measured window but outside every probe (full pass).
     pub unattributed: f64,
     /// "inclusive" or "full" (see the module documentation), per step, joined by '+'.
@@ -127,6 +129,7 @@ pub fn combine(
         e2e_stddev: 0.0,
         kept: usize::MAX,
         discarded: 0,
+        taken: 0,
         unattributed: 0.0,
         method: String::new(),
         fast_path_hits: 0,
@@ -149,6 +152,7 @@ pub fn combine(
         let bad: Vec<bool> = raw.full.iter().map(|s| s.bad).collect();
         let keep = clean(&totals, &bad, k, cal.tick);
         out.discarded += raw.full.len() - keep.len();
+        out.taken += raw.full.len();
         out.kept = out.kept.min(keep.len());
         out.unattributed += (keep
             .iter()
@@ -392,6 +396,7 @@ mod tests {
         r.e2e[5] = (1e9, false);
         let p = combine(&[(Step::Send, &r)], 5.0, &cal(10.0, 5.0), Counting::None);
         assert_eq!(p.discarded, 2);
+        assert_eq!(p.taken, 200);
         assert!((p.e2e - 141.0).abs() < 0.01);
     }
 

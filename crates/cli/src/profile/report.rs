@@ -113,6 +113,20 @@ fn print_path(title: &str, p: &PathResult, tpn: f64, hw: bool) {
         p.discarded,
         p.method
     );
+    if let Some(w) = busy_warning(p) {
+        println!("    warning: {w}");
+    }
+}
+
+/// A warning when more than a fifth of a path's samples were discarded: the machine was busy
+/// (in a VM, the host), and what was kept may not stand for the whole run.
+pub fn busy_warning(p: &PathResult) -> Option<String> {
+    (p.discarded * 5 > p.taken).then(|| {
+        format!(
+            "{:.0}% of the samples were discarded (the machine was busy); these figures are less reliable, run again",
+            100.0 * p.discarded as f64 / p.taken.max(1) as f64
+        )
+    })
 }
 
 /// Prints one size's tables and ceilings.
@@ -298,4 +312,31 @@ pub fn to_json(
     }
     s.push_str("  ]\n}\n");
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn path(taken: usize, discarded: usize) -> PathResult {
+        PathResult {
+            layers: vec![],
+            total: 0.0,
+            e2e: 0.0,
+            e2e_stddev: 0.0,
+            kept: taken - discarded,
+            discarded,
+            taken,
+            unattributed: 0.0,
+            method: String::new(),
+            fast_path_hits: 0,
+        }
+    }
+
+    #[test]
+    fn a_busy_run_is_flagged_from_a_fifth_of_the_samples_discarded() {
+        assert_eq!(busy_warning(&path(10_000, 2_000)), None);
+        let w = busy_warning(&path(10_000, 2_001)).expect("flagged");
+        assert!(w.starts_with("20% of the samples were discarded"), "{w}");
+    }
 }
