@@ -11,6 +11,9 @@
 //! calibration sees what the sites pay. With a copy inlined at every site, an unrelated change
 //! elsewhere (renaming a thread-local in the harness) moved the receive path's layer sum from
 //! 103 % to 117 % of end-to-end; out of line the same two builds gave 102.7 % and 100.7 %.
+//! It narrows the layout effect but does not remove it: a later build that only added a
+//! report line put the receive path at 107–122 % again (the probes-off receive step of that
+//! binary ran in 600–980 cycles from process to process, the probes' excess stayed ~70–115).
 #![allow(unsafe_code)]
 
 use crate::counters::{Pmc, N};
