@@ -13,8 +13,6 @@ const FLOWSTACK: &str = env!("CARGO_BIN_EXE_flowstack");
 
 /// Each test runs two polling engines (client here, server in a child process); on a
 /// 2-core machine three such pairs at once starve each other, so the tests take turns.
-/// (Under that starvation the impaired echo was seen to stall for over 60 s about one run in
-/// seven — a liveness problem still being chased, noted on the issue.)
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn turn() -> std::sync::MutexGuard<'static, ()> {

@@ -471,3 +471,69 @@ fn minshall_nagle_sends_the_tail_of_a_message_at_once() {
     f.input(seg(f.peer, SeqNum(OUR_ISN + 1 + 2000), Flags::ACK, &[]));
     assert_eq!(f.poll().iter().map(|o| o.len).sum::<usize>(), 10);
 }
+
+#[test]
+fn zero_receive_window_still_takes_the_ack_of_a_segment_at_rcv_nxt() {
+    let cfg = TcpConfig {
+        recv_buffer: 4096,
+        ..Default::default()
+    };
+    let mut f = Fx::established_with(
+        cfg,
+        TcpOptions {
+            mss: Some(1460),
+            ..Default::default()
+        },
+    );
+    f.c.send(&[7u8; 1000]).unwrap();
+    assert_eq!(f.poll().iter().map(|o| o.len).sum::<usize>(), 1000);
+    // The peer fills our receive buffer; nobody reads it.
+    f.send(0, Flags::ACK, &[1u8; 1460]);
+    f.send(1460, Flags::ACK, &[1u8; 1460]);
+    f.send(2920, Flags::ACK, &[1u8; 1176]);
+    assert_eq!(f.c.recv_queue(), 4096);
+    // RFC 9293 §3.10.7.4: with RCV.WND zero the text is not acceptable, but the ACK is.
+    let s = seg(
+        f.peer + 4096,
+        SeqNum(OUR_ISN + 1 + 1000),
+        Flags::ACK,
+        &[2u8; 100],
+    );
+    f.input(s);
+    assert_eq!(f.c.send_queue(), 0, "the ACK field was processed");
+    assert_eq!(f.c.recv_queue(), 4096, "the text was not taken");
+    assert_eq!(f.ctr.get(Counter::TcpExtTCPRcvQDrop), 1);
+    let out = f.poll();
+    assert_eq!(out.len(), 1, "the dropped text is answered at once");
+    assert_eq!(out[0].ack, f.peer + 4096);
+    // Text beyond RCV.NXT in a zero window stays unacceptable, ACK field and all.
+    f.c.send(&[7u8; 10]).unwrap();
+    f.poll();
+    let s = seg(
+        f.peer + 4097,
+        SeqNum(OUR_ISN + 1 + 1010),
+        Flags::ACK,
+        &[2u8; 100],
+    );
+    f.input(s);
+    assert_eq!(f.c.send_queue(), 10);
+}
+
+#[test]
+fn ack_after_a_timeout_carries_the_highest_sequence_sent() {
+    let mut f = Fx::established();
+    f.c.send(&[3u8; 3 * 1460]).unwrap();
+    assert_eq!(f.poll().len(), 3);
+    // The timeout resends the first segment only (go back N, window collapsed to one).
+    let out = f.advance(Duration::from_secs(2));
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].seq, SeqNum(OUR_ISN + 1));
+    // Text from the peer now is answered by a bare ACK. Its sequence number is the highest
+    // sent, not the rewound send pointer: the peer may already hold everything up to it, and
+    // an ACK below its RCV.NXT would be dropped there unread.
+    let out = f.send(0, Flags::ACK | Flags::PSH, &[1u8; 100]);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].len, 0);
+    assert_eq!(out[0].seq, SeqNum(OUR_ISN + 1 + 3 * 1460));
+    assert_eq!(out[0].ack, f.peer + 100);
+}

@@ -193,9 +193,13 @@ impl Connection {
         let wnd = wnd.max(self.recv_buf.window().min(1 << 30));
         let in_wnd = |s: SeqNum| s.in_range(self.rcv_nxt, self.rcv_nxt + wnd);
         match (len, wnd) {
-            (0, 0) => seg.seq == self.rcv_nxt,
+            // "If the RCV.WND is zero, no segments will be acceptable, but special allowance
+            // should be made to accept valid ACKs, URGs, and RSTs": a segment that starts at
+            // RCV.NXT has its control fields processed; the seventh step drops its text and
+            // answers with an ACK. Without this, two peers with full buffers ignore each
+            // other's ACKs for ever (Linux's tcp_sequence admits it too).
+            (_, 0) => seg.seq == self.rcv_nxt,
             (0, _) => in_wnd(seg.seq),
-            (_, 0) => false,
             _ => in_wnd(seg.seq) || in_wnd(seg.seq + len - 1),
         }
     }
@@ -383,7 +387,9 @@ impl Connection {
             let _p = flowstack_prof::enter(flowstack_prof::Layer::SockAppend);
             let n = self.recv_buf.write_at(0, data);
             if n < data.len() {
+                // Text beyond the window is dropped; the ACK tells the sender the window.
                 c.inc(Counter::TcpExtTCPRcvQDrop);
+                self.ack_now = true;
             }
             self.recv_buf.commit(n);
             self.rcv_nxt += n;

@@ -67,7 +67,7 @@ impl Connection {
             }
         }
         if self.ack_now && n == 0 && self.state != State::SynSent {
-            let r = self.ack_segment(now, self.snd_nxt);
+            let r = self.ack_segment(now, self.ack_seq());
             self.emit_counted(&r, c, emit);
             n += 1;
         }
@@ -134,6 +134,22 @@ impl Connection {
                 };
             }
             r.options.sack_len = k as u8;
+        }
+    }
+
+    /// The sequence number of a segment without text: RFC 9293's SND.NXT, which is our
+    /// `snd_max` (`snd_nxt` moves back for go-back-N), kept inside the peer's window.
+    ///
+    /// After a timeout `snd_nxt` can lie below the peer's RCV.NXT; an ACK carrying it would be
+    /// unacceptable there (its ACK field and window ignored), and an ACK below the peer's
+    /// SND.WL1 cannot update the window it tells. Capping at the window's right edge keeps
+    /// the ACK acceptable to a peer whose window shrank (as Linux's tcp_acceptable_seq).
+    fn ack_seq(&self) -> SeqNum {
+        let wnd_end = self.snd_una + self.snd_wnd;
+        if self.snd_max <= wnd_end {
+            self.snd_max
+        } else {
+            wnd_end.max(self.snd_nxt)
         }
     }
 
