@@ -184,6 +184,8 @@ counters! {
     TcpExtTCPFastRetrans,
     /// Retransmissions triggered by SACK-based loss recovery.
     TcpExtTCPSackRecovery,
+    /// Retransmissions found lost (SACKs for data sent after them came back first).
+    TcpExtTCPLostRetransmit,
     /// Delayed ACKs sent by the timer.
     TcpExtDelayedACKs,
     /// Connections aborted after too many retransmissions.

@@ -74,15 +74,16 @@ impl Scoreboard {
         self.blocks.is_empty()
     }
 
-    /// RFC 6675 §4 IsLost: more than (DupThresh − 1)·MSS bytes SACKed above `seq`.
-    pub fn is_lost(&self, seq: SeqNum, mss: usize) -> bool {
+    /// RFC 6675 §4 IsLost: more than (DupThresh − 1)·MSS bytes SACKed above `seq`, with the
+    /// DupThresh in force (lower for a small flight, see RFC 5827).
+    pub fn is_lost(&self, seq: SeqNum, mss: usize, dup_thresh: usize) -> bool {
         let above: usize = self
             .blocks
             .iter()
             .filter(|r| r.1 > seq)
             .map(|r| r.1 - r.0.max(seq))
             .sum();
-        above > (DUP_THRESH - 1) * mss
+        above > (dup_thresh - 1) * mss
     }
 
     /// The first un-SACKed range at or after `from` that lies below the highest SACK.
@@ -153,8 +154,8 @@ mod tests {
             Some((SeqNum(3000), SeqNum(4000)))
         );
         assert_eq!(s.next_hole(SeqNum(6000)), None);
-        assert!(s.is_lost(SeqNum(0), 1000));
-        assert!(!s.is_lost(SeqNum(3000), 1000));
+        assert!(s.is_lost(SeqNum(0), 1000, DUP_THRESH));
+        assert!(!s.is_lost(SeqNum(3000), 1000, DUP_THRESH));
         assert_eq!(s.hole_bytes_from(SeqNum(0)), 3000);
         s.advance(SeqNum(2500));
         assert_eq!(s.sacked_bytes(), 2500);

@@ -537,3 +537,124 @@ fn ack_after_a_timeout_carries_the_highest_sequence_sent() {
     assert_eq!(out[0].seq, SeqNum(OUR_ISN + 1 + 3 * 1460));
     assert_eq!(out[0].ack, f.peer + 100);
 }
+
+/// A connection with SACK, ESTABLISHED, 1460-byte segments (no timestamps).
+fn sack_established() -> Fx {
+    Fx::established_with(
+        TcpConfig::default(),
+        TcpOptions {
+            mss: Some(1460),
+            sack_permitted: true,
+            ..Default::default()
+        },
+    )
+}
+
+/// The peer acknowledges `acked` bytes of our stream and SACKs the given byte ranges of it;
+/// returns what we send in answer.
+fn ack_sack(f: &mut Fx, acked: usize, blocks: &[(usize, usize)]) -> Vec<Out> {
+    let base = SeqNum(OUR_ISN + 1);
+    let mut s = seg(f.peer, base + acked, Flags::ACK, &[]);
+    for (i, &(a, b)) in blocks.iter().enumerate() {
+        s.options.sack[i] = flowstack_wire::tcp::SackBlock {
+            left: base + a,
+            right: base + b,
+        };
+    }
+    s.options.sack_len = blocks.len() as u8;
+    f.input(s);
+    f.poll()
+}
+
+const SEG: usize = 1460;
+
+#[test]
+fn early_retransmit_repairs_a_small_flight_with_two_duplicate_acks() {
+    let mut f = sack_established();
+    f.c.send(&[1u8; 3 * SEG]).unwrap();
+    assert_eq!(f.poll().len(), 3);
+    // Nothing more to send: RFC 5827 lowers the threshold to outstanding segments − 1 = 2.
+    assert!(ack_sack(&mut f, 0, &[(SEG, 2 * SEG)]).is_empty());
+    let out = ack_sack(&mut f, 0, &[(SEG, 3 * SEG)]);
+    assert_eq!(out.len(), 1, "second duplicate ACK: fast retransmit");
+    assert_eq!((out[0].seq, out[0].len), (SeqNum(OUR_ISN + 1), SEG));
+    assert_eq!(f.ctr.get(Counter::TcpExtTCPFastRetrans), 1);
+}
+
+#[test]
+fn limited_transmit_sends_new_data_on_the_first_two_duplicate_acks() {
+    let mut f = Fx::established();
+    f.c.send(&[1u8; 20 * SEG]).unwrap();
+    assert_eq!(f.poll().len(), 10, "the initial window");
+    let dup = |f: &mut Fx| {
+        f.input(seg(f.peer, SeqNum(OUR_ISN + 1), Flags::ACK, &[]));
+        f.poll()
+    };
+    for k in 0..2 {
+        let out = dup(&mut f);
+        assert_eq!(out.len(), 1, "duplicate ACK {}: one new segment", k + 1);
+        assert_eq!(out[0].seq, SeqNum(OUR_ISN + 1) + (10 + k) * SEG);
+    }
+    let out = dup(&mut f);
+    assert_eq!(out[0].seq, SeqNum(OUR_ISN + 1), "third: fast retransmit");
+}
+
+#[test]
+fn a_small_hole_is_resent_after_a_timeout_despite_sender_sws_avoidance() {
+    let mut f = sack_established();
+    f.c.send(&[1u8; 3 * SEG]).unwrap();
+    assert_eq!(f.poll().len(), 3);
+    // The peer holds all but the first 12 bytes; recovery resends them, and that is lost too.
+    let out = ack_sack(&mut f, 0, &[(12, 3 * SEG)]);
+    assert_eq!(out.iter().map(|o| o.len).collect::<Vec<_>>(), vec![12]);
+    let out = f.advance(Duration::from_secs(2));
+    assert_eq!(f.ctr.get(Counter::TcpExtTCPTimeouts), 1);
+    assert_eq!(
+        out.iter().map(|o| (o.seq, o.len)).collect::<Vec<_>>(),
+        vec![(SeqNum(OUR_ISN + 1), 12)],
+        "the timeout resends the 12-byte hole"
+    );
+}
+
+#[test]
+fn with_sack_a_loss_right_at_the_recovery_point_is_fast_retransmitted() {
+    let mut f = sack_established();
+    f.c.send(&[1u8; 8 * SEG]).unwrap();
+    assert_eq!(f.poll().len(), 8);
+    // First loss: segment 0; recovery point = 8 segments.
+    let out = ack_sack(&mut f, 0, &[(SEG, 8 * SEG)]);
+    assert_eq!(out[0].seq, SeqNum(OUR_ISN + 1));
+    assert!(ack_sack(&mut f, 8 * SEG, &[]).is_empty());
+    // Second loss: the first segment sent after the recovery point (RFC 6675 §5.1: HighACK
+    // >= RecoveryPoint allows a new recovery).
+    f.c.send(&[2u8; 4 * SEG]).unwrap();
+    assert_eq!(f.poll().len(), 4);
+    let out = ack_sack(&mut f, 8 * SEG, &[(9 * SEG, 12 * SEG)]);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].seq, SeqNum(OUR_ISN + 1) + 8 * SEG);
+    assert_eq!(f.ctr.get(Counter::TcpExtTCPFastRetrans), 2);
+}
+
+#[test]
+fn a_lost_retransmission_is_sent_again_once_later_data_is_sacked() {
+    let mut f = sack_established();
+    f.c.send(&[1u8; 4 * SEG]).unwrap();
+    assert_eq!(f.poll().len(), 4);
+    let out = ack_sack(&mut f, 0, &[(SEG, 4 * SEG)]);
+    assert_eq!(
+        out[0].seq,
+        SeqNum(OUR_ISN + 1),
+        "fast retransmit of segment 0"
+    );
+    // New data goes out after that retransmission...
+    f.c.send(&[2u8; 2 * SEG]).unwrap();
+    assert_eq!(f.poll().len(), 2);
+    // ...and arrives while segment 0 still does not: the retransmission was lost.
+    let out = ack_sack(&mut f, 0, &[(SEG, 6 * SEG)]);
+    assert_eq!(f.ctr.get(Counter::TcpExtTCPLostRetransmit), 1);
+    assert_eq!(
+        out.iter().map(|o| (o.seq, o.len)).collect::<Vec<_>>(),
+        vec![(SeqNum(OUR_ISN + 1), SEG)]
+    );
+    assert_eq!(f.ctr.get(Counter::TcpExtTCPTimeouts), 0);
+}

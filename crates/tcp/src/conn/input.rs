@@ -261,12 +261,17 @@ impl Connection {
         }
         if !self.in_recovery
             && self.snd_max > self.snd_una
-            && (self.dupacks as usize >= DUP_THRESH
-                || (self.sack_enabled && self.sack.is_lost(self.snd_una, self.mss)))
-            // RFC 6582 §3.2 step 2: no new recovery until the previous one is fully acked.
-            && (self.snd_una > self.recover || self.recover == self.iss)
+            && (self.dupacks as usize >= self.dup_thresh()
+                || (self.sack_enabled
+                    && self
+                        .sack
+                        .is_lost(self.snd_una, self.full_seg(), self.dup_thresh())))
+            && self.may_enter_recovery()
         {
             self.enter_recovery(c);
+        }
+        if sack_news {
+            self.lost_retransmission(c);
         }
         // Window update (RFC 9293 §3.10.7.4: SND.WL1/SND.WL2 rule).
         if self.snd_wl1 < seg.seq || (self.snd_wl1 == seg.seq && self.snd_wl2 <= seg.ack) {
@@ -282,7 +287,7 @@ impl Connection {
         }
     }
 
-    fn enter_recovery(&mut self, c: &mut Counters) {
+    pub(crate) fn enter_recovery(&mut self, c: &mut Counters) {
         c.inc(Counter::TcpExtTCPFastRetrans);
         self.stats.fast_retransmits += 1;
         self.in_recovery = true;

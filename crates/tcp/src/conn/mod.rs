@@ -13,6 +13,7 @@
 mod handshake;
 mod input;
 mod output;
+mod recovery;
 mod timers;
 
 use crate::assembler::Assembler;
@@ -180,6 +181,8 @@ pub struct Connection {
     pub(crate) recover: SeqNum,
     pub(crate) high_rxt: SeqNum,
     pub(crate) rexmit_head: bool,
+    /// SND.MAX when the latest retransmission was sent (see `recovery::lost_retransmission`).
+    pub(crate) rexmit_mark: Option<SeqNum>,
     pub(crate) sack: Scoreboard,
     // RFC 5961 challenge-ACK rate limit.
     pub(crate) challenge_window: Instant,
@@ -264,6 +267,7 @@ impl Connection {
             recover: iss,
             high_rxt: iss,
             rexmit_head: false,
+            rexmit_mark: None,
             sack: Scoreboard::new(cfg.max_ofo_ranges),
             challenge_window: now,
             challenge_count: 0,

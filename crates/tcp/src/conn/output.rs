@@ -236,6 +236,7 @@ impl Connection {
         if retrans {
             c.inc(Counter::TcpRetransSegs);
             self.stats.retransmits += 1;
+            self.rexmit_mark = Some(self.snd_max);
         } else if self.rtt_probe.is_none() {
             self.rtt_probe = Some((seq, now));
         }
@@ -289,7 +290,7 @@ impl Connection {
                 break;
             }
             let flight = self.pipe();
-            let usable_cc = self.cc.cwnd().saturating_sub(flight);
+            let usable_cc = (self.cc.cwnd() + self.limited_transmit()).saturating_sub(flight);
             let usable_rw = (self.snd_una + self.snd_wnd) - self.snd_nxt;
             let usable = usable_cc.min(usable_rw);
             let mut len = avail.min(usable).min(max_seg);
@@ -298,10 +299,15 @@ impl Connection {
                     len = len.min(next - self.snd_nxt);
                 }
             }
-            // RFC 9293 §3.8.6.2.1 sender SWS avoidance: a short segment only if it is at
-            // least half the largest window the peer offered.
+            // RFC 9293 §3.8.6.2.1 sender SWS avoidance: a short segment of new data only if
+            // it is at least half the largest window the peer offered. A resend after a
+            // timeout fills a hole of whatever size the SACKed data left: holding it back
+            // would leave the hole to the next timeout.
             let full = self.full_seg();
-            let sws_blocked = len < avail && len < full && len < self.max_snd_wnd / 2;
+            let sws_blocked = self.snd_nxt == self.snd_max
+                && len < avail
+                && len < full
+                && len < self.max_snd_wnd / 2;
             if avail > 0 && (len == 0 || sws_blocked) {
                 // Nothing in flight and nothing sendable: the persist timer probes a zero
                 // window (RFC 9293 §3.8.6.1) and is the SWS override timeout for a small one.
@@ -359,9 +365,12 @@ impl Connection {
         if self.rexmit_head {
             self.rexmit_head = false;
             let una = self.snd_una;
+            // Segments as the original ones were cut (the MSS less the options), so holes
+            // stay whole segments.
+            let full = self.full_seg();
             let len = match self.sack.next_hole(una) {
-                Some((s, e)) if s == una => (e - s).min(self.mss),
-                _ => self.mss,
+                Some((s, e)) if s == una => (e - s).min(full),
+                _ => full,
             };
             let used = self.emit_range(now, una, len, c, emit);
             self.high_rxt = self.high_rxt.max(una + used);
@@ -375,10 +384,10 @@ impl Connection {
             let Some((s, e)) = self.sack.next_hole(from) else {
                 break;
             };
-            if !self.sack.is_lost(s, self.mss) {
+            if !self.sack.is_lost(s, self.full_seg(), self.dup_thresh()) {
                 break;
             }
-            let len = (e - s).min(self.mss);
+            let len = (e - s).min(self.full_seg());
             let used = self.emit_range(now, s, len, c, emit);
             if used == 0 {
                 break;
