@@ -69,14 +69,19 @@ impl Fx {
         fx
     }
 
-    fn established() -> Self {
+    /// ESTABLISHED with `cfg`; the peer offered MSS 1460 and nothing else.
+    fn established_cfg(cfg: TcpConfig) -> Self {
         Self::established_with(
-            TcpConfig::default(),
+            cfg,
             TcpOptions {
                 mss: Some(1460),
                 ..Default::default()
             },
         )
+    }
+
+    fn established() -> Self {
+        Self::established_cfg(TcpConfig::default())
     }
 
     fn input(&mut self, s: TcpRepr) {
@@ -253,13 +258,7 @@ fn delayed_ack_waits_for_timer_or_second_full_segment() {
         quickack_segments: 0,
         ..Default::default()
     };
-    let mut f = Fx::established_with(
-        cfg,
-        TcpOptions {
-            mss: Some(1460),
-            ..Default::default()
-        },
-    );
+    let mut f = Fx::established_cfg(cfg);
     let out = f.send(0, Flags::ACK, &[0u8; 1460]);
     assert!(out.is_empty(), "first full segment: ACK delayed");
     let out = f.send(1460, Flags::ACK, &[0u8; 1460]);
@@ -278,13 +277,7 @@ fn retransmission_limit_ends_in_timed_out() {
         max_retries: 3,
         ..Default::default()
     };
-    let mut f = Fx::established_with(
-        cfg,
-        TcpOptions {
-            mss: Some(1460),
-            ..Default::default()
-        },
-    );
+    let mut f = Fx::established_cfg(cfg);
     f.c.send(b"hello").unwrap();
     assert_eq!(f.poll().len(), 1);
     let mut rexmits = 0;
@@ -365,13 +358,7 @@ fn fin_wait_1_against_a_closed_window_is_bounded() {
         max_retries: 3,
         ..Default::default()
     };
-    let mut f = Fx::established_with(
-        cfg,
-        TcpOptions {
-            mss: Some(1460),
-            ..Default::default()
-        },
-    );
+    let mut f = Fx::established_cfg(cfg);
     let mut zero = seg(f.peer, SeqNum(OUR_ISN + 1), Flags::ACK, &[]);
     zero.window = 0;
     f.input(zero);
@@ -394,13 +381,7 @@ fn time_wait_lasts_two_msl_then_closes() {
         time_wait: Duration::from_secs(10),
         ..Default::default()
     };
-    let mut f = Fx::established_with(
-        cfg,
-        TcpOptions {
-            mss: Some(1460),
-            ..Default::default()
-        },
-    );
+    let mut f = Fx::established_cfg(cfg);
     f.c.shutdown_write();
     f.poll();
     // Peer ACKs our FIN and sends its own.
@@ -478,13 +459,7 @@ fn zero_receive_window_still_takes_the_ack_of_a_segment_at_rcv_nxt() {
         recv_buffer: 4096,
         ..Default::default()
     };
-    let mut f = Fx::established_with(
-        cfg,
-        TcpOptions {
-            mss: Some(1460),
-            ..Default::default()
-        },
-    );
+    let mut f = Fx::established_cfg(cfg);
     f.c.send(&[7u8; 1000]).unwrap();
     assert_eq!(f.poll().iter().map(|o| o.len).sum::<usize>(), 1000);
     // The peer fills our receive buffer; nobody reads it.
