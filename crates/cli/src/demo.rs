@@ -4,7 +4,7 @@ use clap::Args;
 use flowstack_link::impair::ImpairSpec;
 use flowstack_stack::sim::{Net, NetConfig, A_IP, B_IP};
 use flowstack_stack::{Engine, UdpHandle};
-use flowstack_wire::{Duration, Instant};
+use flowstack_wire::Duration;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::net::SocketAddrV4;
@@ -188,7 +188,7 @@ fn ping(net: &mut Net, count: u16) -> (u16, Vec<Duration>) {
         let sent_at = net.now;
         if net
             .a
-            .ping_send(sent_at, B_IP, 0x4653, seq, b"flowstack ping!!")
+            .ping_send(B_IP, 0x4653, seq, b"flowstack ping!!")
             .is_err()
         {
             continue;
@@ -227,10 +227,10 @@ fn udp_echo(net: &mut Net) -> UdpOutcome {
         // echo (the link may duplicate and reorder) is recognised and skipped.
         let mut msg: Vec<u8> = (0..len).map(|j| (i * 31 + j) as u8).collect();
         msg[..4].copy_from_slice(&(i as u32).to_be_bytes());
-        let now = net.now;
+        net.stamp();
         if net
             .a
-            .udp_send_to(now, ha, SocketAddrV4::new(B_IP.into(), 7), &msg)
+            .udp_send_to(ha, SocketAddrV4::new(B_IP.into(), 7), &msg)
             .is_err()
         {
             continue;
@@ -239,8 +239,7 @@ fn udp_echo(net: &mut Net) -> UdpOutcome {
         out.bytes += len;
         let mut back = None;
         net.run_until(Duration::from_millis(200), |n| {
-            let now = n.now;
-            echo_all(&mut n.b, now, hb, &mut buf);
+            echo_all(&mut n.b, hb, &mut buf);
             while let Ok((l, _)) = n.a.udp_recv_from(ha, &mut buf) {
                 if l >= 4 && buf[..4] == msg[..4] {
                     back = Some(buf[..l].to_vec());
@@ -258,10 +257,10 @@ fn udp_echo(net: &mut Net) -> UdpOutcome {
 }
 
 /// Echoes every datagram waiting on `h` back to its sender.
-fn echo_all(e: &mut Engine, now: Instant, h: UdpHandle, buf: &mut [u8]) {
+fn echo_all(e: &mut Engine, h: UdpHandle, buf: &mut [u8]) {
     while let Ok((l, from)) = e.udp_recv_from(h, buf) {
         let data = buf[..l].to_vec();
-        let _ = e.udp_send_to(now, h, from, &data);
+        let _ = e.udp_send_to(h, from, &data);
     }
 }
 

@@ -42,10 +42,10 @@ pub fn bulk(net: &mut Net, bytes: u64) -> Result<Bulk, SocketError> {
 pub fn http(net: &mut Net) -> Result<(String, String), String> {
     let e = |e: SocketError| e.to_string();
     let l = net.b.tcp_listen(80, 8).map_err(e)?;
-    let now = net.now;
+    net.stamp();
     let c = net
         .a
-        .tcp_connect(now, SocketAddrV4::new(B_IP.into(), 80))
+        .tcp_connect(SocketAddrV4::new(B_IP.into(), 80))
         .map_err(e)?;
     let request =
         format!("GET /hello HTTP/1.1\r\nHost: {B_IP}\r\nUser-Agent: flowstack-demo\r\n\r\n");
@@ -103,12 +103,12 @@ pub fn http(net: &mut Net) -> Result<(String, String), String> {
     if !done {
         return Err("HTTP exchange did not complete".into());
     }
-    let now = net.now;
-    let _ = net.a.tcp_close(now, c);
+    net.stamp();
+    let _ = net.a.tcp_close(c);
     if let Some(s) = server {
-        let _ = net.b.tcp_close(now, s);
+        let _ = net.b.tcp_close(s);
     }
-    let _ = net.b.tcp_close(now, l);
+    let _ = net.b.tcp_close(l);
     net.run_until(Duration::from_millis(200), |_| false);
     let text = String::from_utf8_lossy(&resp).to_string();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));

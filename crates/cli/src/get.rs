@@ -253,8 +253,7 @@ pub fn fetch<D: Device>(
     if progress {
         eprintln!();
     }
-    let now = host.now();
-    let _ = host.engine.tcp_close(now, h);
+    let _ = host.engine.tcp_close(h);
     // Let the FIN go out.
     let _ = host.block(Duration::from_millis(200), |e, _| {
         (e.tcp_connections() == 0).then_some(Ok(()))

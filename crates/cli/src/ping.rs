@@ -69,7 +69,7 @@ pub fn run(a: PingArgs) -> ExitCode {
         }
         let t0 = host.now();
         payload[..8].copy_from_slice(&t0.as_nanos().to_be_bytes());
-        if let Err(e) = host.engine.ping_send(t0, a.host, ident, seq, &payload) {
+        if let Err(e) = host.engine.ping_send(a.host, ident, seq, &payload) {
             eprintln!("flowstack: ping: {e}");
             return ExitCode::from(1);
         }

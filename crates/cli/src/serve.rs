@@ -124,7 +124,6 @@ pub fn run(a: ServeArgs) -> ExitCode {
     let mut buf = vec![0u8; CHUNK];
     while !stop.load(Ordering::Relaxed) && !host.dev.link_down() {
         let mut moved = host.turn();
-        let now = host.now();
         let e = &mut host.engine;
         while let Ok(h) = e.tcp_accept(l) {
             t.conns += 1;
@@ -147,7 +146,7 @@ pub fn run(a: ServeArgs) -> ExitCode {
                 _ => sink_step(e, c, &mut buf, &mut t),
             };
             if c.done {
-                let _ = e.tcp_close(now, c.h);
+                let _ = e.tcp_close(c.h);
             }
         }
         conns.retain(|c| !c.done);

@@ -12,14 +12,21 @@
 //! 4. sleeps until [`Engine::poll_at`] or until a frame arrives or the application acts.
 //!
 //! [`Engine::poll`] does 1–3 in order for a [`Device`]. Socket calls (`udp_*`, `ping_*`,
-//! `tcp_*`) may be made at any time between polls; their output goes out on the next poll.
+//! `tcp_*`, and the [`Sockets`] trait) may be made at any time between polls and take no
+//! clock: the engine stamps them with the time of its latest entry point that took `now`
+//! ([`Engine::poll`], [`Engine::receive`], [`Engine::on_timers`], [`Engine::dispatch`], or
+//! [`Engine::set_now`]), and their output goes out on the next poll. An engine that was never
+//! given a time runs at [`Instant::ZERO`].
+//!
+//! An engine belongs to one thread: it is `Send` (it may be built on one thread and moved to
+//! the core that runs it) but not `Sync`, so two threads can never share one.
 
 use crate::counters::{Counter, Counters};
 use crate::iface::{Iface, IfaceConfig};
 use crate::reasm::{ReasmConfig, ReasmEvent, Reassembler};
 use crate::tcp_socket::{self, TcpHandle, TcpLimits, TcpSockets};
 use crate::udp::{Delivery, UdpConfig, UdpHandle, UdpTable};
-use crate::SocketError;
+use crate::{Readiness, SocketError};
 use flowstack_link::{Device, DeviceCaps, TxBatch};
 use flowstack_tcp::{Connection, FourTuple, State, TcpConfig, TcpError};
 use flowstack_wire::arp::{self, ArpOperation, ArpRepr};
@@ -29,7 +36,9 @@ use flowstack_wire::ipv4::{self, IpProtocol, Ipv4Repr};
 use flowstack_wire::tcp::{self as wtcp, TcpRepr};
 use flowstack_wire::udp::{self as wudp, UdpRepr};
 use flowstack_wire::{Error as WireError, EtherType, Instant, Ipv4Address};
+use std::cell::Cell;
 use std::collections::VecDeque;
+use std::marker::PhantomData;
 use std::net::SocketAddrV4;
 
 /// Everything an engine needs to start.
@@ -66,17 +75,6 @@ impl EngineConfig {
     }
 }
 
-/// What a socket is ready for (as `poll(2)` reports it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Readiness {
-    /// Data, end of stream, an error, or (listener) a connection to accept is waiting.
-    pub readable: bool,
-    /// `send` would take bytes.
-    pub writable: bool,
-    /// The error that ended the connection.
-    pub error: Option<SocketError>,
-}
-
 /// An echo reply received for [`Engine::ping_send`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PingReply {
@@ -105,6 +103,10 @@ pub struct Engine {
     pings: VecDeque<PingReply>,
     cfg: EngineConfig,
     next_port: u16,
+    /// The latest time an entry point was given; socket calls are stamped with it.
+    now: Instant,
+    /// Makes the engine `!Sync` (one thread owns it) while leaving it `Send`.
+    _not_sync: PhantomData<Cell<()>>,
 }
 
 /// First ephemeral port (IANA dynamic range).
@@ -147,6 +149,8 @@ impl Engine {
             pings: VecDeque::new(),
             next_port: EPHEMERAL_FIRST + seed % (u16::MAX - EPHEMERAL_FIRST),
             cfg,
+            now: Instant::ZERO,
+            _not_sync: PhantomData,
         }
     }
 
@@ -183,6 +187,7 @@ impl Engine {
     /// Returns true if any frame moved.
     pub fn poll<D: Device + ?Sized>(&mut self, now: Instant, dev: &mut D) -> bool {
         use flowstack_prof::{enter, Layer};
+        self.set_now(now);
         let _p = enter(Layer::Engine);
         let budget = self.cfg.rx_budget;
         let got = {
@@ -205,6 +210,20 @@ impl Engine {
         got > 0 || sent > 0
     }
 
+    /// Advances the engine's clock for socket calls made before the next poll (tests and
+    /// drive loops that act between polls at a known time). Time never goes backwards: an
+    /// earlier `now` is ignored.
+    pub fn set_now(&mut self, now: Instant) {
+        if now > self.now {
+            self.now = now;
+        }
+    }
+
+    /// The engine's clock: the latest time it was given.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
     /// When the engine next needs [`Engine::on_timers`], if ever.
     pub fn poll_at(&self) -> Option<Instant> {
         [
@@ -219,6 +238,7 @@ impl Engine {
 
     /// Fires due timers (ARP retries, reassembly expiry).
     pub fn on_timers(&mut self, now: Instant) {
+        self.set_now(now);
         // Only when something is due: this runs on every poll.
         if self.iface.poll_at().is_some_and(|t| t <= now) {
             self.iface.on_timer(now);
@@ -237,11 +257,13 @@ impl Engine {
 
     /// Lets sockets emit pending output.
     pub fn dispatch(&mut self, now: Instant) {
+        self.set_now(now);
         self.tcp.dispatch(now, &mut self.iface);
     }
 
     /// Processes one received Ethernet frame.
     pub fn receive(&mut self, now: Instant, frame: &[u8]) {
+        self.set_now(now);
         let _p = flowstack_prof::enter(flowstack_prof::Layer::EthIpInput);
         let f = match ethernet::Frame::new_checked(frame) {
             Ok(f) => f,
@@ -535,7 +557,6 @@ impl Engine {
     /// `MessageTooLong`.
     pub fn udp_send_to(
         &mut self,
-        now: Instant,
         h: UdpHandle,
         dst: SocketAddrV4,
         data: &[u8],
@@ -555,6 +576,7 @@ impl Engine {
         };
         let csum = self.iface.caps.checksum;
         let len = wudp::HEADER_LEN + data.len();
+        let now = self.now;
         self.iface
             .send_ip(now, dip, IpProtocol::Udp, len, false, &mut |b| {
                 b[wudp::HEADER_LEN..].copy_from_slice(data);
@@ -626,30 +648,24 @@ impl Engine {
     }
 
     /// Opens a connection to `remote` (non-blocking: poll until writable or failed).
-    pub fn tcp_connect(
-        &mut self,
-        now: Instant,
-        remote: SocketAddrV4,
-    ) -> Result<TcpHandle, SocketError> {
+    pub fn tcp_connect(&mut self, remote: SocketAddrV4) -> Result<TcpHandle, SocketError> {
         let cfg = self.tcp.defaults();
-        self.tcp_connect_with(now, remote, cfg)
+        self.tcp_connect_with(remote, cfg)
     }
 
     /// Opens a connection with a per-socket configuration.
     pub fn tcp_connect_with(
         &mut self,
-        now: Instant,
         remote: SocketAddrV4,
         cfg: TcpConfig,
     ) -> Result<TcpHandle, SocketError> {
-        self.tcp_connect_from(now, 0, remote, cfg)
+        self.tcp_connect_from(0, remote, cfg)
     }
 
     /// Opens a connection from a chosen local port (0 picks an ephemeral one); used for
     /// simultaneous open and by applications that bind before connecting.
     pub fn tcp_connect_from(
         &mut self,
-        now: Instant,
         local_port: u16,
         remote: SocketAddrV4,
         mut cfg: TcpConfig,
@@ -675,7 +691,7 @@ impl Engine {
                 })
             })?;
         }
-        self.tcp.connect(now, tuple, cfg)
+        self.tcp.connect(self.now, tuple, cfg)
     }
 
     /// Queues bytes to send; returns how many were taken.
@@ -774,12 +790,13 @@ impl Engine {
     }
 
     /// Releases the handle; the connection closes gracefully in the background.
-    pub fn tcp_close(&mut self, now: Instant, h: TcpHandle) -> Result<(), SocketError> {
-        self.tcp.close(now, h)
+    pub fn tcp_close(&mut self, h: TcpHandle) -> Result<(), SocketError> {
+        self.tcp.close(self.now, h)
     }
 
     /// Resets the connection (RST) and releases nothing: close the handle afterwards.
-    pub fn tcp_abort(&mut self, now: Instant, h: TcpHandle) -> Result<(), SocketError> {
+    pub fn tcp_abort(&mut self, h: TcpHandle) -> Result<(), SocketError> {
+        let now = self.now;
         self.tcp.conn_mut_pub(h)?.abort(now);
         self.tcp.touch(h);
         Ok(())
@@ -825,10 +842,10 @@ impl Engine {
     /// Turns keepalive on (with its timers) or off.
     pub fn tcp_set_keepalive(
         &mut self,
-        now: Instant,
         h: TcpHandle,
         k: Option<flowstack_tcp::Keepalive>,
     ) -> Result<(), SocketError> {
+        let now = self.now;
         self.tcp.conn_mut_pub(h)?.set_keepalive(k, now);
         self.tcp.touch(h);
         Ok(())
@@ -854,7 +871,6 @@ impl Engine {
     /// Sends an echo request.
     pub fn ping_send(
         &mut self,
-        now: Instant,
         dst: Ipv4Address,
         ident: u16,
         seq_no: u16,
@@ -867,6 +883,7 @@ impl Engine {
         };
         let csum = self.iface.caps.checksum;
         let len = req.buffer_len();
+        let now = self.now;
         self.iface
             .send_ip(now, dst, IpProtocol::Icmp, len, false, &mut |b| {
                 req.emit(b, csum)

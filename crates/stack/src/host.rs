@@ -70,6 +70,7 @@ impl<D: Device> Host<D> {
         loop {
             let moved = self.turn();
             let now = self.now();
+            self.engine.set_now(now);
             if let Some(r) = f(&mut self.engine, now) {
                 // Flush whatever the call queued before returning.
                 self.turn();
@@ -94,7 +95,8 @@ impl<D: Device> Host<D> {
         timeout: Duration,
     ) -> Result<TcpHandle, SocketError> {
         let now = self.now();
-        let h = self.engine.tcp_connect(now, remote)?;
+        self.engine.set_now(now);
+        let h = self.engine.tcp_connect(remote)?;
         self.block(timeout, |e, _| {
             if let Some(err) = e.tcp_error(h) {
                 return Some(Err(err));
@@ -103,7 +105,8 @@ impl<D: Device> Host<D> {
         })
         .inspect_err(|_| {
             let now = self.now();
-            let _ = self.engine.tcp_close(now, h);
+            self.engine.set_now(now);
+            let _ = self.engine.tcp_close(h);
         })
     }
 

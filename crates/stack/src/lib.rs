@@ -7,19 +7,19 @@
 #![warn(missing_docs)]
 
 pub mod arp_cache;
-pub use flowstack_tcp::counters;
+pub use flowstack_api::counters;
 mod engine;
-mod error;
 pub mod host;
 pub mod iface;
 pub mod reasm;
 pub mod sim;
+mod sockets;
 pub mod tcp_socket;
 pub mod udp;
 
 pub use counters::{Counter, Counters};
-pub use engine::{Engine, EngineConfig, PingReply, Readiness, EPHEMERAL_FIRST};
-pub use error::SocketError;
+pub use engine::{Engine, EngineConfig, PingReply, EPHEMERAL_FIRST};
+pub use flowstack_api::{App, Readiness, SocketError, Sockets};
 pub use flowstack_tcp::{CcAlgorithm, Connection, Keepalive, State, TcpConfig};
 pub use host::Host;
 pub use iface::IfaceConfig;

@@ -106,7 +106,7 @@ impl Net {
             }
             None => (Box::new(ia), None),
         };
-        Ok(Self {
+        let mut net = Self {
             a: Engine::new(engine_cfg(A_IP, 1, cfg.seed, cfg.tune), cfg.caps),
             b: Engine::new(engine_cfg(B_IP, 2, cfg.seed, cfg.tune), cfg.caps),
             dev_a,
@@ -115,7 +115,16 @@ impl Net {
             step_cost: Duration::from_micros(5),
             pcap: shared,
             b_down: false,
-        })
+        };
+        net.stamp();
+        Ok(net)
+    }
+
+    /// Tells both engines the current virtual time, so socket calls made before their next
+    /// poll are stamped with it.
+    pub fn stamp(&mut self) {
+        self.a.set_now(self.now);
+        self.b.set_now(self.now);
     }
 
     /// One turn of both engines at the current time. Returns true if frames moved.
@@ -153,6 +162,8 @@ impl Net {
     pub fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&mut Net) -> bool) -> bool {
         let end = self.now + limit;
         loop {
+            // Socket calls made by `done` are stamped with the current virtual time.
+            self.stamp();
             if done(self) {
                 return true;
             }
@@ -164,6 +175,7 @@ impl Net {
                 continue;
             }
             // Idle: give the application one more look, then jump to the next deadline.
+            self.stamp();
             if done(self) {
                 return true;
             }
@@ -227,10 +239,8 @@ pub fn bulk_transfer(
     use std::net::SocketAddrV4;
     let start = net.now;
     let listener = net.b.tcp_listen(5001, 16)?;
-    let now = net.now;
-    let client = net
-        .a
-        .tcp_connect(now, SocketAddrV4::new(B_IP.into(), 5001))?;
+    net.stamp();
+    let client = net.a.tcp_connect(SocketAddrV4::new(B_IP.into(), 5001))?;
     let mut server = None;
     let mut sent = 0u64;
     let mut received = 0u64;
@@ -306,8 +316,8 @@ pub fn bulk_transfer(
         .unwrap_or_default();
     // Let the close handshake finish.
     if let Some(s) = server {
-        let now = net.now;
-        net.b.tcp_close(now, s)?;
+        net.stamp();
+        net.b.tcp_close(s)?;
     }
     net.run_until(Duration::from_secs(1), |n| {
         n.a.tcp_conn(client)

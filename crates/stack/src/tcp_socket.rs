@@ -33,9 +33,7 @@ impl Default for TcpLimits {
     }
 }
 
-/// A TCP socket handle (listener or connection).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct TcpHandle(pub(crate) usize);
+pub use flowstack_api::TcpHandle;
 
 struct Listener {
     port: u16,
@@ -134,14 +132,14 @@ impl TcpSockets {
     }
 
     fn conn_mut(&mut self, h: TcpHandle) -> Result<&mut ConnSock, SocketError> {
-        match self.socks.get_mut(h.0) {
+        match self.socks.get_mut(h.index()) {
             Some(Some(Sock::Conn(c))) if c.owned => Ok(c),
             _ => Err(SocketError::InvalidHandle),
         }
     }
 
     pub fn conn(&self, h: TcpHandle) -> Result<&Connection, SocketError> {
-        match self.socks.get(h.0) {
+        match self.socks.get(h.index()) {
             Some(Some(Sock::Conn(c))) if c.owned => Ok(&c.conn),
             _ => Err(SocketError::InvalidHandle),
         }
@@ -156,7 +154,7 @@ impl TcpSockets {
     /// Queues the connection for the next dispatch (it has something new to send or a timer
     /// changed).
     pub fn touch(&mut self, h: TcpHandle) {
-        self.mark_ready(h.0);
+        self.mark_ready(h.index());
     }
 
     fn mark_ready(&mut self, i: usize) {
@@ -203,26 +201,26 @@ impl TcpSockets {
             half_open: 0,
         })));
         self.listeners.insert(port, i);
-        Ok(TcpHandle(i))
+        Ok(TcpHandle::from_raw(i))
     }
 
     /// Connections waiting in a listener's accept queue.
     pub fn accept_queue_len(&self, h: TcpHandle) -> Result<usize, SocketError> {
-        match self.socks.get(h.0) {
+        match self.socks.get(h.index()) {
             Some(Some(Sock::Listener(l))) => Ok(l.accept_q.len()),
             _ => Err(SocketError::InvalidHandle),
         }
     }
 
     pub fn accept(&mut self, h: TcpHandle) -> Result<TcpHandle, SocketError> {
-        let Some(Some(Sock::Listener(l))) = self.socks.get_mut(h.0) else {
+        let Some(Some(Sock::Listener(l))) = self.socks.get_mut(h.index()) else {
             return Err(SocketError::InvalidHandle);
         };
         let i = l.accept_q.pop_front().ok_or(SocketError::WouldBlock)?;
         if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
             c.owned = true;
         }
-        Ok(TcpHandle(i))
+        Ok(TcpHandle::from_raw(i))
     }
 
     pub fn connect(
@@ -255,7 +253,7 @@ impl TcpSockets {
         self.conns.insert(tuple, i);
         self.count += 1;
         self.mark_ready(i);
-        Ok(TcpHandle(i))
+        Ok(TcpHandle::from_raw(i))
     }
 
     /// True if `t` is taken by a connection that may not be replaced.
@@ -271,12 +269,12 @@ impl TcpSockets {
     /// The application lets go of a handle. Listeners close at once (their queued
     /// connections are reset); connections close gracefully and live on until CLOSED.
     pub fn close(&mut self, now: Instant, h: TcpHandle) -> Result<(), SocketError> {
-        match self.socks.get_mut(h.0) {
+        match self.socks.get_mut(h.index()) {
             Some(Some(Sock::Listener(_))) => {
-                let Some(Sock::Listener(l)) = self.socks[h.0].take() else {
+                let Some(Sock::Listener(l)) = self.socks[h.index()].take() else {
                     unreachable!()
                 };
-                self.free.push(h.0);
+                self.free.push(h.index());
                 self.listeners.remove(&l.port);
                 for i in l.accept_q {
                     if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
@@ -287,7 +285,7 @@ impl TcpSockets {
                 // Half-open connections of this listener are aborted too.
                 for s in self.socks.iter_mut().flatten() {
                     if let Sock::Conn(c) = s {
-                        if c.listener == Some(h.0) {
+                        if c.listener == Some(h.index()) {
                             c.listener = None;
                             c.conn.abort(now);
                         }
@@ -298,7 +296,7 @@ impl TcpSockets {
             Some(Some(Sock::Conn(c))) if c.owned => {
                 c.owned = false;
                 c.conn.close(now);
-                self.mark_ready(h.0);
+                self.mark_ready(h.index());
                 Ok(())
             }
             _ => Err(SocketError::InvalidHandle),

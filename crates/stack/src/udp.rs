@@ -23,9 +23,7 @@ impl Default for UdpConfig {
     }
 }
 
-/// A UDP socket handle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct UdpHandle(pub(crate) usize);
+pub use flowstack_api::UdpHandle;
 
 #[derive(Debug, Default)]
 pub(crate) struct UdpSock {
@@ -84,12 +82,12 @@ impl UdpTable {
             }
         };
         self.ports.insert(port, idx);
-        Ok(UdpHandle(idx))
+        Ok(UdpHandle::from_raw(idx))
     }
 
     pub fn get(&mut self, h: UdpHandle) -> Result<&mut UdpSock, SocketError> {
         self.socks
-            .get_mut(h.0)
+            .get_mut(h.index())
             .and_then(Option::as_mut)
             .ok_or(SocketError::InvalidHandle)
     }
@@ -97,7 +95,7 @@ impl UdpTable {
     pub fn close(&mut self, h: UdpHandle) -> Result<(), SocketError> {
         let s = self
             .socks
-            .get_mut(h.0)
+            .get_mut(h.index())
             .and_then(Option::take)
             .ok_or(SocketError::InvalidHandle)?;
         self.ports.remove(&s.port);

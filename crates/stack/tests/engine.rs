@@ -25,8 +25,8 @@ fn sa(ip: Ipv4Address, port: u16) -> SocketAddrV4 {
 #[test]
 fn ping_resolves_by_arp_and_gets_reply() {
     let mut n = net();
-    let now = n.now;
-    n.a.ping_send(now, B_IP, 7, 1, b"abcdefgh").unwrap();
+    n.stamp();
+    n.a.ping_send(B_IP, 7, 1, b"abcdefgh").unwrap();
     let mut reply = None;
     assert!(n.run_until(Duration::from_secs(1), |n| {
         reply = n.a.ping_recv();
@@ -44,11 +44,11 @@ fn ping_resolves_by_arp_and_gets_reply() {
 #[test]
 fn udp_datagrams_cross_and_port_unreachable_refuses() {
     let mut n = net();
-    let now = n.now;
+    n.stamp();
     let ha = n.a.udp_bind(0).unwrap();
     let hb = n.b.udp_bind(9000).unwrap();
     assert_eq!(n.b.udp_bind(9000), Err(SocketError::AddrInUse));
-    n.a.udp_send_to(now, ha, sa(B_IP, 9000), b"hello").unwrap();
+    n.a.udp_send_to(ha, sa(B_IP, 9000), b"hello").unwrap();
     let mut buf = [0u8; 64];
     let mut got = None;
     assert!(n.run_until(Duration::from_secs(1), |n| {
@@ -59,8 +59,8 @@ fn udp_datagrams_cross_and_port_unreachable_refuses() {
     assert_eq!(&buf[..len], b"hello");
     assert_eq!(from.port(), n.a.udp_local_port(ha).unwrap());
     // Nobody listens on 9001: B answers port unreachable, A's socket reports refused.
-    let now = n.now;
-    n.a.udp_send_to(now, ha, sa(B_IP, 9001), b"x").unwrap();
+    n.stamp();
+    n.a.udp_send_to(ha, sa(B_IP, 9001), b"x").unwrap();
     let mut err = None;
     assert!(n.run_until(Duration::from_secs(1), |n| {
         err =
@@ -77,10 +77,10 @@ fn udp_datagrams_cross_and_port_unreachable_refuses() {
 #[test]
 fn short_buffer_is_an_error_and_keeps_the_datagram() {
     let mut n = net();
-    let now = n.now;
+    n.stamp();
     let ha = n.a.udp_bind(0).unwrap();
     let hb = n.b.udp_bind(53).unwrap();
-    n.a.udp_send_to(now, ha, sa(B_IP, 53), &[7u8; 100]).unwrap();
+    n.a.udp_send_to(ha, sa(B_IP, 53), &[7u8; 100]).unwrap();
     assert!(n.run_until(Duration::from_secs(1), |n| n.b.udp_readable(hb)));
     let mut small = [0u8; 10];
     assert_eq!(
@@ -104,8 +104,8 @@ fn large_datagram_is_fragmented_and_reassembled() {
         let ha = n.a.udp_bind(0).unwrap();
         let hb = n.b.udp_bind(7).unwrap();
         let data: Vec<u8> = (0..20_000u32).map(|i| (i * 7 % 256) as u8).collect();
-        let now = n.now;
-        n.a.udp_send_to(now, ha, sa(B_IP, 7), &data).unwrap();
+        n.stamp();
+        n.a.udp_send_to(ha, sa(B_IP, 7), &data).unwrap();
         let mut buf = vec![0u8; 65536];
         let mut len = 0;
         assert!(n.run_until(Duration::from_secs(2), |n| {
@@ -115,10 +115,7 @@ fn large_datagram_is_fragmented_and_reassembled() {
         assert_eq!(&buf[..len], &data[..], "impair {impair}");
         assert_eq!(n.a.counters().get(Counter::IpFragCreates), 14);
         assert_eq!(n.b.counters().get(Counter::IpReasmOKs), 1);
-        assert!(n
-            .a
-            .udp_send_to(n.now, ha, sa(B_IP, 7), &vec![0; 65508])
-            .is_err());
+        assert!(n.a.udp_send_to(ha, sa(B_IP, 7), &vec![0; 65508]).is_err());
     }
 }
 
@@ -128,8 +125,8 @@ fn arp_requests_are_rate_limited_and_resolution_gives_up() {
     let ha = n.a.udp_bind(0).unwrap();
     let ghost = Ipv4Address::new(10, 0, 0, 99);
     for _ in 0..10 {
-        let now = n.now;
-        n.a.udp_send_to(now, ha, sa(ghost, 1), b"?").unwrap();
+        n.stamp();
+        n.a.udp_send_to(ha, sa(ghost, 1), b"?").unwrap();
         n.run_until(Duration::from_millis(50), |_| false);
     }
     assert_eq!(n.a.counters().get(Counter::ArpOutRequests), 1);

@@ -16,8 +16,8 @@ fn addr(ip: Ipv4Address, port: u16) -> SocketAddrV4 {
 /// Connects A to a listener on B and returns (A's handle, B's accepted handle).
 fn pair(net: &mut Net, port: u16) -> (TcpHandle, TcpHandle) {
     let l = net.b.tcp_listen(port, 16).unwrap();
-    let now = net.now;
-    let c = net.a.tcp_connect(now, addr(B_IP, port)).unwrap();
+    net.stamp();
+    let c = net.a.tcp_connect(addr(B_IP, port)).unwrap();
     let mut s = None;
     assert!(net.run_until(Duration::from_secs(5), |n| {
         s = s.or_else(|| n.b.tcp_accept(l).ok());
@@ -72,13 +72,14 @@ fn syn_flood_does_not_lock_out_a_real_client() {
     // 5000 SYNs from addresses that will never answer.
     for i in 0..5000u32 {
         let src = Ipv4Address::new(10, 0, 0, 100 + (i % 100) as u8);
-        let now = net.now;
-        net.b.receive(now, &spoofed_syn(src, 1024 + i as u16, 80));
+        net.stamp();
+        net.b
+            .receive(net.now, &spoofed_syn(src, 1024 + i as u16, 80));
     }
     assert!(net.b.tcp_connections() <= 32, "half-open state is bounded");
     assert!(net.b.counters().get(Counter::TcpExtSyncookiesSent) >= 4900);
-    let now = net.now;
-    let c = net.a.tcp_connect(now, addr(B_IP, 80)).unwrap();
+    net.stamp();
+    let c = net.a.tcp_connect(addr(B_IP, 80)).unwrap();
     let mut s = None;
     assert!(net.run_until(Duration::from_secs(5), |n| {
         s = s.or_else(|| n.b.tcp_accept(l).ok());
@@ -99,16 +100,10 @@ fn syn_flood_does_not_lock_out_a_real_client() {
 #[test]
 fn simultaneous_open_establishes_both_sides() {
     let mut net = Net::new(NetConfig::default(), None).unwrap();
-    let now = net.now;
+    net.stamp();
     let cfg = flowstack_stack::TcpConfig::default();
-    let a = net
-        .a
-        .tcp_connect_from(now, 7000, addr(B_IP, 7001), cfg)
-        .unwrap();
-    let b = net
-        .b
-        .tcp_connect_from(now, 7001, addr(A_IP, 7000), cfg)
-        .unwrap();
+    let a = net.a.tcp_connect_from(7000, addr(B_IP, 7001), cfg).unwrap();
+    let b = net.b.tcp_connect_from(7001, addr(A_IP, 7000), cfg).unwrap();
     assert!(net.run_until(Duration::from_secs(10), |n| {
         n.a.tcp_conn(a).unwrap().state() == State::Established
             && n.b.tcp_conn(b).unwrap().state() == State::Established
@@ -146,9 +141,9 @@ fn simultaneous_close_passes_through_closing_to_time_wait() {
     assert_eq!(net.a.tcp_recv(a, &mut buf), Ok(0));
     assert_eq!(net.b.tcp_recv(b, &mut buf), Ok(0));
     // After 2·MSL (60 s by default) both connections are gone once the handles are closed.
-    let now = net.now;
-    net.a.tcp_close(now, a).unwrap();
-    net.b.tcp_close(now, b).unwrap();
+    net.stamp();
+    net.a.tcp_close(a).unwrap();
+    net.b.tcp_close(b).unwrap();
     net.run_until(Duration::from_secs(59), |_| false);
     assert_eq!(net.a.tcp_connections(), 1, "still in TIME_WAIT");
     net.run_until(Duration::from_secs(2), |_| false);
@@ -165,16 +160,16 @@ fn keepalive_detects_a_vanished_peer_and_spares_a_live_one() {
     // Live peer: probes answered, the connection stays.
     let mut net = Net::new(NetConfig::default(), None).unwrap();
     let (a, _b) = pair(&mut net, 10);
-    let now = net.now;
-    net.a.tcp_set_keepalive(now, a, Some(ka)).unwrap();
+    net.stamp();
+    net.a.tcp_set_keepalive(a, Some(ka)).unwrap();
     net.run_until(Duration::from_secs(60), |_| false);
     assert!(net.a.counters().get(Counter::TcpExtTCPKeepAlive) >= 5);
     assert_eq!(net.a.tcp_error(a), None);
     // Vanished peer: timed out after idle + probes·interval.
     let mut net = Net::new(NetConfig::default(), None).unwrap();
     let (a, _b) = pair(&mut net, 10);
-    let now = net.now;
-    net.a.tcp_set_keepalive(now, a, Some(ka)).unwrap();
+    net.stamp();
+    net.a.tcp_set_keepalive(a, Some(ka)).unwrap();
     net.b_down = true;
     let start = net.now;
     assert!(net.run_until(Duration::from_secs(60), |n| n.a.tcp_error(a).is_some()));
@@ -334,8 +329,8 @@ fn malformed_option_drops_the_segment_without_harming_the_connection() {
     acc.add(&f[34..]);
     let sum = acc.finish();
     f[34 + 16..34 + 18].copy_from_slice(&sum.to_be_bytes());
-    let now = net.now;
-    net.a.receive(now, &f);
+    net.stamp();
+    net.a.receive(net.now, &f);
     assert_eq!(net.a.counters().get(Counter::TcpExtTCPBadOptions), 1);
     assert_eq!(net.a.tcp_conn(c).unwrap().state(), State::Established);
     // The connection carries on.

@@ -63,13 +63,13 @@ fn zero_loss_with_reorder_and_delay() {
 #[test]
 fn connect_to_closed_port_is_refused() {
     let mut net = Net::new(NetConfig::default(), None).unwrap();
-    let now = net.now;
+    net.stamp();
     let c = net
         .a
-        .tcp_connect(
-            now,
-            std::net::SocketAddrV4::new(flowstack_stack::sim::B_IP.into(), 4444),
-        )
+        .tcp_connect(std::net::SocketAddrV4::new(
+            flowstack_stack::sim::B_IP.into(),
+            4444,
+        ))
         .unwrap();
     assert!(net.run_until(Duration::from_secs(1), |n| n.a.tcp_error(c).is_some()));
     assert_eq!(
@@ -93,13 +93,13 @@ fn peer_vanishing_mid_transfer_times_out_within_bound() {
     };
     let mut net = Net::new(cfg, None).unwrap();
     let l = net.b.tcp_listen(9, 4).unwrap();
-    let now = net.now;
+    net.stamp();
     let c = net
         .a
-        .tcp_connect(
-            now,
-            std::net::SocketAddrV4::new(flowstack_stack::sim::B_IP.into(), 9),
-        )
+        .tcp_connect(std::net::SocketAddrV4::new(
+            flowstack_stack::sim::B_IP.into(),
+            9,
+        ))
         .unwrap();
     assert!(net.run_until(Duration::from_secs(1), |n| n.b.tcp_accept(l).is_ok()));
     net.b_down = true;

@@ -277,8 +277,8 @@ fn flowstack_shm(a: &BenchArgs) -> Result<ClientResult, String> {
     );
     // Give the server a moment to listen: connect attempts retry anyway (RST → error), so wait
     // for its engine to answer ARP first.
-    let _ = host.block(flowstack_wire::Duration::from_secs(5), |e, now| {
-        let _ = e.ping_send(now, SERVER_IP, 1, 1, b"up?");
+    let _ = host.block(flowstack_wire::Duration::from_secs(5), |e, _| {
+        let _ = e.ping_send(SERVER_IP, 1, 1, b"up?");
         e.ping_recv().map(|_| Ok(()))
     });
     std::thread::sleep(Duration::from_millis(50));

@@ -97,7 +97,7 @@ impl Server {
     }
 
     /// Makes progress; returns true if anything moved.
-    pub fn step(&mut self, e: &mut Engine, now: Instant) -> bool {
+    pub fn step(&mut self, e: &mut Engine, _now: Instant) -> bool {
         let mut moved = false;
         while let Ok(h) = e.tcp_accept(self.listener) {
             if self.workload != Workload::Stream {
@@ -146,7 +146,7 @@ impl Server {
         conns.retain(|c| {
             let done = c.eof && c.owed == 0 && (self.workload != Workload::Stream || c.report_sent);
             if done {
-                let _ = e.tcp_close(now, c.h);
+                let _ = e.tcp_close(c.h);
             }
             !done
         });
@@ -245,8 +245,8 @@ impl Client {
         self.done
     }
 
-    fn connect(&mut self, e: &mut Engine, now: Instant, i: usize) {
-        match e.tcp_connect(now, self.server) {
+    fn connect(&mut self, e: &mut Engine, i: usize) {
+        match e.tcp_connect(self.server) {
             Ok(h) => {
                 if self.workload != Workload::Stream {
                     let _ = e.tcp_set_nodelay(h, true);
@@ -269,7 +269,7 @@ impl Client {
                 self.start = Some(now);
                 self.interval_start = now;
                 for i in 0..self.conns.len() {
-                    self.connect(e, now, i);
+                    self.connect(e, i);
                 }
                 now
             }
@@ -344,7 +344,7 @@ impl Client {
                 }
                 Workload::Rr | Workload::Crr => {
                     if over {
-                        let _ = e.tcp_close(now, h);
+                        let _ = e.tcp_close(h);
                         self.conns[i].state = CState::Done;
                         return true;
                     }
@@ -384,10 +384,10 @@ impl Client {
                         self.result.latencies.push(ns as u32);
                         self.conns[i].state = CState::Idle;
                     } else {
-                        let _ = e.tcp_close(now, h);
+                        let _ = e.tcp_close(h);
                         self.conns[i].state = CState::Done;
                         if !over {
-                            self.connect(e, now, i);
+                            self.connect(e, i);
                         }
                     }
                 }
@@ -404,7 +404,7 @@ impl Client {
                 if self.conns[i].report.len() >= 8 {
                     let b: [u8; 8] = self.conns[i].report[..8].try_into().unwrap();
                     self.result.bytes += u64::from_be_bytes(b);
-                    let _ = e.tcp_close(now, h);
+                    let _ = e.tcp_close(h);
                     self.conns[i].state = CState::Done;
                     moved = true;
                 }

@@ -68,10 +68,10 @@ impl SimRig {
         )
         .map_err(|e| format!("in-process link: {e}"))?;
         let l = net.b.tcp_listen(9, 4).map_err(|e| e.to_string())?;
-        let now = net.now;
+        net.stamp();
         let c = net
             .a
-            .tcp_connect(now, SocketAddrV4::new(B_IP.into(), 9))
+            .tcp_connect(SocketAddrV4::new(B_IP.into(), 9))
             .map_err(|e| e.to_string())?;
         let mut s = None;
         net.run_until(Duration::from_secs(5), |n| {

@@ -1,4 +1,5 @@
-//! Socket-level errors, one table for every API (the preload shim maps them to errno).
+//! Socket-level errors, one table for every API: the engine, the offload client and the
+//! preload shim (which hands [`SocketError::errno`] to C callers) all use it.
 
 use core::fmt;
 
@@ -65,6 +66,29 @@ impl SocketError {
             SocketError::LinkDown => 100,
         }
     }
+
+    /// The error an errno value stands for, for the side of a ring that receives `-errno`.
+    /// Values that two errors share decode to the more general one (`EINVAL` →
+    /// `InvalidArgument`, `EMSGSIZE` → `MessageTooLong`); unknown values → `InvalidArgument`.
+    pub fn from_errno(errno: i32) -> SocketError {
+        match errno {
+            11 => SocketError::WouldBlock,
+            98 => SocketError::AddrInUse,
+            99 => SocketError::AddrNotAvailable,
+            9 => SocketError::InvalidHandle,
+            90 => SocketError::MessageTooLong,
+            101 => SocketError::NoRoute,
+            111 => SocketError::ConnectionRefused,
+            104 => SocketError::ConnectionReset,
+            103 => SocketError::ConnectionAborted,
+            110 => SocketError::TimedOut,
+            107 => SocketError::NotConnected,
+            32 => SocketError::BrokenPipe,
+            105 => SocketError::LimitReached,
+            100 => SocketError::LinkDown,
+            _ => SocketError::InvalidArgument,
+        }
+    }
 }
 
 impl fmt::Display for SocketError {
@@ -94,3 +118,38 @@ impl fmt::Display for SocketError {
 }
 
 impl std::error::Error for SocketError {}
+
+#[cfg(test)]
+mod tests {
+    use super::SocketError as E;
+
+    #[test]
+    fn errno_round_trips_for_every_error_with_its_own_value() {
+        let own = [
+            E::WouldBlock,
+            E::AddrInUse,
+            E::AddrNotAvailable,
+            E::InvalidHandle,
+            E::MessageTooLong,
+            E::NoRoute,
+            E::ConnectionRefused,
+            E::ConnectionReset,
+            E::ConnectionAborted,
+            E::TimedOut,
+            E::NotConnected,
+            E::BrokenPipe,
+            E::LimitReached,
+            E::LinkDown,
+            E::InvalidArgument,
+        ];
+        for e in own {
+            assert_eq!(E::from_errno(e.errno()), e, "{e:?}");
+        }
+        assert_eq!(E::from_errno(E::InvalidState.errno()), E::InvalidArgument);
+        assert_eq!(
+            E::from_errno(E::BufferTooSmall { needed: 9 }.errno()),
+            E::MessageTooLong
+        );
+        assert_eq!(E::from_errno(-5), E::InvalidArgument);
+    }
+}

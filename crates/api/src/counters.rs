@@ -1,0 +1,256 @@
+//! Named counters for every layer, in one namespace shared by the link, IP, ICMP, UDP and TCP
+//! layers and by every process that reports them: one for every drop reason and every notable
+//! event, with nstat-style names
+//! (`IpInHdrErrors`, `TcpExtTCPChallengeACK`, …). Names without a Linux equivalent use the
+//! same style with an `Ext` infix or an `Eth`/`Arp` prefix.
+
+macro_rules! counters {
+    ($($(#[doc = $doc:literal])* $name:ident),* $(,)?) => {
+        /// A counter's identity; its `Debug` name is the nstat-style name.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[allow(non_camel_case_types)]
+        pub enum Counter {
+            $($(#[doc = $doc])* $name,)*
+        }
+
+        impl Counter {
+            /// How many counters there are.
+            pub const COUNT: usize = [$(stringify!($name)),*].len();
+            /// Every counter, in display order.
+            pub const ALL: &'static [Counter] = &[$(Counter::$name,)*];
+            /// The nstat-style name.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Counter::$name => stringify!($name),)*
+                }
+            }
+        }
+    };
+}
+
+counters! {
+    /// Frames shorter than an Ethernet header.
+    EthInRunts,
+    /// Frames addressed to another host's MAC.
+    EthInOtherHost,
+    /// Frames with an EtherType we do not handle.
+    EthInUnknownProtos,
+    /// Frames dropped at transmit because the device queue was full.
+    EthOutDrops,
+    /// ARP requests received for our address.
+    ArpInRequests,
+    /// ARP replies received and used.
+    ArpInReplies,
+    /// Malformed or unsupported ARP packets.
+    ArpInErrors,
+    /// Replies for addresses we never asked about (no entry created, RFC 826 merge rule).
+    ArpInUnsolicited,
+    /// ARP requests sent.
+    ArpOutRequests,
+    /// ARP replies sent.
+    ArpOutReplies,
+    /// Packets dropped because the per-address or global resolution queue was full.
+    ArpQueueDrops,
+    /// Packets dropped because resolution timed out.
+    ArpResolveFailed,
+    /// Datagrams received from the link.
+    IpInReceives,
+    /// Bad version, IHL, header length, TTL or source.
+    IpInHdrErrors,
+    /// Total length beyond the received frame.
+    IpExtInTruncatedPkts,
+    /// Header checksum failures.
+    IpExtInCsumErrors,
+    /// Datagrams not addressed to us.
+    IpInAddrErrors,
+    /// Datagrams for a protocol we do not handle.
+    IpInUnknownProtos,
+    /// Datagrams delivered to ICMP/UDP/TCP.
+    IpInDelivers,
+    /// Datagrams handed to the link (or to ARP resolution).
+    IpOutRequests,
+    /// No route to the destination.
+    IpOutNoRoutes,
+    /// Fragments received.
+    IpReasmReqds,
+    /// Datagrams reassembled.
+    IpReasmOKs,
+    /// Reassembly failures (memory cap, bad fragment).
+    IpReasmFails,
+    /// Datagrams discarded for overlapping fragments.
+    IpExtReasmOverlaps,
+    /// Datagrams whose fragments did not all arrive in time.
+    IpReasmTimeout,
+    /// Datagrams fragmented on output.
+    IpFragOKs,
+    /// Fragments created.
+    IpFragCreates,
+    /// Datagrams too large with DF set.
+    IpFragFails,
+    /// ICMP messages received.
+    IcmpInMsgs,
+    /// Malformed ICMP messages.
+    IcmpInErrors,
+    /// ICMP checksum failures.
+    IcmpInCsumErrors,
+    /// ICMP types we ignore.
+    IcmpExtInIgnored,
+    /// Echo requests received.
+    IcmpInEchos,
+    /// Echo replies received.
+    IcmpInEchoReps,
+    /// Destination-unreachable messages received.
+    IcmpInDestUnreachs,
+    /// Time-exceeded messages received.
+    IcmpInTimeExcds,
+    /// ICMP messages sent.
+    IcmpOutMsgs,
+    /// Echo replies sent.
+    IcmpOutEchoReps,
+    /// Echo requests sent.
+    IcmpOutEchos,
+    /// Destination-unreachable messages sent.
+    IcmpOutDestUnreachs,
+    /// ICMP errors suppressed by the rate limit.
+    IcmpExtOutRateLimited,
+    /// UDP datagrams delivered to sockets.
+    UdpInDatagrams,
+    /// UDP datagrams for a port with no socket.
+    UdpNoPorts,
+    /// Malformed UDP datagrams.
+    UdpInErrors,
+    /// UDP checksum failures.
+    UdpInCsumErrors,
+    /// Datagrams dropped because the socket's receive queue was full.
+    UdpRcvbufErrors,
+    /// UDP datagrams sent.
+    UdpOutDatagrams,
+    /// TCP segments received.
+    TcpInSegs,
+    /// TCP segments sent.
+    TcpOutSegs,
+    /// TCP segments retransmitted.
+    TcpRetransSegs,
+    /// Malformed TCP segments.
+    TcpInErrs,
+    /// TCP checksum failures.
+    TcpInCsumErrors,
+    /// RSTs sent.
+    TcpOutRsts,
+    /// Active opens (SYN sent).
+    TcpActiveOpens,
+    /// Passive opens (SYN received and accepted).
+    TcpPassiveOpens,
+    /// Opens that failed.
+    TcpAttemptFails,
+    /// Connections reset from ESTABLISHED or CLOSE_WAIT.
+    TcpEstabResets,
+    /// Segments for no connection and no listener.
+    TcpExtTCPNoSocket,
+    /// Challenge ACKs sent (RFC 5961).
+    TcpExtTCPChallengeACK,
+    /// Challenge ACKs suppressed by the per-connection rate limit.
+    TcpExtTCPChallengeACKLimited,
+    /// Segments dropped by the sequence acceptability test.
+    TcpExtTCPOutOfWindow,
+    /// ACKs for data never sent, dropped (RFC 5961 §5).
+    TcpExtTCPACKSkippedInvalid,
+    /// Segments dropped by PAWS (RFC 7323 §5).
+    TcpExtPAWSEstab,
+    /// SYN cookies sent.
+    TcpExtSyncookiesSent,
+    /// Valid SYN cookies received.
+    TcpExtSyncookiesRecv,
+    /// Invalid SYN cookies received.
+    TcpExtSyncookiesFailed,
+    /// SYNs dropped because the accept queue was full.
+    TcpExtListenOverflows,
+    /// SYNs dropped at a listener for any reason.
+    TcpExtListenDrops,
+    /// Header-prediction hits for in-order data.
+    TcpExtTCPHPHits,
+    /// Header-prediction hits for pure ACKs.
+    TcpExtTCPHPAcks,
+    /// Pure ACKs taking the slow path.
+    TcpExtTCPPureAcks,
+    /// Segments queued out of order.
+    TcpExtTCPOFOQueue,
+    /// Out-of-order segments dropped (memory limit).
+    TcpExtTCPOFODrop,
+    /// Segments dropped because the receive buffer was full.
+    TcpExtTCPRcvQDrop,
+    /// Retransmission timeouts.
+    TcpExtTCPTimeouts,
+    /// Fast retransmits.
+    TcpExtTCPFastRetrans,
+    /// Retransmissions triggered by SACK-based loss recovery.
+    TcpExtTCPSackRecovery,
+    /// Retransmissions found lost (SACKs for data sent after them came back first).
+    TcpExtTCPLostRetransmit,
+    /// Delayed ACKs sent by the timer.
+    TcpExtDelayedACKs,
+    /// Connections aborted after too many retransmissions.
+    TcpExtTCPAbortOnTimeout,
+    /// Keepalive probes sent.
+    TcpExtTCPKeepAlive,
+    /// Zero-window probes sent.
+    TcpExtTCPWinProbe,
+    /// Connections that entered TIME_WAIT.
+    TcpExtTW,
+    /// Segments with malformed options (dropped, connection unharmed).
+    TcpExtTCPBadOptions,
+    /// Connections refused because the connection table was full.
+    TcpExtTCPConnLimit,
+}
+
+/// The engine's counters.
+#[derive(Debug, Clone)]
+pub struct Counters {
+    values: [u64; Counter::COUNT],
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Self {
+            values: [0; Counter::COUNT],
+        }
+    }
+}
+
+impl Counters {
+    /// Adds one.
+    #[inline]
+    pub fn inc(&mut self, c: Counter) {
+        self.values[c as usize] += 1;
+    }
+    /// Adds `n`.
+    #[inline]
+    pub fn add(&mut self, c: Counter, n: u64) {
+        self.values[c as usize] += n;
+    }
+    /// The current value.
+    #[inline]
+    pub fn get(&self, c: Counter) -> u64 {
+        self.values[c as usize]
+    }
+    /// Adds every counter of `other` into this one.
+    pub fn merge(&mut self, other: &Counters) {
+        for (a, b) in self.values.iter_mut().zip(&other.values) {
+            *a += b;
+        }
+    }
+    /// Looks a counter up by its nstat-style name.
+    pub fn by_name(&self, name: &str) -> Option<u64> {
+        Counter::ALL
+            .iter()
+            .find(|c| c.name() == name)
+            .map(|&c| self.get(c))
+    }
+    /// Every nonzero counter with its name.
+    pub fn nonzero(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        Counter::ALL
+            .iter()
+            .map(|&c| (c.name(), self.get(c)))
+            .filter(|&(_, v)| v != 0)
+    }
+}

@@ -1,0 +1,771 @@
+//! Fixed-layout records of the rings between the offload daemon and its applications.
+//!
+//! Each application thread has a command ring (application → daemon) and an event ring
+//! (daemon → application) in memory both processes map. Every record is [`RECORD_LEN`] bytes,
+//! little-endian, at fixed offsets, so either side reads it in place. The layout is versioned
+//! ([`VERSION`]); a region carries the version in its header and the sides refuse to talk
+//! across versions.
+//!
+//! **Shared memory is untrusted input.** [`CommandRecord::decode`] and [`EventRecord::decode`]
+//! accept any 64 bytes and either return a well-formed record or a [`RecordError`]: unknown
+//! operations, non-zero reserved bytes, out-of-range handles and lengths are rejected, never
+//! trusted. Data spans (offset + length into a shared buffer area) are checked against that
+//! area with [`check_span`] by whoever knows its size.
+//!
+//! Command layout (application → daemon):
+//! ```text
+//!  0..2   op        u16   (Op)
+//!  2..4   mode      u16   0 = async (post and return), 1 = sync (wait for the completion)
+//!  4..8   id        u32   request id, echoed by the completion
+//!  8..12  handle    u32   socket handle (index), or 0 when the op takes none
+//! 12..16  addr      u32   IPv4 address, network order as read (connect, sendto)
+//! 16..18  port      u16
+//! 18..20  reserved  (zero)
+//! 20..24  arg       u32   backlog, flag, or a small count
+//! 24..32  offset    u64   offset of a data span in the shared buffer area (or a file)
+//! 32..40  len       u64   length of that span
+//! 40..64  reserved  (zero)
+//! ```
+//! Event layout (daemon → application):
+//! ```text
+//!  0..2   kind      u16   (EventKind)
+//!  2..4   reserved  (zero)
+//!  4..8   id        u32   request id for a completion, 0 for unsolicited events
+//!  8..12  handle    u32
+//! 12..16  reserved  (zero)
+//! 16..24  result    i64   >= 0: the call's value (handle, bytes); < 0: -errno
+//! 24..32  offset    u64   data span (urgent delivery: where the bytes were put)
+//! 32..40  len       u64
+//! 40..64  reserved  (zero)
+//! ```
+
+use crate::SocketError;
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+/// Version of the record layout.
+pub const VERSION: u16 = 1;
+/// Size of every record.
+pub const RECORD_LEN: usize = 64;
+/// Largest handle index a record may carry.
+pub const MAX_HANDLE: u32 = (1 << 24) - 1;
+/// Largest data span one record may describe (1 GiB).
+pub const MAX_SPAN: u64 = 1 << 30;
+
+mod field {
+    use core::ops::Range;
+    pub const OP: Range<usize> = 0..2;
+    pub const MODE: Range<usize> = 2..4;
+    pub const ID: Range<usize> = 4..8;
+    pub const HANDLE: Range<usize> = 8..12;
+    pub const ADDR: Range<usize> = 12..16;
+    pub const PORT: Range<usize> = 16..18;
+    pub const RESERVED_A: Range<usize> = 18..20;
+    pub const ARG: Range<usize> = 20..24;
+    pub const OFFSET: Range<usize> = 24..32;
+    pub const LEN: Range<usize> = 32..40;
+    pub const RESERVED_TAIL: Range<usize> = 40..64;
+    // Event-only names for the shared positions.
+    pub const KIND: Range<usize> = 0..2;
+    pub const EV_RESERVED_A: Range<usize> = 2..4;
+    pub const EV_RESERVED_B: Range<usize> = 12..16;
+    pub const RESULT: Range<usize> = 16..24;
+}
+
+/// Why a record was rejected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordError {
+    /// The operation or event code is not one of this version's.
+    UnknownOp(u16),
+    /// The mode is neither async nor sync.
+    BadMode(u16),
+    /// Reserved bytes are not zero (a newer peer, or garbage).
+    ReservedNotZero,
+    /// The handle is beyond [`MAX_HANDLE`].
+    BadHandle(u32),
+    /// A length or offset is out of range.
+    BadSpan,
+    /// A field holds a value the operation forbids (e.g. port 0 to connect to).
+    BadArgument,
+}
+
+impl std::fmt::Display for RecordError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecordError::UnknownOp(op) => write!(f, "unknown record code {op}"),
+            RecordError::BadMode(m) => write!(f, "unknown call mode {m}"),
+            RecordError::ReservedNotZero => f.write_str("reserved bytes are not zero"),
+            RecordError::BadHandle(h) => write!(f, "handle {h} out of range"),
+            RecordError::BadSpan => f.write_str("data span out of range"),
+            RecordError::BadArgument => f.write_str("invalid argument in record"),
+        }
+    }
+}
+
+impl std::error::Error for RecordError {}
+
+/// How the application waits for a command (seed 001's host interface).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Posted; the call returns at once and its completion is only checked for errors.
+    Async,
+    /// The caller waits for the completion.
+    Sync,
+}
+
+/// A socket operation posted by an application.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    /// Listen on a port.
+    TcpListen {
+        /// Port.
+        port: u16,
+        /// Accept-queue length.
+        backlog: u32,
+    },
+    /// Take a connection from a listener.
+    TcpAccept {
+        /// The listener.
+        listener: u32,
+    },
+    /// Open a connection.
+    TcpConnect {
+        /// Where to.
+        remote: SocketAddrV4,
+    },
+    /// Send the bytes at `offset..offset+len` of the application's transmit area.
+    TcpSend {
+        /// Connection.
+        handle: u32,
+        /// Span start in the transmit area.
+        offset: u64,
+        /// Span length.
+        len: u64,
+    },
+    /// The application consumed `len` bytes delivered into its receive area.
+    TcpConsume {
+        /// Connection.
+        handle: u32,
+        /// Bytes consumed.
+        len: u64,
+    },
+    /// Close the sending side.
+    TcpShutdown {
+        /// Connection.
+        handle: u32,
+    },
+    /// Release the handle (graceful close).
+    TcpClose {
+        /// Connection or listener.
+        handle: u32,
+    },
+    /// Reset the connection.
+    TcpAbort {
+        /// Connection.
+        handle: u32,
+    },
+    /// TCP_NODELAY.
+    TcpSetNodelay {
+        /// Connection.
+        handle: u32,
+        /// On (Nagle off).
+        on: bool,
+    },
+    /// Send `len` bytes of the file passed earlier (file slot `slot`) from `offset`.
+    TcpSendFile {
+        /// Connection.
+        handle: u32,
+        /// Which passed file descriptor.
+        slot: u32,
+        /// Offset in the file.
+        offset: u64,
+        /// Bytes to send.
+        len: u64,
+    },
+    /// Bind a UDP socket.
+    UdpBind {
+        /// Port (0: ephemeral).
+        port: u16,
+    },
+    /// Send a datagram from the transmit area.
+    UdpSendTo {
+        /// Socket.
+        handle: u32,
+        /// Destination.
+        dst: SocketAddrV4,
+        /// Span start.
+        offset: u64,
+        /// Span length (at most 65507).
+        len: u64,
+    },
+    /// Close a UDP socket.
+    UdpClose {
+        /// Socket.
+        handle: u32,
+    },
+}
+
+/// A command with its request id and mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommandRecord {
+    /// Request id, echoed by the completion.
+    pub id: u32,
+    /// Async or sync.
+    pub mode: Mode,
+    /// The operation.
+    pub cmd: Command,
+}
+
+// Operation codes (stable within a VERSION).
+const OP_TCP_LISTEN: u16 = 1;
+const OP_TCP_ACCEPT: u16 = 2;
+const OP_TCP_CONNECT: u16 = 3;
+const OP_TCP_SEND: u16 = 4;
+const OP_TCP_CONSUME: u16 = 5;
+const OP_TCP_SHUTDOWN: u16 = 6;
+const OP_TCP_CLOSE: u16 = 7;
+const OP_TCP_ABORT: u16 = 8;
+const OP_TCP_SET_NODELAY: u16 = 9;
+const OP_TCP_SEND_FILE: u16 = 10;
+const OP_UDP_BIND: u16 = 20;
+const OP_UDP_SEND_TO: u16 = 21;
+const OP_UDP_CLOSE: u16 = 22;
+
+fn put(out: &mut [u8; RECORD_LEN], r: core::ops::Range<usize>, v: &[u8]) {
+    out[r].copy_from_slice(v);
+}
+fn get16(b: &[u8; RECORD_LEN], r: core::ops::Range<usize>) -> u16 {
+    u16::from_le_bytes([b[r.start], b[r.start + 1]])
+}
+fn get32(b: &[u8; RECORD_LEN], r: core::ops::Range<usize>) -> u32 {
+    let mut a = [0; 4];
+    a.copy_from_slice(&b[r]);
+    u32::from_le_bytes(a)
+}
+fn get64(b: &[u8; RECORD_LEN], r: core::ops::Range<usize>) -> u64 {
+    let mut a = [0; 8];
+    a.copy_from_slice(&b[r]);
+    u64::from_le_bytes(a)
+}
+fn zero(b: &[u8; RECORD_LEN], r: core::ops::Range<usize>) -> bool {
+    b[r].iter().all(|&x| x == 0)
+}
+
+/// Checks that `offset..offset + len` lies inside an area of `area_len` bytes.
+pub fn check_span(offset: u64, len: u64, area_len: usize) -> Result<(usize, usize), RecordError> {
+    let end = offset.checked_add(len).ok_or(RecordError::BadSpan)?;
+    if end > area_len as u64 {
+        return Err(RecordError::BadSpan);
+    }
+    Ok((offset as usize, len as usize))
+}
+
+impl CommandRecord {
+    /// Writes the record into `out` (every byte, reserved ones zeroed).
+    pub fn encode(&self, out: &mut [u8; RECORD_LEN]) {
+        out.fill(0);
+        let (op, handle, addr, arg, offset, len) = match self.cmd {
+            Command::TcpListen { port, backlog } => (
+                OP_TCP_LISTEN,
+                0,
+                Some((Ipv4Addr::UNSPECIFIED, port)),
+                backlog,
+                0,
+                0,
+            ),
+            Command::TcpAccept { listener } => (OP_TCP_ACCEPT, listener, None, 0, 0, 0),
+            Command::TcpConnect { remote } => (
+                OP_TCP_CONNECT,
+                0,
+                Some((*remote.ip(), remote.port())),
+                0,
+                0,
+                0,
+            ),
+            Command::TcpSend {
+                handle,
+                offset,
+                len,
+            } => (OP_TCP_SEND, handle, None, 0, offset, len),
+            Command::TcpConsume { handle, len } => (OP_TCP_CONSUME, handle, None, 0, 0, len),
+            Command::TcpShutdown { handle } => (OP_TCP_SHUTDOWN, handle, None, 0, 0, 0),
+            Command::TcpClose { handle } => (OP_TCP_CLOSE, handle, None, 0, 0, 0),
+            Command::TcpAbort { handle } => (OP_TCP_ABORT, handle, None, 0, 0, 0),
+            Command::TcpSetNodelay { handle, on } => {
+                (OP_TCP_SET_NODELAY, handle, None, on as u32, 0, 0)
+            }
+            Command::TcpSendFile {
+                handle,
+                slot,
+                offset,
+                len,
+            } => (OP_TCP_SEND_FILE, handle, None, slot, offset, len),
+            Command::UdpBind { port } => {
+                (OP_UDP_BIND, 0, Some((Ipv4Addr::UNSPECIFIED, port)), 0, 0, 0)
+            }
+            Command::UdpSendTo {
+                handle,
+                dst,
+                offset,
+                len,
+            } => (
+                OP_UDP_SEND_TO,
+                handle,
+                Some((*dst.ip(), dst.port())),
+                0,
+                offset,
+                len,
+            ),
+            Command::UdpClose { handle } => (OP_UDP_CLOSE, handle, None, 0, 0, 0),
+        };
+        put(out, field::OP, &op.to_le_bytes());
+        let mode: u16 = match self.mode {
+            Mode::Async => 0,
+            Mode::Sync => 1,
+        };
+        put(out, field::MODE, &mode.to_le_bytes());
+        put(out, field::ID, &self.id.to_le_bytes());
+        put(out, field::HANDLE, &handle.to_le_bytes());
+        if let Some((ip, port)) = addr {
+            put(out, field::ADDR, &ip.octets());
+            put(out, field::PORT, &port.to_le_bytes());
+        }
+        put(out, field::ARG, &arg.to_le_bytes());
+        put(out, field::OFFSET, &offset.to_le_bytes());
+        put(out, field::LEN, &len.to_le_bytes());
+    }
+
+    /// Reads and validates a record from untrusted memory.
+    pub fn decode(b: &[u8; RECORD_LEN]) -> Result<Self, RecordError> {
+        if !zero(b, field::RESERVED_A) || !zero(b, field::RESERVED_TAIL) {
+            return Err(RecordError::ReservedNotZero);
+        }
+        let mode = match get16(b, field::MODE) {
+            0 => Mode::Async,
+            1 => Mode::Sync,
+            m => return Err(RecordError::BadMode(m)),
+        };
+        let handle = get32(b, field::HANDLE);
+        if handle > MAX_HANDLE {
+            return Err(RecordError::BadHandle(handle));
+        }
+        let a = &b[field::ADDR];
+        let ip = Ipv4Addr::new(a[0], a[1], a[2], a[3]);
+        let port = get16(b, field::PORT);
+        let arg = get32(b, field::ARG);
+        let offset = get64(b, field::OFFSET);
+        let len = get64(b, field::LEN);
+        if len > MAX_SPAN || offset.checked_add(len).is_none() {
+            return Err(RecordError::BadSpan);
+        }
+        // Fields an operation does not use must be zero, so garbage is never half-accepted.
+        let unused = |addr: bool, arg_: bool, off: bool, len_: bool| {
+            let bad = (addr && (get32(b, field::ADDR) != 0 || port != 0))
+                || (arg_ && arg != 0)
+                || (off && offset != 0)
+                || (len_ && len != 0);
+            if bad {
+                Err(RecordError::ReservedNotZero)
+            } else {
+                Ok(())
+            }
+        };
+        let no_handle = || {
+            if handle != 0 {
+                Err(RecordError::ReservedNotZero)
+            } else {
+                Ok(())
+            }
+        };
+        let cmd = match get16(b, field::OP) {
+            OP_TCP_LISTEN => {
+                no_handle()?;
+                unused(false, false, true, true)?;
+                if port == 0 || !ip.is_unspecified() {
+                    return Err(RecordError::BadArgument);
+                }
+                Command::TcpListen { port, backlog: arg }
+            }
+            OP_TCP_ACCEPT => {
+                unused(true, true, true, true)?;
+                Command::TcpAccept { listener: handle }
+            }
+            OP_TCP_CONNECT => {
+                no_handle()?;
+                unused(false, true, true, true)?;
+                if port == 0 {
+                    return Err(RecordError::BadArgument);
+                }
+                Command::TcpConnect {
+                    remote: SocketAddrV4::new(ip, port),
+                }
+            }
+            OP_TCP_SEND => {
+                unused(true, true, false, false)?;
+                Command::TcpSend {
+                    handle,
+                    offset,
+                    len,
+                }
+            }
+            OP_TCP_CONSUME => {
+                unused(true, true, true, false)?;
+                Command::TcpConsume { handle, len }
+            }
+            OP_TCP_SHUTDOWN => {
+                unused(true, true, true, true)?;
+                Command::TcpShutdown { handle }
+            }
+            OP_TCP_CLOSE => {
+                unused(true, true, true, true)?;
+                Command::TcpClose { handle }
+            }
+            OP_TCP_ABORT => {
+                unused(true, true, true, true)?;
+                Command::TcpAbort { handle }
+            }
+            OP_TCP_SET_NODELAY => {
+                unused(true, false, true, true)?;
+                if arg > 1 {
+                    return Err(RecordError::BadArgument);
+                }
+                Command::TcpSetNodelay {
+                    handle,
+                    on: arg == 1,
+                }
+            }
+            OP_TCP_SEND_FILE => {
+                unused(true, false, false, false)?;
+                Command::TcpSendFile {
+                    handle,
+                    slot: arg,
+                    offset,
+                    len,
+                }
+            }
+            OP_UDP_BIND => {
+                no_handle()?;
+                unused(false, true, true, true)?;
+                if !ip.is_unspecified() {
+                    return Err(RecordError::BadArgument);
+                }
+                Command::UdpBind { port }
+            }
+            OP_UDP_SEND_TO => {
+                unused(false, true, false, false)?;
+                if port == 0 || len > 65507 {
+                    return Err(RecordError::BadArgument);
+                }
+                Command::UdpSendTo {
+                    handle,
+                    dst: SocketAddrV4::new(ip, port),
+                    offset,
+                    len,
+                }
+            }
+            OP_UDP_CLOSE => {
+                unused(true, true, true, true)?;
+                Command::UdpClose { handle }
+            }
+            op => return Err(RecordError::UnknownOp(op)),
+        };
+        Ok(CommandRecord {
+            id: get32(b, field::ID),
+            mode,
+            cmd,
+        })
+    }
+}
+
+/// What an event record reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// The completion of command `id`: `result` is its value or `-errno`.
+    Completion,
+    /// Urgent delivery: received bytes were put at `offset..offset+len` of the receive area.
+    Data,
+    /// The socket became readable (a connection to accept, end of stream).
+    Readable,
+    /// The socket became writable (handshake done, send space freed).
+    Writable,
+    /// The connection ended; `result` is `-errno`, or 0 for an orderly close.
+    Closed,
+}
+
+impl EventKind {
+    fn code(self) -> u16 {
+        match self {
+            EventKind::Completion => 1,
+            EventKind::Data => 2,
+            EventKind::Readable => 3,
+            EventKind::Writable => 4,
+            EventKind::Closed => 5,
+        }
+    }
+    fn from_code(c: u16) -> Option<Self> {
+        Some(match c {
+            1 => EventKind::Completion,
+            2 => EventKind::Data,
+            3 => EventKind::Readable,
+            4 => EventKind::Writable,
+            5 => EventKind::Closed,
+            _ => return None,
+        })
+    }
+}
+
+/// A completion or an unsolicited event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventRecord {
+    /// What happened.
+    pub kind: EventKind,
+    /// Request id (completions) or 0.
+    pub id: u32,
+    /// The socket.
+    pub handle: u32,
+    /// Value (>= 0) or `-errno`.
+    pub result: i64,
+    /// Data span start (urgent delivery).
+    pub offset: u64,
+    /// Data span length.
+    pub len: u64,
+}
+
+impl EventRecord {
+    /// A completion carrying a call's outcome.
+    pub fn completion(id: u32, handle: u32, r: Result<u64, SocketError>) -> Self {
+        let result = match r {
+            Ok(v) => v.min(i64::MAX as u64) as i64,
+            Err(e) => -(e.errno() as i64),
+        };
+        Self {
+            kind: EventKind::Completion,
+            id,
+            handle,
+            result,
+            offset: 0,
+            len: 0,
+        }
+    }
+
+    /// The outcome of a completion as the caller sees it.
+    pub fn outcome(&self) -> Result<u64, SocketError> {
+        if self.result < 0 {
+            Err(SocketError::from_errno(
+                (-self.result).min(i32::MAX as i64) as i32
+            ))
+        } else {
+            Ok(self.result as u64)
+        }
+    }
+
+    /// Writes the record into `out`.
+    pub fn encode(&self, out: &mut [u8; RECORD_LEN]) {
+        out.fill(0);
+        put(out, field::KIND, &self.kind.code().to_le_bytes());
+        put(out, field::ID, &self.id.to_le_bytes());
+        put(out, field::HANDLE, &self.handle.to_le_bytes());
+        put(out, field::RESULT, &self.result.to_le_bytes());
+        put(out, field::OFFSET, &self.offset.to_le_bytes());
+        put(out, field::LEN, &self.len.to_le_bytes());
+    }
+
+    /// Reads and validates a record from untrusted memory.
+    pub fn decode(b: &[u8; RECORD_LEN]) -> Result<Self, RecordError> {
+        if !zero(b, field::EV_RESERVED_A)
+            || !zero(b, field::EV_RESERVED_B)
+            || !zero(b, field::RESERVED_TAIL)
+        {
+            return Err(RecordError::ReservedNotZero);
+        }
+        let code = get16(b, field::KIND);
+        let kind = EventKind::from_code(code).ok_or(RecordError::UnknownOp(code))?;
+        let handle = get32(b, field::HANDLE);
+        if handle > MAX_HANDLE {
+            return Err(RecordError::BadHandle(handle));
+        }
+        let offset = get64(b, field::OFFSET);
+        let len = get64(b, field::LEN);
+        if len > MAX_SPAN || offset.checked_add(len).is_none() {
+            return Err(RecordError::BadSpan);
+        }
+        let mut r = [0; 8];
+        r.copy_from_slice(&b[field::RESULT]);
+        Ok(Self {
+            kind,
+            id: get32(b, field::ID),
+            handle,
+            result: i64::from_le_bytes(r),
+            offset,
+            len,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all_commands() -> Vec<Command> {
+        let sa = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 8080);
+        vec![
+            Command::TcpListen {
+                port: 80,
+                backlog: 128,
+            },
+            Command::TcpAccept { listener: 3 },
+            Command::TcpConnect { remote: sa },
+            Command::TcpSend {
+                handle: 7,
+                offset: 4096,
+                len: 1000,
+            },
+            Command::TcpConsume { handle: 7, len: 99 },
+            Command::TcpShutdown { handle: 1 },
+            Command::TcpClose { handle: MAX_HANDLE },
+            Command::TcpAbort { handle: 2 },
+            Command::TcpSetNodelay {
+                handle: 2,
+                on: true,
+            },
+            Command::TcpSendFile {
+                handle: 2,
+                slot: 1,
+                offset: 5 << 30,
+                len: 1 << 20,
+            },
+            Command::UdpBind { port: 0 },
+            Command::UdpSendTo {
+                handle: 4,
+                dst: sa,
+                offset: 0,
+                len: 512,
+            },
+            Command::UdpClose { handle: 4 },
+        ]
+    }
+
+    #[test]
+    fn every_command_round_trips() {
+        for (i, cmd) in all_commands().into_iter().enumerate() {
+            let rec = CommandRecord {
+                id: i as u32 * 77,
+                mode: if i % 2 == 0 { Mode::Sync } else { Mode::Async },
+                cmd,
+            };
+            let mut b = [0xAA; RECORD_LEN];
+            rec.encode(&mut b);
+            assert_eq!(CommandRecord::decode(&b), Ok(rec));
+        }
+    }
+
+    #[test]
+    fn garbage_in_any_field_is_rejected_not_trusted() {
+        let rec = CommandRecord {
+            id: 1,
+            mode: Mode::Sync,
+            cmd: Command::TcpClose { handle: 5 },
+        };
+        let mut b = [0; RECORD_LEN];
+        rec.encode(&mut b);
+        let mut t = b;
+        t[0] = 0xEE;
+        assert_eq!(CommandRecord::decode(&t), Err(RecordError::UnknownOp(0xEE)));
+        let mut t = b;
+        t[2] = 9;
+        assert_eq!(CommandRecord::decode(&t), Err(RecordError::BadMode(9)));
+        let mut t = b;
+        t[63] = 1;
+        assert_eq!(CommandRecord::decode(&t), Err(RecordError::ReservedNotZero));
+        let mut t = b;
+        t[field::HANDLE].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(
+            CommandRecord::decode(&t),
+            Err(RecordError::BadHandle(u32::MAX))
+        );
+        // A close that also carries a length: an unused field is not silently ignored.
+        let mut t = b;
+        t[field::LEN.start] = 1;
+        assert_eq!(CommandRecord::decode(&t), Err(RecordError::ReservedNotZero));
+        // A span that wraps the address space.
+        let send = CommandRecord {
+            id: 1,
+            mode: Mode::Async,
+            cmd: Command::TcpSend {
+                handle: 1,
+                offset: u64::MAX - 1,
+                len: 10,
+            },
+        };
+        send.encode(&mut t);
+        assert_eq!(CommandRecord::decode(&t), Err(RecordError::BadSpan));
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic_and_accepted_ones_re_encode_identically() {
+        // A small xorshift generator: deterministic, no dependency.
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let valid = all_commands();
+        let (mut accepted, mut rejected) = (0, 0);
+        for round in 0..200_000u32 {
+            let mut b = [0u8; RECORD_LEN];
+            if round % 4 == 0 {
+                // Pure noise.
+                for chunk in b.chunks_mut(8) {
+                    chunk.copy_from_slice(&next().to_le_bytes());
+                }
+            } else {
+                // A valid record with one to three bytes overwritten.
+                let cmd = valid[(next() % valid.len() as u64) as usize];
+                CommandRecord {
+                    id: round,
+                    mode: Mode::Sync,
+                    cmd,
+                }
+                .encode(&mut b);
+                for _ in 0..1 + next() % 3 {
+                    let r = next();
+                    b[(r % RECORD_LEN as u64) as usize] = (r >> 32) as u8;
+                }
+            }
+            match CommandRecord::decode(&b) {
+                Ok(r) => {
+                    accepted += 1;
+                    let mut again = [0; RECORD_LEN];
+                    r.encode(&mut again);
+                    assert_eq!(CommandRecord::decode(&again), Ok(r));
+                }
+                Err(_) => rejected += 1,
+            }
+            let _ = EventRecord::decode(&b);
+        }
+        assert!(accepted > 1000 && rejected > 1000, "{accepted} {rejected}");
+    }
+
+    #[test]
+    fn events_round_trip_and_carry_errno() {
+        let e = EventRecord::completion(9, 3, Err(SocketError::ConnectionRefused));
+        let mut b = [0; RECORD_LEN];
+        e.encode(&mut b);
+        let d = EventRecord::decode(&b).unwrap();
+        assert_eq!(d, e);
+        assert_eq!(d.outcome(), Err(SocketError::ConnectionRefused));
+        let ok = EventRecord::completion(1, 0, Ok(42));
+        ok.encode(&mut b);
+        assert_eq!(EventRecord::decode(&b).unwrap().outcome(), Ok(42));
+        b[0] = 77;
+        assert_eq!(EventRecord::decode(&b), Err(RecordError::UnknownOp(77)));
+    }
+
+    #[test]
+    fn spans_are_checked_against_the_area() {
+        assert_eq!(check_span(0, 10, 10), Ok((0, 10)));
+        assert_eq!(check_span(1, 10, 10), Err(RecordError::BadSpan));
+        assert_eq!(check_span(u64::MAX, 2, 10), Err(RecordError::BadSpan));
+    }
+}
