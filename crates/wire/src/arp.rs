@@ -5,6 +5,8 @@ use crate::{be16, put16, Error, EthernetAddress, Ipv4Address, Result};
 /// Size of an Ethernet/IPv4 ARP packet.
 pub const PACKET_LEN: usize = 28;
 
+/// Where each field of an Ethernet/IPv4 ARP packet starts (RFC 826): hardware and protocol types
+/// and lengths, the operation, then sender and target addresses (6-byte MAC, 4-byte IPv4).
 mod field {
     pub const HTYPE: usize = 0;
     pub const PTYPE: usize = 2;

@@ -2,7 +2,8 @@
 
 use core::fmt;
 
-/// What was wrong with a packet. Each variant maps to one drop counter in the engine.
+/// What was wrong with a packet. The engine counts every variant under a named drop counter
+/// (`docs/wire/README.md` §4 has the mapping).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Error {
     /// Ethernet frame shorter than the 14-byte header.

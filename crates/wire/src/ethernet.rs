@@ -89,10 +89,11 @@ impl From<EtherType> for u16 {
 /// Length of the Ethernet II header.
 pub const HEADER_LEN: usize = 14;
 
+/// Where each header field starts (IEEE 802.3 / Ethernet II). Each address runs up to the start
+/// of the next field; the EtherType is 16 bits. The payload starts at [`HEADER_LEN`].
 mod field {
-    use core::ops::Range;
-    pub const DST: Range<usize> = 0..6;
-    pub const SRC: Range<usize> = 6..12;
+    pub const DST: usize = 0;
+    pub const SRC: usize = 6;
     pub const ETHERTYPE: usize = 12;
 }
 
@@ -116,11 +117,19 @@ impl<T: AsRef<[u8]>> Frame<T> {
     }
     /// Destination MAC.
     pub fn dst(&self) -> EthernetAddress {
-        EthernetAddress(self.buf.as_ref()[field::DST].try_into().unwrap())
+        EthernetAddress(
+            self.buf.as_ref()[field::DST..field::SRC]
+                .try_into()
+                .unwrap(),
+        )
     }
     /// Source MAC.
     pub fn src(&self) -> EthernetAddress {
-        EthernetAddress(self.buf.as_ref()[field::SRC].try_into().unwrap())
+        EthernetAddress(
+            self.buf.as_ref()[field::SRC..field::ETHERTYPE]
+                .try_into()
+                .unwrap(),
+        )
     }
     /// EtherType.
     pub fn ethertype(&self) -> EtherType {
@@ -169,8 +178,8 @@ impl EthernetRepr {
     }
     /// Writes the header into the first 14 bytes of `buf` (which must be at least that long).
     pub fn emit(&self, buf: &mut [u8]) {
-        buf[field::DST].copy_from_slice(&self.dst.0);
-        buf[field::SRC].copy_from_slice(&self.src.0);
+        buf[field::DST..field::SRC].copy_from_slice(&self.dst.0);
+        buf[field::SRC..field::ETHERTYPE].copy_from_slice(&self.src.0);
         put16(buf, field::ETHERTYPE, self.ethertype.into());
     }
 }

@@ -1,10 +1,35 @@
 //! ICMPv4 (RFC 792): echo, destination unreachable (incl. fragmentation needed) and time
 //! exceeded.
 
-use crate::{be16, checksum, put16, ChecksumCaps, Error, Result};
+use crate::{be16, checksum, put16, put32, ChecksumCaps, Error, Result};
 
 /// Length of the fixed ICMP header.
 pub const HEADER_LEN: usize = 8;
+
+/// Where each header field starts (RFC 792). The four bytes after the checksum mean different
+/// things per message type, so each type's fields are named separately. The body (echo data or
+/// the quoted datagram) starts at [`HEADER_LEN`].
+mod field {
+    pub const TYPE: usize = 0;
+    pub const CODE: usize = 1;
+    pub const CHECKSUM: usize = 2;
+    /// Echo request and reply: 16-bit identifier, then 16-bit sequence number.
+    pub const ECHO_IDENT: usize = 4;
+    pub const ECHO_SEQ_NO: usize = 6;
+    /// Destination unreachable: 16 unused bits, then the 16-bit next-hop MTU (RFC 1191 §4).
+    pub const UNREACH_UNUSED: usize = 4;
+    pub const NEXT_HOP_MTU: usize = 6;
+    /// Time exceeded: 32 unused bits.
+    pub const TIME_EXCEEDED_UNUSED: usize = 4;
+}
+
+/// The message types this stack handles (RFC 792).
+mod msg_type {
+    pub const ECHO_REPLY: u8 = 0;
+    pub const DST_UNREACHABLE: u8 = 3;
+    pub const ECHO_REQUEST: u8 = 8;
+    pub const TIME_EXCEEDED: u8 = 11;
+}
 
 /// Destination-unreachable codes (RFC 792, RFC 1191).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,11 +90,11 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
     /// Message type.
     pub fn msg_type(&self) -> u8 {
-        self.buf.as_ref()[0]
+        self.buf.as_ref()[field::TYPE]
     }
     /// Message code.
     pub fn code(&self) -> u8 {
-        self.buf.as_ref()[1]
+        self.buf.as_ref()[field::CODE]
     }
     /// True if the checksum over the whole message verifies.
     pub fn verify_checksum(&self) -> bool {
@@ -125,22 +150,22 @@ impl<'a> Icmpv4Repr<'a> {
         let b: &'a [u8] = p.buf;
         let rest = &b[HEADER_LEN..];
         Ok(match (p.msg_type(), p.code()) {
-            (8, 0) => Icmpv4Repr::EchoRequest {
-                ident: be16(b, 4),
-                seq_no: be16(b, 6),
+            (msg_type::ECHO_REQUEST, 0) => Icmpv4Repr::EchoRequest {
+                ident: be16(b, field::ECHO_IDENT),
+                seq_no: be16(b, field::ECHO_SEQ_NO),
                 data: rest,
             },
-            (0, 0) => Icmpv4Repr::EchoReply {
-                ident: be16(b, 4),
-                seq_no: be16(b, 6),
+            (msg_type::ECHO_REPLY, 0) => Icmpv4Repr::EchoReply {
+                ident: be16(b, field::ECHO_IDENT),
+                seq_no: be16(b, field::ECHO_SEQ_NO),
                 data: rest,
             },
-            (3, code) => Icmpv4Repr::DstUnreachable {
+            (msg_type::DST_UNREACHABLE, code) => Icmpv4Repr::DstUnreachable {
                 reason: code.into(),
-                next_hop_mtu: be16(b, 6),
+                next_hop_mtu: be16(b, field::NEXT_HOP_MTU),
                 original: rest,
             },
-            (11, code @ 0..=1) => Icmpv4Repr::TimeExceeded {
+            (msg_type::TIME_EXCEEDED, code @ 0..=1) => Icmpv4Repr::TimeExceeded {
                 code,
                 original: rest,
             },
@@ -150,46 +175,56 @@ impl<'a> Icmpv4Repr<'a> {
 
     /// Bytes needed to emit.
     pub fn buffer_len(&self) -> usize {
-        HEADER_LEN
-            + match self {
-                Icmpv4Repr::EchoRequest { data, .. } | Icmpv4Repr::EchoReply { data, .. } => {
-                    data.len()
-                }
-                Icmpv4Repr::DstUnreachable { original, .. }
-                | Icmpv4Repr::TimeExceeded { original, .. } => original.len(),
-            }
+        HEADER_LEN + self.body().len()
+    }
+
+    /// The bytes after the header: echo data, or the quoted original datagram.
+    fn body(&self) -> &'a [u8] {
+        match *self {
+            Icmpv4Repr::EchoRequest { data, .. } | Icmpv4Repr::EchoReply { data, .. } => data,
+            Icmpv4Repr::DstUnreachable { original, .. }
+            | Icmpv4Repr::TimeExceeded { original, .. } => original,
+        }
     }
 
     /// Writes the message into `buf[..buffer_len()]`.
     pub fn emit(&self, buf: &mut [u8], caps: ChecksumCaps) {
-        let (ty, code, w1, w2, data) = match *self {
-            Icmpv4Repr::EchoRequest {
-                ident,
-                seq_no,
-                data,
-            } => (8, 0, ident, seq_no, data),
-            Icmpv4Repr::EchoReply {
-                ident,
-                seq_no,
-                data,
-            } => (0, 0, ident, seq_no, data),
+        match *self {
+            Icmpv4Repr::EchoRequest { ident, seq_no, .. } => {
+                buf[field::TYPE] = msg_type::ECHO_REQUEST;
+                buf[field::CODE] = 0;
+                put16(buf, field::ECHO_IDENT, ident);
+                put16(buf, field::ECHO_SEQ_NO, seq_no);
+            }
+            Icmpv4Repr::EchoReply { ident, seq_no, .. } => {
+                buf[field::TYPE] = msg_type::ECHO_REPLY;
+                buf[field::CODE] = 0;
+                put16(buf, field::ECHO_IDENT, ident);
+                put16(buf, field::ECHO_SEQ_NO, seq_no);
+            }
             Icmpv4Repr::DstUnreachable {
                 reason,
                 next_hop_mtu,
-                original,
-            } => (3, reason.into(), 0, next_hop_mtu, original),
-            Icmpv4Repr::TimeExceeded { code, original } => (11, code, 0, 0, original),
-        };
+                ..
+            } => {
+                buf[field::TYPE] = msg_type::DST_UNREACHABLE;
+                buf[field::CODE] = reason.into();
+                put16(buf, field::UNREACH_UNUSED, 0);
+                put16(buf, field::NEXT_HOP_MTU, next_hop_mtu);
+            }
+            Icmpv4Repr::TimeExceeded { code, .. } => {
+                buf[field::TYPE] = msg_type::TIME_EXCEEDED;
+                buf[field::CODE] = code;
+                put32(buf, field::TIME_EXCEEDED_UNUSED, 0);
+            }
+        }
+        put16(buf, field::CHECKSUM, 0);
+        let data = self.body();
         let len = HEADER_LEN + data.len();
-        buf[0] = ty;
-        buf[1] = code;
-        put16(buf, 2, 0);
-        put16(buf, 4, w1);
-        put16(buf, 6, w2);
         buf[HEADER_LEN..len].copy_from_slice(data);
         if caps.fill_tx {
             let c = checksum::checksum(&buf[..len]);
-            put16(buf, 2, c);
+            put16(buf, field::CHECKSUM, c);
         }
     }
 }

@@ -165,6 +165,8 @@ pub const HEADER_LEN: usize = 20;
 /// Largest IPv4 datagram.
 pub const MAX_PACKET: usize = 65535;
 
+/// Where each header field starts (RFC 791 §3.1). Options, when present, follow at
+/// [`HEADER_LEN`]; the payload starts at the header length the IHL gives.
 mod field {
     pub const VER_IHL: usize = 0;
     pub const TOS: usize = 1;

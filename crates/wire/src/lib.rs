@@ -1,14 +1,23 @@
 //! Wire formats for flowstack: zero-copy packet views and validated representations.
 //!
-//! Every protocol has two levels, in the manner of smoltcp's `wire` module:
+//! Every protocol has two levels:
 //!
 //! * a **view** `Packet<T: AsRef<[u8]>>` whose constructor `new_checked` validates lengths once,
 //!   after which every field accessor is infallible and never panics;
 //! * a **representation** (`…Repr`) holding the parsed, validated header fields, with `parse`,
 //!   `buffer_len` and `emit`.
 //!
+//! Header fields are read and written through each module's private table of named field
+//! offsets, never through literal offsets. Checksum work is a parameter ([`ChecksumCaps`]), not
+//! a decision made here.
+//!
 //! Nothing in this crate performs I/O, reads a clock or allocates per packet. Parsers return a
-//! typed [`Error`] naming what was wrong with the input.
+//! typed [`Error`] naming what was wrong with the input; the engine turns each error into a
+//! named drop counter.
+//!
+//! The conventions (the two levels, the field tables, checksum capabilities, errors and their
+//! counters, and a checklist for adding a protocol) are written down in `docs/wire/README.md` at
+//! the root of the repository.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

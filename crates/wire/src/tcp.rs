@@ -1,5 +1,6 @@
 //! The TCP header and its options (RFC 9293 §3.1, RFC 7323, RFC 2018).
 
+use crate::ipv4::IpProtocol;
 use crate::{be16, be32, checksum, put16, put32, ChecksumCaps, Error, Ipv4Address, Result, SeqNum};
 use core::fmt;
 
@@ -9,6 +10,25 @@ pub const HEADER_LEN: usize = 20;
 pub const MAX_HEADER_LEN: usize = 60;
 /// Most SACK blocks an option can carry.
 pub const MAX_SACK_BLOCKS: usize = 4;
+/// Room for options: everything between the fixed header and the longest header.
+const MAX_OPTIONS_LEN: usize = MAX_HEADER_LEN - HEADER_LEN;
+
+/// Where each fixed-header field starts (RFC 9293 §3.1, Figure 1). The width is implied by the
+/// read or write at that offset: `be16`/`put16` for 16-bit fields, `be32`/`put32` for 32-bit ones,
+/// a plain index for single bytes. The options area starts at [`HEADER_LEN`].
+mod field {
+    pub const SRC_PORT: usize = 0;
+    pub const DST_PORT: usize = 2;
+    pub const SEQ_NUM: usize = 4;
+    pub const ACK_NUM: usize = 8;
+    /// Data offset in the high nibble; the low nibble is reserved.
+    pub const DATA_OFF: usize = 12;
+    /// The eight control bits (CWR ECE URG ACK PSH RST SYN FIN).
+    pub const FLAGS: usize = 13;
+    pub const WINDOW: usize = 14;
+    pub const CHECKSUM: usize = 16;
+    pub const URGENT: usize = 18;
+}
 
 /// TCP control bits.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -139,6 +159,7 @@ pub struct TcpOptions {
     pub sack_len: u8,
 }
 
+/// Option kinds (RFC 9293 §3.2, RFC 7323, RFC 2018).
 mod kind {
     pub const EOL: u8 = 0;
     pub const NOP: u8 = 1;
@@ -147,6 +168,40 @@ mod kind {
     pub const SACK_PERM: u8 = 4;
     pub const SACK: u8 = 5;
     pub const TS: u8 = 8;
+}
+
+/// Layout of one option: a kind byte, a length byte counting kind and length themselves, then the
+/// body. Offsets into the body are relative to [`option::BODY`].
+mod option {
+    pub const KIND: usize = 0;
+    pub const LENGTH: usize = 1;
+    pub const BODY: usize = 2;
+
+    /// MSS (kind 2): the 16-bit segment size.
+    pub const MSS_VALUE: usize = 0;
+    /// Window scale (kind 3): the shift count.
+    pub const WS_SHIFT: usize = 0;
+    /// Timestamps (kind 8): TSval then TSecr.
+    pub const TS_VAL: usize = 0;
+    pub const TS_ECR: usize = 4;
+    /// SACK (kind 5): blocks of left edge then right edge.
+    pub const SACK_LEFT: usize = 0;
+    pub const SACK_RIGHT: usize = 4;
+    pub const SACK_BLOCK_LEN: usize = 8;
+
+    /// Total length (kind and length bytes included) of the fixed-size options.
+    pub const MSS_LEN: usize = 4;
+    pub const WS_LEN: usize = 3;
+    pub const SACK_PERM_LEN: usize = 2;
+    pub const TS_LEN: usize = 10;
+
+    /// NOPs written before each option on output so that every option ends on a 4-byte
+    /// boundary (the layout RFC 7323 Appendix A suggests for timestamps).
+    pub const MSS_PAD: usize = 0;
+    pub const WS_PAD: usize = 1;
+    pub const SACK_PERM_PAD: usize = 2;
+    pub const TS_PAD: usize = 2;
+    pub const SACK_PAD: usize = 2;
 }
 
 impl TcpOptions {
@@ -165,51 +220,54 @@ impl TcpOptions {
                 }
                 _ => {}
             }
-            let len = *b.get(1).ok_or(Error::TcpOptionPastHeader)? as usize;
-            if len < 2 {
+            let len = *b.get(option::LENGTH).ok_or(Error::TcpOptionPastHeader)? as usize;
+            if len < option::BODY {
                 return Err(Error::TcpOptionBadLength);
             }
             if len > b.len() {
                 return Err(Error::TcpOptionPastHeader);
             }
-            let body = &b[2..len];
+            let body = &b[option::BODY..len];
             match k {
                 kind::MSS => {
-                    if len != 4 {
+                    if len != option::MSS_LEN {
                         return Err(Error::TcpOptionBadLength);
                     }
-                    o.mss = Some(be16(body, 0));
+                    o.mss = Some(be16(body, option::MSS_VALUE));
                 }
                 kind::WS => {
-                    if len != 3 {
+                    if len != option::WS_LEN {
                         return Err(Error::TcpOptionBadLength);
                     }
-                    o.window_scale = Some(body[0]);
+                    o.window_scale = Some(body[option::WS_SHIFT]);
                 }
                 kind::SACK_PERM => {
-                    if len != 2 {
+                    if len != option::SACK_PERM_LEN {
                         return Err(Error::TcpOptionBadLength);
                     }
                     o.sack_permitted = true;
                 }
                 kind::SACK => {
-                    let n = body.len() / 8;
-                    if !body.len().is_multiple_of(8) || n == 0 || n > MAX_SACK_BLOCKS {
+                    let n = body.len() / option::SACK_BLOCK_LEN;
+                    if !body.len().is_multiple_of(option::SACK_BLOCK_LEN)
+                        || n == 0
+                        || n > MAX_SACK_BLOCKS
+                    {
                         return Err(Error::TcpOptionBadLength);
                     }
-                    for i in 0..n {
+                    for (i, blk) in body.chunks_exact(option::SACK_BLOCK_LEN).enumerate() {
                         o.sack[i] = SackBlock {
-                            left: SeqNum(be32(body, i * 8)),
-                            right: SeqNum(be32(body, i * 8 + 4)),
+                            left: SeqNum(be32(blk, option::SACK_LEFT)),
+                            right: SeqNum(be32(blk, option::SACK_RIGHT)),
                         };
                     }
                     o.sack_len = n as u8;
                 }
                 kind::TS => {
-                    if len != 10 {
+                    if len != option::TS_LEN {
                         return Err(Error::TcpOptionBadLength);
                     }
-                    o.timestamp = Some((be32(body, 0), be32(body, 4)));
+                    o.timestamp = Some((be32(body, option::TS_VAL), be32(body, option::TS_ECR)));
                 }
                 _ => {}
             }
@@ -223,75 +281,93 @@ impl TcpOptions {
         &self.sack[..self.sack_len as usize]
     }
 
-    /// How many SACK blocks fit beside the other options in 40 bytes.
+    /// How many SACK blocks fit beside the other options in the 40-byte options area.
     fn sack_fit(&self) -> usize {
-        let used = self.fixed_len();
-        let room = 40usize.saturating_sub(used);
-        if room < 12 {
+        let room = MAX_OPTIONS_LEN.saturating_sub(self.fixed_len());
+        let head = option::SACK_PAD + option::BODY;
+        if room < head + option::SACK_BLOCK_LEN {
             0
         } else {
-            ((room - 4) / 8).min(self.sack_len as usize)
+            ((room - head) / option::SACK_BLOCK_LEN).min(self.sack_len as usize)
         }
     }
 
+    /// Bytes the options other than SACK occupy when emitted, padding included.
     fn fixed_len(&self) -> usize {
-        let mut n = 0;
-        if self.mss.is_some() {
-            n += 4;
-        }
-        if self.window_scale.is_some() {
-            n += 4;
-        }
-        if self.sack_permitted {
-            n += 4;
-        }
-        if self.timestamp.is_some() {
-            n += 12;
-        }
-        n
+        let slot = |present: bool, pad: usize, len: usize| if present { pad + len } else { 0 };
+        slot(self.mss.is_some(), option::MSS_PAD, option::MSS_LEN)
+            + slot(self.window_scale.is_some(), option::WS_PAD, option::WS_LEN)
+            + slot(
+                self.sack_permitted,
+                option::SACK_PERM_PAD,
+                option::SACK_PERM_LEN,
+            )
+            + slot(self.timestamp.is_some(), option::TS_PAD, option::TS_LEN)
     }
 
     /// Bytes the options occupy when emitted (a multiple of 4, at most 40). SACK blocks that do
     /// not fit beside the other options are left out, as RFC 2018 §3 allows.
     pub fn buffer_len(&self) -> usize {
         let s = self.sack_fit();
-        self.fixed_len() + if s > 0 { 4 + 8 * s } else { 0 }
+        self.fixed_len()
+            + if s > 0 {
+                option::SACK_PAD + option::BODY + option::SACK_BLOCK_LEN * s
+            } else {
+                0
+            }
     }
 
     /// Writes the options into `buf[..buffer_len()]`, each NOP-padded to a 4-byte boundary.
     pub fn emit(&self, buf: &mut [u8]) {
         let mut i = 0;
         if let Some(mss) = self.mss {
-            buf[i] = kind::MSS;
-            buf[i + 1] = 4;
-            put16(buf, i + 2, mss);
-            i += 4;
+            let body = emit_option_head(buf, i, option::MSS_PAD, kind::MSS, option::MSS_LEN);
+            put16(buf, body + option::MSS_VALUE, mss);
+            i += option::MSS_PAD + option::MSS_LEN;
         }
         if let Some(ws) = self.window_scale {
-            buf[i..i + 4].copy_from_slice(&[kind::NOP, kind::WS, 3, ws]);
-            i += 4;
+            let body = emit_option_head(buf, i, option::WS_PAD, kind::WS, option::WS_LEN);
+            buf[body + option::WS_SHIFT] = ws;
+            i += option::WS_PAD + option::WS_LEN;
         }
         if self.sack_permitted {
-            buf[i..i + 4].copy_from_slice(&[kind::NOP, kind::NOP, kind::SACK_PERM, 2]);
-            i += 4;
+            emit_option_head(
+                buf,
+                i,
+                option::SACK_PERM_PAD,
+                kind::SACK_PERM,
+                option::SACK_PERM_LEN,
+            );
+            i += option::SACK_PERM_PAD + option::SACK_PERM_LEN;
         }
         if let Some((val, ecr)) = self.timestamp {
-            buf[i..i + 4].copy_from_slice(&[kind::NOP, kind::NOP, kind::TS, 10]);
-            put32(buf, i + 4, val);
-            put32(buf, i + 8, ecr);
-            i += 12;
+            let body = emit_option_head(buf, i, option::TS_PAD, kind::TS, option::TS_LEN);
+            put32(buf, body + option::TS_VAL, val);
+            put32(buf, body + option::TS_ECR, ecr);
+            i += option::TS_PAD + option::TS_LEN;
         }
         let s = self.sack_fit();
         if s > 0 {
-            buf[i..i + 4].copy_from_slice(&[kind::NOP, kind::NOP, kind::SACK, (2 + 8 * s) as u8]);
-            i += 4;
-            for blk in &self.sack[..s] {
-                put32(buf, i, blk.left.0);
-                put32(buf, i + 4, blk.right.0);
-                i += 8;
+            let blocks = option::SACK_BLOCK_LEN * s;
+            let body =
+                emit_option_head(buf, i, option::SACK_PAD, kind::SACK, option::BODY + blocks);
+            let out = buf[body..body + blocks].chunks_exact_mut(option::SACK_BLOCK_LEN);
+            for (blk, out) in self.sack[..s].iter().zip(out) {
+                put32(out, option::SACK_LEFT, blk.left.0);
+                put32(out, option::SACK_RIGHT, blk.right.0);
             }
         }
     }
+}
+
+/// Writes `pad` NOPs and then an option's kind and length at `buf[at..]`; returns the offset of
+/// the option's body.
+fn emit_option_head(buf: &mut [u8], at: usize, pad: usize, k: u8, len: usize) -> usize {
+    buf[at..at + pad].fill(kind::NOP);
+    let opt = at + pad;
+    buf[opt + option::KIND] = k;
+    buf[opt + option::LENGTH] = len as u8;
+    opt + option::BODY
 }
 
 /// A view of a TCP segment.
@@ -307,7 +383,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
         if b.len() < HEADER_LEN {
             return Err(Error::TcpTruncated);
         }
-        let doff = (b[12] >> 4) as usize;
+        let doff = (b[field::DATA_OFF] >> 4) as usize;
         if doff < 5 {
             return Err(Error::TcpBadDataOffset);
         }
@@ -321,39 +397,39 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
     /// Source port.
     pub fn src_port(&self) -> u16 {
-        be16(self.b(), 0)
+        be16(self.b(), field::SRC_PORT)
     }
     /// Destination port.
     pub fn dst_port(&self) -> u16 {
-        be16(self.b(), 2)
+        be16(self.b(), field::DST_PORT)
     }
     /// Sequence number.
     pub fn seq(&self) -> SeqNum {
-        SeqNum(be32(self.b(), 4))
+        SeqNum(be32(self.b(), field::SEQ_NUM))
     }
     /// Acknowledgment number.
     pub fn ack(&self) -> SeqNum {
-        SeqNum(be32(self.b(), 8))
+        SeqNum(be32(self.b(), field::ACK_NUM))
     }
     /// Header length in bytes.
     pub fn header_len(&self) -> usize {
-        ((self.b()[12] >> 4) as usize) * 4
+        ((self.b()[field::DATA_OFF] >> 4) as usize) * 4
     }
     /// Control bits.
     pub fn flags(&self) -> Flags {
-        Flags(self.b()[13])
+        Flags(self.b()[field::FLAGS])
     }
     /// Window field (unscaled).
     pub fn window(&self) -> u16 {
-        be16(self.b(), 14)
+        be16(self.b(), field::WINDOW)
     }
     /// Checksum field.
     pub fn checksum(&self) -> u16 {
-        be16(self.b(), 16)
+        be16(self.b(), field::CHECKSUM)
     }
     /// Urgent pointer.
     pub fn urgent(&self) -> u16 {
-        be16(self.b(), 18)
+        be16(self.b(), field::URGENT)
     }
     /// The options area.
     pub fn options(&self) -> &[u8] {
@@ -366,7 +442,12 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// True if the checksum over pseudo-header and segment verifies.
     pub fn verify_checksum(&self, src: Ipv4Address, dst: Ipv4Address) -> bool {
         let mut acc = checksum::Accumulator::new();
-        acc.add_sum(checksum::pseudo_header(src, dst, 6, self.b().len() as u32));
+        acc.add_sum(checksum::pseudo_header(
+            src,
+            dst,
+            IpProtocol::Tcp.into(),
+            self.b().len() as u32,
+        ));
         acc.add(self.b());
         acc.finish() == 0
     }
@@ -449,22 +530,27 @@ impl<'a> TcpRepr<'a> {
     pub fn emit(&self, buf: &mut [u8], src: Ipv4Address, dst: Ipv4Address, caps: ChecksumCaps) {
         let hl = self.header_len();
         let total = hl + self.payload.len();
-        put16(buf, 0, self.src_port);
-        put16(buf, 2, self.dst_port);
-        put32(buf, 4, self.seq.0);
-        put32(buf, 8, self.ack.0);
-        buf[12] = ((hl / 4) as u8) << 4;
-        buf[13] = self.flags.0;
-        put16(buf, 14, self.window);
-        put16(buf, 16, 0);
-        put16(buf, 18, self.urgent);
+        put16(buf, field::SRC_PORT, self.src_port);
+        put16(buf, field::DST_PORT, self.dst_port);
+        put32(buf, field::SEQ_NUM, self.seq.0);
+        put32(buf, field::ACK_NUM, self.ack.0);
+        buf[field::DATA_OFF] = ((hl / 4) as u8) << 4;
+        buf[field::FLAGS] = self.flags.0;
+        put16(buf, field::WINDOW, self.window);
+        put16(buf, field::CHECKSUM, 0);
+        put16(buf, field::URGENT, self.urgent);
         self.options.emit(&mut buf[HEADER_LEN..hl]);
         buf[hl..total].copy_from_slice(self.payload);
         if caps.fill_tx {
             let mut acc = checksum::Accumulator::new();
-            acc.add_sum(checksum::pseudo_header(src, dst, 6, total as u32));
+            acc.add_sum(checksum::pseudo_header(
+                src,
+                dst,
+                IpProtocol::Tcp.into(),
+                total as u32,
+            ));
             acc.add(&buf[..total]);
-            put16(buf, 16, acc.finish());
+            put16(buf, field::CHECKSUM, acc.finish());
         }
     }
 }

@@ -1,9 +1,20 @@
 //! UDP (RFC 768).
 
+use crate::ipv4::IpProtocol;
 use crate::{be16, checksum, put16, ChecksumCaps, Error, Ipv4Address, Result};
 
 /// Length of the UDP header.
 pub const HEADER_LEN: usize = 8;
+
+/// Where each header field starts (RFC 768); every field is 16 bits wide. The payload starts at
+/// [`HEADER_LEN`].
+mod field {
+    pub const SRC_PORT: usize = 0;
+    pub const DST_PORT: usize = 2;
+    /// Header plus payload, in bytes.
+    pub const LENGTH: usize = 4;
+    pub const CHECKSUM: usize = 6;
+}
 
 /// A view of a UDP datagram.
 #[derive(Debug, Clone)]
@@ -18,7 +29,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
         if b.len() < HEADER_LEN {
             return Err(Error::UdpTruncated);
         }
-        let len = be16(b, 4) as usize;
+        let len = be16(b, field::LENGTH) as usize;
         if len < HEADER_LEN {
             return Err(Error::UdpBadLength);
         }
@@ -32,15 +43,15 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
     /// Source port.
     pub fn src_port(&self) -> u16 {
-        be16(self.b(), 0)
+        be16(self.b(), field::SRC_PORT)
     }
     /// Destination port.
     pub fn dst_port(&self) -> u16 {
-        be16(self.b(), 2)
+        be16(self.b(), field::DST_PORT)
     }
     /// Length field (header + payload).
     pub fn len(&self) -> usize {
-        be16(self.b(), 4) as usize
+        be16(self.b(), field::LENGTH) as usize
     }
     /// True if the datagram carries no payload.
     pub fn is_empty(&self) -> bool {
@@ -48,7 +59,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
     /// Checksum field.
     pub fn checksum(&self) -> u16 {
-        be16(self.b(), 6)
+        be16(self.b(), field::CHECKSUM)
     }
     /// The payload, up to the length field.
     pub fn payload(&self) -> &[u8] {
@@ -60,7 +71,12 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return true;
         }
         let mut acc = checksum::Accumulator::new();
-        acc.add_sum(checksum::pseudo_header(src, dst, 17, self.len() as u32));
+        acc.add_sum(checksum::pseudo_header(
+            src,
+            dst,
+            IpProtocol::Udp.into(),
+            self.len() as u32,
+        ));
         acc.add(&self.b()[..self.len()]);
         acc.finish() == 0
     }
@@ -111,20 +127,25 @@ impl UdpRepr {
         caps: ChecksumCaps,
     ) {
         let len = HEADER_LEN + payload_len;
-        put16(buf, 0, self.src_port);
-        put16(buf, 2, self.dst_port);
-        put16(buf, 4, len as u16);
-        put16(buf, 6, 0);
+        put16(buf, field::SRC_PORT, self.src_port);
+        put16(buf, field::DST_PORT, self.dst_port);
+        put16(buf, field::LENGTH, len as u16);
+        put16(buf, field::CHECKSUM, 0);
         if caps.fill_tx {
             let mut acc = checksum::Accumulator::new();
-            acc.add_sum(checksum::pseudo_header(src, dst, 17, len as u32));
+            acc.add_sum(checksum::pseudo_header(
+                src,
+                dst,
+                IpProtocol::Udp.into(),
+                len as u32,
+            ));
             acc.add(&buf[..len]);
             // RFC 768: a computed zero is transmitted as all ones.
             let c = match acc.finish() {
                 0 => 0xffff,
                 c => c,
             };
-            put16(buf, 6, c);
+            put16(buf, field::CHECKSUM, c);
         }
     }
 }
