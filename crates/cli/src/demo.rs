@@ -2,7 +2,7 @@
 
 use clap::Args;
 use flowstack_link::impair::ImpairSpec;
-use flowstack_stack::sim::{Net, NetConfig, A_IP, B_IP};
+use flowstack_stack::netsim::{Net, NetConfig, A_IP, B_IP};
 use flowstack_stack::{Engine, UdpHandle};
 use flowstack_wire::Duration;
 use std::fs::File;

@@ -1,6 +1,6 @@
 //! The TCP part of `flowstack demo`: a verified bulk transfer and one HTTP/1.1 exchange.
 
-use flowstack_stack::sim::{bulk_transfer, Net, TransferReport, B_IP};
+use flowstack_stack::netsim::{bulk_transfer, Net, TransferReport, B_IP};
 use flowstack_stack::SocketError;
 use flowstack_wire::Duration;
 use sha2::{Digest, Sha256};

@@ -4,7 +4,8 @@
 use crate::net::{open_or_exit, AddrArgs, LinkArgs};
 use clap::Args;
 use flowstack_link::Device;
-use flowstack_stack::{Host, SocketError, TcpHandle};
+use flowstack_runtime::Host;
+use flowstack_stack::{SocketError, TcpHandle};
 use flowstack_wire::{Duration, Ipv4Address};
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddrV4;

@@ -4,7 +4,8 @@
 use flowstack_link::impair::Impaired;
 use flowstack_link::shm::{ShmOptions, ShmWire};
 use flowstack_link::Device;
-use flowstack_stack::{Engine, EngineConfig, Host, IfaceConfig, SocketError};
+use flowstack_runtime::Host;
+use flowstack_stack::{Engine, EngineConfig, IfaceConfig, SocketError};
 use flowstack_wire::{Duration, EthernetAddress, Ipv4Address, Ipv4Cidr};
 use std::net::SocketAddrV4;
 use std::process::{Child, Command, Stdio};

@@ -3,7 +3,7 @@
 
 use flowstack_link::impair::ImpairSpec;
 use flowstack_link::DeviceCaps;
-use flowstack_stack::sim::{Net, NetConfig, A_IP, B_IP};
+use flowstack_stack::netsim::{Net, NetConfig, A_IP, B_IP};
 use flowstack_stack::{Counter, Engine, EngineConfig, IfaceConfig, SocketError};
 use flowstack_wire::ethernet::EthernetRepr;
 use flowstack_wire::ipv4::{IpProtocol, Ipv4Repr};

@@ -1,7 +1,7 @@
 //! TCP scenarios between two engines in the deterministic simulation: SYN flood, simultaneous
 //! open and close, TIME_WAIT, keepalive, and a receiver that stops reading for a long time.
 
-use flowstack_stack::sim::{Net, NetConfig, A_IP, B_IP};
+use flowstack_stack::netsim::{Net, NetConfig, A_IP, B_IP};
 use flowstack_stack::{Counter, EngineConfig, Keepalive, SocketError, State, TcpHandle};
 use flowstack_wire::ethernet::EthernetRepr;
 use flowstack_wire::ipv4::{IpProtocol, Ipv4Repr};
@@ -274,7 +274,7 @@ fn newreno_transfers_byte_exact_under_loss() {
             ..Default::default()
         };
         let mut net = Net::new(cfg, None).unwrap();
-        let r = flowstack_stack::sim::bulk_transfer(
+        let r = flowstack_stack::netsim::bulk_transfer(
             &mut net,
             256 * 1024,
             Duration::from_secs(600),

@@ -3,10 +3,10 @@
 //! exactly (`FLOWSTACK_SEEDS=N` runs more seeds).
 
 use flowstack_link::impair::ImpairSpec;
-use flowstack_stack::sim::{bulk_transfer, Net, NetConfig};
+use flowstack_stack::netsim::{bulk_transfer, Net, NetConfig};
 use flowstack_wire::Duration;
 
-fn run(spec: &str, seed: u64, bytes: u64) -> flowstack_stack::sim::TransferReport {
+fn run(spec: &str, seed: u64, bytes: u64) -> flowstack_stack::netsim::TransferReport {
     let cfg = NetConfig {
         impair: spec.parse::<ImpairSpec>().unwrap(),
         seed,
@@ -67,7 +67,7 @@ fn connect_to_closed_port_is_refused() {
     let c = net
         .a
         .tcp_connect(std::net::SocketAddrV4::new(
-            flowstack_stack::sim::B_IP.into(),
+            flowstack_stack::netsim::B_IP.into(),
             4444,
         ))
         .unwrap();
@@ -97,7 +97,7 @@ fn peer_vanishing_mid_transfer_times_out_within_bound() {
     let c = net
         .a
         .tcp_connect(std::net::SocketAddrV4::new(
-            flowstack_stack::sim::B_IP.into(),
+            flowstack_stack::netsim::B_IP.into(),
             9,
         ))
         .unwrap();

@@ -5,7 +5,7 @@ use super::rig::Step;
 use super::SizeResult;
 use flowstack_prof::counters::NAMES;
 use flowstack_prof::{activate, deactivate, take, Layer};
-use flowstack_stack::sim::{bulk_transfer, Net, NetConfig};
+use flowstack_stack::netsim::{bulk_transfer, Net, NetConfig};
 use flowstack_wire::Duration;
 use std::fmt::Write as _;
 

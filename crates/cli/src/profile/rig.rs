@@ -7,8 +7,9 @@
 //! flowstack sends and sends what flowstack receives.
 
 use flowstack_link::Device;
-use flowstack_stack::sim::{Net, NetConfig, B_IP};
-use flowstack_stack::{Counter, EngineConfig, Host, TcpHandle};
+use flowstack_runtime::Host;
+use flowstack_stack::netsim::{Net, NetConfig, B_IP};
+use flowstack_stack::{Counter, EngineConfig, TcpHandle};
 use flowstack_wire::Duration;
 use std::io::{Read, Write};
 use std::net::{SocketAddrV4, TcpListener, TcpStream};

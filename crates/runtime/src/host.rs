@@ -1,11 +1,13 @@
-//! A blocking driver for tools and tests: one engine, one device, the wall clock.
+//! The drive loop: one engine, one device, its applications, the wall clock.
 //!
 //! The engine stays sans-IO; `Host` is the loop around it. Every blocking call polls the
 //! engine, and between polls sleeps in the device (`poll(2)` on a TAP or packet socket) until
 //! the engine's next deadline, so an idle host does not spin.
 
-use crate::{Engine, SocketError, TcpHandle};
+use crate::Clock;
+use flowstack_api::app::{App, Progress};
 use flowstack_link::Device;
+use flowstack_stack::{Engine, SocketError, TcpHandle};
 use flowstack_wire::{Duration, Instant};
 use std::net::SocketAddrV4;
 
@@ -18,7 +20,7 @@ pub struct Host<D: Device> {
     pub engine: Engine,
     /// The device it runs on.
     pub dev: D,
-    origin: std::time::Instant,
+    clock: Clock,
 }
 
 impl<D: Device> Host<D> {
@@ -27,14 +29,18 @@ impl<D: Device> Host<D> {
         Self {
             engine,
             dev,
-            origin: std::time::Instant::now(),
+            clock: Clock::start(),
         }
     }
 
     /// The current time on the engine's clock.
     pub fn now(&self) -> Instant {
-        // Start at 1 ms so that "zero" never means "now" to a timer.
-        Instant::from_nanos(self.origin.elapsed().as_nanos() as u64 + 1_000_000)
+        self.clock.now()
+    }
+
+    /// The clock this host runs on (to convert wall-clock moments to engine time).
+    pub fn clock(&self) -> Clock {
+        self.clock
     }
 
     /// One engine turn. Returns true if frames moved.
@@ -45,8 +51,13 @@ impl<D: Device> Host<D> {
 
     /// Sleeps until a frame may have arrived or the next deadline, at most `max`.
     pub fn idle(&mut self, max: Duration) {
+        self.idle_until(None, max)
+    }
+
+    /// [`Host::idle`], also waking at `also` (an application's own deadline).
+    pub fn idle_until(&mut self, also: Option<Instant>, max: Duration) {
         let now = self.now();
-        let next = [self.engine.poll_at(), self.dev.poll_at()]
+        let next = [self.engine.poll_at(), self.dev.poll_at(), also]
             .into_iter()
             .flatten()
             .min();
@@ -57,6 +68,31 @@ impl<D: Device> Host<D> {
         let wait = wait.min(max).min(MAX_SLEEP);
         if !wait.is_zero() {
             self.dev.wait(wait);
+        }
+    }
+
+    /// Runs `app` over this host's engine until it is [`Progress::Done`], `stop` says so, or
+    /// the link goes down; returns the app's last progress. The loop: one engine turn, one
+    /// app turn (both at the same `now`), and a sleep until the next frame or deadline
+    /// whenever neither moved.
+    pub fn run<A: App<Engine> + ?Sized>(
+        &mut self,
+        app: &mut A,
+        mut stop: impl FnMut() -> bool,
+    ) -> Progress {
+        loop {
+            let moved = self.turn();
+            let now = self.now();
+            self.engine.set_now(now);
+            let p = app.poll(now, &mut self.engine);
+            if p == Progress::Done || stop() || self.dev.link_down() {
+                // Flush what the last turn queued.
+                self.turn();
+                return p;
+            }
+            if !moved && p == Progress::Idle {
+                self.idle_until(app.poll_at(), MAX_SLEEP);
+            }
         }
     }
 
