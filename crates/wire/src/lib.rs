@@ -27,6 +27,7 @@ mod error;
 pub mod ethernet;
 pub mod icmpv4;
 pub mod ipv4;
+pub mod rss;
 pub mod seq;
 pub mod tcp;
 pub mod time;
