@@ -184,6 +184,11 @@ impl Connection {
         if self.state == State::Closed {
             return;
         }
+        self.on_text_and_fin(now, seg, c);
+    }
+
+    /// RFC 9293 §3.10.7.4 seventh and eighth steps: the segment text, then the FIN bit.
+    fn on_text_and_fin(&mut self, now: Instant, seg: &TcpRepr, c: &mut Counters) {
         // Seventh: segment text.
         if !seg.payload.is_empty() {
             match self.state {
@@ -201,7 +206,7 @@ impl Connection {
             }
         }
         // Eighth: FIN.
-        if f.fin() {
+        if seg.flags.fin() {
             let fin_at = seg.seq + seg.payload.len();
             if fin_at == self.rcv.nxt {
                 self.on_fin(now, c);

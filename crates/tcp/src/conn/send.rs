@@ -197,6 +197,22 @@ impl Connection {
         }
     }
 
+    /// How many of `avail` bytes at SND.NXT may go in one segment now: what the congestion
+    /// window (plus RFC 3042 Limited Transmit) and the peer's window allow, at most
+    /// `max_seg`, and on a resend not into data the receiver has SACKed.
+    fn sendable(&self, avail: usize, max_seg: usize) -> usize {
+        let flight = self.pipe();
+        let usable_cc = (self.rec.cc.cwnd() + self.limited_transmit()).saturating_sub(flight);
+        let usable = usable_cc.min(self.snd.window_room());
+        let mut len = avail.min(usable).min(max_seg);
+        if self.snd.nxt < self.snd.max {
+            if let Some(next) = self.rec.sack.next_sacked_after(self.snd.nxt) {
+                len = len.min(next - self.snd.nxt);
+            }
+        }
+        len
+    }
+
     /// New data (or a go-back-N resend after a timeout) from SND.NXT.
     pub(super) fn send_data(
         &mut self,
@@ -229,15 +245,7 @@ impl Connection {
             if avail == 0 && !fin_pending {
                 break;
             }
-            let flight = self.pipe();
-            let usable_cc = (self.rec.cc.cwnd() + self.limited_transmit()).saturating_sub(flight);
-            let usable = usable_cc.min(self.snd.window_room());
-            let mut len = avail.min(usable).min(max_seg);
-            if self.snd.nxt < self.snd.max {
-                if let Some(next) = self.rec.sack.next_sacked_after(self.snd.nxt) {
-                    len = len.min(next - self.snd.nxt);
-                }
-            }
+            let len = self.sendable(avail, max_seg);
             // RFC 9293 §3.8.6.2.1 sender SWS avoidance: a short segment of new data only if
             // it is at least half the largest window the peer offered. A resend after a
             // timeout fills a hole of whatever size the SACKed data left: holding it back
