@@ -170,7 +170,8 @@ impl TcpSockets {
     /// before it is already there (so the heap holds about one entry per connection).
     fn schedule(&mut self, i: usize) {
         if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
-            if let Some(t) = c.conn.poll_at() {
+            // `PollAt::Now` is keyed at the clock's origin: due at every `now`.
+            if let Some(t) = c.conn.poll_at().instant_or(Instant::ZERO) {
                 if c.scheduled.is_none_or(|s| t < s) {
                     c.scheduled = Some(t);
                     self.timers.push(Reverse((t.as_nanos(), i)));
@@ -544,7 +545,7 @@ impl TcpSockets {
                 if c.scheduled.is_some_and(|s| s.as_nanos() == t) {
                     c.scheduled = None;
                 }
-                if c.conn.poll_at().is_some_and(|d| d <= now) {
+                if c.conn.poll_at().is_due(now) {
                     c.conn.on_timeout(now, &mut self.counters);
                     self.mark_ready(i);
                 } else {

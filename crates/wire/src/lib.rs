@@ -37,7 +37,7 @@ pub use error::{Error, Result};
 pub use ethernet::{EtherType, EthernetAddress};
 pub use ipv4::{Ipv4Address, Ipv4Cidr};
 pub use seq::SeqNum;
-pub use time::{Duration, Instant};
+pub use time::{Duration, Instant, PollAt};
 
 /// Where checksums are computed and verified, per protocol.
 ///

@@ -1,6 +1,7 @@
 //! Explicit time for the sans-IO core: a monotonic instant in nanoseconds.
 //!
 //! The protocol code never reads a clock; callers pass `now` in. Tests drive a virtual clock.
+//! [`PollAt`] is the answer to "when do you next need me?".
 
 use core::fmt;
 use core::ops::{Add, AddAssign, Sub};
@@ -43,6 +44,49 @@ impl Instant {
     }
 }
 
+/// When a sans-IO state machine next needs its owner's attention.
+///
+/// The answer of a `poll_at()`: act at once, at a deadline, or not until new input (a segment,
+/// an application call) arrives. The variants are ordered by urgency — `Now` < `At(_)` <
+/// `Idle`, and `At` by instant — so the earliest of several answers is their `min`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PollAt {
+    /// Work is pending now (something to send, or a timer already due).
+    Now,
+    /// Nothing to do before this instant.
+    At(Instant),
+    /// No deadline: only new input can create work.
+    Idle,
+}
+
+impl PollAt {
+    /// True if the owner must act at `now`.
+    pub fn is_due(self, now: Instant) -> bool {
+        match self {
+            PollAt::Now => true,
+            PollAt::At(t) => t <= now,
+            PollAt::Idle => false,
+        }
+    }
+
+    /// The instant to act at, with `Now` read as `now` (any instant not later than the
+    /// current one will do, e.g. as a key in a timer heap); `None` when idle.
+    pub fn instant_or(self, now: Instant) -> Option<Instant> {
+        match self {
+            PollAt::Now => Some(now),
+            PollAt::At(t) => Some(t),
+            PollAt::Idle => None,
+        }
+    }
+}
+
+impl From<Option<Instant>> for PollAt {
+    /// A deadline if there is one, otherwise `Idle`.
+    fn from(t: Option<Instant>) -> Self {
+        t.map_or(PollAt::Idle, PollAt::At)
+    }
+}
+
 impl Add<Duration> for Instant {
     type Output = Instant;
     fn add(self, d: Duration) -> Instant {
@@ -74,5 +118,31 @@ impl fmt::Display for Instant {
             self.0 / 1_000_000_000,
             (self.0 % 1_000_000_000) / 1000
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn poll_at_orders_by_urgency() {
+        let t = |ms| PollAt::At(Instant::from_millis(ms));
+        assert!(PollAt::Now < t(0));
+        assert!(t(1) < t(2));
+        assert!(t(u64::MAX / 2_000_000) < PollAt::Idle);
+        assert_eq!([PollAt::Idle, t(5), t(3)].into_iter().min(), Some(t(3)));
+        assert_eq!(PollAt::from(None), PollAt::Idle);
+    }
+
+    #[test]
+    fn poll_at_is_due() {
+        let now = Instant::from_millis(10);
+        assert!(PollAt::Now.is_due(now));
+        assert!(PollAt::At(now).is_due(now));
+        assert!(!PollAt::At(now + Duration::from_nanos(1)).is_due(now));
+        assert!(!PollAt::Idle.is_due(now));
+        assert_eq!(PollAt::Now.instant_or(now), Some(now));
+        assert_eq!(PollAt::Idle.instant_or(now), None);
     }
 }

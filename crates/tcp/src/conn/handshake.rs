@@ -2,7 +2,7 @@
 //! cookies), option negotiation (RFC 9293 §3.7.1, RFC 7323, RFC 2018), and the SYN-SENT
 //! segment-arrival rules (RFC 9293 §3.10.7.3).
 
-use super::{Connection, State, TcpError};
+use super::{Connection, State, TcpError, Timer};
 use crate::buffer::RingBuffer;
 use crate::config::TcpConfig;
 use crate::counters::{Counter, Counters};
@@ -42,65 +42,55 @@ impl Connection {
         let mut c = Self::blank(cfg, tuple, iss, now, State::SynReceived);
         c.passive = true;
         if let Some(mss) = cookie_mss {
-            c.irs = syn.seq - 1;
-            c.rcv_nxt = syn.seq;
-            c.snd_una = iss + 1;
-            c.snd_nxt = iss + 1;
-            c.snd_max = iss + 1;
-            c.mss = peer_mss(Some(mss), cfg.mss);
-            c.cc.set_mss(c.mss);
-            c.rcv_wscale = 0;
-            c.recv_buf = RingBuffer::new(cfg.recv_buffer.min(65535));
-            c.rcv_adv = c.rcv_nxt;
+            c.rcv.init(syn.seq - 1);
+            c.snd.una = iss + 1;
+            c.snd.nxt = iss + 1;
+            c.snd.max = iss + 1;
+            c.snd.mss = peer_mss(Some(mss), cfg.mss);
+            c.rec.cc.set_mss(c.snd.mss);
+            c.opt.rcv_wscale = 0;
+            c.rcv.buf = RingBuffer::new(cfg.recv_buffer.min(65535));
             c.state = State::Established;
-            c.snd_wnd = syn.window as usize;
-            c.max_snd_wnd = c.snd_wnd;
-            c.snd_wl1 = syn.seq;
-            c.snd_wl2 = syn.ack;
+            c.snd.init_window(syn.seq, syn.ack, syn.window as usize);
             return c;
         }
-        c.irs = syn.seq;
-        c.rcv_nxt = syn.seq + 1;
-        c.rcv_adv = c.rcv_nxt;
+        c.rcv.init(syn.seq);
         c.negotiate(syn);
         // RFC 7323 §2.2: the window field of a SYN is never scaled.
-        c.snd_wnd = syn.window as usize;
-        c.max_snd_wnd = c.snd_wnd;
-        c.snd_wl1 = syn.seq;
-        c.snd_wl2 = iss;
+        c.snd.init_window(syn.seq, iss, syn.window as usize);
         c
     }
 
     /// Applies the options of the peer's SYN (or SYN-ACK) to what we offered.
     pub(crate) fn negotiate(&mut self, syn: &TcpRepr) {
         let o = &syn.options;
-        self.mss = peer_mss(o.mss, self.cfg.mss);
-        self.cc.set_mss(self.mss);
+        self.snd.mss = peer_mss(o.mss, self.cfg.mss);
+        self.rec.cc.set_mss(self.snd.mss);
         // RFC 7323 §2.3: scaling only if both sides sent the option; shifts above 14 are 14.
         match (self.cfg.window_scaling, o.window_scale) {
             (true, Some(ws)) => {
-                self.snd_wscale = ws.min(MAX_WSCALE);
-                self.peer_syn_ws = Some(ws);
+                self.opt.snd_wscale = ws.min(MAX_WSCALE);
+                self.opt.peer_syn_ws = Some(ws);
             }
             _ => {
-                self.snd_wscale = 0;
-                self.rcv_wscale = 0;
-                if self.recv_buf.capacity() > 65535 {
-                    self.recv_buf = RingBuffer::new(65535);
+                self.opt.snd_wscale = 0;
+                self.opt.rcv_wscale = 0;
+                if self.rcv.buf.capacity() > 65535 {
+                    self.rcv.buf = RingBuffer::new(65535);
                 }
             }
         }
-        self.ts_enabled = self.cfg.timestamps && o.timestamp.is_some();
+        self.opt.ts = self.cfg.timestamps && o.timestamp.is_some();
         if let Some((val, _)) = o.timestamp {
-            self.ts_recent = val;
+            self.opt.ts_recent = val;
         }
-        self.sack_enabled = self.cfg.sack && o.sack_permitted;
+        self.opt.sack = self.cfg.sack && o.sack_permitted;
     }
 
     /// RFC 9293 §3.10.7.3: SEGMENT ARRIVES in SYN-SENT.
     pub(super) fn on_syn_sent(&mut self, now: Instant, seg: &TcpRepr, c: &mut Counters) {
         let f = seg.flags;
-        if f.ack() && (seg.ack <= self.iss || seg.ack > self.snd_max) {
+        if f.ack() && (seg.ack <= self.snd.iss || seg.ack > self.snd.max) {
             // "If SEG.ACK =< ISS or SEG.ACK > SND.NXT, send a reset (unless the RST bit is
             // set, if so drop the segment and return)".
             if !f.rst() {
@@ -120,33 +110,28 @@ impl Connection {
         if !f.syn() {
             return;
         }
-        self.irs = seg.seq;
-        self.rcv_nxt = seg.seq + 1;
-        self.rcv_adv = self.rcv_nxt;
+        self.rcv.init(seg.seq);
         self.negotiate(seg);
         if f.ack() {
-            self.snd_una = seg.ack;
+            self.snd.una = seg.ack;
         }
-        if self.snd_una > self.iss {
+        if self.snd.una > self.snd.iss {
             // Our SYN is acknowledged: ESTABLISHED.
             self.enter_established();
             // RFC 7323 §2.2: the SYN-ACK's window is not scaled.
-            self.snd_wnd = seg.window as usize;
-            self.max_snd_wnd = self.snd_wnd;
-            self.snd_wl1 = seg.seq;
-            self.snd_wl2 = seg.ack;
-            self.retries = 0;
-            self.rto_at = None;
-            if let Some((_, t)) = self.rtt_probe.take() {
-                self.rtt.sample(now.saturating_since(t));
+            self.snd.init_window(seg.seq, seg.ack, seg.window as usize);
+            self.timers.retries = 0;
+            self.timers.cancel(Timer::Rto);
+            if let Some((_, t)) = self.snd.rtt_probe.take() {
+                self.snd.rtt.sample(now.saturating_since(t));
             }
-            self.ack_now = true;
+            self.rcv.ack_now = true;
             self.arm_keepalive(now);
         } else {
             // Simultaneous open (RFC 9293 §3.5 figure 7): SYN-RECEIVED, send SYN-ACK.
             self.state = State::SynReceived;
-            self.snd_wnd = seg.window as usize;
-            self.snd_nxt = self.iss;
+            self.snd.wnd = seg.window as usize;
+            self.snd.nxt = self.snd.iss;
         }
     }
 }

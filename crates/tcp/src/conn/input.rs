@@ -1,20 +1,49 @@
 //! Segment arrival (RFC 9293 §3.10.7), with RFC 5961 hardening, RFC 7323 PAWS and the
 //! header-prediction fast path.
 
-use super::{Connection, State, TcpError};
+use super::{Connection, State, TcpError, Timer};
 use crate::counters::{Counter, Counters};
-use crate::sack::DUP_THRESH;
 use flowstack_wire::tcp::TcpRepr;
-use flowstack_wire::{Duration, Instant, SeqNum};
+use flowstack_wire::{Duration, Instant};
+
+/// RFC 5961 §7 rate limit of challenge ACKs: at most a configured number per second.
+pub(crate) struct ChallengeAcks {
+    /// Start of the current one-second window.
+    window: Instant,
+    /// Challenge ACKs sent in it.
+    count: u32,
+}
+
+impl ChallengeAcks {
+    pub(crate) fn new(now: Instant) -> Self {
+        Self {
+            window: now,
+            count: 0,
+        }
+    }
+
+    /// Whether another challenge ACK may be sent at `now` (and counts it if so).
+    fn allow(&mut self, now: Instant, limit: u32) -> bool {
+        if now.saturating_since(self.window) >= Duration::from_secs(1) {
+            self.window = now;
+            self.count = 0;
+        }
+        if self.count >= limit {
+            return false;
+        }
+        self.count += 1;
+        true
+    }
+}
 
 impl Connection {
     /// Processes one arriving segment addressed to this connection.
     pub fn on_segment(&mut self, now: Instant, seg: &TcpRepr, c: &mut Counters) {
         self.stats.segs_in += 1;
-        self.last_activity = now;
-        if self.keepalive_at.is_some() {
-            self.keepalive_sent = 0;
-            self.keepalive_at = self.cfg.keepalive.map(|k| now + k.idle);
+        self.timers.last_activity = now;
+        if self.timers.is_armed(Timer::Keepalive) {
+            self.timers.keepalive_sent = 0;
+            self.arm_keepalive(now);
         }
         match self.state {
             State::Closed => {}
@@ -35,27 +64,25 @@ impl Connection {
         let f = seg.flags.0 & !0x08; // ignore PSH
         if self.state != State::Established
             || f != 0x10
-            || seg.seq != self.rcv_nxt
-            || self.in_recovery
-            || self.dupacks != 0
-            || !self.ofo.is_empty()
+            || seg.seq != self.rcv.nxt
+            || self.rec.in_recovery
+            || self.rec.dupacks != 0
+            || !self.rcv.ofo.is_empty()
             || seg.options.sack_len != 0
-            || (seg.window as usize) << self.snd_wscale != self.snd_wnd
-            || seg.ack > self.snd_max
-            || seg.ack < self.snd_una
+            || (seg.window as usize) << self.opt.snd_wscale != self.snd.wnd
+            || seg.ack > self.snd.max
+            || seg.ack < self.snd.una
         {
             return false;
         }
-        if self.ts_enabled {
+        if self.opt.ts {
             match seg.options.timestamp {
-                Some((val, _)) if val.wrapping_sub(self.ts_recent) as i32 >= 0 => {
-                    self.ts_recent = val
-                }
+                Some((val, _)) if !self.opt.ts_is_old(val) => self.opt.ts_recent = val,
                 _ => return false,
             }
         }
         if seg.payload.is_empty() {
-            if seg.ack <= self.snd_una {
+            if seg.ack <= self.snd.una {
                 return false; // a duplicate ACK: the slow path counts it
             }
             // Pure ACK for new data.
@@ -64,7 +91,7 @@ impl Connection {
             self.ack_advanced(now, seg, c);
             return true;
         }
-        if seg.ack != self.snd_una || seg.payload.len() > self.recv_buf.window() {
+        if seg.ack != self.snd.una || seg.payload.len() > self.rcv.buf.window() {
             return false;
         }
         // In-order data that fits.
@@ -72,9 +99,9 @@ impl Connection {
         self.stats.fast_path += 1;
         let n = {
             let _p = flowstack_prof::enter(flowstack_prof::Layer::SockAppend);
-            self.recv_buf.enqueue(seg.payload)
+            self.rcv.buf.enqueue(seg.payload)
         };
-        self.rcv_nxt += n;
+        self.rcv.nxt += n;
         self.stats.bytes_received += n as u64;
         self.schedule_ack(now, seg);
         true
@@ -84,38 +111,38 @@ impl Connection {
     fn on_synchronized(&mut self, now: Instant, seg: &TcpRepr, c: &mut Counters) {
         let f = seg.flags;
         // A retransmitted SYN in SYN-RECEIVED means our SYN-ACK was lost: send it again.
-        if self.state == State::SynReceived && f.syn() && !f.ack() && seg.seq == self.irs {
-            self.snd_nxt = self.iss;
+        if self.state == State::SynReceived && f.syn() && !f.ack() && seg.seq == self.rcv.irs {
+            self.snd.nxt = self.snd.iss;
             return;
         }
         // RFC 7323 §5.3 PAWS: a timestamp older than TS.Recent marks an old duplicate.
-        if self.ts_enabled && !f.rst() {
+        if self.opt.ts && !f.rst() {
             if let Some((val, _)) = seg.options.timestamp {
-                if (val.wrapping_sub(self.ts_recent) as i32) < 0 {
+                if self.opt.ts_is_old(val) {
                     c.inc(Counter::TcpExtPAWSEstab);
-                    self.ack_now = true;
+                    self.rcv.ack_now = true;
                     return;
                 }
             }
         }
         // First: sequence number acceptability.
-        if !self.acceptable(seg) {
+        if !self.rcv.acceptable(seg) {
             c.inc(Counter::TcpExtTCPOutOfWindow);
             if !f.rst() {
-                self.ack_now = true;
+                self.rcv.ack_now = true;
             }
             return;
         }
-        if self.ts_enabled {
+        if self.opt.ts {
             if let Some((val, _)) = seg.options.timestamp {
-                if seg.seq <= self.rcv_nxt {
-                    self.ts_recent = val;
+                if seg.seq <= self.rcv.nxt {
+                    self.opt.ts_recent = val;
                 }
             }
         }
         // Second: RST (RFC 5961 §3.2): exact match resets, otherwise a challenge ACK.
         if f.rst() {
-            if seg.seq == self.rcv_nxt {
+            if seg.seq == self.rcv.nxt {
                 self.on_reset(c);
             } else {
                 self.challenge_ack(now, c);
@@ -132,12 +159,10 @@ impl Connection {
             return;
         }
         if self.state == State::SynReceived {
-            if self.snd_una < seg.ack && seg.ack <= self.snd_max {
+            if self.snd.una < seg.ack && seg.ack <= self.snd.max {
                 self.enter_established();
-                self.snd_wnd = (seg.window as usize) << self.snd_wscale;
-                self.max_snd_wnd = self.snd_wnd;
-                self.snd_wl1 = seg.seq;
-                self.snd_wl2 = seg.ack;
+                let wnd = (seg.window as usize) << self.opt.snd_wscale;
+                self.snd.init_window(seg.seq, seg.ack, wnd);
                 self.arm_keepalive(now);
             } else {
                 self.pending_rst = Some((seg.ack, None));
@@ -145,12 +170,12 @@ impl Connection {
             }
         }
         // RFC 5961 §5.2: acceptable ACKs lie in [SND.UNA − MAX.SND.WND, SND.NXT].
-        if seg.ack > self.snd_max {
+        if seg.ack > self.snd.max {
             c.inc(Counter::TcpExtTCPACKSkippedInvalid);
-            self.ack_now = true;
+            self.rcv.ack_now = true;
             return;
         }
-        if seg.ack < self.snd_una - self.max_snd_wnd.max(1) {
+        if seg.ack < self.snd.una - self.snd.max_wnd.max(1) {
             c.inc(Counter::TcpExtTCPACKSkippedInvalid);
             self.challenge_ack(now, c);
             return;
@@ -159,13 +184,18 @@ impl Connection {
         if self.state == State::Closed {
             return;
         }
+        self.on_text_and_fin(now, seg, c);
+    }
+
+    /// RFC 9293 §3.10.7.4 seventh and eighth steps: the segment text, then the FIN bit.
+    fn on_text_and_fin(&mut self, now: Instant, seg: &TcpRepr, c: &mut Counters) {
         // Seventh: segment text.
         if !seg.payload.is_empty() {
             match self.state {
                 State::Established | State::FinWait1 | State::FinWait2 => {
-                    if self.app_closed {
+                    if self.rcv.app_closed {
                         // Data for a socket nobody will read: reset, as Linux does.
-                        self.pending_rst = Some((self.snd_nxt, None));
+                        self.pending_rst = Some((self.snd.nxt, None));
                         self.error = Some(TcpError::Aborted);
                         self.enter_closed();
                         return;
@@ -176,31 +206,13 @@ impl Connection {
             }
         }
         // Eighth: FIN.
-        if f.fin() {
+        if seg.flags.fin() {
             let fin_at = seg.seq + seg.payload.len();
-            if fin_at == self.rcv_nxt {
+            if fin_at == self.rcv.nxt {
                 self.on_fin(now, c);
-            } else if fin_at > self.rcv_nxt {
-                self.ofo_fin = Some(fin_at);
+            } else if fin_at > self.rcv.nxt {
+                self.rcv.ofo_fin = Some(fin_at);
             }
-        }
-    }
-
-    /// RFC 9293 §3.10.7.4 "There are four cases for the acceptability test".
-    fn acceptable(&self, seg: &TcpRepr) -> bool {
-        let len = seg.segment_len();
-        let wnd = self.rcv_adv - self.rcv_nxt;
-        let wnd = wnd.max(self.recv_buf.window().min(1 << 30));
-        let in_wnd = |s: SeqNum| s.in_range(self.rcv_nxt, self.rcv_nxt + wnd);
-        match (len, wnd) {
-            // "If the RCV.WND is zero, no segments will be acceptable, but special allowance
-            // should be made to accept valid ACKs, URGs, and RSTs": a segment that starts at
-            // RCV.NXT has its control fields processed; the seventh step drops its text and
-            // answers with an ACK. Without this, two peers with full buffers ignore each
-            // other's ACKs for ever (Linux's tcp_sequence admits it too).
-            (_, 0) => seg.seq == self.rcv_nxt,
-            (0, _) => in_wnd(seg.seq),
-            _ => in_wnd(seg.seq) || in_wnd(seg.seq + len - 1),
         }
     }
 
@@ -220,249 +232,45 @@ impl Connection {
 
     /// RFC 5961 §7: challenge ACKs, at most `challenge_ack_limit` per second per connection.
     fn challenge_ack(&mut self, now: Instant, c: &mut Counters) {
-        if now.saturating_since(self.challenge_window) >= Duration::from_secs(1) {
-            self.challenge_window = now;
-            self.challenge_count = 0;
-        }
-        if self.challenge_count >= self.cfg.challenge_ack_limit {
+        if !self.challenge.allow(now, self.cfg.challenge_ack_limit) {
             c.inc(Counter::TcpExtTCPChallengeACKLimited);
             return;
         }
-        self.challenge_count += 1;
         c.inc(Counter::TcpExtTCPChallengeACK);
-        self.ack_now = true;
+        self.rcv.ack_now = true;
     }
 
     /// The ACK field of an acceptable segment (RFC 9293 §3.10.7.4 fifth; RFC 5681; RFC 6582;
     /// RFC 6675).
     fn process_ack(&mut self, now: Instant, seg: &TcpRepr, c: &mut Counters) {
-        let sack_news = self.sack_enabled
+        let sack_news = self.opt.sack
             && seg.options.sack_len > 0
             && self
+                .rec
                 .sack
-                .update(self.snd_una, self.snd_max, seg.options.sack_blocks());
-        let window = (seg.window as usize) << self.snd_wscale;
-        if seg.ack > self.snd_una {
+                .update(self.snd.una, self.snd.max, seg.options.sack_blocks());
+        let window = (seg.window as usize) << self.opt.snd_wscale;
+        if seg.ack > self.snd.una {
             self.ack_advanced(now, seg, c);
-        } else if seg.ack == self.snd_una
-            && self.snd_max > self.snd_una
+        } else if seg.ack == self.snd.una
+            && self.snd.max > self.snd.una
             && seg.payload.is_empty()
             && !seg.flags.fin()
-            && (window == self.snd_wnd || sack_news)
+            && (window == self.snd.wnd || sack_news)
         {
             // RFC 5681 §2 duplicate ACK.
-            self.dupacks += 1;
-            if self.in_recovery && !self.sack_enabled {
-                // RFC 6582 §3.2 step 4: inflate by one segment per further duplicate.
-                self.cc.inflate(self.mss);
-            }
-        } else if seg.payload.is_empty() && seg.ack == self.snd_una {
+            self.rec.on_dupack(self.snd.mss, self.opt.sack);
+        } else if seg.payload.is_empty() && seg.ack == self.snd.una {
             c.inc(Counter::TcpExtTCPPureAcks);
         }
-        if !self.in_recovery
-            && self.snd_max > self.snd_una
-            && (self.dupacks as usize >= self.dup_thresh()
-                || (self.sack_enabled
-                    && self
-                        .sack
-                        .is_lost(self.snd_una, self.full_seg(), self.dup_thresh())))
-            && self.may_enter_recovery()
-        {
-            self.enter_recovery(c);
-        }
+        self.detect_loss(c);
         if sack_news {
             self.lost_retransmission(c);
         }
         // Window update (RFC 9293 §3.10.7.4: SND.WL1/SND.WL2 rule).
-        if self.snd_wl1 < seg.seq || (self.snd_wl1 == seg.seq && self.snd_wl2 <= seg.ack) {
-            let opened = self.snd_wnd == 0 && window > 0;
-            self.snd_wnd = window;
-            self.snd_wl1 = seg.seq;
-            self.snd_wl2 = seg.ack;
-            self.max_snd_wnd = self.max_snd_wnd.max(window);
-            if opened {
-                self.persist_at = None;
-                self.persist_backoff = 0;
-            }
-        }
-    }
-
-    pub(crate) fn enter_recovery(&mut self, c: &mut Counters) {
-        c.inc(Counter::TcpExtTCPFastRetrans);
-        self.stats.fast_retransmits += 1;
-        self.in_recovery = true;
-        self.recover = self.snd_max;
-        self.high_rxt = self.snd_una;
-        self.rexmit_head = true;
-        self.cc.on_loss(self.flight());
-        if !self.sack_enabled {
-            // RFC 6582 §3.2 step 2: cwnd = ssthresh + 3·SMSS.
-            self.cc.inflate(DUP_THRESH * self.mss);
-        }
-        // Karn: the timed segment may be retransmitted.
-        self.rtt_probe = None;
-    }
-
-    /// SND.UNA moves forward to `ack`.
-    pub(crate) fn ack_advanced(&mut self, now: Instant, seg: &TcpRepr, c: &mut Counters) {
-        let ack = seg.ack;
-        let mut acked = ack - self.snd_una;
-        if self.snd_una == self.iss {
-            acked -= 1; // our SYN
-        }
-        let fin_acked = self.fin_seq.is_some_and(|f| ack > f);
-        if fin_acked && self.snd_una <= self.fin_seq.unwrap() {
-            acked -= 1;
-        }
-        let acked = acked.min(self.send_buf.len());
-        {
-            let _p = flowstack_prof::enter(flowstack_prof::Layer::BufRelease);
-            self.send_buf.consume(acked);
-        }
-        self.stats.bytes_acked += acked as u64;
-        // RTT: one timed segment per round trip on our nanosecond clock (finer than the
-        // 1 ms timestamp clock); when none is timed (Karn: retransmissions void it), RFC 7323
-        // RTTM takes the sample from TSecr, which is safe for retransmitted data.
-        match self.rtt_probe {
-            Some((seq, t)) if ack > seq => {
-                self.rtt.sample(now.saturating_since(t));
-                self.rtt_probe = None;
-            }
-            None if self.ts_enabled => {
-                if let Some((_, ecr)) = seg.options.timestamp.filter(|t| t.1 != 0) {
-                    let ms = self.ts_now(now).wrapping_sub(ecr);
-                    if ms < 60_000 {
-                        self.rtt.sample(Duration::from_millis(ms as u64));
-                    }
-                }
-            }
-            _ => {}
-        }
-        self.snd_una = ack;
-        if self.snd_nxt < ack {
-            self.snd_nxt = ack;
-        }
-        self.sack.advance(ack);
-        self.retries = 0;
-        self.dupacks = 0;
-        if self.in_recovery {
-            if ack >= self.recover {
-                // RFC 6582 §3.2 step 3 full acknowledgment.
-                self.in_recovery = false;
-                self.cc.exit_recovery();
-            } else {
-                // Partial acknowledgment: retransmit the next hole at once.
-                if !self.sack_enabled {
-                    self.cc.deflate(acked);
-                    self.cc.inflate(self.mss);
-                }
-                self.rexmit_head = true;
-                self.high_rxt = self.high_rxt.max(ack);
-            }
-        } else {
-            self.cc.on_ack(now, acked, self.rtt.srtt());
-        }
-        // RFC 6298 §5.2/5.3: restart the timer if data remains, stop it otherwise.
-        self.rto_at = (self.snd_max > self.snd_una).then(|| now + self.rtt.rto());
-        if fin_acked {
-            match self.state {
-                State::FinWait1 => {
-                    self.state = State::FinWait2;
-                    self.deadline = Some(now + self.cfg.fin_wait2_timeout);
-                }
-                State::Closing => self.enter_time_wait(now, c),
-                State::LastAck => self.enter_closed(),
-                _ => {}
-            }
-        }
-    }
-
-    /// Seventh step: place data in the receive buffer (in order) or the reassembly area.
-    fn accept_data(&mut self, now: Instant, seg: &TcpRepr, c: &mut Counters) {
-        let skip = self.rcv_nxt - seg.seq; // already received part
-        if skip >= seg.payload.len() {
-            // Entirely old: a retransmission the peer sent because our ACK was lost.
-            self.ack_now = true;
-            return;
-        }
-        let start = seg.seq + skip;
-        let data = &seg.payload[skip..];
-        let rel = start - self.rcv_nxt;
-        if rel == 0 {
-            let _p = flowstack_prof::enter(flowstack_prof::Layer::SockAppend);
-            let n = self.recv_buf.write_at(0, data);
-            if n < data.len() {
-                // Text beyond the window is dropped; the ACK tells the sender the window.
-                c.inc(Counter::TcpExtTCPRcvQDrop);
-                self.ack_now = true;
-            }
-            self.recv_buf.commit(n);
-            self.rcv_nxt += n;
-            self.stats.bytes_received += n as u64;
-            let mut filled = false;
-            while let Some(end) = self.ofo.pop_front(self.rcv_nxt) {
-                let more = end - self.rcv_nxt;
-                self.recv_buf.commit(more);
-                self.stats.bytes_received += more as u64;
-                self.rcv_nxt = end;
-                filled = true;
-            }
-            if filled {
-                // RFC 5681 §4.2: ACK at once when a segment fills a gap.
-                self.ack_now = true;
-            }
-            if self.ofo_fin == Some(self.rcv_nxt) {
-                self.ofo_fin = None;
-                self.on_fin(now, c);
-                return;
-            }
-            self.schedule_ack(now, seg);
-        } else {
-            let n = self.recv_buf.write_at(rel, data);
-            if n == 0 || self.ofo.add(start, start + n).is_err() {
-                c.inc(Counter::TcpExtTCPOFODrop);
-            } else {
-                c.inc(Counter::TcpExtTCPOFOQueue);
-            }
-            // RFC 5681 §4.2: an out-of-order segment gets an immediate (duplicate) ACK.
-            self.ack_now = true;
-        }
-    }
-
-    /// Delayed-ACK policy (RFC 1122 §4.2.3.2, RFC 5681 §4.2).
-    fn schedule_ack(&mut self, now: Instant, seg: &TcpRepr) {
-        let had_unacked = self.unacked_bytes > 0;
-        self.unacked_bytes += seg.payload.len();
-        if !self.cfg.delayed_ack
-            || self.quickack > 0
-            || self.unacked_bytes >= 2 * self.full_seg()
-            // The tail of a multi-segment message: ACK it now so a Nagle-limited sender
-            // is not held for the delayed-ACK timer.
-            || (had_unacked && seg.flags.psh() && seg.payload.len() < self.full_seg())
-        {
-            self.quickack = self.quickack.saturating_sub(1);
-            self.ack_now = true;
-        } else if self.delack_at.is_none() {
-            self.delack_at = Some(now + self.cfg.delayed_ack_timeout);
-        }
-    }
-
-    /// Our peer's FIN is in sequence (RFC 9293 §3.10.7.4 eighth).
-    fn on_fin(&mut self, now: Instant, c: &mut Counters) {
-        self.rcv_nxt += 1;
-        self.fin_received = true;
-        self.ack_now = true;
-        match self.state {
-            State::SynReceived | State::Established => {
-                self.state = State::CloseWait;
-                self.deadline = Some(now + self.cfg.close_wait_timeout);
-            }
-            State::FinWait1 => {
-                self.state = State::Closing;
-            }
-            State::FinWait2 => self.enter_time_wait(now, c),
-            State::TimeWait => self.deadline = Some(now + self.cfg.time_wait),
-            _ => {}
+        if self.snd.update_window(seg.seq, seg.ack, window) {
+            self.timers.cancel(Timer::Persist);
+            self.timers.persist_backoff = 0;
         }
     }
 
@@ -471,13 +279,9 @@ impl Connection {
         // Nothing more will be sent; unread received data (if any) stays for the application.
 
         self.state = State::TimeWait;
-        self.rto_at = None;
-        self.persist_at = None;
-        self.keepalive_at = None;
-        self.deadline = Some(now + self.cfg.time_wait);
-    }
-
-    pub(crate) fn arm_keepalive(&mut self, now: Instant) {
-        self.keepalive_at = self.cfg.keepalive.map(|k| now + k.idle);
+        self.timers.cancel(Timer::Rto);
+        self.timers.cancel(Timer::Persist);
+        self.timers.cancel(Timer::Keepalive);
+        self.timers.set(Timer::Lifetime, now + self.cfg.time_wait);
     }
 }

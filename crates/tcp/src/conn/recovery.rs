@@ -1,24 +1,77 @@
-//! Declaring losses that duplicate-ACK counting misses: on a small flight (RFC 3042 Limited
-//! Transmit, RFC 5827 Early Retransmit) and of retransmissions themselves. Without these a
-//! flight of fewer than four segments cannot produce the three duplicate ACKs fast retransmit
-//! waits for, and a lost retransmission stays lost; each costs a retransmission timeout
-//! (200 ms at least) instead of about one round trip.
+//! Loss recovery: its state ([`Recovery`]: congestion control, duplicate ACKs, the SACK
+//! scoreboard), entering and leaving recovery (RFC 5681, RFC 6582 NewReno, RFC 6675
+//! SACK-based), the "pipe" estimate and the retransmissions it allows.
+//!
+//! And declaring losses that duplicate-ACK counting misses: on a small flight (RFC 3042
+//! Limited Transmit, RFC 5827 Early Retransmit) and of retransmissions themselves. Without
+//! these a flight of fewer than four segments cannot produce the three duplicate ACKs fast
+//! retransmit waits for, and a lost retransmission stays lost; each costs a retransmission
+//! timeout (200 ms at least) instead of about one round trip.
 
 use super::Connection;
+use crate::cc::Congestion;
+use crate::config::TcpConfig;
 use crate::counters::{Counter, Counters};
-use crate::sack::DUP_THRESH;
+use crate::sack::{Scoreboard, DUP_THRESH};
+use flowstack_wire::tcp::TcpRepr;
+use flowstack_wire::{Instant, SeqNum};
+
+/// Congestion control and loss-recovery state.
+pub(crate) struct Recovery {
+    /// Congestion control (RFC 5681 with RFC 6582, or RFC 9438 CUBIC).
+    pub(crate) cc: Congestion,
+    /// Duplicate ACKs in a row (RFC 5681 §2).
+    pub(crate) dupacks: u32,
+    /// A fast recovery is running.
+    pub(crate) in_recovery: bool,
+    /// RecoveryPoint ("recover", RFC 6582 and RFC 6675): SND.MAX when the latest recovery
+    /// (or timeout) began; ISS until then.
+    pub(crate) recover: SeqNum,
+    /// HighRxt (RFC 6675): the highest sequence number retransmitted in this recovery.
+    pub(crate) high_rxt: SeqNum,
+    /// The segment at SND.UNA is to be retransmitted now (recovery entry, partial ACK).
+    pub(crate) rexmit_head: bool,
+    /// SND.MAX when the latest retransmission was sent (see `lost_retransmission`).
+    pub(crate) rexmit_mark: Option<SeqNum>,
+    /// What the peer holds above SND.UNA, from its SACK blocks.
+    pub(crate) sack: Scoreboard,
+}
+
+impl Recovery {
+    pub(crate) fn new(cfg: &TcpConfig, iss: SeqNum) -> Self {
+        Self {
+            cc: Congestion::new(cfg.cc, cfg.mss as usize),
+            dupacks: 0,
+            in_recovery: false,
+            recover: iss,
+            high_rxt: iss,
+            rexmit_head: false,
+            rexmit_mark: None,
+            sack: Scoreboard::new(cfg.max_ofo_ranges),
+        }
+    }
+
+    /// An RFC 5681 §2 duplicate ACK arrived.
+    pub(crate) fn on_dupack(&mut self, mss: usize, sack: bool) {
+        self.dupacks += 1;
+        if self.in_recovery && !sack {
+            // RFC 6582 §3.2 step 4: inflate by one segment per further duplicate.
+            self.cc.inflate(mss);
+        }
+    }
+}
 
 impl Connection {
     /// Segments sent and not yet acknowledged, rounded up.
     fn outstanding_segments(&self) -> usize {
-        (self.snd_max - self.snd_una).div_ceil(self.full_seg())
+        (self.snd.max - self.snd.una).div_ceil(self.full_seg())
     }
 
     /// True if a new full segment could be sent now: unsent data and room in the peer's
     /// window (the congestion window aside).
     fn can_send_new(&self) -> bool {
-        let unsent = (self.snd_una_data() + self.send_buf.len()) - self.snd_max;
-        let room = (self.snd_una + self.snd_wnd) - self.snd_max;
+        let unsent = self.snd.data_end() - self.snd.max;
+        let room = (self.snd.una + self.snd.wnd) - self.snd.max;
         unsent > 0 && room >= unsent.min(self.full_seg())
     }
 
@@ -43,8 +96,8 @@ impl Connection {
     /// less than or equal to the congestion window plus 2*SMSS bytes". Those segments make
     /// the receiver send the duplicate ACKs that fast retransmit needs.
     pub(crate) fn limited_transmit(&self) -> usize {
-        let d = self.dupacks as usize;
-        if self.in_recovery || d == 0 || d >= DUP_THRESH || self.snd_nxt != self.snd_max {
+        let d = self.rec.dupacks as usize;
+        if self.rec.in_recovery || d == 0 || d >= DUP_THRESH || self.snd.nxt != self.snd.max {
             0
         } else {
             d * self.full_seg()
@@ -58,9 +111,9 @@ impl Connection {
     /// RecoveryPoint" — so a loss of the very first segment sent after the previous recovery
     /// is repaired by fast retransmit, not by a timeout.
     pub(crate) fn may_enter_recovery(&self) -> bool {
-        self.recover == self.iss
-            || self.snd_una > self.recover
-            || (self.sack_enabled && self.snd_una == self.recover)
+        self.rec.recover == self.snd.iss
+            || self.snd.una > self.rec.recover
+            || (self.opt.sack && self.snd.una == self.rec.recover)
     }
 
     /// Called when an ACK brought new SACK information: if the receiver now holds data we
@@ -72,24 +125,143 @@ impl Connection {
     /// as the evidence is SACK, not duplicate ACKs. This is the part of RFC 8985 (RACK) that
     /// needs no per-segment send times: transmission order stands in for time.
     pub(crate) fn lost_retransmission(&mut self, c: &mut Counters) {
-        let (Some(mark), Some(high)) = (self.rexmit_mark, self.sack.high()) else {
+        let (Some(mark), Some(high)) = (self.rec.rexmit_mark, self.rec.sack.high()) else {
             return;
         };
         if high <= mark
             || !self
+                .rec
                 .sack
-                .next_hole(self.snd_una)
+                .next_hole(self.snd.una)
                 .is_some_and(|(s, _)| s < mark)
         {
             return;
         }
         c.inc(Counter::TcpExtTCPLostRetransmit);
-        self.rexmit_mark = None;
-        if self.in_recovery {
-            self.high_rxt = self.snd_una;
-            self.rexmit_head = true;
+        self.rec.rexmit_mark = None;
+        if self.rec.in_recovery {
+            self.rec.high_rxt = self.snd.una;
+            self.rec.rexmit_head = true;
         } else {
             self.enter_recovery(c);
         }
+    }
+
+    /// After an ACK was processed: enter recovery on DupThresh duplicate ACKs (RFC 5681
+    /// §3.2) or, with SACK, once the scoreboard declares the segment at SND.UNA lost
+    /// (RFC 6675 IsLost), unless the previous recovery forbids it.
+    pub(crate) fn detect_loss(&mut self, c: &mut Counters) {
+        if !self.rec.in_recovery
+            && self.snd.max > self.snd.una
+            && (self.rec.dupacks as usize >= self.dup_thresh()
+                || (self.opt.sack
+                    && self
+                        .rec
+                        .sack
+                        .is_lost(self.snd.una, self.full_seg(), self.dup_thresh())))
+            && self.may_enter_recovery()
+        {
+            self.enter_recovery(c);
+        }
+    }
+
+    pub(crate) fn enter_recovery(&mut self, c: &mut Counters) {
+        c.inc(Counter::TcpExtTCPFastRetrans);
+        self.stats.fast_retransmits += 1;
+        self.rec.in_recovery = true;
+        self.rec.recover = self.snd.max;
+        self.rec.high_rxt = self.snd.una;
+        self.rec.rexmit_head = true;
+        self.rec.cc.on_loss(self.snd.flight());
+        if !self.opt.sack {
+            // RFC 6582 §3.2 step 2: cwnd = ssthresh + 3·SMSS.
+            self.rec.cc.inflate(DUP_THRESH * self.snd.mss);
+        }
+        // Karn: the timed segment may be retransmitted.
+        self.snd.rtt_probe = None;
+    }
+
+    /// SND.UNA moved forward to `ack`, acknowledging `acked` data bytes: leave recovery on a
+    /// full acknowledgment, go on repairing after a partial one, or grow the window.
+    pub(crate) fn recovery_on_ack(&mut self, now: Instant, ack: SeqNum, acked: usize) {
+        self.rec.sack.advance(ack);
+        self.rec.dupacks = 0;
+        if self.rec.in_recovery {
+            if ack >= self.rec.recover {
+                // RFC 6582 §3.2 step 3 full acknowledgment.
+                self.rec.in_recovery = false;
+                self.rec.cc.exit_recovery();
+            } else {
+                // Partial acknowledgment: retransmit the next hole at once.
+                if !self.opt.sack {
+                    self.rec.cc.deflate(acked);
+                    self.rec.cc.inflate(self.snd.mss);
+                }
+                self.rec.rexmit_head = true;
+                self.rec.high_rxt = self.rec.high_rxt.max(ack);
+            }
+        } else {
+            self.rec.cc.on_ack(now, acked, self.snd.rtt.srtt());
+        }
+    }
+
+    /// Bytes considered in the network (RFC 6675 "pipe" when SACK recovery is running).
+    pub(super) fn pipe(&self) -> usize {
+        let flight = self.snd.flight();
+        if self.rec.in_recovery && self.opt.sack {
+            let lost = self
+                .rec
+                .sack
+                .hole_bytes_from(self.rec.high_rxt.max(self.snd.una));
+            flight.saturating_sub(self.rec.sack.sacked_bytes() + lost)
+        } else {
+            flight
+        }
+    }
+
+    /// Loss recovery retransmissions: the head after entry or a partial ACK, then (with
+    /// SACK) the holes the scoreboard marks lost (RFC 6675 §5 NextSeg rule 1).
+    pub(super) fn send_recovery(
+        &mut self,
+        now: Instant,
+        c: &mut Counters,
+        emit: &mut dyn FnMut(&TcpRepr),
+    ) -> usize {
+        let mut n = 0;
+        if self.rec.rexmit_head {
+            self.rec.rexmit_head = false;
+            let una = self.snd.una;
+            // Segments as the original ones were cut (the MSS less the options), so holes
+            // stay whole segments.
+            let full = self.full_seg();
+            let len = match self.rec.sack.next_hole(una) {
+                Some((s, e)) if s == una => (e - s).min(full),
+                _ => full,
+            };
+            let used = self.emit_range(now, una, len, c, emit);
+            self.rec.high_rxt = self.rec.high_rxt.max(una + used);
+            n += 1;
+        }
+        if !self.opt.sack {
+            return n;
+        }
+        while self.pipe() < self.rec.cc.cwnd() {
+            let from = self.rec.high_rxt.max(self.snd.una);
+            let Some((s, e)) = self.rec.sack.next_hole(from) else {
+                break;
+            };
+            if !self.rec.sack.is_lost(s, self.full_seg(), self.dup_thresh()) {
+                break;
+            }
+            let len = (e - s).min(self.full_seg());
+            let used = self.emit_range(now, s, len, c, emit);
+            if used == 0 {
+                break;
+            }
+            c.inc(Counter::TcpExtTCPSackRecovery);
+            self.rec.high_rxt = s + used;
+            n += 1;
+        }
+        n
     }
 }

@@ -3,100 +3,154 @@
 
 use super::{Connection, State, TcpError};
 use crate::counters::{Counter, Counters};
-use flowstack_wire::Instant;
+use flowstack_wire::{Duration, Instant, PollAt};
+
+/// The connection's timers, each an index into [`Timers`]' table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Timer {
+    /// Retransmission timeout (RFC 6298).
+    Rto,
+    /// Delayed ACK (RFC 1122 §4.2.3.2).
+    DelayedAck,
+    /// Persist: zero-window probe and sender SWS override (RFC 9293 §3.8.6.1).
+    Persist,
+    /// Keepalive (RFC 1122 §4.2.3.6).
+    Keepalive,
+    /// The bounded lifetime of a closing state: TIME-WAIT's 2·MSL, FIN-WAIT-2 and
+    /// CLOSE-WAIT idle limits.
+    Lifetime,
+}
+
+impl Timer {
+    /// Size of the table (`Lifetime` is the last variant).
+    const COUNT: usize = Timer::Lifetime as usize + 1;
+}
+
+/// A small table of deadlines indexed by [`Timer`], and the counters the timers keep.
+pub(crate) struct Timers {
+    at: [Option<Instant>; Timer::COUNT],
+    /// Retransmission timeouts (or closing-state probes) in a row without progress.
+    pub(crate) retries: u32,
+    /// Exponent of the persist timer's backoff.
+    pub(crate) persist_backoff: u32,
+    /// Keepalive probes sent without an answer.
+    pub(crate) keepalive_sent: u32,
+    /// A persist or keepalive probe is to be sent by the next `poll_transmit`.
+    pub(crate) probe_now: bool,
+    /// When the last segment arrived (the idle limit of FIN-WAIT-2 and CLOSE-WAIT).
+    pub(crate) last_activity: Instant,
+}
+
+impl Timers {
+    pub(crate) fn new(now: Instant) -> Self {
+        Self {
+            at: [None; Timer::COUNT],
+            retries: 0,
+            persist_backoff: 0,
+            keepalive_sent: 0,
+            probe_now: false,
+            last_activity: now,
+        }
+    }
+
+    /// True if `t` is armed.
+    pub(crate) fn is_armed(&self, t: Timer) -> bool {
+        self.at[t as usize].is_some()
+    }
+
+    /// Arms `t` for `at` (re-arms it if it was set).
+    pub(crate) fn set(&mut self, t: Timer, at: Instant) {
+        self.at[t as usize] = Some(at);
+    }
+
+    /// Arms `t` for `at` unless it is already armed.
+    pub(crate) fn set_if_idle(&mut self, t: Timer, at: Instant) {
+        self.at[t as usize].get_or_insert(at);
+    }
+
+    /// Arms `t` for `at`, or stops it when `at` is `None`.
+    pub(crate) fn update(&mut self, t: Timer, at: Option<Instant>) {
+        self.at[t as usize] = at;
+    }
+
+    /// Stops `t`.
+    pub(crate) fn cancel(&mut self, t: Timer) {
+        self.at[t as usize] = None;
+    }
+
+    /// Stops every timer.
+    pub(crate) fn cancel_all(&mut self) {
+        self.at = [None; Timer::COUNT];
+    }
+
+    /// The earliest armed deadline.
+    pub(crate) fn next(&self) -> Option<Instant> {
+        self.at.iter().flatten().min().copied()
+    }
+
+    /// If `t` is due at `now`, stops it and returns true (the caller fires it).
+    pub(crate) fn take_due(&mut self, t: Timer, now: Instant) -> bool {
+        let due = self.at[t as usize].is_some_and(|d| d <= now);
+        if due {
+            self.at[t as usize] = None;
+        }
+        due
+    }
+}
 
 impl Connection {
-    /// The earliest instant at which [`Connection::on_timeout`] has work.
-    pub fn poll_at(&self) -> Option<Instant> {
-        if self.ack_now || self.pending_rst.is_some() || self.probe_now {
-            return Some(Instant::ZERO);
+    /// When the connection next needs [`Connection::on_timeout`] and
+    /// [`Connection::poll_transmit`]: `Now` if a segment is owed (an ACK, a reset or a
+    /// probe), else the earliest timer, else `Idle` (only input can give it work).
+    pub fn poll_at(&self) -> PollAt {
+        if self.rcv.ack_now || self.pending_rst.is_some() || self.timers.probe_now {
+            return PollAt::Now;
         }
-        [
-            self.rto_at,
-            self.delack_at,
-            self.persist_at,
-            self.keepalive_at,
-            self.deadline,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        self.timers.next().into()
     }
 
-    /// Fires every timer due at `now`.
+    /// Fires every timer due at `now`. A timer that closes the connection stops the others,
+    /// so those checked after it do not fire.
     pub fn on_timeout(&mut self, now: Instant, c: &mut Counters) {
-        if self.deadline.is_some_and(|d| d <= now) {
-            self.deadline = None;
-            match self.state {
-                State::TimeWait => return self.enter_closed(),
-                State::FinWait2 | State::CloseWait => {
-                    if now.saturating_since(self.last_activity)
-                        >= self.idle_limit().unwrap_or_default()
-                    {
-                        self.error.get_or_insert(TcpError::TimedOut);
-                        self.pending_rst = Some((self.snd_nxt, None));
-                        return self.enter_closed();
-                    }
-                    self.deadline = self.idle_limit().map(|l| self.last_activity + l);
-                }
-                _ => {}
-            }
+        if self.timers.take_due(Timer::Lifetime, now) {
+            self.on_lifetime(now);
         }
-        if self.delack_at.is_some_and(|d| d <= now) {
-            self.delack_at = None;
-            self.ack_now = true;
+        if self.timers.take_due(Timer::DelayedAck, now) {
+            self.rcv.ack_now = true;
             c.inc(Counter::TcpExtDelayedACKs);
         }
-        if self.rto_at.is_some_and(|d| d <= now) {
-            self.rto_at = None;
+        if self.timers.take_due(Timer::Rto, now) {
             self.on_rto(now, c);
         }
-        if self.persist_at.is_some_and(|d| d <= now) {
-            self.persist_at = None;
-            let unsent = (self.snd_una_data() + self.send_buf.len()) - self.snd_nxt;
-            if self.snd_max == self.snd_una && unsent > 0 && self.state.is_synchronized() {
-                // A closing connection must not probe a closed window forever: there the
-                // probes count against the retransmission limit (as Linux's orphan retries).
-                if matches!(
-                    self.state,
-                    State::FinWait1 | State::Closing | State::LastAck
-                ) {
-                    self.retries += 1;
-                    if self.retries > self.cfg.max_retries {
-                        c.inc(Counter::TcpExtTCPAbortOnTimeout);
-                        self.error = Some(TcpError::TimedOut);
-                        return self.enter_closed();
-                    }
-                }
-                if self.snd_wnd == 0 {
-                    c.inc(Counter::TcpExtTCPWinProbe);
-                }
-                self.probe_now = true;
-                self.persist_backoff = (self.persist_backoff + 1).min(10);
-                let wait = (self.rtt.rto() * (1 << self.persist_backoff)).min(self.cfg.rto_max);
-                self.persist_at = Some(now + wait);
-            }
+        if self.timers.take_due(Timer::Persist, now) {
+            self.on_persist(now, c);
         }
-        if self.keepalive_at.is_some_and(|d| d <= now) {
-            self.keepalive_at = None;
-            if let Some(k) = self.cfg.keepalive {
-                if self.keepalive_sent >= k.probes {
-                    self.error = Some(TcpError::TimedOut);
-                    return self.enter_closed();
-                }
-                if self.state == State::Established && self.snd_max == self.snd_una {
-                    self.keepalive_sent += 1;
-                    self.probe_now = true;
-                    c.inc(Counter::TcpExtTCPKeepAlive);
-                    self.keepalive_at = Some(now + k.interval);
-                } else {
-                    self.keepalive_at = Some(now + k.idle);
-                }
-            }
+        if self.timers.take_due(Timer::Keepalive, now) {
+            self.on_keepalive(now, c);
         }
     }
 
-    fn idle_limit(&self) -> Option<flowstack_wire::Duration> {
+    /// The bounded lifetime of a closing state ran out: TIME-WAIT ends; FIN-WAIT-2 and
+    /// CLOSE-WAIT end with a reset once idle for their limit, else wait again.
+    fn on_lifetime(&mut self, now: Instant) {
+        match self.state {
+            State::TimeWait => self.enter_closed(),
+            State::FinWait2 | State::CloseWait => {
+                if now.saturating_since(self.timers.last_activity)
+                    >= self.idle_limit().unwrap_or_default()
+                {
+                    self.error.get_or_insert(TcpError::TimedOut);
+                    self.pending_rst = Some((self.snd.nxt, None));
+                    return self.enter_closed();
+                }
+                let at = self.idle_limit().map(|l| self.timers.last_activity + l);
+                self.timers.update(Timer::Lifetime, at);
+            }
+            _ => {}
+        }
+    }
+
+    fn idle_limit(&self) -> Option<Duration> {
         match self.state {
             State::FinWait2 => Some(self.cfg.fin_wait2_timeout),
             State::CloseWait => Some(self.cfg.close_wait_timeout),
@@ -104,18 +158,71 @@ impl Connection {
         }
     }
 
+    /// The persist timer: probe the peer's zero (or too small) window, backing off.
+    fn on_persist(&mut self, now: Instant, c: &mut Counters) {
+        let unsent = self.snd.data_end() - self.snd.nxt;
+        if !(self.snd.all_acked() && unsent > 0 && self.state.is_synchronized()) {
+            return;
+        }
+        // A closing connection must not probe a closed window forever: there the probes
+        // count against the retransmission limit (as Linux's orphan retries).
+        if matches!(
+            self.state,
+            State::FinWait1 | State::Closing | State::LastAck
+        ) {
+            self.timers.retries += 1;
+            if self.timers.retries > self.cfg.max_retries {
+                c.inc(Counter::TcpExtTCPAbortOnTimeout);
+                self.error = Some(TcpError::TimedOut);
+                return self.enter_closed();
+            }
+        }
+        if self.snd.wnd == 0 {
+            c.inc(Counter::TcpExtTCPWinProbe);
+        }
+        self.timers.probe_now = true;
+        self.timers.persist_backoff = (self.timers.persist_backoff + 1).min(10);
+        let wait = (self.snd.rtt.rto() * (1 << self.timers.persist_backoff)).min(self.cfg.rto_max);
+        self.timers.set(Timer::Persist, now + wait);
+    }
+
+    /// The keepalive timer (RFC 1122 §4.2.3.6): probe an idle connection, give up after the
+    /// configured number of unanswered probes.
+    fn on_keepalive(&mut self, now: Instant, c: &mut Counters) {
+        let Some(k) = self.cfg.keepalive else {
+            return;
+        };
+        if self.timers.keepalive_sent >= k.probes {
+            self.error = Some(TcpError::TimedOut);
+            return self.enter_closed();
+        }
+        if self.state == State::Established && self.snd.all_acked() {
+            self.timers.keepalive_sent += 1;
+            self.timers.probe_now = true;
+            c.inc(Counter::TcpExtTCPKeepAlive);
+            self.timers.set(Timer::Keepalive, now + k.interval);
+        } else {
+            self.timers.set(Timer::Keepalive, now + k.idle);
+        }
+    }
+
+    pub(crate) fn arm_keepalive(&mut self, now: Instant) {
+        let at = self.cfg.keepalive.map(|k| now + k.idle);
+        self.timers.update(Timer::Keepalive, at);
+    }
+
     /// RFC 6298 §5.4–5.7: retransmit the earliest unacknowledged segment, back off, collapse
     /// the window (RFC 5681 §3.1), and give up after the configured number of tries.
     fn on_rto(&mut self, now: Instant, c: &mut Counters) {
-        if self.snd_max == self.snd_una {
+        if self.snd.all_acked() {
             return;
         }
-        self.retries += 1;
+        self.timers.retries += 1;
         let limit = match self.state {
             State::SynSent | State::SynReceived => self.cfg.syn_retries,
             _ => self.cfg.max_retries,
         };
-        if self.retries > limit {
+        if self.timers.retries > limit {
             c.inc(Counter::TcpExtTCPAbortOnTimeout);
             if self.state == State::SynSent {
                 c.inc(Counter::TcpAttemptFails);
@@ -125,20 +232,20 @@ impl Connection {
         }
         c.inc(Counter::TcpExtTCPTimeouts);
         self.stats.timeouts += 1;
-        self.cc.on_rto(self.flight());
-        self.rtt.back_off();
-        self.rtt_probe = None;
-        self.in_recovery = false;
-        self.dupacks = 0;
-        self.recover = self.snd_max;
+        self.rec.cc.on_rto(self.snd.flight());
+        self.snd.rtt.back_off();
+        self.snd.rtt_probe = None;
+        self.rec.in_recovery = false;
+        self.rec.dupacks = 0;
+        self.rec.recover = self.snd.max;
         // RFC 6675 §5.1: keep using SACK information after a timeout, so the go-back-N
         // resend skips what the receiver holds. A second timeout without progress may mean
         // the receiver reneged: then forget it (as Linux's reneging check does).
-        if self.retries >= 2 {
-            self.sack.clear();
+        if self.timers.retries >= 2 {
+            self.rec.sack.clear();
         }
         // Go back N: resend from the oldest unacknowledged byte (or the SYN).
-        self.snd_nxt = self.snd_una;
-        self.rto_at = Some(now + self.rtt.rto());
+        self.snd.nxt = self.snd.una;
+        self.timers.set(Timer::Rto, now + self.snd.rtt.rto());
     }
 }
