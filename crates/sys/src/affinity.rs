@@ -10,7 +10,10 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     if cpu >= CpuSet::MAX_CPU {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("cpu {cpu} is beyond the largest CPU set ({})", CpuSet::MAX_CPU),
+            format!(
+                "cpu {cpu} is beyond the largest CPU set ({})",
+                CpuSet::MAX_CPU
+            ),
         ));
     }
     let mut set = CpuSet::new();

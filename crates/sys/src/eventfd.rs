@@ -40,7 +40,10 @@ impl EventFd {
         let mut b = [0u8; 8];
         match rustix::io::read(&self.fd, &mut b) {
             Ok(8) => Ok(u64::from_ne_bytes(b)),
-            Ok(_) => Err(io::Error::new(io::ErrorKind::InvalidData, "short eventfd read")),
+            Ok(_) => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "short eventfd read",
+            )),
             Err(rustix::io::Errno::AGAIN) => Ok(0),
             Err(e) => Err(e.into()),
         }

@@ -38,7 +38,12 @@ pub fn send_fds(sock: &UnixStream, data: &[u8], fds: &[BorrowedFd<'_>]) -> io::R
         return Err(io::Error::other("control buffer too small"));
     }
     loop {
-        match sendmsg(sock, &[IoSlice::new(data)], &mut control, SendFlags::NOSIGNAL) {
+        match sendmsg(
+            sock,
+            &[IoSlice::new(data)],
+            &mut control,
+            SendFlags::NOSIGNAL,
+        ) {
             Ok(n) => return Ok(n),
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(e.into()),

@@ -13,7 +13,8 @@ const IOV_CHUNK: usize = 64;
 /// written, which may be fewer than asked (as `pwritev` may). Does not move the file position.
 pub fn pwritev(fd: &impl AsFd, bufs: &[&[u8]], offset: u64) -> io::Result<usize> {
     let n = bufs.len().min(IOV_CHUNK);
-    let iov: [IoSlice<'_>; IOV_CHUNK] = std::array::from_fn(|i| IoSlice::new(bufs.get(i).copied().unwrap_or(&[])));
+    let iov: [IoSlice<'_>; IOV_CHUNK] =
+        std::array::from_fn(|i| IoSlice::new(bufs.get(i).copied().unwrap_or(&[])));
     Ok(rustix::io::pwritev(fd, &iov[..n], offset)?)
 }
 
@@ -85,7 +86,9 @@ mod tests {
     #[test]
     fn all_of_a_long_list() {
         let fd = memfd();
-        let parts: Vec<Vec<u8>> = (0..200u32).map(|i| vec![i as u8; (i % 7) as usize]).collect();
+        let parts: Vec<Vec<u8>> = (0..200u32)
+            .map(|i| vec![i as u8; (i % 7) as usize])
+            .collect();
         let slices: Vec<&[u8]> = parts.iter().map(|p| p.as_slice()).collect();
         pwritev_all(&fd, &slices, 0).unwrap();
         assert_eq!(file_contents(&fd), parts.concat());

@@ -7,24 +7,27 @@
 //! | [`futex`] | wait on / wake an `AtomicU32` that may live in memory shared between processes |
 //! | [`eventfd`] | a counter descriptor to signal and wait on, with a raw fd for `poll` |
 //! | [`poll`] | wait for one descriptor to become readable |
-//! | [`region`] | [`SharedRegion`](region::SharedRegion): a sealed memfd mapped shared, by name and size or from a received fd |
+//! | [`region`] | [`SharedRegion`]: a sealed memfd mapped shared, by name and size or from a received fd |
 //! | [`ring`] | the lock-free single-producer/single-consumer ring of variable-length records over a region, with a futex doorbell |
-//! | [`file`] | `pwritev` from a list of borrowed slices |
+//! | [`file`](mod@file) | `pwritev` from a list of borrowed slices |
 //! | [`fdpass`] | send and receive file descriptors over a unix socket (`SCM_RIGHTS`) |
 //! | [`socket`] | socket options the tools set on kernel sockets (`TCP_QUICKACK`) |
 //! | [`process`] | is a process (the peer of a shared region) still alive? |
-//! | [`perf`] | `perf_event_open(2)` groups and their metadata pages (hardware counters) |
 //!
 //! Where a well-kept crate wraps a system call safely we use it and write no `unsafe` at all:
 //! `rustix` for the calls whose arguments are values, descriptors and slices, `memmap2`'s
 //! `MmapRaw` for mapping (it hands out raw pointers only, so mapping needs no `unsafe`). What
 //! is left is ours: turning pointers into shared memory into atomics and slices ([`ring`],
-//! [`region`]), two libc calls that `rustix` does not offer ([`affinity::cpu_count`],
-//! [`perf`]), and reading the perf metadata page.
+//! [`region`]), and `sysconf`, which `rustix` does not offer ([`affinity::cpu_count`]).
+//!
+//! Not here: `perf_event_open(2)` and its metadata page stay in `flowstack-prof`, their only
+//! user, which keeps the floors as drawn (prof depends on no other flowstack crate); the link
+//! drivers keep their driver-specific `ioctl`/socket calls.
 //!
 //! Memory shared with another process is untrusted input: whatever this crate reads from it
 //! (indices, lengths, process ids) is validated before use and a bad value is an error, never a
 //! panic or an access outside the mapping.
+#![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
@@ -33,7 +36,6 @@ pub mod eventfd;
 pub mod fdpass;
 pub mod file;
 pub mod futex;
-pub mod perf;
 pub mod poll;
 pub mod process;
 pub mod region;

@@ -7,7 +7,11 @@ use rustix::process::{test_kill_process, Pid};
 /// (which `kill(2)` would read as a process group or "every process"), is reported as not
 /// alive rather than probed.
 pub fn is_alive(pid: u32) -> bool {
-    let Some(pid) = i32::try_from(pid).ok().filter(|&p| p > 0).and_then(Pid::from_raw) else {
+    let Some(pid) = i32::try_from(pid)
+        .ok()
+        .filter(|&p| p > 0)
+        .and_then(Pid::from_raw)
+    else {
         return false;
     };
     // Signal 0 only checks for existence; EPERM means it exists but is not ours.

@@ -13,7 +13,9 @@
 #![allow(unsafe_code)]
 
 use memmap2::{MmapOptions, MmapRaw};
-use rustix::fs::{fcntl_add_seals, fcntl_get_seals, fstat, ftruncate, memfd_create, MemfdFlags, SealFlags};
+use rustix::fs::{
+    fcntl_add_seals, fcntl_get_seals, fstat, ftruncate, memfd_create, MemfdFlags, SealFlags,
+};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, AtomicU64};
@@ -142,7 +144,7 @@ impl SharedRegion {
             return None;
         }
         let p = self.as_ptr().wrapping_add(offset);
-        (p as usize % size == 0).then_some(p)
+        (p as usize).is_multiple_of(size).then_some(p)
     }
 }
 
@@ -165,7 +167,9 @@ mod tests {
         let b = SharedRegion::from_fd(a.fd().try_clone_to_owned().unwrap()).unwrap();
         assert_eq!(b.len(), a.len());
         assert_ne!(a.as_ptr(), b.as_ptr());
-        a.atomic_u64(8).unwrap().store(0x1122_3344_5566_7788, Ordering::SeqCst);
+        a.atomic_u64(8)
+            .unwrap()
+            .store(0x1122_3344_5566_7788, Ordering::SeqCst);
         assert_eq!(
             b.atomic_u64(8).unwrap().load(Ordering::SeqCst),
             0x1122_3344_5566_7788

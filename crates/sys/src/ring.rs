@@ -168,7 +168,7 @@ impl Raw {
             return Err(RingError::Layout("ring ends beyond the region"));
         }
         let base = region.as_ptr().wrapping_add(l.offset);
-        if base as usize % RING_ALIGN != 0 {
+        if !(base as usize).is_multiple_of(RING_ALIGN) {
             return Err(RingError::Layout("ring offset not 64-byte aligned"));
         }
         let ctl = NonNull::new(base as *mut Ctl).ok_or(RingError::Layout("null region"))?;
@@ -222,7 +222,10 @@ impl Producer {
         let raw = Raw::new(region, layout)?;
         let head = raw.ctl().head.load(Ordering::Acquire);
         let tail = raw.ctl().tail.load(Ordering::Acquire);
-        if head % 8 != 0 || head.wrapping_sub(tail) > raw.cap as u64 || tail % 8 != 0 {
+        if !head.is_multiple_of(8)
+            || head.wrapping_sub(tail) > raw.cap as u64
+            || !tail.is_multiple_of(8)
+        {
             return Err(corrupt("head/tail of an existing ring", head));
         }
         Ok(Self {
@@ -299,7 +302,9 @@ impl Producer {
     #[cold]
     fn refresh_tail(&mut self) -> Result<(), RingError> {
         let t = self.raw.ctl().tail.load(Ordering::Acquire);
-        if t % 8 != 0 || t.wrapping_sub(self.tail) > self.published.wrapping_sub(self.tail) {
+        if !t.is_multiple_of(8)
+            || t.wrapping_sub(self.tail) > self.published.wrapping_sub(self.tail)
+        {
             return Err(corrupt("consumer tail", t));
         }
         self.tail = t;
@@ -359,7 +364,7 @@ impl Consumer {
         let raw = Raw::new(region, layout)?;
         let tail = raw.ctl().tail.load(Ordering::Acquire);
         let head = raw.ctl().head.load(Ordering::Acquire);
-        if tail % 8 != 0 || head.wrapping_sub(tail) > raw.cap as u64 {
+        if !tail.is_multiple_of(8) || head.wrapping_sub(tail) > raw.cap as u64 {
             return Err(corrupt("head/tail of an existing ring", tail));
         }
         Ok(Self { raw, tail })
@@ -387,7 +392,7 @@ impl Consumer {
         let head = ctl.head.load(Ordering::Acquire);
         let cap = self.raw.cap as u64;
         let mut tail = self.tail;
-        if head % 8 != 0 || head.wrapping_sub(tail) > cap {
+        if !head.is_multiple_of(8) || head.wrapping_sub(tail) > cap {
             return Err(corrupt("producer head", head));
         }
         let data = self.raw.data.as_ptr();

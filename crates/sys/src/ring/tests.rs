@@ -59,7 +59,7 @@ fn records_cross_in_order_across_wrap_around_at_every_offset() {
             .unwrap();
             next += 1;
         }
-        assert_eq!(p.unpublished() > 0, true);
+        assert!(p.unpublished() > 0);
         p.publish();
         assert_eq!(p.unpublished(), 0);
         let n = c
@@ -139,12 +139,46 @@ fn layout_errors() {
     let r = region();
     let bad = |l: RingLayout| Producer::new(r.clone(), l).err().unwrap();
     let ok = layout(4096);
-    assert!(matches!(bad(RingLayout { capacity: 3000, ..ok }), RingError::Layout(_)));
-    assert!(matches!(bad(RingLayout { capacity: 32, max_record: 8, ..ok }), RingError::Layout(_)));
-    assert!(matches!(bad(RingLayout { offset: 4096 + 8, ..ok }), RingError::Layout(_)));
-    assert!(matches!(bad(RingLayout { offset: 8192, ..ok }), RingError::Layout(_)));
-    assert!(matches!(bad(RingLayout { offset: usize::MAX - 63, ..ok }), RingError::Layout(_)));
-    assert!(matches!(bad(RingLayout { max_record: CAP, ..ok }), RingError::Layout(_)));
+    assert!(matches!(
+        bad(RingLayout {
+            capacity: 3000,
+            ..ok
+        }),
+        RingError::Layout(_)
+    ));
+    assert!(matches!(
+        bad(RingLayout {
+            capacity: 32,
+            max_record: 8,
+            ..ok
+        }),
+        RingError::Layout(_)
+    ));
+    assert!(matches!(
+        bad(RingLayout {
+            offset: 4096 + 8,
+            ..ok
+        }),
+        RingError::Layout(_)
+    ));
+    assert!(matches!(
+        bad(RingLayout { offset: 8192, ..ok }),
+        RingError::Layout(_)
+    ));
+    assert!(matches!(
+        bad(RingLayout {
+            offset: usize::MAX - 63,
+            ..ok
+        }),
+        RingError::Layout(_)
+    ));
+    assert!(matches!(
+        bad(RingLayout {
+            max_record: CAP,
+            ..ok
+        }),
+        RingError::Layout(_)
+    ));
     assert!(Consumer::new(r.clone(), ok).is_ok());
 }
 
@@ -156,7 +190,16 @@ fn corrupt_head_is_an_error() {
     for bad in [CAP as u64 + 8, 4, u64::MAX - 7] {
         head(&r).store(bad, Ordering::SeqCst);
         let e = c.recv(10, |_| panic!("nothing delivered")).unwrap_err();
-        assert!(matches!(e, RingError::Corrupt { what: "producer head", .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                RingError::Corrupt {
+                    what: "producer head",
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
 }
 
@@ -175,8 +218,21 @@ fn corrupt_lengths_are_errors_and_good_records_before_them_get_through() {
         let mut seen = Vec::new();
         let e = c.recv(10, |rec| seen.push(rec.to_vec())).unwrap_err();
         assert_eq!(seen, vec![b"good".to_vec()], "{what}");
-        assert!(matches!(e, RingError::Corrupt { what: "record length", .. }), "{what}: {e}");
-        assert_eq!(tail(&r).load(Ordering::SeqCst), record_bytes(4) as u64, "good one released");
+        assert!(
+            matches!(
+                e,
+                RingError::Corrupt {
+                    what: "record length",
+                    ..
+                }
+            ),
+            "{what}: {e}"
+        );
+        assert_eq!(
+            tail(&r).load(Ordering::SeqCst),
+            record_bytes(4) as u64,
+            "good one released"
+        );
         assert!(c.recv(10, |_| panic!()).is_err(), "stays stuck: {what}");
     }
 }
@@ -198,7 +254,16 @@ fn record_running_past_the_end_of_the_ring_is_an_error() {
     p.publish();
     data_word(&r, CAP - 16).store(100, Ordering::SeqCst);
     let e = c.recv(10, |_| panic!()).unwrap_err();
-    assert!(matches!(e, RingError::Corrupt { what: "record length", value: 100 }), "{e}");
+    assert!(
+        matches!(
+            e,
+            RingError::Corrupt {
+                what: "record length",
+                value: 100
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]
@@ -211,7 +276,16 @@ fn skip_marker_past_head_is_an_error() {
     p.publish();
     data_word(&r, 8).store(SKIP, Ordering::SeqCst);
     let e = c.recv(10, |_| panic!()).unwrap_err();
-    assert!(matches!(e, RingError::Corrupt { what: "skip marker past the published head", .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            RingError::Corrupt {
+                what: "skip marker past the published head",
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]
@@ -222,7 +296,13 @@ fn corrupt_tail_is_an_error_for_the_producer() {
     p.publish();
     // The consumer claims to have read past what was published.
     tail(&r).store(CAP as u64 + 8, Ordering::SeqCst);
-    assert!(matches!(p.push(&rec), Err(RingError::Corrupt { what: "consumer tail", .. })));
+    assert!(matches!(
+        p.push(&rec),
+        Err(RingError::Corrupt {
+            what: "consumer tail",
+            ..
+        })
+    ));
     // ... or to have gone backwards.
     let (mut p, mut c, r) = pair();
     while p.push(&rec).is_ok() {}
@@ -231,18 +311,33 @@ fn corrupt_tail_is_an_error_for_the_producer() {
     p.push(&rec).unwrap(); // re-reads the tail: two records' space is free
     tail(&r).store(0, Ordering::SeqCst);
     p.push(&rec).unwrap(); // fits in the space already known free: no re-read
-    assert!(matches!(p.push(&rec), Err(RingError::Corrupt { what: "consumer tail", value: 0 })));
+    assert!(matches!(
+        p.push(&rec),
+        Err(RingError::Corrupt {
+            what: "consumer tail",
+            value: 0
+        })
+    ));
 }
 
 #[test]
 fn attaching_to_a_corrupt_ring_is_an_error() {
     let r = region();
     head(&r).store(CAP as u64 * 2, Ordering::SeqCst);
-    assert!(matches!(Producer::new(r.clone(), layout(4096)), Err(RingError::Corrupt { .. })));
-    assert!(matches!(Consumer::new(r.clone(), layout(4096)), Err(RingError::Corrupt { .. })));
+    assert!(matches!(
+        Producer::new(r.clone(), layout(4096)),
+        Err(RingError::Corrupt { .. })
+    ));
+    assert!(matches!(
+        Consumer::new(r.clone(), layout(4096)),
+        Err(RingError::Corrupt { .. })
+    ));
     head(&r).store(0, Ordering::SeqCst);
     tail(&r).store(3, Ordering::SeqCst);
-    assert!(matches!(Consumer::new(r.clone(), layout(4096)), Err(RingError::Corrupt { .. })));
+    assert!(matches!(
+        Consumer::new(r.clone(), layout(4096)),
+        Err(RingError::Corrupt { .. })
+    ));
 }
 
 #[test]
@@ -316,9 +411,15 @@ fn garbage_never_panics_or_escapes_the_ring() {
 #[test]
 fn wait_spins_out_or_sleeps_and_times_out() {
     let (_p, c, _r) = pair();
-    assert_eq!(c.wait(Duration::from_millis(2), Duration::from_millis(1)), Waited::SpunOut);
+    assert_eq!(
+        c.wait(Duration::from_millis(2), Duration::from_millis(1)),
+        Waited::SpunOut
+    );
     let t = std::time::Instant::now();
-    assert_eq!(c.wait(Duration::ZERO, Duration::from_millis(10)), Waited::Slept);
+    assert_eq!(
+        c.wait(Duration::ZERO, Duration::from_millis(10)),
+        Waited::Slept
+    );
     assert!(t.elapsed() >= Duration::from_millis(10));
 }
 
@@ -327,8 +428,14 @@ fn wait_returns_ready_when_records_wait() {
     let (mut p, c, _r) = pair();
     p.push(b"x").unwrap();
     p.publish();
-    assert_eq!(c.wait(Duration::from_millis(1), Duration::from_secs(5)), Waited::Ready);
-    assert_eq!(c.wait(Duration::ZERO, Duration::from_secs(5)), Waited::Ready);
+    assert_eq!(
+        c.wait(Duration::from_millis(1), Duration::from_secs(5)),
+        Waited::Ready
+    );
+    assert_eq!(
+        c.wait(Duration::ZERO, Duration::from_secs(5)),
+        Waited::Ready
+    );
 }
 
 #[test]
@@ -346,8 +453,7 @@ fn publish_wakes_a_sleeping_consumer() {
     // Publish only once the consumer has announced that it sleeps.
     let start = std::time::Instant::now();
     let waiting = p.raw.ctl();
-    while waiting.waiting.load(Ordering::SeqCst) == 0 && start.elapsed() < Duration::from_secs(10)
-    {
+    while waiting.waiting.load(Ordering::SeqCst) == 0 && start.elapsed() < Duration::from_secs(10) {
         std::thread::yield_now();
     }
     std::thread::sleep(Duration::from_millis(5));
@@ -377,7 +483,10 @@ fn threads_stream_through_with_sleeps_and_no_lost_wakeups() {
             if next < N && !c.pending() {
                 c.wait(Duration::ZERO, Duration::from_secs(10));
             }
-            assert!(start.elapsed() < Duration::from_secs(9), "stalled at {next}");
+            assert!(
+                start.elapsed() < Duration::from_secs(9),
+                "stalled at {next}"
+            );
         }
     });
     let mut i = 0u32;
@@ -392,7 +501,7 @@ fn threads_stream_through_with_sleeps_and_no_lost_wakeups() {
             }
         }
         p.publish();
-        if i % 1000 == 0 {
+        if i.is_multiple_of(1000) {
             std::thread::yield_now();
         }
     }
