@@ -330,4 +330,36 @@ mod tests {
         assert_eq!(a.stats().sleeps, 1);
         assert!(!a.link_down(), "the peer (this process) is alive");
     }
+
+    #[test]
+    fn a_peer_breaking_the_ring_takes_the_link_down() {
+        let (mut a, mut b) = pair();
+        let mut batch = TxBatch::new();
+        batch.push(100);
+        assert_eq!(a.send_batch(Instant::ZERO, &batch), 1);
+        // The peer claims a head beyond the ring: b must not read past it.
+        let head = a.region.atomic_u64(layout(0).offset).unwrap();
+        head.store(RING_BYTES as u64 * 3, Ordering::SeqCst);
+        assert!(!b.link_down());
+        assert_eq!(
+            b.recv_batch(Instant::ZERO, 10, &mut |_| panic!("no frame")),
+            0
+        );
+        assert!(b.link_down());
+        assert_eq!(b.stats().corrupt, 1);
+    }
+
+    #[test]
+    fn attach_refuses_what_is_not_a_wire() {
+        let other = SharedRegion::create("not-a-wire", LEN).unwrap();
+        let fd = other.fd().try_clone_to_owned().unwrap();
+        let e = ShmWire::attach_fd(fd, ShmOptions::default()).err().unwrap();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "no magic");
+        let small = SharedRegion::create("small", 4096).unwrap();
+        let fd = small.fd().try_clone_to_owned().unwrap();
+        assert!(
+            ShmWire::attach_fd(fd, ShmOptions::default()).is_err(),
+            "wrong size"
+        );
+    }
 }
