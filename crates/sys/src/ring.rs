@@ -424,7 +424,9 @@ impl Consumer {
             // SAFETY: [pos + 4, pos + 4 + len) lies in the data area (checked against the end)
             // and in the published span (checked against `avail`), which the producer does not
             // write until `tail` moves past it, after `sink` returns; the slice does not outlive
-            // the call. u8 is valid for any bytes.
+            // the call. u8 is valid for any bytes. A peer breaking the protocol can still write
+            // them meanwhile: the contents are then garbage, never out of bounds (the zero-copy
+            // trade every shared-memory reader makes; see "Untrusted peer" above).
             let record = unsafe { std::slice::from_raw_parts(data.add(pos + HDR), len) };
             sink(record);
             tail += rec;
