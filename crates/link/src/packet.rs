@@ -283,7 +283,7 @@ impl Device for PacketSocket {
 
     fn wait(&mut self, timeout: Duration) {
         if !self.rx_pending(Instant::ZERO) {
-            wait_readable(&self.fd, timeout);
+            let _ = wait_readable(&self.fd, timeout);
         }
     }
 }

@@ -1,50 +1,47 @@
 //! The shm wire: a `Device` connecting engines in different processes through shared memory.
 //!
-//! A memfd-backed region holds, for each direction, a lock-free single-producer /
-//! single-consumer byte ring of variable-length frame records. Producers publish a whole batch
-//! with one release store of `head`; consumers hand frames to the engine straight from the
-//! shared pages (no copy) and release a batch with one store of `tail`. An idle consumer spins
-//! briefly, then sleeps on a futex that the producer rings only when the consumer said it is
-//! waiting, so an idle stack does not burn a core.
+//! A sealed memfd ([`SharedRegion`]) holds, for each direction, a lock-free single-producer /
+//! single-consumer byte ring of variable-length frame records ([`flowstack_sys::ring`]; the
+//! layout, the memory orderings and the checks on what the peer wrote are described there).
+//! Producers publish a whole batch with one store of `head`; consumers hand frames to the
+//! engine straight from the shared pages (no copy) and release a batch with one store of
+//! `tail`. An idle consumer spins briefly, then sleeps on a futex that the producer rings only
+//! when the consumer said it is waiting, so an idle stack does not burn a core.
 //!
 //! It is a trusted in-memory link: by default it declares checksum offload (as Linux loopback
 //! does) and accepts 64 KiB TCP segments (no segmentation needed); both can be turned off.
-//! Each side records its process id; a side whose peer process has died reports the link down.
+//! Each side records its process id; a side whose peer process has died reports the link down,
+//! and so does a side whose peer broke the ring protocol (counted in [`ShmStats::corrupt`]).
+//!
+//! The one `unsafe` left here adopts the descriptor number [`ShmWire::attach`] is given.
 #![allow(unsafe_code)]
 
-use crate::sys::cvt;
 use crate::{ChecksumCaps, Device, DeviceCaps, Instant, TxBatch};
+use flowstack_sys::ring::{self, Consumer, Producer, RingError, RingLayout, Waited};
+use flowstack_sys::{process, SharedRegion};
 use flowstack_wire::Duration;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 const MAGIC: u64 = 0x666c_6f77_7368_6d31; // "flowshm1"
 /// Bytes of each direction's ring (a power of two).
 pub const RING_BYTES: usize = 16 << 20;
 /// Largest frame the wire carries (a 64 KiB IP datagram plus Ethernet header).
 pub const MAX_FRAME: usize = 65535 + 14;
+/// The header page: magic (u64 at 0), ring size (u64 at 8), each side's process id (u32 at
+/// 16 and 20). The two rings follow, side 0 → side 1 first.
 const HEADER: usize = 4096;
-const SKIP: u32 = u32::MAX;
+const LEN: usize = HEADER + 2 * ring::ring_bytes(RING_BYTES);
 
-/// Per-direction control block, producer and consumer fields on separate cache lines.
-#[repr(C, align(64))]
-struct Ctl {
-    head: AtomicU64,
-    _p0: [u8; 56],
-    tail: AtomicU64,
-    _p1: [u8; 56],
-    waiting: AtomicU32,
-    doorbell: AtomicU32,
-    _p2: [u8; 56],
-}
-
-#[repr(C)]
-struct Header {
-    magic: u64,
-    ring_bytes: u64,
-    pid: [AtomicU32; 2],
+/// Ring of direction `d` (0: side 0 → side 1).
+fn layout(d: usize) -> RingLayout {
+    RingLayout {
+        offset: HEADER + d * ring::ring_bytes(RING_BYTES),
+        capacity: RING_BYTES,
+        max_record: MAX_FRAME,
+    }
 }
 
 /// What the wire offers; each optimisation can be switched off for ablation.
@@ -84,110 +81,83 @@ pub struct ShmStats {
     pub sleeps: u64,
     /// Times the producer woke the peer.
     pub wakeups: u64,
+    /// Times the peer's side of the shared memory held a value the ring protocol cannot
+    /// produce (the link is then down).
+    pub corrupt: u64,
 }
 
-/// One side of the shm wire.
+/// One side of the shm wire: a thin [`Device`] over two [`flowstack_sys::ring`]s, ours to
+/// produce on and the peer's to consume from.
 pub struct ShmWire {
-    fd: OwnedFd,
-    base: NonNull<u8>,
-    len: usize,
+    region: Arc<SharedRegion>,
+    tx: Producer,
+    rx: Consumer,
     side: usize,
     opts: ShmOptions,
     stats: ShmStats,
     peer_dead: std::cell::Cell<bool>,
 }
 
-// SAFETY: the mapping is process-shared memory accessed only through atomics (control) and
-// through the SPSC protocol (data); a ShmWire is used by one thread at a time.
-unsafe impl Send for ShmWire {}
-
-fn futex(word: &AtomicU32, op: i32, val: u32, timeout: Option<Duration>) {
-    let ts = timeout.map(|t| libc::timespec {
-        tv_sec: t.as_secs() as libc::time_t,
-        tv_nsec: t.subsec_nanos() as libc::c_long,
-    });
-    let tsp = ts
-        .as_ref()
-        .map(|t| t as *const libc::timespec)
-        .unwrap_or(std::ptr::null());
-    // SAFETY: `word` is a valid, aligned 32-bit word in shared memory (FUTEX_WAIT/WAKE without
-    // FUTEX_PRIVATE, because both processes map it).
-    unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), op, val, tsp, 0usize, 0u32);
-    }
+fn ring_err(e: RingError) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
 }
 
 impl ShmWire {
     /// Creates a wire in a new memfd; this process is side 0. Pass the returned descriptor
     /// (inheritable) to the peer, which calls [`ShmWire::attach`].
     pub fn create(opts: ShmOptions) -> io::Result<Self> {
-        let name = std::ffi::CString::new("flowstack-shm").unwrap();
-        // SAFETY: memfd_create with a valid name; the fd is owned right away. No MFD_CLOEXEC:
-        // the peer process inherits it.
-        let raw = cvt(unsafe { libc::memfd_create(name.as_ptr(), 0) })?;
-        // SAFETY: fresh descriptor.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let len = HEADER + 2 * (std::mem::size_of::<Ctl>() + RING_BYTES);
-        // SAFETY: ftruncate on our memfd.
-        cvt(unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) })?;
-        let w = Self::map(fd, 0, opts)?;
-        let h = w.header();
-        // SAFETY: the region is new and zero-filled; we are its only user yet.
-        unsafe {
-            let hp = w.base.as_ptr() as *mut Header;
-            (*hp).magic = MAGIC;
-            (*hp).ring_bytes = RING_BYTES as u64;
-        }
-        h.pid[0].store(std::process::id(), Ordering::SeqCst);
-        Ok(w)
+        let region = SharedRegion::create("flowstack-shm", LEN)?;
+        // The peer process inherits it.
+        region.set_inheritable(true)?;
+        let word64 = |o| region.atomic_u64(o).expect("header inside the region");
+        word64(0).store(MAGIC, Ordering::Relaxed);
+        word64(8).store(RING_BYTES as u64, Ordering::Relaxed);
+        Self::with_region(region, 0, opts)
     }
 
-    /// Attaches to a wire created by another process (side 1), given the inherited descriptor.
+    /// Attaches to a wire created by another process (side 1), given the inherited
+    /// descriptor, which this wire then owns (and closes).
     pub fn attach(fd: RawFd, opts: ShmOptions) -> io::Result<Self> {
-        // SAFETY: the caller passes a descriptor it owns (inherited from the creator).
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let w = Self::map(fd, 1, opts)?;
-        let h = w.header();
-        if h.magic != MAGIC || h.ring_bytes != RING_BYTES as u64 {
+        // SAFETY: per this function's contract the caller hands over a descriptor it owns and
+        // will not use again (inherited from the creator and named on the command line).
+        Self::attach_fd(unsafe { OwnedFd::from_raw_fd(fd) }, opts)
+    }
+
+    /// [`ShmWire::attach`] for a descriptor already owned (e.g. received over a unix socket).
+    pub fn attach_fd(fd: OwnedFd, opts: ShmOptions) -> io::Result<Self> {
+        let region = SharedRegion::from_fd(fd)?;
+        let ok = region.len() == LEN
+            && region.atomic_u64(0).map(|m| m.load(Ordering::Relaxed)) == Some(MAGIC)
+            && region.atomic_u64(8).map(|r| r.load(Ordering::Relaxed)) == Some(RING_BYTES as u64);
+        if !ok {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "not a flowstack shm wire",
             ));
         }
-        h.pid[1].store(std::process::id(), Ordering::SeqCst);
-        Ok(w)
+        Self::with_region(region, 1, opts)
     }
 
-    fn map(fd: OwnedFd, side: usize, opts: ShmOptions) -> io::Result<Self> {
-        let len = HEADER + 2 * (std::mem::size_of::<Ctl>() + RING_BYTES);
-        // SAFETY: maps the whole memfd shared; unmapped in Drop.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Self {
-            fd,
-            base: NonNull::new(p as *mut u8).expect("non-null mapping"),
-            len,
+    fn with_region(region: SharedRegion, side: usize, opts: ShmOptions) -> io::Result<Self> {
+        let region = Arc::new(region);
+        let tx = Producer::new(region.clone(), layout(side)).map_err(ring_err)?;
+        let rx = Consumer::new(region.clone(), layout(1 - side)).map_err(ring_err)?;
+        let w = Self {
+            region,
+            tx,
+            rx,
             side,
             opts,
             stats: ShmStats::default(),
             peer_dead: std::cell::Cell::new(false),
-        })
+        };
+        w.pid(side).store(std::process::id(), Ordering::SeqCst);
+        Ok(w)
     }
 
     /// The descriptor to hand to the peer process.
     pub fn raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+        self.region.raw_fd()
     }
 
     /// Counters.
@@ -195,50 +165,25 @@ impl ShmWire {
         self.stats
     }
 
-    fn header(&self) -> &Header {
-        // SAFETY: the header lies at the start of the mapping; its fields are read-only after
-        // creation except the atomics.
-        unsafe { &*(self.base.as_ptr() as *const Header) }
-    }
-
-    /// Control block and data of direction `d` (0: side 0 → side 1). The control block is
-    /// reached through atomics only, so it is handed out unbound from `self`'s borrow.
-    fn ring<'a>(&self, d: usize) -> (&'a Ctl, *mut u8) {
-        let off = HEADER + d * (std::mem::size_of::<Ctl>() + RING_BYTES);
-        // SAFETY: offsets computed from the fixed layout lie inside the mapping, which lives
-        // until Drop; callers use the reference only inside a method of this ShmWire. Ctl is
-        // 64-byte aligned within a page-aligned mapping and all its fields are atomics.
-        unsafe {
-            let ctl = &*(self.base.as_ptr().add(off) as *const Ctl);
-            (
-                ctl,
-                self.base.as_ptr().add(off + std::mem::size_of::<Ctl>()),
-            )
-        }
-    }
-
-    fn tx<'a>(&self) -> (&'a Ctl, *mut u8) {
-        self.ring(self.side)
-    }
-
-    fn rx<'a>(&self) -> (&'a Ctl, *mut u8) {
-        self.ring(1 - self.side)
+    fn pid(&self, side: usize) -> &AtomicU32 {
+        self.region
+            .atomic_u32(16 + 4 * side)
+            .expect("header inside the region")
     }
 
     /// Is the peer process still there? (Checked only when idle; a syscall.)
     fn peer_alive(&self) -> bool {
-        let pid = self.header().pid[1 - self.side].load(Ordering::SeqCst);
-        if pid == 0 {
-            return true; // not attached yet
-        }
-        // SAFETY: kill with signal 0 only checks for existence.
-        let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
-        r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+        let pid = self.pid(1 - self.side).load(Ordering::SeqCst);
+        // 0: not attached yet.
+        pid == 0 || process::is_alive(pid)
     }
-}
 
-fn rec_len(n: usize) -> usize {
-    (4 + n + 7) & !7
+    /// The peer broke the ring protocol: count it and take the link down.
+    #[cold]
+    fn corrupt(&mut self) {
+        self.stats.corrupt += 1;
+        self.peer_dead.set(true);
+    }
 }
 
 impl Device for ShmWire {
@@ -257,41 +202,21 @@ impl Device for ShmWire {
     }
 
     fn send_batch(&mut self, _now: Instant, batch: &TxBatch) -> usize {
-        let (ctl, data) = self.tx();
-        let mask = (RING_BYTES - 1) as u64;
-        let tail = ctl.tail.load(Ordering::Acquire);
-        let mut head = ctl.head.load(Ordering::Relaxed);
         let mut sent = 0;
         for f in batch.iter() {
-            let need = rec_len(f.len()) as u64;
-            let pos = (head & mask) as usize;
-            let to_end = (RING_BYTES - pos) as u64;
-            // A record never wraps: if it does not fit before the end, skip to the start.
-            let total = if need > to_end { to_end + need } else { need };
-            if f.len() > MAX_FRAME || head + total - tail > RING_BYTES as u64 {
-                self.stats.tx_drops += 1;
-                continue;
-            }
-            // SAFETY: [pos, pos+need) (or the skip marker at pos and the record at 0) lies in
-            // the ring and in the free region the consumer will not read until `head` moves.
-            unsafe {
-                if need > to_end {
-                    (data.add(pos) as *mut u32).write(SKIP);
-                    head += to_end;
+            match self.tx.push(f) {
+                Ok(()) => sent += 1,
+                Err(RingError::Corrupt { .. }) => {
+                    self.stats.tx_drops += 1;
+                    self.corrupt();
                 }
-                let p = (head & mask) as usize;
-                (data.add(p) as *mut u32).write(f.len() as u32);
-                std::ptr::copy_nonoverlapping(f.as_ptr(), data.add(p + 4), f.len());
+                // Full, or larger than MAX_FRAME.
+                Err(_) => self.stats.tx_drops += 1,
             }
-            head += need;
-            sent += 1;
         }
         if sent > 0 {
-            ctl.head.store(head, Ordering::Release);
             self.stats.tx_frames += sent as u64;
-            if ctl.waiting.load(Ordering::SeqCst) != 0 {
-                ctl.doorbell.fetch_add(1, Ordering::SeqCst);
-                futex(&ctl.doorbell, libc::FUTEX_WAKE, 1, None);
+            if self.tx.publish() {
                 self.stats.wakeups += 1;
             }
         }
@@ -299,63 +224,32 @@ impl Device for ShmWire {
     }
 
     fn recv_batch(&mut self, _now: Instant, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
-        let (ctl, data) = self.rx();
-        let mask = (RING_BYTES - 1) as u64;
-        let head = ctl.head.load(Ordering::Acquire);
-        let mut tail = ctl.tail.load(Ordering::Relaxed);
         let mut n = 0;
-        while tail != head && n < budget {
-            let pos = (tail & mask) as usize;
-            // SAFETY: the producer published every record below `head`; the length word and
-            // the frame lie inside the ring.
-            let len = unsafe { (data.add(pos) as *const u32).read() };
-            if len == SKIP {
-                tail += (RING_BYTES - pos) as u64;
-                continue;
-            }
-            let len = (len as usize).min(MAX_FRAME);
-            // SAFETY: as above; the producer will not overwrite it until `tail` moves past it.
-            let frame = unsafe { std::slice::from_raw_parts(data.add(pos + 4), len) };
-            sink(frame);
-            tail += rec_len(len) as u64;
+        let r = self.rx.recv(budget, |f| {
             n += 1;
-        }
-        if n > 0 || tail != ctl.tail.load(Ordering::Relaxed) {
-            ctl.tail.store(tail, Ordering::Release);
-        }
+            sink(f)
+        });
         self.stats.rx_frames += n as u64;
+        if r.is_err() {
+            self.corrupt();
+        }
         n
     }
 
     fn rx_pending(&self, _now: Instant) -> bool {
-        let (ctl, _) = self.rx();
-        ctl.head.load(Ordering::Acquire) != ctl.tail.load(Ordering::Relaxed)
+        self.rx.pending()
     }
 
     /// Adaptive back-off: spin, then sleep on the futex until a frame or the timeout.
     fn wait(&mut self, timeout: Duration) {
-        let start = std::time::Instant::now();
-        let spin = self.opts.spin.min(timeout);
-        while start.elapsed() < spin {
-            if self.rx_pending(Instant::ZERO) {
-                return;
+        match self.rx.wait(self.opts.spin, timeout) {
+            Waited::Ready | Waited::SpunOut => {}
+            Waited::Slept => {
+                self.stats.sleeps += 1;
+                if !self.rx.pending() && !self.peer_alive() {
+                    self.peer_dead.set(true);
+                }
             }
-            std::hint::spin_loop();
-        }
-        let rest = timeout.saturating_sub(start.elapsed());
-        if rest.is_zero() {
-            return;
-        }
-        let (ctl, _) = self.rx();
-        let bell = ctl.doorbell.load(Ordering::SeqCst);
-        ctl.waiting.store(1, Ordering::SeqCst);
-        if !self.rx_pending(Instant::ZERO) {
-            self.stats.sleeps += 1;
-            futex(&ctl.doorbell, libc::FUTEX_WAIT, bell, Some(rest));
-        }
-        ctl.waiting.store(0, Ordering::SeqCst);
-        if !self.rx_pending(Instant::ZERO) && !self.peer_alive() {
-            self.peer_dead.set(true);
         }
     }
 
@@ -364,22 +258,16 @@ impl Device for ShmWire {
     }
 }
 
-impl Drop for ShmWire {
-    fn drop(&mut self) {
-        // SAFETY: unmaps the region mapped in `map`; nothing borrowed from it outlives self.
-        unsafe { libc::munmap(self.base.as_ptr() as *mut libc::c_void, self.len) };
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::IntoRawFd;
 
     fn pair() -> (ShmWire, ShmWire) {
         let a = ShmWire::create(ShmOptions::default()).unwrap();
-        // SAFETY (test): duplicate the descriptor so each side owns one.
-        let dup = unsafe { libc::dup(a.raw_fd()) };
-        let b = ShmWire::attach(dup, ShmOptions::default()).unwrap();
+        // Duplicate the descriptor so each side owns one.
+        let dup = a.region.fd().try_clone_to_owned().unwrap();
+        let b = ShmWire::attach(dup.into_raw_fd(), ShmOptions::default()).unwrap();
         (a, b)
     }
 
@@ -441,5 +329,37 @@ mod tests {
         a.wait(Duration::from_millis(5));
         assert_eq!(a.stats().sleeps, 1);
         assert!(!a.link_down(), "the peer (this process) is alive");
+    }
+
+    #[test]
+    fn a_peer_breaking_the_ring_takes_the_link_down() {
+        let (mut a, mut b) = pair();
+        let mut batch = TxBatch::new();
+        batch.push(100);
+        assert_eq!(a.send_batch(Instant::ZERO, &batch), 1);
+        // The peer claims a head beyond the ring: b must not read past it.
+        let head = a.region.atomic_u64(layout(0).offset).unwrap();
+        head.store(RING_BYTES as u64 * 3, Ordering::SeqCst);
+        assert!(!b.link_down());
+        assert_eq!(
+            b.recv_batch(Instant::ZERO, 10, &mut |_| panic!("no frame")),
+            0
+        );
+        assert!(b.link_down());
+        assert_eq!(b.stats().corrupt, 1);
+    }
+
+    #[test]
+    fn attach_refuses_what_is_not_a_wire() {
+        let other = SharedRegion::create("not-a-wire", LEN).unwrap();
+        let fd = other.fd().try_clone_to_owned().unwrap();
+        let e = ShmWire::attach_fd(fd, ShmOptions::default()).err().unwrap();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "no magic");
+        let small = SharedRegion::create("small", 4096).unwrap();
+        let fd = small.fd().try_clone_to_owned().unwrap();
+        assert!(
+            ShmWire::attach_fd(fd, ShmOptions::default()).is_err(),
+            "wrong size"
+        );
     }
 }

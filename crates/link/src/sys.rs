@@ -1,8 +1,15 @@
 //! Small safe wrappers over the system calls the drivers share.
+//!
+//! What is not specific to network interfaces lives in `flowstack-sys` and is re-exported
+//! here under its old paths: CPU affinity, `TCP_QUICKACK`, waiting for a readable descriptor.
+//! What stays is driver business (only the TAP and AF_PACKET drivers use it): `struct ifreq`,
+//! an interface's MTU and index, and completing a partial checksum.
 #![allow(unsafe_code)]
 
+pub use flowstack_sys::affinity::{cpu_count, pin_to_cpu, unpin};
+pub use flowstack_sys::poll::wait_readable;
+pub use flowstack_sys::socket::tcp_quickack;
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
 
 /// `struct ifreq` with the fields the drivers use (name, then a short or an int).
 #[repr(C)]
@@ -69,81 +76,6 @@ pub fn interface_index(name: &str) -> io::Result<i32> {
         return Err(io::Error::last_os_error());
     }
     Ok(i as i32)
-}
-
-/// Waits up to `timeout` for `fd` to become readable.
-pub fn wait_readable(fd: &impl AsRawFd, timeout: std::time::Duration) {
-    let mut p = libc::pollfd {
-        fd: fd.as_raw_fd() as RawFd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-    // SAFETY: one valid pollfd, count 1.
-    unsafe { libc::poll(&mut p, 1, ms.max(if timeout.is_zero() { 0 } else { 1 })) };
-}
-
-/// Makes a kernel TCP socket acknowledge the segments it receives next at once
-/// (`TCP_QUICKACK`; the kernel falls back to delayed ACKs after a while, so call it again
-/// before each segment that must be acknowledged without delay).
-pub fn tcp_quickack(sock: &impl AsRawFd) -> io::Result<()> {
-    let one: libc::c_int = 1;
-    // SAFETY: setsockopt reads one c_int from a pointer to a live local of that size.
-    cvt(unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_QUICKACK,
-            &one as *const libc::c_int as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    })
-    .map(|_| ())
-}
-
-/// Pins the calling thread to one CPU (for benchmarks: one engine per core).
-pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
-    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it; sched_setaffinity reads it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        cvt(libc::sched_setaffinity(
-            0,
-            std::mem::size_of::<libc::cpu_set_t>(),
-            &set,
-        ))
-        .map(|_| ())
-    }
-}
-
-/// Number of online CPUs (not this process's affinity mask, which a pinned parent passes on
-/// to its children).
-pub fn cpu_count() -> usize {
-    // SAFETY: sysconf has no memory effects.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    if n > 0 {
-        n as usize
-    } else {
-        1
-    }
-}
-
-/// Lets the calling thread run on every online CPU again (undoes [`pin_to_cpu`], which a
-/// child process inherits).
-pub fn unpin() -> io::Result<()> {
-    // SAFETY: as in pin_to_cpu.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for cpu in 0..cpu_count() {
-            libc::CPU_SET(cpu, &mut set);
-        }
-        cvt(libc::sched_setaffinity(
-            0,
-            std::mem::size_of::<libc::cpu_set_t>(),
-            &set,
-        ))
-        .map(|_| ())
-    }
 }
 
 /// Completes the TCP/UDP checksum of an IPv4 frame whose checksum field holds only the

@@ -256,6 +256,6 @@ impl Device for Tap {
     }
 
     fn wait(&mut self, timeout: Duration) {
-        wait_readable(&self.file, timeout);
+        let _ = wait_readable(&self.file, timeout);
     }
 }

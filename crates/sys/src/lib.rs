@@ -1,0 +1,45 @@
+//! flowstack's ground floor for the operating system: the `unsafe` that more than one crate
+//! needs, each block with a `// SAFETY:` comment, behind a safe API.
+//!
+//! | module | what |
+//! |---|---|
+//! | [`affinity`] | pin the calling thread to a CPU, unpin, online CPUs, the allowed set |
+//! | [`futex`] | wait on / wake an `AtomicU32` that may live in memory shared between processes |
+//! | [`eventfd`] | a counter descriptor to signal and wait on, with a raw fd for `poll` |
+//! | [`poll`] | wait for one descriptor to become readable |
+//! | [`region`] | [`SharedRegion`]: a sealed memfd mapped shared, by name and size or from a received fd |
+//! | [`ring`] | the lock-free single-producer/single-consumer ring of variable-length records over a region, with a futex doorbell |
+//! | [`file`](mod@file) | `pwritev` from a list of borrowed slices |
+//! | [`fdpass`] | send and receive file descriptors over a unix socket (`SCM_RIGHTS`) |
+//! | [`socket`] | socket options the tools set on kernel sockets (`TCP_QUICKACK`) |
+//! | [`process`] | is a process (the peer of a shared region) still alive? |
+//!
+//! Where a well-kept crate wraps a system call safely we use it and write no `unsafe` at all:
+//! `rustix` for the calls whose arguments are values, descriptors and slices, `memmap2`'s
+//! `MmapRaw` for mapping (it hands out raw pointers only, so mapping needs no `unsafe`). What
+//! is left is ours: turning pointers into shared memory into atomics and slices ([`ring`],
+//! [`region`]), and `sysconf`, which `rustix` does not offer ([`affinity::cpu_count`]).
+//!
+//! Not here: `perf_event_open(2)` and its metadata page stay in `flowstack-prof`, their only
+//! user, which keeps the floors as drawn (prof depends on no other flowstack crate); the link
+//! drivers keep their driver-specific `ioctl`/socket calls.
+//!
+//! Memory shared with another process is untrusted input: whatever this crate reads from it
+//! (indices, lengths, process ids) is validated before use and a bad value is an error, never a
+//! panic or an access outside the mapping.
+#![deny(unsafe_code)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+pub mod affinity;
+pub mod eventfd;
+pub mod fdpass;
+pub mod file;
+pub mod futex;
+pub mod poll;
+pub mod process;
+pub mod region;
+pub mod ring;
+pub mod socket;
+
+pub use region::SharedRegion;
