@@ -1,5 +1,5 @@
 //! Applications on the deterministic simulation: one [`App`] on each engine of a
-//! [`Net`](flowstack_stack::netsim::Net), in virtual time.
+//! [`Net`], in virtual time.
 //!
 //! [`Net::run_until`] drives the engines and jumps the clock to the next engine or link
 //! deadline when nothing moves; [`run_apps`] adds the applications' own deadlines

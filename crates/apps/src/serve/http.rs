@@ -9,7 +9,7 @@ use std::fs::File;
 use std::io::Read;
 use std::path::Path;
 
-/// Most header lines a request may carry.
+/// Most header lines a request may carry (Apache's default limit is 100).
 const MAX_HEADERS: usize = 128;
 
 /// Advances one HTTP connection. Returns true if bytes moved.
@@ -54,9 +54,8 @@ pub(super) fn step<S: Sockets + ?Sized>(
             t.requests += 1;
             tracing::debug!(conn = c.h.index(), error = %e, "malformed request");
             let why = match e {
-                httparse::Error::HeaderName
-                | httparse::Error::HeaderValue
-                | httparse::Error::TooManyHeaders => "malformed header\n",
+                httparse::Error::TooManyHeaders => "too many header lines\n",
+                httparse::Error::HeaderName | httparse::Error::HeaderValue => "malformed header\n",
                 _ => "malformed request line\n",
             };
             simple(c, 400, "Bad Request", why, true);
