@@ -1,13 +1,13 @@
-//! `flowstack demo`: two engines over an in-process link, exercised end to end.
+//! `flowstack demo`: two engines over an in-process link, exercised end to end (the jobs are
+//! [`flowstack_runtime::demo`]; this prints their report).
 
 use clap::Args;
 use flowstack_link::impair::ImpairSpec;
+use flowstack_runtime::demo::{self, PingOutcome};
 use flowstack_stack::netsim::{Net, NetConfig, A_IP, B_IP};
-use flowstack_stack::{Engine, UdpHandle};
-use flowstack_wire::Duration;
+use flowstack_stack::Engine;
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::net::SocketAddrV4;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant as WallClock;
@@ -48,14 +48,6 @@ fn parse_impair(s: &str) -> Result<ImpairSpec, String> {
     s.parse()
 }
 
-/// What the UDP part did.
-struct UdpOutcome {
-    sent: usize,
-    echoed: usize,
-    corrupt: usize,
-    bytes: usize,
-}
-
 pub fn run(args: DemoArgs) -> ExitCode {
     let writer: Option<Box<dyn Write>> = match &args.pcap {
         Some(p) => match File::create(p) {
@@ -87,7 +79,7 @@ pub fn run(args: DemoArgs) -> ExitCode {
         println!("  link impaired: {impair} (seed {})", args.seed);
     }
 
-    let (sent, rtts) = ping(&mut net, 5);
+    let PingOutcome { sent, rtts } = demo::ping(&mut net, 5);
     println!();
     println!(
         "ping  {} -> {}: {} sent, {} answered",
@@ -100,16 +92,22 @@ pub fn run(args: DemoArgs) -> ExitCode {
         println!("      rtt min/max {:?}/{:?} (virtual time)", min, max);
     }
 
-    let u = udp_echo(&mut net);
+    let u = match demo::udp_echo(&mut net) {
+        Ok(u) => u,
+        Err(e) => {
+            eprintln!("flowstack: UDP echo failed: {e}");
+            return ExitCode::from(1);
+        }
+    };
     println!(
         "udp   {} datagrams ({} bytes, up to 9000 bytes: fragmented and reassembled), {} echoed back intact, {} lost",
         u.sent,
         u.bytes,
         u.echoed,
-        u.sent - u.echoed - u.corrupt
+        u.lost()
     );
 
-    let bulk = match crate::demo_tcp::bulk(&mut net, args.bytes) {
+    let bulk = match demo::bulk(&mut net, args.bytes) {
         Ok(b) => b,
         Err(e) => {
             eprintln!("flowstack: TCP transfer failed: {e}");
@@ -133,7 +131,7 @@ pub fn run(args: DemoArgs) -> ExitCode {
         r.server.fast_path + r.client.fast_path
     );
     println!("      final states: A {}  B {}", r.states.0, r.states.1);
-    let http = crate::demo_tcp::http(&mut net);
+    let http = demo::http(&mut net);
     match &http {
         Ok((status, body)) => println!("http  GET /hello -> {status}: {}", body.trim_end()),
         Err(e) => println!("http  failed: {e}"),
@@ -159,8 +157,7 @@ pub fn run(args: DemoArgs) -> ExitCode {
             p.display()
         );
     }
-    let verified = r.complete && r.mismatch_at.is_none() && bulk.sent_sha == bulk.recv_sha;
-    if !verified {
+    if !bulk.verified() {
         eprintln!(
             "flowstack: TCP data did not verify (received {} of {} bytes, first difference at {:?})",
             r.received, r.sent, r.mismatch_at
@@ -180,88 +177,6 @@ pub fn run(args: DemoArgs) -> ExitCode {
         return ExitCode::from(1);
     }
     ExitCode::SUCCESS
-}
-
-fn ping(net: &mut Net, count: u16) -> (u16, Vec<Duration>) {
-    let mut rtts = Vec::new();
-    for seq in 1..=count {
-        let sent_at = net.now;
-        if net
-            .a
-            .ping_send(B_IP, 0x4653, seq, b"flowstack ping!!")
-            .is_err()
-        {
-            continue;
-        }
-        let mut got = None;
-        net.run_until(Duration::from_secs(1), |n| {
-            while let Some(r) = n.a.ping_recv() {
-                if r.seq_no == seq {
-                    got = Some(r.at);
-                }
-            }
-            got.is_some()
-        });
-        if let Some(at) = got {
-            rtts.push(at.saturating_since(sent_at));
-        }
-    }
-    (count, rtts)
-}
-
-fn udp_echo(net: &mut Net) -> UdpOutcome {
-    let ha = net.a.udp_bind(0).expect("bind");
-    let hb = net.b.udp_bind(7).expect("bind echo port");
-    let sizes: Vec<usize> = (0..40)
-        .map(|i| [4, 100, 512, 1472, 3000, 9000][i % 6])
-        .collect();
-    let mut out = UdpOutcome {
-        sent: 0,
-        echoed: 0,
-        corrupt: 0,
-        bytes: 0,
-    };
-    let mut buf = vec![0u8; 65536];
-    for (i, &len) in sizes.iter().enumerate() {
-        // The first four bytes carry the datagram's index, so a late duplicate of an earlier
-        // echo (the link may duplicate and reorder) is recognised and skipped.
-        let mut msg: Vec<u8> = (0..len).map(|j| (i * 31 + j) as u8).collect();
-        msg[..4].copy_from_slice(&(i as u32).to_be_bytes());
-        net.stamp();
-        if net
-            .a
-            .udp_send_to(ha, SocketAddrV4::new(B_IP.into(), 7), &msg)
-            .is_err()
-        {
-            continue;
-        }
-        out.sent += 1;
-        out.bytes += len;
-        let mut back = None;
-        net.run_until(Duration::from_millis(200), |n| {
-            echo_all(&mut n.b, hb, &mut buf);
-            while let Ok((l, _)) = n.a.udp_recv_from(ha, &mut buf) {
-                if l >= 4 && buf[..4] == msg[..4] {
-                    back = Some(buf[..l].to_vec());
-                }
-            }
-            back.is_some()
-        });
-        match back {
-            Some(b) if b == msg => out.echoed += 1,
-            Some(_) => out.corrupt += 1,
-            None => {}
-        }
-    }
-    out
-}
-
-/// Echoes every datagram waiting on `h` back to its sender.
-fn echo_all(e: &mut Engine, h: UdpHandle, buf: &mut [u8]) {
-    while let Ok((l, from)) = e.udp_recv_from(h, buf) {
-        let data = buf[..l].to_vec();
-        let _ = e.udp_send_to(h, from, &data);
-    }
 }
 
 fn report_host(name: &str, e: &Engine) {

@@ -2,7 +2,6 @@
 
 mod bench;
 mod demo;
-mod demo_tcp;
 mod get;
 mod net;
 mod ping;
@@ -98,6 +97,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    init_logging();
     match cli.cmd {
         Cmd::Demo(a) => demo::run(a),
         Cmd::Serve(a) => serve::run(a),
@@ -106,5 +106,49 @@ fn main() -> ExitCode {
         Cmd::Profile(a) => profile::run(a),
         Cmd::Bench(a) => bench::run(a),
         Cmd::BenchServer(a) => bench::serve(a),
+    }
+}
+
+/// Log lines (tracing events from the command and the libraries) go to stderr as
+/// `flowstack: message key=value...`; levels other than info are named. The level is info
+/// unless `RUST_LOG` says otherwise (e.g. `RUST_LOG=debug`, `RUST_LOG=flowstack_apps=debug`).
+fn init_logging() {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|v| v.parse::<Targets>().ok())
+        .unwrap_or_else(|| Targets::new().with_default(LevelFilter::INFO));
+    let fmt = tracing_subscriber::fmt::layer()
+        .event_format(LogLine)
+        .with_writer(std::io::stderr);
+    let _ = tracing_subscriber::registry()
+        .with(fmt)
+        .with(filter)
+        .try_init();
+}
+
+/// The format of a log line.
+struct LogLine;
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for LogLine
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut w: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let level = *event.metadata().level();
+        write!(w, "flowstack: ")?;
+        if level != tracing::Level::INFO {
+            write!(w, "{}: ", level.as_str().to_ascii_lowercase())?;
+        }
+        ctx.field_format().format_fields(w.by_ref(), event)?;
+        writeln!(w)
     }
 }

@@ -1,15 +1,13 @@
-//! Options shared by the commands that run flowstack on a real link: LINK and ADDR.
+//! Options shared by the commands that run flowstack on a real link: LINK and ADDR, parsed
+//! here and handed to the runtime as a [`LinkSpec`].
 
 use clap::Args;
-use flowstack_link::impair::{ImpairSpec, Impaired};
-use flowstack_link::pcap::{Pcap, PcapWriter};
-use flowstack_link::tap::Tap;
+use flowstack_link::impair::ImpairSpec;
 use flowstack_link::Device;
-use flowstack_runtime::Host;
-use flowstack_stack::{Engine, EngineConfig, IfaceConfig};
+use flowstack_runtime::link::fanout_counts;
+use flowstack_runtime::{AddrSpec, Host, Link, LinkSpec};
+use flowstack_stack::{Engine, EngineConfig};
 use flowstack_wire::{EthernetAddress, Ipv4Address, Ipv4Cidr};
-use std::fs::File;
-use std::io::BufWriter;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -60,6 +58,44 @@ pub struct AddrArgs {
     pub mac: Option<EthernetAddress>,
 }
 
+impl LinkArgs {
+    /// The link these arguments describe, with addresses `addr`.
+    pub fn spec(&self, addr: &AddrArgs) -> Result<LinkSpec, String> {
+        let link = if let Some(name) = &self.tap {
+            Link::Tap {
+                name: name.clone(),
+                vnet: !self.no_vnet,
+            }
+        } else if let Some(iface) = &self.packet {
+            Link::Packet {
+                iface: iface.clone(),
+            }
+        } else if let Some(fd) = self.shm_fd {
+            Link::ShmFd(fd)
+        } else {
+            return Err("a link is required: --tap NAME or --packet IFACE".into());
+        };
+        Ok(LinkSpec {
+            link,
+            pcap: self.pcap.clone(),
+            impair: self.impair.unwrap_or_default(),
+            seed: self.seed,
+            addr: addr.spec(),
+        })
+    }
+}
+
+impl AddrArgs {
+    /// The addresses these arguments describe.
+    pub fn spec(&self) -> AddrSpec {
+        AddrSpec {
+            ip: self.ip,
+            gateway: self.gw,
+            mac: self.mac,
+        }
+    }
+}
+
 /// Opens the link and builds a host on it.
 pub fn open(link: &LinkArgs, addr: &AddrArgs) -> Result<Host<Box<dyn Device>>, String> {
     open_tuned(link, addr, |_| {})
@@ -71,44 +107,7 @@ pub fn open_tuned(
     addr: &AddrArgs,
     tune: impl FnOnce(&mut EngineConfig),
 ) -> Result<Host<Box<dyn Device>>, String> {
-    let dev: Box<dyn Device> = if let Some(name) = &link.tap {
-        Box::new(Tap::open(name, !link.no_vnet).map_err(|e| e.to_string())?)
-    } else if let Some(name) = &link.packet {
-        Box::new(flowstack_link::packet::PacketSocket::open(name).map_err(|e| e.to_string())?)
-    } else if let Some(fd) = link.shm_fd {
-        Box::new(
-            flowstack_link::shm::ShmWire::attach(fd, Default::default())
-                .map_err(|e| format!("shm wire: {e}"))?,
-        )
-    } else {
-        return Err("a link is required: --tap NAME or --packet IFACE".into());
-    };
-    let dev: Box<dyn Device> = match link.impair {
-        Some(spec) if !spec.is_noop() => Box::new(Impaired::new(dev, spec, link.seed)),
-        _ => dev,
-    };
-    let dev: Box<dyn Device> = match &link.pcap {
-        Some(p) => {
-            let f = File::create(p).map_err(|e| format!("cannot create {}: {e}", p.display()))?;
-            let epoch = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(0);
-            let w = PcapWriter::new(BufWriter::new(f), epoch).map_err(|e| e.to_string())?;
-            Box::new(Pcap::new(dev, w))
-        }
-        None => dev,
-    };
-    let a = addr.ip.addr.0;
-    let mac = addr
-        .mac
-        .unwrap_or(EthernetAddress([0x02, 0x66, 0x73, a[1], a[2], a[3]]));
-    let mut iface = IfaceConfig::new(mac, addr.ip);
-    iface.gateway = addr.gw;
-    let mut cfg = EngineConfig::new(iface);
-    tune(&mut cfg);
-    let engine = Engine::new(cfg, dev.caps());
-    Ok(Host::new(engine, dev))
+    link.spec(addr)?.open(tune).map_err(|e| e.to_string())
 }
 
 /// [`open`], printing the reason on failure; `Err` is the exit status (1) to return.
@@ -147,8 +146,6 @@ pub fn print_counters(e: &Engine, out: &mut dyn std::io::Write) {
 /// fanout group, counts the frames each receives for MS milliseconds and prints the counts
 /// (one per line). Used by the interop tests to show that flows are spread.
 pub fn fanout_check(args: &[String]) -> std::process::ExitCode {
-    use flowstack_link::packet::PacketSocket;
-    use flowstack_wire::Instant;
     let (Some(iface), Some(n), Some(ms)) = (
         args.first(),
         args.get(1).and_then(|s| s.parse::<usize>().ok()),
@@ -157,25 +154,20 @@ pub fn fanout_check(args: &[String]) -> std::process::ExitCode {
         eprintln!("flowstack: usage: __fanout-check IFACE N MS");
         return std::process::ExitCode::from(2);
     };
-    let mut socks = match PacketSocket::open_queues(iface, n) {
-        Ok(s) => s,
+    let ready = || {
+        println!("ready");
+        let _ = std::io::Write::flush(&mut std::io::stdout());
+    };
+    match fanout_counts(iface, n, std::time::Duration::from_millis(ms), ready) {
+        Ok(counts) => {
+            for c in counts {
+                println!("{c}");
+            }
+            std::process::ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("flowstack: {e}");
-            return std::process::ExitCode::from(1);
+            std::process::ExitCode::from(1)
         }
-    };
-    println!("ready");
-    let _ = std::io::Write::flush(&mut std::io::stdout());
-    let mut counts = vec![0u64; n];
-    let end = std::time::Instant::now() + std::time::Duration::from_millis(ms);
-    while std::time::Instant::now() < end {
-        for (i, s) in socks.iter_mut().enumerate() {
-            counts[i] += s.recv_batch(Instant::ZERO, 256, &mut |_| {}) as u64;
-        }
-        std::thread::sleep(std::time::Duration::from_micros(200));
     }
-    for c in counts {
-        println!("{c}");
-    }
-    std::process::ExitCode::SUCCESS
 }

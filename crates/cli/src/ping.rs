@@ -1,7 +1,9 @@
-//! `flowstack ping`: ICMP echo from a flowstack instance, with ping(8)-like output.
+//! `flowstack ping`: ICMP echo from a flowstack instance, with ping(8)-like output (the
+//! pinging is [`flowstack_runtime::ping`]).
 
 use crate::net::{open_or_exit, stop_flag, AddrArgs, LinkArgs};
 use clap::Args;
+use flowstack_runtime::ping::{ping, PingEvent, PingSpec};
 use flowstack_wire::{Duration, Ipv4Address};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
@@ -53,81 +55,55 @@ pub fn run(a: PingArgs) -> ExitCode {
         Ok(h) => h,
         Err(code) => return code,
     };
+    let spec = PingSpec {
+        dst: a.host,
+        count: a.count,
+        interval: Duration::from_secs_f64(a.interval),
+        timeout: Duration::from_secs_f64(a.timeout),
+        size: a.size,
+        ident: (std::process::id() & 0xffff) as u16,
+    };
     let stop = stop_flag();
     println!("PING {} ({}) {} data bytes", a.host, a.host, a.size);
-    let ident = (std::process::id() & 0xffff) as u16;
-    let mut rtts = Vec::new();
-    let mut sent = 0u16;
     let wall = std::time::Instant::now();
-    let mut payload = vec![0u8; a.size];
-    for (i, b) in payload.iter_mut().enumerate().skip(8) {
-        *b = i as u8;
-    }
-    for seq in 1..=a.count {
-        if stop.load(Ordering::Relaxed) {
-            break;
-        }
-        let t0 = host.now();
-        payload[..8].copy_from_slice(&t0.as_nanos().to_be_bytes());
-        if let Err(e) = host.engine.ping_send(a.host, ident, seq, &payload) {
+    let summary = ping(
+        &mut host,
+        &spec,
+        || stop.load(Ordering::Relaxed),
+        |ev| match *ev {
+            PingEvent::Reply {
+                seq,
+                from,
+                bytes,
+                ttl,
+                rtt,
+            } => println!(
+                "{bytes} bytes from {from}: icmp_seq={seq} ttl={ttl} time={:.3} ms",
+                rtt.as_secs_f64() * 1e3
+            ),
+            PingEvent::Timeout { seq } => println!("Request timeout for icmp_seq {seq}"),
+        },
+    );
+    let summary = match summary {
+        Ok(s) => s,
+        Err(e) => {
             eprintln!("flowstack: ping: {e}");
             return ExitCode::from(1);
         }
-        sent += 1;
-        let timeout = Duration::from_secs_f64(a.timeout);
-        let reply = host.block(timeout, |e, _| {
-            while let Some(r) = e.ping_recv() {
-                if r.ident == ident && r.seq_no == seq && r.from == a.host {
-                    return Some(Ok(r));
-                }
-            }
-            None
-        });
-        match reply {
-            Ok(r) => {
-                let rtt = r.at.saturating_since(t0);
-                println!(
-                    "{} bytes from {}: icmp_seq={} ttl={} time={:.3} ms",
-                    r.len + 8,
-                    r.from,
-                    seq,
-                    r.ttl,
-                    rtt.as_secs_f64() * 1e3
-                );
-                rtts.push(rtt.as_secs_f64() * 1e3);
-            }
-            Err(_) => println!("Request timeout for icmp_seq {seq}"),
-        }
-        if seq < a.count {
-            let until = t0 + Duration::from_secs_f64(a.interval);
-            let _ = host.block(until.saturating_since(host.now()), |_, now| {
-                (now >= until || stop.load(Ordering::Relaxed)).then_some(Ok(()))
-            });
-        }
-    }
-    let received = rtts.len();
+    };
     println!("\n--- {} ping statistics ---", a.host);
     println!(
         "{} packets transmitted, {} received, {:.0}% packet loss, time {}ms",
-        sent,
-        received,
-        if sent == 0 {
-            0.0
-        } else {
-            100.0 * (sent as f64 - received as f64) / sent as f64
-        },
+        summary.sent,
+        summary.received(),
+        summary.loss_percent(),
         wall.elapsed().as_millis()
     );
-    if received > 0 {
-        let min = rtts.iter().cloned().fold(f64::MAX, f64::min);
-        let max = rtts.iter().cloned().fold(0.0, f64::max);
-        let avg = rtts.iter().sum::<f64>() / received as f64;
-        let mdev = (rtts.iter().map(|r| (r - avg).powi(2)).sum::<f64>() / received as f64).sqrt();
-        println!("rtt min/avg/max/mdev = {min:.3}/{avg:.3}/{max:.3}/{mdev:.3} ms");
-    }
-    if received == 0 {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
+    match summary.rtt_stats_ms() {
+        Some([min, avg, max, mdev]) => {
+            println!("rtt min/avg/max/mdev = {min:.3}/{avg:.3}/{max:.3}/{mdev:.3} ms");
+            ExitCode::SUCCESS
+        }
+        None => ExitCode::from(1),
     }
 }

@@ -5,11 +5,23 @@
 //! time and devices meet it. [`Clock`] is the one clock origin; [`Host`] is the one drive loop
 //! for an engine on a device, used by every tool (serve, get, ping, bench, profile) and by the
 //! per-core runtime that runs one `Host` per pinned core.
+//!
+//! - [`link`]: the clap-free [`LinkSpec`] (device, capture, impairment, addresses) and its
+//!   `open`, which builds a [`Host`];
+//! - [`host`]: [`Host`], the drive loop (engine turn, application turn, sleep in the device);
+//! - [`ping`]: ICMP echo from a host, ping(8)-style;
+//! - [`sim`]: applications on the two engines of the deterministic simulation;
+//! - [`demo`]: the jobs of `flowstack demo`.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod clock;
+pub mod demo;
 pub mod host;
+pub mod link;
+pub mod ping;
+pub mod sim;
 
 pub use clock::Clock;
 pub use host::Host;
+pub use link::{default_mac, AddrSpec, Link, LinkError, LinkSpec};
