@@ -331,6 +331,75 @@ fn half_close_keeps_receiving() {
     assert_eq!(f.c.recv_queue(), 13);
 }
 
+/// Takes `f` to TIME-WAIT: we close first, the peer acknowledges and sends its FIN (with
+/// timestamp `ts` when given).
+fn to_time_wait(f: &mut Fx, ts: Option<u32>) {
+    f.c.shutdown_write();
+    f.poll();
+    let mut fin = seg(f.peer, SeqNum(OUR_ISN + 2), Flags::ACK | Flags::FIN, &[]);
+    fin.options.timestamp = ts.map(|v| (v, 0));
+    f.input(fin);
+    assert_eq!(f.c.state(), State::TimeWait);
+    f.poll();
+}
+
+#[test]
+fn time_wait_reopens_for_a_syn_above_rcv_nxt_with_an_iss_beyond_anything_sent() {
+    let mut f = Fx::established();
+    to_time_wait(&mut f, None);
+    let rcv_nxt = PEER_ISN + 2; // SYN and FIN
+    let syn = |s: u32, flags: Flags| seg(SeqNum(s), SeqNum(0), flags, &[]);
+    // RFC 1122 §4.2.2.13: a new SYN above the old RCV.NXT may reopen the connection, and the
+    // new ISS must be above every sequence number the old incarnation used (SND.MAX).
+    let iss = f.c.time_wait_reopen(&syn(rcv_nxt + 1000, Flags::SYN));
+    assert_eq!(iss, Some(SeqNum(OUR_ISN + 2) + (65535 + 2)));
+    assert!(iss.unwrap() > SeqNum(OUR_ISN + 2));
+    // An old duplicate SYN (at or below RCV.NXT) does not.
+    assert_eq!(f.c.time_wait_reopen(&syn(rcv_nxt, Flags::SYN)), None);
+    assert_eq!(f.c.time_wait_reopen(&syn(PEER_ISN, Flags::SYN)), None);
+    // Only a plain SYN: not SYN+ACK, SYN+RST or SYN+FIN.
+    for extra in [Flags::ACK, Flags::RST, Flags::FIN] {
+        assert_eq!(
+            f.c.time_wait_reopen(&syn(rcv_nxt + 9, Flags::SYN | extra)),
+            None
+        );
+    }
+    // Not outside TIME-WAIT.
+    let open = Fx::established();
+    assert_eq!(
+        open.c.time_wait_reopen(&syn(rcv_nxt + 1000, Flags::SYN)),
+        None
+    );
+}
+
+#[test]
+fn time_wait_reopens_for_a_newer_timestamp_and_paws_rejects_an_older_one() {
+    let opts = TcpOptions {
+        mss: Some(1460),
+        timestamp: Some((100, 0)),
+        ..Default::default()
+    };
+    let mut f = Fx::established_with(TcpConfig::default(), opts);
+    to_time_wait(&mut f, Some(200));
+    let rcv_nxt = PEER_ISN + 2;
+    let syn = |s: u32, ts: u32| {
+        let mut r = seg(SeqNum(s), SeqNum(0), Flags::SYN, &[]);
+        r.options.timestamp = Some((ts, 0));
+        r
+    };
+    // RFC 6191: a newer timestamp is enough, even with a sequence number below RCV.NXT.
+    assert!(f
+        .c
+        .time_wait_reopen(&syn(PEER_ISN.wrapping_sub(5000), 201))
+        .is_some());
+    // The same timestamp is not newer; an older one is rejected by PAWS even above RCV.NXT.
+    assert_eq!(
+        f.c.time_wait_reopen(&syn(PEER_ISN.wrapping_sub(5000), 200)),
+        None
+    );
+    assert_eq!(f.c.time_wait_reopen(&syn(rcv_nxt + 1000, 150)), None);
+}
+
 #[test]
 fn paws_drops_segment_with_old_timestamp() {
     let opts = TcpOptions {

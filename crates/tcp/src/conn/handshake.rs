@@ -135,3 +135,41 @@ impl Connection {
         }
     }
 }
+
+/// Added to SND.MAX of a TIME-WAIT incarnation to pick the next incarnation's ISS, as Linux
+/// does (`tw_snd_nxt + 65535 + 2`): beyond anything the old one sent or could have had
+/// acknowledged within a maximal unscaled window.
+const REINCARNATION_GAP: usize = 65535 + 2;
+
+impl Connection {
+    /// Whether a SYN arriving for this connection while it is in TIME-WAIT may open a new
+    /// incarnation of the 4-tuple; if so, the ISS the new connection must use.
+    ///
+    /// RFC 1122 §4.2.2.13: a host "MAY accept a new SYN from the remote TCP to reopen the
+    /// connection directly from TIME-WAIT state, if it: (1) assigns its initial sequence
+    /// number for the new connection to be larger than the largest sequence number it used on
+    /// the previous connection incarnation, and (2) returns to TIME-WAIT state if the SYN
+    /// turns out to be an old duplicate". RFC 6191 §2 adds timestamps: with them, a SYN is
+    /// acceptable when its timestamp is newer than the last one seen. As Linux does: accept a
+    /// plain SYN (no ACK, RST or FIN) that PAWS does not reject and whose sequence number is
+    /// above RCV.NXT or whose timestamp is newer than TS.Recent. Case (2) needs nothing here:
+    /// an old duplicate SYN fails both tests and is answered as TIME-WAIT answers any segment.
+    pub fn time_wait_reopen(&self, seg: &TcpRepr) -> Option<SeqNum> {
+        let f = seg.flags;
+        if self.state != State::TimeWait || !f.syn() || f.ack() || f.rst() || f.fin() {
+            return None;
+        }
+        let seg_ts = seg.options.timestamp.map(|(val, _)| val);
+        let (paws_reject, ts_newer) = match (self.opt.ts, seg_ts) {
+            (true, Some(val)) => (
+                self.opt.ts_is_old(val),
+                val != self.opt.ts_recent && !self.opt.ts_is_old(val),
+            ),
+            _ => (false, false),
+        };
+        if paws_reject || !(seg.seq > self.rcv.nxt || ts_newer) {
+            return None;
+        }
+        Some(self.snd.max + REINCARNATION_GAP)
+    }
+}
