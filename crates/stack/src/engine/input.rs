@@ -2,7 +2,6 @@
 //!
 //! Every frame that goes no further increments one named counter on the way out.
 
-use super::ping::PingReply;
 use super::Engine;
 use crate::counters::Counter;
 use crate::reasm::ReasmEvent;
@@ -23,35 +22,35 @@ impl Engine {
         let _p = flowstack_prof::enter(flowstack_prof::Layer::EthIpInput);
         let f = match ethernet::Frame::new_checked(frame) {
             Ok(f) => f,
-            Err(_) => return self.iface.counters.inc(Counter::EthInRunts),
+            Err(_) => return self.iface.counters_mut().inc(Counter::EthInRunts),
         };
         let eth = EthernetRepr::parse(&f).expect("checked frame parses");
-        if eth.dst != self.iface.cfg.mac && !eth.dst.is_broadcast() {
-            return self.iface.counters.inc(Counter::EthInOtherHost);
+        if eth.dst != self.iface.mac() && !eth.dst.is_broadcast() {
+            return self.iface.counters_mut().inc(Counter::EthInOtherHost);
         }
         match eth.ethertype {
             EtherType::Arp => self.arp_input(now, &eth, f.payload()),
             EtherType::Ipv4 => self.ip_input(now, f.payload()),
-            EtherType::Unknown(_) => self.iface.counters.inc(Counter::EthInUnknownProtos),
+            EtherType::Unknown(_) => self.iface.counters_mut().inc(Counter::EthInUnknownProtos),
         }
     }
 
     fn arp_input(&mut self, now: Instant, eth: &EthernetRepr, payload: &[u8]) {
         let repr = match arp::Packet::new_checked(payload).and_then(|p| ArpRepr::parse(&p)) {
             Ok(r) => r,
-            Err(_) => return self.iface.counters.inc(Counter::ArpInErrors),
+            Err(_) => return self.iface.counters_mut().inc(Counter::ArpInErrors),
         };
         let sha = repr.source_hardware_addr;
         let spa = repr.source_protocol_addr;
         if !sha.is_unicast() || sha != eth.src || spa.is_broadcast() || spa.is_multicast() {
-            return self.iface.counters.inc(Counter::ArpInErrors);
+            return self.iface.counters_mut().inc(Counter::ArpInErrors);
         }
         let for_us = repr.target_protocol_addr == self.ip();
         // RFC 826 "merge": update an entry we already have (or are resolving) for the sender.
-        let known = self.iface.arp.knows(spa);
+        let known = self.iface.arp_knows(spa);
         match repr.operation {
             ArpOperation::Request if for_us => {
-                self.iface.counters.inc(Counter::ArpInRequests);
+                self.iface.counters_mut().inc(Counter::ArpInRequests);
                 // The requester is about to talk to us: learn it (RFC 826), then answer.
                 if !spa.is_unspecified() {
                     self.iface.arp_learned(now, spa, sha);
@@ -59,12 +58,12 @@ impl Engine {
                 self.iface.send_arp(ArpOperation::Reply, spa, Some(sha));
             }
             ArpOperation::Reply if for_us && known => {
-                self.iface.counters.inc(Counter::ArpInReplies);
+                self.iface.counters_mut().inc(Counter::ArpInReplies);
                 self.iface.arp_learned(now, spa, sha);
             }
             ArpOperation::Reply if for_us => {
                 // Never create an entry from a reply nobody asked for (cache poisoning).
-                self.iface.counters.inc(Counter::ArpInUnsolicited);
+                self.iface.counters_mut().inc(Counter::ArpInUnsolicited);
             }
             _ if known && !spa.is_unspecified() => self.iface.arp_learned(now, spa, sha),
             _ => {}
@@ -72,56 +71,58 @@ impl Engine {
     }
 
     fn ip_input(&mut self, now: Instant, payload: &[u8]) {
-        let c = &mut self.iface.counters;
+        let csum = self.iface.checksum();
+        let c = self.iface.counters_mut();
         c.inc(Counter::IpInReceives);
         let pkt = match ipv4::Packet::new_checked(payload) {
             Ok(p) => p,
             Err(WireError::Ipv4TotalPastFrame) => return c.inc(Counter::IpExtInTruncatedPkts),
             Err(_) => return c.inc(Counter::IpInHdrErrors),
         };
-        let repr = match Ipv4Repr::parse(&pkt, self.iface.caps.checksum) {
+        let repr = match Ipv4Repr::parse(&pkt, csum) {
             Ok(r) => r,
             Err(WireError::Ipv4BadChecksum) => return c.inc(Counter::IpExtInCsumErrors),
             Err(_) => return c.inc(Counter::IpInHdrErrors),
         };
         if !self.iface.accepts(repr.dst) {
-            return self.iface.counters.inc(Counter::IpInAddrErrors);
+            return self.iface.counters_mut().inc(Counter::IpInAddrErrors);
         }
         if !repr.is_fragment() {
             return self.deliver(now, &repr, pkt.header(), pkt.payload());
         }
-        let c = &mut self.iface.counters;
-        c.inc(Counter::IpReasmReqds);
+        self.iface.counters_mut().inc(Counter::IpReasmReqds);
         match self.reasm.input(now, &repr, pkt.payload()) {
             Ok((whole, data)) => {
-                self.iface.counters.inc(Counter::IpReasmOKs);
+                self.iface.counters_mut().inc(Counter::IpReasmOKs);
                 let mut hdr = [0u8; ipv4::HEADER_LEN];
-                whole.emit(&mut hdr, self.iface.caps.checksum);
+                whole.emit(&mut hdr, csum);
                 self.deliver(now, &whole, &hdr, &data);
             }
             Err(ReasmEvent::Incomplete | ReasmEvent::Duplicate) => {}
             Err(ReasmEvent::Overlap) => {
-                let c = &mut self.iface.counters;
+                let c = self.iface.counters_mut();
                 c.inc(Counter::IpExtReasmOverlaps);
                 c.inc(Counter::IpReasmFails);
             }
             Err(ReasmEvent::Invalid | ReasmEvent::NoMemory) => {
-                self.iface.counters.inc(Counter::IpReasmFails)
+                self.iface.counters_mut().inc(Counter::IpReasmFails)
             }
         }
-        let evicted = std::mem::take(&mut self.reasm.evicted);
-        self.iface.counters.add(Counter::IpReasmFails, evicted);
+        let evicted = self.reasm.take_evicted();
+        self.iface
+            .counters_mut()
+            .add(Counter::IpReasmFails, evicted);
     }
 
     /// Hands a whole datagram to its protocol. `header` is its IP header (for ICMP errors).
     fn deliver(&mut self, now: Instant, ip: &Ipv4Repr, header: &[u8], payload: &[u8]) {
-        self.iface.counters.inc(Counter::IpInDelivers);
+        self.iface.counters_mut().inc(Counter::IpInDelivers);
         match ip.protocol {
             IpProtocol::Icmp => self.icmp_input(now, ip, payload),
             IpProtocol::Udp => self.udp_input(now, ip, header, payload),
             IpProtocol::Tcp => self.tcp_input(now, ip, payload),
             IpProtocol::Unknown(_) => {
-                self.iface.counters.inc(Counter::IpInUnknownProtos);
+                self.iface.counters_mut().inc(Counter::IpInUnknownProtos);
                 self.icmp_error(now, ip, header, payload, DstUnreachable::ProtoUnreachable);
             }
         }
@@ -144,10 +145,10 @@ impl Engine {
     }
 
     fn icmp_input(&mut self, now: Instant, ip: &Ipv4Repr, payload: &[u8]) {
-        let c = &mut self.iface.counters;
+        let (csum, our_ip) = (self.iface.checksum(), self.iface.ip());
+        let c = self.iface.counters_mut();
         c.inc(Counter::IcmpInMsgs);
-        let parsed = icmpv4::Packet::new_checked(payload)
-            .and_then(|p| Icmpv4Repr::parse(&p, self.iface.caps.checksum));
+        let parsed = icmpv4::Packet::new_checked(payload).and_then(|p| Icmpv4Repr::parse(&p, csum));
         let repr = match parsed {
             Ok(r) => r,
             Err(WireError::IcmpBadChecksum) => {
@@ -165,7 +166,7 @@ impl Engine {
             } => {
                 c.inc(Counter::IcmpInEchos);
                 // Like Linux's icmp_echo_ignore_broadcasts=1: answer unicast pings only.
-                if ip.dst != self.iface.cfg.addr.addr {
+                if ip.dst != our_ip {
                     return c.inc(Counter::IcmpExtInIgnored);
                 }
                 let reply = Icmpv4Repr::EchoReply {
@@ -173,7 +174,6 @@ impl Engine {
                     seq_no,
                     data,
                 };
-                let csum = self.iface.caps.checksum;
                 let len = reply.buffer_len();
                 if self
                     .iface
@@ -182,8 +182,9 @@ impl Engine {
                     })
                     .is_ok()
                 {
-                    self.iface.counters.inc(Counter::IcmpOutMsgs);
-                    self.iface.counters.inc(Counter::IcmpOutEchoReps);
+                    let c = self.iface.counters_mut();
+                    c.inc(Counter::IcmpOutMsgs);
+                    c.inc(Counter::IcmpOutEchoReps);
                 }
             }
             Icmpv4Repr::EchoReply {
@@ -192,21 +193,7 @@ impl Engine {
                 data,
             } => {
                 c.inc(Counter::IcmpInEchoReps);
-                if self.pings.len() >= self.cfg.ping_queue {
-                    self.pings.pop_front();
-                }
-                let mut head = [0u8; 16];
-                let n = data.len().min(16);
-                head[..n].copy_from_slice(&data[..n]);
-                self.pings.push_back(PingReply {
-                    from: ip.src,
-                    ident,
-                    seq_no,
-                    len: data.len(),
-                    ttl: ip.ttl,
-                    head,
-                    at: now,
-                });
+                self.echo_reply_received(now, ip, ident, seq_no, data);
             }
             Icmpv4Repr::DstUnreachable {
                 reason, original, ..
@@ -232,21 +219,18 @@ impl Engine {
         let proto = IpProtocol::from(q[9]);
         let sport = u16::from_be_bytes([q[hl], q[hl + 1]]);
         if proto == IpProtocol::Udp && reason == DstUnreachable::PortUnreachable {
-            if let Some(&idx) = self.udp.ports.get(&sport) {
-                if let Some(s) = self.udp.socks[idx].as_mut() {
-                    s.error = Some(SocketError::ConnectionRefused);
-                }
-            }
+            self.udp.report_error(sport, SocketError::ConnectionRefused);
         }
     }
 
     fn udp_input(&mut self, now: Instant, ip: &Ipv4Repr, header: &[u8], payload: &[u8]) {
-        let c = &mut self.iface.counters;
+        let csum = self.iface.checksum();
+        let c = self.iface.counters_mut();
         let pkt = match wudp::Packet::new_checked(payload) {
             Ok(p) => p,
             Err(_) => return c.inc(Counter::UdpInErrors),
         };
-        let repr = match UdpRepr::parse(&pkt, ip.src, ip.dst, self.iface.caps.checksum) {
+        let repr = match UdpRepr::parse(&pkt, ip.src, ip.dst, csum) {
             Ok(r) => r,
             Err(WireError::UdpBadChecksum) => {
                 c.inc(Counter::UdpInErrors);
@@ -258,10 +242,10 @@ impl Engine {
             .udp
             .deliver(ip.src, repr.src_port, repr.dst_port, pkt.payload())
         {
-            Delivery::Delivered => self.iface.counters.inc(Counter::UdpInDatagrams),
-            Delivery::QueueFull => self.iface.counters.inc(Counter::UdpRcvbufErrors),
+            Delivery::Delivered => self.iface.counters_mut().inc(Counter::UdpInDatagrams),
+            Delivery::QueueFull => self.iface.counters_mut().inc(Counter::UdpRcvbufErrors),
             Delivery::NoPort => {
-                self.iface.counters.inc(Counter::UdpNoPorts);
+                self.iface.counters_mut().inc(Counter::UdpNoPorts);
                 self.icmp_error(now, ip, header, payload, DstUnreachable::PortUnreachable);
             }
         }
@@ -270,13 +254,14 @@ impl Engine {
     fn tcp_input(&mut self, now: Instant, ip: &Ipv4Repr, payload: &[u8]) {
         // TCP input as seed 000 counts it: header parse, checksum, demux, processing.
         let _p = flowstack_prof::enter(flowstack_prof::Layer::TcpInput);
-        let c = &mut self.iface.counters;
+        let csum = self.iface.checksum();
+        let c = self.iface.counters_mut();
         c.inc(Counter::TcpInSegs);
         let pkt = match wtcp::Packet::new_checked(payload) {
             Ok(p) => p,
             Err(_) => return c.inc(Counter::TcpInErrs),
         };
-        let seg = match TcpRepr::parse(&pkt, ip.src, ip.dst, self.iface.caps.checksum) {
+        let seg = match TcpRepr::parse(&pkt, ip.src, ip.dst, csum) {
             Ok(r) => r,
             Err(WireError::TcpBadChecksum) => {
                 c.inc(Counter::TcpInErrs);

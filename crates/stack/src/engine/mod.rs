@@ -20,6 +20,16 @@
 //!
 //! An engine belongs to one thread: it is `Send` (it may be built on one thread and moved to
 //! the core that runs it) but not `Sync`, so two threads can never share one.
+//!
+//! # Layout
+//!
+//! This file holds the configuration, the [`Engine`] and its driving entry points; the rest
+//! are `impl Engine` blocks by concern:
+//!
+//! - `input`: the receive path, Ethernet → ARP / IPv4 (+ reassembly) → ICMP / UDP / TCP,
+//!   with a named counter for every drop;
+//! - `tcp_api`, `udp_api`: the `tcp_*` and `udp_*` socket calls;
+//! - `ping`: ICMP echo requests and the queue of replies.
 
 mod input;
 mod ping;
@@ -90,7 +100,7 @@ pub struct Engine {
 }
 
 /// First ephemeral port (IANA dynamic range).
-pub const EPHEMERAL_FIRST: u16 = 49152;
+pub(crate) const EPHEMERAL_FIRST: u16 = 49152;
 
 /// Picks the next free ephemeral port after `*next`, wrapping within the dynamic range.
 fn ephemeral_port(next: &mut u16, taken: impl Fn(u16) -> bool) -> Result<u16, SocketError> {
@@ -141,8 +151,8 @@ impl Engine {
 
     /// Counters of every layer.
     pub fn counters(&self) -> Counters {
-        let mut c = self.iface.counters.clone();
-        c.merge(&self.tcp.counters);
+        let mut c = self.iface.counters().clone();
+        c.merge(self.tcp.counters());
         c
     }
 
@@ -150,7 +160,7 @@ impl Engine {
     pub fn arp_entries(
         &self,
     ) -> impl Iterator<Item = (Ipv4Address, flowstack_wire::EthernetAddress, Instant)> + '_ {
-        self.iface.arp.entries()
+        self.iface.arp_entries()
     }
 
     /// Bytes held by fragment reassembly.
@@ -160,7 +170,7 @@ impl Engine {
 
     /// Frames waiting for the device.
     pub fn tx(&mut self) -> &mut TxBatch {
-        &mut self.iface.tx
+        self.iface.tx_mut()
     }
 
     /// One full turn: receive a batch from `dev`, run timers and socket output, transmit.
@@ -176,16 +186,16 @@ impl Engine {
         };
         self.on_timers(now);
         self.dispatch(now);
-        let sent = self.iface.tx.len();
+        let sent = self.iface.tx().len();
         if sent > 0 {
             let accepted = {
                 let _p = enter(Layer::DevTx);
-                dev.send_batch(now, &self.iface.tx)
+                dev.send_batch(now, self.iface.tx())
             };
             self.iface
-                .counters
+                .counters_mut()
                 .add(Counter::EthOutDrops, (sent - accepted) as u64);
-            self.iface.tx.clear();
+            self.iface.tx_mut().clear();
         }
         got > 0 || sent > 0
     }
@@ -226,13 +236,10 @@ impl Engine {
         if self.reasm.poll_at().is_none_or(|t| t > now) {
             return;
         }
-        let expired = self.reasm.on_timer(now);
-        self.iface
-            .counters
-            .add(Counter::IpReasmTimeout, expired as u64);
-        self.iface
-            .counters
-            .add(Counter::IpReasmFails, expired as u64);
+        let expired = self.reasm.on_timer(now) as u64;
+        let c = self.iface.counters_mut();
+        c.add(Counter::IpReasmTimeout, expired);
+        c.add(Counter::IpReasmFails, expired);
     }
 
     /// Lets sockets emit pending output.

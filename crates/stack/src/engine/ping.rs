@@ -4,7 +4,7 @@ use super::Engine;
 use crate::counters::Counter;
 use crate::SocketError;
 use flowstack_wire::icmpv4::Icmpv4Repr;
-use flowstack_wire::ipv4::IpProtocol;
+use flowstack_wire::ipv4::{IpProtocol, Ipv4Repr};
 use flowstack_wire::{Instant, Ipv4Address};
 
 /// An echo reply received for [`Engine::ping_send`].
@@ -40,20 +40,48 @@ impl Engine {
             seq_no,
             data,
         };
-        let csum = self.iface.caps.checksum;
+        let csum = self.iface.checksum();
         let len = req.buffer_len();
         let now = self.now;
         self.iface
             .send_ip(now, dst, IpProtocol::Icmp, len, false, &mut |b| {
                 req.emit(b, csum)
             })?;
-        self.iface.counters.inc(Counter::IcmpOutMsgs);
-        self.iface.counters.inc(Counter::IcmpOutEchos);
+        let c = self.iface.counters_mut();
+        c.inc(Counter::IcmpOutMsgs);
+        c.inc(Counter::IcmpOutEchos);
         Ok(())
     }
 
     /// Takes the oldest echo reply received.
     pub fn ping_recv(&mut self) -> Option<PingReply> {
         self.pings.pop_front()
+    }
+
+    /// Queues an echo reply from the receive path for [`Engine::ping_recv`]; when the queue
+    /// is full the oldest reply makes room.
+    pub(super) fn echo_reply_received(
+        &mut self,
+        now: Instant,
+        ip: &Ipv4Repr,
+        ident: u16,
+        seq_no: u16,
+        data: &[u8],
+    ) {
+        if self.pings.len() >= self.cfg.ping_queue {
+            self.pings.pop_front();
+        }
+        let mut head = [0u8; 16];
+        let n = data.len().min(16);
+        head[..n].copy_from_slice(&data[..n]);
+        self.pings.push_back(PingReply {
+            from: ip.src,
+            ident,
+            seq_no,
+            len: data.len(),
+            ttl: ip.ttl,
+            head,
+            at: now,
+        });
     }
 }

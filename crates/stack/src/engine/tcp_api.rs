@@ -33,7 +33,7 @@ impl Engine {
         cfg.mss = cfg
             .mss
             .min((self.iface.max_payload() - wtcp::HEADER_LEN) as u16);
-        let caps = self.iface.caps;
+        let caps = self.iface.caps();
         cfg.max_tso_segment = if caps.max_tx_datagram > caps.mtu {
             caps.max_tx_datagram - ipv4::HEADER_LEN - wtcp::HEADER_LEN
         } else {
@@ -97,7 +97,7 @@ impl Engine {
     pub fn tcp_send(&mut self, h: TcpHandle, data: &[u8]) -> Result<usize, SocketError> {
         // The whole socket call (lookup and copy) is the "application → socket" layer.
         let _p = flowstack_prof::enter(flowstack_prof::Layer::AppCopyIn);
-        let c = self.tcp.conn_mut_pub(h)?;
+        let c = self.tcp.conn_mut(h)?;
         let r = match c.send(data) {
             Ok(0) if !data.is_empty() => Err(SocketError::WouldBlock),
             Ok(n) => Ok(n),
@@ -119,7 +119,7 @@ impl Engine {
         buf: std::sync::Arc<[u8]>,
     ) -> Result<u64, SocketError> {
         let _p = flowstack_prof::enter(flowstack_prof::Layer::AppCopyIn);
-        let c = self.tcp.conn_mut_pub(h)?;
+        let c = self.tcp.conn_mut(h)?;
         let r = match c.send_zc(buf) {
             Ok(Some(t)) => Ok(t),
             Ok(None) => Err(SocketError::WouldBlock),
@@ -134,13 +134,13 @@ impl Engine {
 
     /// The token of a zero-copy send whose bytes are all acknowledged, if any.
     pub fn tcp_zc_completion(&mut self, h: TcpHandle) -> Option<u64> {
-        self.tcp.conn_mut_pub(h).ok()?.take_zc_completion()
+        self.tcp.conn_mut(h).ok()?.take_zc_completion()
     }
 
     /// Reads received bytes; `Ok(0)` means the peer closed (end of stream).
     pub fn tcp_recv(&mut self, h: TcpHandle, buf: &mut [u8]) -> Result<usize, SocketError> {
         let _p = flowstack_prof::enter(flowstack_prof::Layer::AppCopyOut);
-        let c = self.tcp.conn_mut_pub(h)?;
+        let c = self.tcp.conn_mut(h)?;
         match c.recv(buf) {
             Ok(n) => {
                 // Reading frees window: a window update may be due.
@@ -168,7 +168,7 @@ impl Engine {
     /// Marks `n` peeked bytes as read (frees receive window).
     pub fn tcp_consume(&mut self, h: TcpHandle, n: usize) -> Result<(), SocketError> {
         let _p = flowstack_prof::enter(flowstack_prof::Layer::AppCopyOut);
-        self.tcp.conn_mut_pub(h)?.consume(n);
+        self.tcp.conn_mut(h)?.consume(n);
         self.tcp.touch(h);
         Ok(())
     }
@@ -183,7 +183,7 @@ impl Engine {
 
     /// Closes the sending side (FIN); reading continues.
     pub fn tcp_shutdown(&mut self, h: TcpHandle) -> Result<(), SocketError> {
-        self.tcp.conn_mut_pub(h)?.shutdown_write();
+        self.tcp.conn_mut(h)?.shutdown_write();
         self.tcp.touch(h);
         Ok(())
     }
@@ -196,7 +196,7 @@ impl Engine {
     /// Resets the connection (RST) and releases nothing: close the handle afterwards.
     pub fn tcp_abort(&mut self, h: TcpHandle) -> Result<(), SocketError> {
         let now = self.now;
-        self.tcp.conn_mut_pub(h)?.abort(now);
+        self.tcp.conn_mut(h)?.abort(now);
         self.tcp.touch(h);
         Ok(())
     }
@@ -211,7 +211,7 @@ impl Engine {
     pub fn tcp_conn_mut(&mut self, h: TcpHandle) -> Result<&mut Connection, SocketError> {
         self.tcp.conn(h)?;
         self.tcp.touch(h);
-        self.tcp.conn_mut_pub(h)
+        self.tcp.conn_mut(h)
     }
 
     /// Readiness of a TCP socket: what a `poll(2)` on it would report.
@@ -233,7 +233,7 @@ impl Engine {
 
     /// Sets TCP_NODELAY (disables Nagle) on a connection.
     pub fn tcp_set_nodelay(&mut self, h: TcpHandle, on: bool) -> Result<(), SocketError> {
-        self.tcp.conn_mut_pub(h)?.set_nodelay(on);
+        self.tcp.conn_mut(h)?.set_nodelay(on);
         self.tcp.touch(h);
         Ok(())
     }
@@ -245,7 +245,7 @@ impl Engine {
         k: Option<flowstack_tcp::Keepalive>,
     ) -> Result<(), SocketError> {
         let now = self.now;
-        self.tcp.conn_mut_pub(h)?.set_keepalive(k, now);
+        self.tcp.conn_mut(h)?.set_keepalive(k, now);
         self.tcp.touch(h);
         Ok(())
     }

@@ -13,8 +13,8 @@ impl Engine {
     /// Binds a UDP socket to `port` (0 picks an ephemeral port).
     pub fn udp_bind(&mut self, port: u16) -> Result<UdpHandle, SocketError> {
         let port = if port == 0 {
-            let ports = &self.udp.ports;
-            ephemeral_port(&mut self.next_port, |p| ports.contains_key(&p))?
+            let udp = &self.udp;
+            ephemeral_port(&mut self.next_port, |p| udp.is_bound(p))?
         } else {
             port
         };
@@ -23,7 +23,7 @@ impl Engine {
 
     /// The local port of a UDP socket.
     pub fn udp_local_port(&mut self, h: UdpHandle) -> Result<u16, SocketError> {
-        Ok(self.udp.get(h)?.port)
+        self.udp.local_port(h)
     }
 
     /// Sends one datagram. Larger than the MTU → fragmented; larger than 65507 bytes →
@@ -34,7 +34,7 @@ impl Engine {
         dst: SocketAddrV4,
         data: &[u8],
     ) -> Result<(), SocketError> {
-        let sport = self.udp.get(h)?.port;
+        let sport = self.udp.local_port(h)?;
         if data.len() > 65535 - ipv4::HEADER_LEN - wudp::HEADER_LEN {
             return Err(SocketError::MessageTooLong);
         }
@@ -47,7 +47,7 @@ impl Engine {
             src_port: sport,
             dst_port: dst.port(),
         };
-        let csum = self.iface.caps.checksum;
+        let csum = self.iface.checksum();
         let len = wudp::HEADER_LEN + data.len();
         let now = self.now;
         self.iface
@@ -55,7 +55,7 @@ impl Engine {
                 b[wudp::HEADER_LEN..].copy_from_slice(data);
                 repr.emit_header(b, src, dip, data.len(), csum);
             })?;
-        self.iface.counters.inc(Counter::UdpOutDatagrams);
+        self.iface.counters_mut().inc(Counter::UdpOutDatagrams);
         Ok(())
     }
 
@@ -71,10 +71,7 @@ impl Engine {
 
     /// True if a datagram (or an error) is waiting.
     pub fn udp_readable(&mut self, h: UdpHandle) -> bool {
-        self.udp
-            .get(h)
-            .map(|s| !s.queue.is_empty() || s.error.is_some())
-            .unwrap_or(false)
+        self.udp.readable(h)
     }
 
     /// Closes a UDP socket, freeing its port.
