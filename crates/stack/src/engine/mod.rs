@@ -19,7 +19,8 @@
 //! given a time runs at [`Instant::ZERO`].
 //!
 //! An engine belongs to one thread: it is `Send` (it may be built on one thread and moved to
-//! the core that runs it) but not `Sync`, so two threads can never share one.
+//! the core that runs it) but not `Sync`, so two threads can never share one (checked at
+//! compile time, see [`Engine`]).
 //!
 //! # Layout
 //!
@@ -84,7 +85,25 @@ impl EngineConfig {
     }
 }
 
-/// One engine: owned by one thread (`!Sync` by construction of its parts' use).
+/// One engine: owned by one thread, driven sans-IO (the driving contract is in the docs of
+/// the private `engine` module, `src/engine/mod.rs`).
+///
+/// # Ownership
+///
+/// An engine is `Send`, so it can be built on one thread and moved to the core that runs it:
+///
+/// ```
+/// fn movable<T: Send>() {}
+/// movable::<flowstack_stack::Engine>();
+/// ```
+///
+/// and `!Sync` (a `PhantomData<Cell<()>>` marker makes it so whatever its parts are), so no
+/// two threads ever share one. This must not compile:
+///
+/// ```compile_fail
+/// fn shareable<T: Sync>() {}
+/// shareable::<flowstack_stack::Engine>();
+/// ```
 pub struct Engine {
     iface: Iface,
     reasm: Reassembler,
@@ -98,6 +117,11 @@ pub struct Engine {
     /// Makes the engine `!Sync` (one thread owns it) while leaving it `Send`.
     _not_sync: PhantomData<Cell<()>>,
 }
+
+// The `Send` half of the ownership claim, checked on every build (the `!Sync` half is the
+// `compile_fail` doc test on `Engine`).
+const _: fn() = assert_send::<Engine>;
+fn assert_send<T: Send>() {}
 
 /// First ephemeral port (IANA dynamic range).
 pub(crate) const EPHEMERAL_FIRST: u16 = 49152;
