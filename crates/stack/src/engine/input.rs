@@ -1,6 +1,7 @@
 //! Receive path: Ethernet → ARP / IPv4 (+ reassembly) → ICMP / UDP / TCP demux.
 //!
-//! Every frame that goes no further increments one named counter on the way out.
+//! Every `Err` arm of a parse and every drop decision increments a named (nstat-style) counter
+//! where it happens; an exact duplicate IPv4 fragment is ignored without one, as Linux does.
 
 use super::Engine;
 use crate::counters::Counter;
