@@ -155,6 +155,7 @@ impl TcpSockets {
 
     /// Queues the connection for the next dispatch (it has something new to send or a timer
     /// changed).
+    #[inline]
     pub fn touch(&mut self, h: TcpHandle) {
         self.mark_ready(h.index());
     }
