@@ -44,8 +44,10 @@ struct Pending {
 
 /// What the engine should do after a cache operation.
 #[derive(Debug, Default)]
-pub struct Flushed {
-    /// The address resolved, with the datagrams to send to it now.
+pub(crate) struct Flushed {
+    /// The address resolved, with the datagrams to send to it now. (The interface already
+    /// holds the MAC it just learned; only the tests read this.)
+    #[cfg_attr(not(test), allow(dead_code))]
     pub mac: Option<EthernetAddress>,
     /// Datagrams released (send them to `mac`).
     pub packets: Vec<Vec<u8>>,
@@ -53,7 +55,7 @@ pub struct Flushed {
 
 /// Outcome of queueing a datagram behind resolution.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Enqueued {
+pub(crate) enum Enqueued {
     /// Queued; send a request now.
     SendRequest,
     /// Queued; a request went out less than `request_interval` ago.
@@ -64,7 +66,7 @@ pub enum Enqueued {
 
 /// The cache.
 #[derive(Debug)]
-pub struct ArpCache {
+pub(crate) struct ArpCache {
     cfg: ArpConfig,
     entries: HashMap<Ipv4Address, (EthernetAddress, Instant)>,
     pending: HashMap<Ipv4Address, Pending>,
@@ -192,6 +194,7 @@ impl ArpCache {
     }
 
     /// Datagrams currently waiting for resolution.
+    #[cfg(test)]
     pub fn queued(&self) -> usize {
         self.queued
     }

@@ -6,7 +6,7 @@
 use crate::arp_cache::{ArpCache, ArpConfig, Enqueued};
 use crate::counters::{Counter, Counters};
 use crate::SocketError;
-use flowstack_link::{DeviceCaps, TxBatch};
+use flowstack_link::{ChecksumCaps, DeviceCaps, TxBatch};
 use flowstack_wire::arp::{ArpOperation, ArpRepr};
 use flowstack_wire::ethernet::{EthernetRepr, HEADER_LEN as ETH_LEN};
 use flowstack_wire::icmpv4::{DstUnreachable, Icmpv4Repr};
@@ -46,17 +46,17 @@ impl IfaceConfig {
 
 /// Interface state shared by all protocol layers of one engine.
 #[derive(Debug)]
-pub struct Iface {
+pub(crate) struct Iface {
     /// Addressing.
-    pub cfg: IfaceConfig,
+    cfg: IfaceConfig,
     /// Device capabilities in effect.
-    pub caps: DeviceCaps,
+    caps: DeviceCaps,
     /// ARP cache.
-    pub arp: ArpCache,
+    arp: ArpCache,
     /// Frames built and waiting for the device.
-    pub tx: TxBatch,
-    /// Counters of every layer.
-    pub counters: Counters,
+    tx: TxBatch,
+    /// Counters of every layer but TCP's.
+    counters: Counters,
     ident: u16,
     scratch: Vec<u8>,
     pool: Vec<Vec<u8>>,
@@ -88,11 +88,68 @@ impl Iface {
     }
 
     /// Our IPv4 address.
+    #[inline]
     pub fn ip(&self) -> Ipv4Address {
         self.cfg.addr.addr
     }
 
+    /// Our MAC address.
+    #[inline]
+    pub fn mac(&self) -> EthernetAddress {
+        self.cfg.mac
+    }
+
+    /// Device capabilities in effect.
+    #[inline]
+    pub fn caps(&self) -> DeviceCaps {
+        self.caps
+    }
+
+    /// Checksum work left to software (a part of [`Iface::caps`]).
+    #[inline]
+    pub fn checksum(&self) -> ChecksumCaps {
+        self.caps.checksum
+    }
+
+    /// Counters of every layer but TCP's.
+    #[inline]
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Counters of every layer but TCP's, to count into.
+    #[inline]
+    pub fn counters_mut(&mut self) -> &mut Counters {
+        &mut self.counters
+    }
+
+    /// Frames built and waiting for the device.
+    #[inline]
+    pub fn tx(&self) -> &TxBatch {
+        &self.tx
+    }
+
+    /// Frames built and waiting for the device, to hand over and clear.
+    #[inline]
+    pub fn tx_mut(&mut self) -> &mut TxBatch {
+        &mut self.tx
+    }
+
+    /// True if the ARP cache has an entry (even expired) or a request outstanding for `ip`.
+    #[inline]
+    pub fn arp_knows(&self, ip: Ipv4Address) -> bool {
+        self.arp.knows(ip)
+    }
+
+    /// Resolved ARP entries: address, MAC, expiry.
+    pub fn arp_entries(
+        &self,
+    ) -> impl Iterator<Item = (Ipv4Address, EthernetAddress, Instant)> + '_ {
+        self.arp.entries()
+    }
+
     /// True if `dst` of a received datagram is ours (unicast, limited or directed broadcast).
+    #[inline]
     pub fn accepts(&self, dst: Ipv4Address) -> bool {
         dst == self.ip() || dst.is_broadcast() || dst == self.cfg.addr.broadcast()
     }

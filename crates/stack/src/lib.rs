@@ -6,20 +6,22 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod arp_cache;
+mod arp_cache;
 pub use flowstack_api::counters;
 mod engine;
-pub mod iface;
+mod iface;
 pub mod netsim;
-pub mod reasm;
+mod reasm;
 mod sockets;
-pub mod tcp_socket;
-pub mod udp;
+mod tcp_socket;
+mod udp;
 
+pub use arp_cache::ArpConfig;
 pub use counters::{Counter, Counters};
-pub use engine::{Engine, EngineConfig, PingReply, EPHEMERAL_FIRST};
-pub use flowstack_api::{App, Readiness, SocketError, Sockets};
+pub use engine::{Engine, EngineConfig, PingReply};
+pub use flowstack_api::{Readiness, SocketError, Sockets};
 pub use flowstack_tcp::{CcAlgorithm, Connection, Keepalive, State, TcpConfig};
 pub use iface::IfaceConfig;
+pub use reasm::ReasmConfig;
 pub use tcp_socket::{TcpHandle, TcpLimits};
 pub use udp::{UdpConfig, UdpHandle};

@@ -44,7 +44,7 @@ struct Partial {
 
 /// Why a fragment did not complete a datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReasmEvent {
+pub(crate) enum ReasmEvent {
     /// Stored; more fragments are needed.
     Incomplete,
     /// Ignored: an exact duplicate of a stored fragment.
@@ -59,12 +59,12 @@ pub enum ReasmEvent {
 
 /// Incomplete datagrams.
 #[derive(Debug)]
-pub struct Reassembler {
+pub(crate) struct Reassembler {
     cfg: ReasmConfig,
     partials: HashMap<Key, Partial>,
     used: usize,
-    /// Datagrams evicted to make room (counted as failures by the engine).
-    pub evicted: u64,
+    /// Datagrams evicted to make room since [`Reassembler::take_evicted`] last ran.
+    evicted: u64,
 }
 
 impl Reassembler {
@@ -78,17 +78,20 @@ impl Reassembler {
         }
     }
 
+    /// Datagrams evicted to make room since the last call (the engine counts them as
+    /// reassembly failures); resets the count.
+    #[inline]
+    pub fn take_evicted(&mut self) -> u64 {
+        std::mem::take(&mut self.evicted)
+    }
+
     /// Bytes currently charged to incomplete datagrams.
     pub fn memory_used(&self) -> usize {
         self.used
     }
 
-    /// Incomplete datagrams held.
-    pub fn len(&self) -> usize {
-        self.partials.len()
-    }
-
     /// True if nothing is held.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.partials.is_empty()
     }

@@ -75,7 +75,7 @@ pub(crate) struct TcpSockets {
     timers: BinaryHeap<Reverse<(u64, usize)>>,
     /// TCP's counters (kept apart from the interface's so a connection can count while the
     /// interface is busy sending its segments; the engine merges them when read).
-    pub counters: Counters,
+    counters: Counters,
 }
 
 pub(crate) fn map_err(e: TcpError) -> SocketError {
@@ -89,7 +89,7 @@ pub(crate) fn map_err(e: TcpError) -> SocketError {
 
 /// Sends one segment through the interface.
 fn send_seg(now: Instant, iface: &mut Iface, t: &FourTuple, r: &TcpRepr) {
-    let caps = iface.caps.checksum;
+    let caps = iface.checksum();
     let (src, dst) = (t.local_ip, t.remote_ip);
     let _ = iface.send_ip(now, dst, IpProtocol::Tcp, r.buffer_len(), true, &mut |b| {
         // Header, options, payload copy and checksum: TCP output's work, done in the frame.
@@ -118,6 +118,12 @@ impl TcpSockets {
         self.limits.defaults
     }
 
+    /// TCP's counters.
+    #[inline]
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
     fn insert(&mut self, s: Sock) -> usize {
         match self.free.pop() {
             Some(i) => {
@@ -131,13 +137,6 @@ impl TcpSockets {
         }
     }
 
-    fn conn_mut(&mut self, h: TcpHandle) -> Result<&mut ConnSock, SocketError> {
-        match self.socks.get_mut(h.index()) {
-            Some(Some(Sock::Conn(c))) if c.owned => Ok(c),
-            _ => Err(SocketError::InvalidHandle),
-        }
-    }
-
     pub fn conn(&self, h: TcpHandle) -> Result<&Connection, SocketError> {
         match self.socks.get(h.index()) {
             Some(Some(Sock::Conn(c))) if c.owned => Ok(&c.conn),
@@ -147,12 +146,16 @@ impl TcpSockets {
 
     /// Mutable access for an application call. A call that changed what the connection has
     /// to send must [`TcpSockets::touch`] it.
-    pub fn conn_mut_pub(&mut self, h: TcpHandle) -> Result<&mut Connection, SocketError> {
-        Ok(&mut self.conn_mut(h)?.conn)
+    pub fn conn_mut(&mut self, h: TcpHandle) -> Result<&mut Connection, SocketError> {
+        match self.socks.get_mut(h.index()) {
+            Some(Some(Sock::Conn(c))) if c.owned => Ok(&mut c.conn),
+            _ => Err(SocketError::InvalidHandle),
+        }
     }
 
     /// Queues the connection for the next dispatch (it has something new to send or a timer
     /// changed).
+    #[inline]
     pub fn touch(&mut self, h: TcpHandle) {
         self.mark_ready(h.index());
     }

@@ -26,21 +26,23 @@ impl Default for UdpConfig {
 pub use flowstack_api::UdpHandle;
 
 #[derive(Debug, Default)]
-pub(crate) struct UdpSock {
-    pub port: u16,
-    pub queue: VecDeque<(SocketAddrV4, Vec<u8>)>,
-    pub queued_bytes: usize,
+struct UdpSock {
+    port: u16,
+    queue: VecDeque<(SocketAddrV4, Vec<u8>)>,
+    queued_bytes: usize,
     /// Error reported by ICMP (e.g. port unreachable), returned once by the next call.
-    pub error: Option<SocketError>,
+    error: Option<SocketError>,
 }
 
 /// The UDP socket table.
 #[derive(Debug)]
 pub(crate) struct UdpTable {
-    pub cfg: UdpConfig,
-    pub socks: Vec<Option<UdpSock>>,
-    pub ports: HashMap<u16, usize>,
-    pub pool: Vec<Vec<u8>>,
+    cfg: UdpConfig,
+    socks: Vec<Option<UdpSock>>,
+    /// Bound port → slot in `socks`.
+    ports: HashMap<u16, usize>,
+    /// Spent datagram buffers, reused for the next deliveries.
+    pool: Vec<Vec<u8>>,
 }
 
 /// Result of delivering a datagram.
@@ -85,11 +87,39 @@ impl UdpTable {
         Ok(UdpHandle::from_raw(idx))
     }
 
-    pub fn get(&mut self, h: UdpHandle) -> Result<&mut UdpSock, SocketError> {
+    fn get(&mut self, h: UdpHandle) -> Result<&mut UdpSock, SocketError> {
         self.socks
             .get_mut(h.index())
             .and_then(Option::as_mut)
             .ok_or(SocketError::InvalidHandle)
+    }
+
+    /// True if a socket is bound to `port`.
+    #[inline]
+    pub fn is_bound(&self, port: u16) -> bool {
+        self.ports.contains_key(&port)
+    }
+
+    /// The port a socket is bound to.
+    pub fn local_port(&mut self, h: UdpHandle) -> Result<u16, SocketError> {
+        Ok(self.get(h)?.port)
+    }
+
+    /// True if a datagram (or an error) is waiting; false for a handle that is not open.
+    pub fn readable(&mut self, h: UdpHandle) -> bool {
+        self.get(h)
+            .map(|s| !s.queue.is_empty() || s.error.is_some())
+            .unwrap_or(false)
+    }
+
+    /// Records an error (reported by ICMP) on the socket bound to `port`, if any; its next
+    /// receive returns it once.
+    pub fn report_error(&mut self, port: u16, e: SocketError) {
+        if let Some(&idx) = self.ports.get(&port) {
+            if let Some(s) = self.socks[idx].as_mut() {
+                s.error = Some(e);
+            }
+        }
     }
 
     pub fn close(&mut self, h: UdpHandle) -> Result<(), SocketError> {

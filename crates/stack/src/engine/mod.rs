@@ -1,0 +1,274 @@
+//! The per-core engine: one interface, its protocol layers and sockets, driven sans-IO.
+//!
+//! # Driving contract
+//!
+//! An `Engine` never reads a clock or touches a device on its own. Its owner, on one thread:
+//!
+//! 1. feeds every received frame to [`Engine::receive`] (or lets [`Engine::poll`] pull a batch
+//!    from a [`Device`]);
+//! 2. calls [`Engine::on_timers`] and then [`Engine::dispatch`] so timers fire and sockets with
+//!    pending output emit segments;
+//! 3. hands the built frames ([`Engine::tx`]) to the device and clears them;
+//! 4. sleeps until [`Engine::poll_at`] or until a frame arrives or the application acts.
+//!
+//! [`Engine::poll`] does 1–3 in order for a [`Device`]. Socket calls (`udp_*`, `ping_*`,
+//! `tcp_*`, and the [`Sockets`] trait) may be made at any time between polls and take no
+//! clock: the engine stamps them with the time of its latest entry point that took `now`
+//! ([`Engine::poll`], [`Engine::receive`], [`Engine::on_timers`], [`Engine::dispatch`], or
+//! [`Engine::set_now`]), and their output goes out on the next poll. An engine that was never
+//! given a time runs at [`Instant::ZERO`].
+//!
+//! An engine belongs to one thread: it is `Send` (it may be built on one thread and moved to
+//! the core that runs it) but not `Sync`, so two threads can never share one (checked at
+//! compile time, see [`Engine`]).
+//!
+//! # Layout
+//!
+//! This file holds the configuration, the [`Engine`] and its driving entry points; the rest
+//! are `impl Engine` blocks by concern:
+//!
+//! - `input`: the receive path, Ethernet → ARP / IPv4 (+ reassembly) → ICMP / UDP / TCP,
+//!   with a named counter for every drop;
+//! - `tcp_api`, `udp_api`: the `tcp_*` and `udp_*` socket calls;
+//! - `ping`: ICMP echo requests and the queue of replies.
+
+mod input;
+mod ping;
+mod tcp_api;
+mod udp_api;
+
+pub use ping::PingReply;
+
+use crate::counters::{Counter, Counters};
+use crate::iface::{Iface, IfaceConfig};
+use crate::reasm::{ReasmConfig, Reassembler};
+use crate::tcp_socket::{TcpLimits, TcpSockets};
+use crate::udp::{UdpConfig, UdpTable};
+use crate::SocketError;
+use flowstack_link::{Device, DeviceCaps, TxBatch};
+use flowstack_wire::{Instant, Ipv4Address};
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::marker::PhantomData;
+
+/// Everything an engine needs to start.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Addressing and ARP/ICMP limits.
+    pub iface: IfaceConfig,
+    /// Fragment reassembly limits.
+    pub reasm: ReasmConfig,
+    /// UDP limits.
+    pub udp: UdpConfig,
+    /// Echo replies kept for [`Engine::ping_recv`].
+    pub ping_queue: usize,
+    /// Frames taken from the device per poll.
+    pub rx_budget: usize,
+    /// TCP limits and socket defaults.
+    pub tcp: TcpLimits,
+    /// 128-bit secret for ISNs and SYN cookies; `None` draws one from the OS RNG.
+    pub secret: Option<[u8; 16]>,
+}
+
+impl EngineConfig {
+    /// Defaults for an interface.
+    pub fn new(iface: IfaceConfig) -> Self {
+        Self {
+            iface,
+            reasm: ReasmConfig::default(),
+            udp: UdpConfig::default(),
+            ping_queue: 256,
+            rx_budget: 256,
+            tcp: TcpLimits::default(),
+            secret: None,
+        }
+    }
+}
+
+/// One engine: owned by one thread, driven sans-IO (the driving contract is in the docs of
+/// the private `engine` module, `src/engine/mod.rs`).
+///
+/// # Ownership
+///
+/// An engine is `Send`, so it can be built on one thread and moved to the core that runs it:
+///
+/// ```
+/// fn movable<T: Send>() {}
+/// movable::<flowstack_stack::Engine>();
+/// ```
+///
+/// and `!Sync` (a `PhantomData<Cell<()>>` marker makes it so whatever its parts are), so no
+/// two threads ever share one. This must not compile:
+///
+/// ```compile_fail
+/// fn shareable<T: Sync>() {}
+/// shareable::<flowstack_stack::Engine>();
+/// ```
+pub struct Engine {
+    iface: Iface,
+    reasm: Reassembler,
+    udp: UdpTable,
+    tcp: TcpSockets,
+    pings: VecDeque<PingReply>,
+    cfg: EngineConfig,
+    next_port: u16,
+    /// The latest time an entry point was given; socket calls are stamped with it.
+    now: Instant,
+    /// Makes the engine `!Sync` (one thread owns it) while leaving it `Send`.
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+// The `Send` half of the ownership claim, checked on every build (the `!Sync` half is the
+// `compile_fail` doc test on `Engine`).
+const _: fn() = assert_send::<Engine>;
+fn assert_send<T: Send>() {}
+
+/// First ephemeral port (IANA dynamic range).
+pub(crate) const EPHEMERAL_FIRST: u16 = 49152;
+
+/// Picks the next free ephemeral port after `*next`, wrapping within the dynamic range.
+fn ephemeral_port(next: &mut u16, taken: impl Fn(u16) -> bool) -> Result<u16, SocketError> {
+    for _ in 0..=(u16::MAX - EPHEMERAL_FIRST) {
+        let p = *next;
+        *next = if p == u16::MAX {
+            EPHEMERAL_FIRST
+        } else {
+            p + 1
+        };
+        if !taken(p) {
+            return Ok(p);
+        }
+    }
+    Err(SocketError::AddrNotAvailable)
+}
+
+impl Engine {
+    /// Builds an engine for a device with capabilities `caps`.
+    pub fn new(cfg: EngineConfig, caps: DeviceCaps) -> Self {
+        let seed = u16::from_be_bytes([cfg.iface.mac.0[4], cfg.iface.mac.0[5]]);
+        let secret = cfg.secret.unwrap_or_else(|| {
+            let mut k = [0u8; 16];
+            // RFC 6528 §3: the secret should be random. Without an OS RNG (never on Linux)
+            // fall back to a MAC-derived key, which is predictable.
+            if getrandom::fill(&mut k).is_err() {
+                k[..6].copy_from_slice(&cfg.iface.mac.0);
+            }
+            k
+        });
+        Self {
+            tcp: TcpSockets::new(cfg.tcp, secret),
+            iface: Iface::new(cfg.iface, caps),
+            reasm: Reassembler::new(cfg.reasm),
+            udp: UdpTable::new(cfg.udp),
+            pings: VecDeque::new(),
+            next_port: EPHEMERAL_FIRST + seed % (u16::MAX - EPHEMERAL_FIRST),
+            cfg,
+            now: Instant::ZERO,
+            _not_sync: PhantomData,
+        }
+    }
+
+    /// Our IPv4 address.
+    pub fn ip(&self) -> Ipv4Address {
+        self.iface.ip()
+    }
+
+    /// Counters of every layer.
+    pub fn counters(&self) -> Counters {
+        let mut c = self.iface.counters().clone();
+        c.merge(self.tcp.counters());
+        c
+    }
+
+    /// The ARP cache (for display).
+    pub fn arp_entries(
+        &self,
+    ) -> impl Iterator<Item = (Ipv4Address, flowstack_wire::EthernetAddress, Instant)> + '_ {
+        self.iface.arp_entries()
+    }
+
+    /// Bytes held by fragment reassembly.
+    pub fn reassembly_memory(&self) -> usize {
+        self.reasm.memory_used()
+    }
+
+    /// Frames waiting for the device.
+    pub fn tx(&mut self) -> &mut TxBatch {
+        self.iface.tx_mut()
+    }
+
+    /// One full turn: receive a batch from `dev`, run timers and socket output, transmit.
+    /// Returns true if any frame moved.
+    pub fn poll<D: Device + ?Sized>(&mut self, now: Instant, dev: &mut D) -> bool {
+        use flowstack_prof::{enter, Layer};
+        self.set_now(now);
+        let _p = enter(Layer::Engine);
+        let budget = self.cfg.rx_budget;
+        let got = {
+            let _p = enter(Layer::DevRx);
+            dev.recv_batch(now, budget, &mut |f| self.receive(now, f))
+        };
+        self.on_timers(now);
+        self.dispatch(now);
+        let sent = self.iface.tx().len();
+        if sent > 0 {
+            let accepted = {
+                let _p = enter(Layer::DevTx);
+                dev.send_batch(now, self.iface.tx())
+            };
+            self.iface
+                .counters_mut()
+                .add(Counter::EthOutDrops, (sent - accepted) as u64);
+            self.iface.tx_mut().clear();
+        }
+        got > 0 || sent > 0
+    }
+
+    /// Advances the engine's clock for socket calls made before the next poll (tests and
+    /// drive loops that act between polls at a known time). Time never goes backwards: an
+    /// earlier `now` is ignored.
+    pub fn set_now(&mut self, now: Instant) {
+        if now > self.now {
+            self.now = now;
+        }
+    }
+
+    /// The engine's clock: the latest time it was given.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
+    /// When the engine next needs [`Engine::on_timers`], if ever.
+    pub fn poll_at(&self) -> Option<Instant> {
+        [
+            self.iface.poll_at(),
+            self.reasm.poll_at(),
+            self.tcp.poll_at(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Fires due timers (ARP retries, reassembly expiry).
+    pub fn on_timers(&mut self, now: Instant) {
+        self.set_now(now);
+        // Only when something is due: this runs on every poll.
+        if self.iface.poll_at().is_some_and(|t| t <= now) {
+            self.iface.on_timer(now);
+        }
+        if self.reasm.poll_at().is_none_or(|t| t > now) {
+            return;
+        }
+        let expired = self.reasm.on_timer(now) as u64;
+        let c = self.iface.counters_mut();
+        c.add(Counter::IpReasmTimeout, expired);
+        c.add(Counter::IpReasmFails, expired);
+    }
+
+    /// Lets sockets emit pending output.
+    pub fn dispatch(&mut self, now: Instant) {
+        self.set_now(now);
+        self.tcp.dispatch(now, &mut self.iface);
+    }
+}
