@@ -197,6 +197,8 @@ counters! {
     TcpExtTCPWinProbe,
     /// Connections that entered TIME_WAIT.
     TcpExtTW,
+    /// New SYNs that reopened a 4-tuple held in TIME_WAIT (RFC 1122 §4.2.2.13, RFC 6191).
+    TcpExtTWReused,
     /// Segments with malformed options (dropped, connection unharmed).
     TcpExtTCPBadOptions,
     /// Connections refused because the connection table was full.

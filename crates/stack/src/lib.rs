@@ -18,7 +18,7 @@ mod udp;
 
 pub use arp_cache::ArpConfig;
 pub use counters::{Counter, Counters};
-pub use engine::{Engine, EngineConfig, PingReply};
+pub use engine::{Engine, EngineConfig, PingReply, Steering};
 pub use flowstack_api::{Readiness, SocketError, Sockets};
 pub use flowstack_tcp::{CcAlgorithm, Connection, Keepalive, State, TcpConfig};
 pub use iface::IfaceConfig;

@@ -317,6 +317,15 @@ impl TcpSockets {
             remote_port: seg.src_port,
         };
         if let Some(&i) = self.conns.get(&tuple) {
+            if let Some(iss) = self.reopen(i, ip, iface, seg) {
+                // The TIME-WAIT incarnation is forgotten; the SYN opens the next one.
+                self.counters.inc(Counter::TcpExtTWReused);
+                self.remove(i);
+                if let Some(&l) = self.listeners.get(&seg.dst_port) {
+                    self.listener_input(now, iface, l, tuple, seg, Some(iss));
+                }
+                return;
+            }
             if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
                 c.conn.on_segment(now, seg, &mut self.counters);
             }
@@ -327,12 +336,26 @@ impl TcpSockets {
             return; // never answer TCP sent to a broadcast address
         }
         match self.listeners.get(&seg.dst_port).copied() {
-            Some(l) => self.listener_input(now, iface, l, tuple, seg),
+            Some(l) => self.listener_input(now, iface, l, tuple, seg, None),
             None => {
                 self.counters.inc(Counter::TcpExtTCPNoSocket);
                 self.reset_for(now, iface, &tuple, seg);
             }
         }
+    }
+
+    /// The ISS for a new incarnation when `seg` is a SYN that may reopen connection `i` from
+    /// TIME-WAIT (RFC 1122 §4.2.2.13, RFC 6191; see `Connection::time_wait_reopen`). Only a
+    /// connection the application has released, for which a listener waits, is reopened, so
+    /// no handle ever comes to name a different connection.
+    fn reopen(&self, i: usize, ip: &Ipv4Repr, iface: &Iface, seg: &TcpRepr) -> Option<SeqNum> {
+        let Some(Some(Sock::Conn(c))) = self.socks.get(i) else {
+            return None;
+        };
+        if c.owned || ip.dst != iface.ip() || !self.listeners.contains_key(&seg.dst_port) {
+            return None;
+        }
+        c.conn.time_wait_reopen(seg)
     }
 
     /// RFC 9293 §3.10.7.1: the RST answering a segment that matches no connection.
@@ -365,6 +388,8 @@ impl TcpSockets {
         send_seg(now, iface, t, &r);
     }
 
+    /// A segment for a listener. `iss` is set when the SYN reopens a TIME-WAIT 4-tuple: the
+    /// new connection must start above the old one's sequence space.
     fn listener_input(
         &mut self,
         now: Instant,
@@ -372,6 +397,7 @@ impl TcpSockets {
         li: usize,
         t: FourTuple,
         seg: &TcpRepr,
+        iss: Option<SeqNum>,
     ) {
         let f = seg.flags;
         if f.rst() {
@@ -448,7 +474,7 @@ impl TcpSockets {
             return;
         }
         self.counters.inc(Counter::TcpPassiveOpens);
-        let iss = self.isn.isn(&t, now);
+        let iss = iss.unwrap_or_else(|| self.isn.isn(&t, now));
         let conn = Connection::accept(cfg, t, seg, iss, now, None);
         let i = self.add_conn(t, conn, Some(li));
         if let Some(Some(Sock::Listener(l))) = self.socks.get_mut(li) {

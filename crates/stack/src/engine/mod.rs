@@ -46,6 +46,7 @@ use crate::tcp_socket::{TcpLimits, TcpSockets};
 use crate::udp::{UdpConfig, UdpTable};
 use crate::SocketError;
 use flowstack_link::{Device, DeviceCaps, TxBatch};
+use flowstack_wire::rss::Toeplitz;
 use flowstack_wire::{Instant, Ipv4Address};
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -68,6 +69,26 @@ pub struct EngineConfig {
     pub tcp: TcpLimits,
     /// 128-bit secret for ISNs and SYN cookies; `None` draws one from the OS RNG.
     pub secret: Option<[u8; 16]>,
+    /// Local ports handed out when an application asks for none (TCP connect, UDP bind 0),
+    /// first..=last. Default: the IANA dynamic range, 49152..=65535.
+    pub ephemeral: (u16, u16),
+    /// The queue this engine serves when it is one of several engines behind a multi-queue
+    /// link (per-core runtime); `None` for a lone engine.
+    pub steering: Option<Steering>,
+}
+
+/// Where an engine sits among the engines of a multi-queue link whose frames are steered by
+/// the symmetric Toeplitz hash ([`flowstack_wire::rss`]).
+///
+/// An outgoing connection then gets a local port whose 4-tuple hashes back to this engine's
+/// queue, so the peer's replies arrive on the core that owns the connection (as mTCP and
+/// F-Stack choose ports). About one port in `queues` qualifies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Steering {
+    /// This engine's queue.
+    pub queue: usize,
+    /// How many queues (engines) share the link.
+    pub queues: usize,
 }
 
 impl EngineConfig {
@@ -81,6 +102,8 @@ impl EngineConfig {
             rx_budget: 256,
             tcp: TcpLimits::default(),
             secret: None,
+            ephemeral: (EPHEMERAL_FIRST, u16::MAX),
+            steering: None,
         }
     }
 }
@@ -112,6 +135,8 @@ pub struct Engine {
     pings: VecDeque<PingReply>,
     cfg: EngineConfig,
     next_port: u16,
+    /// The flow hash of the steering in `cfg.steering` (tables built once).
+    rss: Option<Box<Toeplitz>>,
     /// The latest time an entry point was given; socket calls are stamped with it.
     now: Instant,
     /// Makes the engine `!Sync` (one thread owns it) while leaving it `Send`.
@@ -126,15 +151,22 @@ fn assert_send<T: Send>() {}
 /// First ephemeral port (IANA dynamic range).
 pub(crate) const EPHEMERAL_FIRST: u16 = 49152;
 
-/// Picks the next free ephemeral port after `*next`, wrapping within the dynamic range.
-fn ephemeral_port(next: &mut u16, taken: impl Fn(u16) -> bool) -> Result<u16, SocketError> {
-    for _ in 0..=(u16::MAX - EPHEMERAL_FIRST) {
+/// Picks the next free port of `range` (first..=last) from `*next` on, wrapping within it.
+/// Every port is tried at most once, so a full range fails with `AddrNotAvailable`.
+fn ephemeral_port(
+    next: &mut u16,
+    (first, last): (u16, u16),
+    taken: impl Fn(u16) -> bool,
+) -> Result<u16, SocketError> {
+    if first > last {
+        return Err(SocketError::AddrNotAvailable);
+    }
+    if *next < first || *next > last {
+        *next = first;
+    }
+    for _ in 0..=(last - first) as u32 {
         let p = *next;
-        *next = if p == u16::MAX {
-            EPHEMERAL_FIRST
-        } else {
-            p + 1
-        };
+        *next = if p == last { first } else { p + 1 };
         if !taken(p) {
             return Ok(p);
         }
@@ -161,7 +193,12 @@ impl Engine {
             reasm: Reassembler::new(cfg.reasm),
             udp: UdpTable::new(cfg.udp),
             pings: VecDeque::new(),
-            next_port: EPHEMERAL_FIRST + seed % (u16::MAX - EPHEMERAL_FIRST),
+            next_port: cfg.ephemeral.0
+                + seed % (cfg.ephemeral.1.saturating_sub(cfg.ephemeral.0).max(1)),
+            rss: cfg
+                .steering
+                .filter(|s| s.queues > 1)
+                .map(|_| Box::new(Toeplitz::symmetric())),
             cfg,
             now: Instant::ZERO,
             _not_sync: PhantomData,

@@ -1,10 +1,11 @@
 //! TCP socket calls (`tcp_*`). They take no clock: see the time contract on [`Engine`].
 
-use super::{ephemeral_port, Engine};
+use super::{ephemeral_port, Engine, Steering};
 use crate::tcp_socket::{self, TcpHandle};
 use crate::{Readiness, SocketError};
 use flowstack_tcp::{Connection, FourTuple, State, TcpConfig, TcpError};
 use flowstack_wire::ipv4;
+use flowstack_wire::rss::{queue_of, Toeplitz};
 use flowstack_wire::tcp as wtcp;
 use flowstack_wire::Ipv4Address;
 use std::net::SocketAddrV4;
@@ -82,12 +83,15 @@ impl Engine {
             remote_port: remote.port(),
         };
         if local_port == 0 {
-            let tcp = &self.tcp;
-            tuple.local_port = ephemeral_port(&mut self.next_port, |p| {
-                tcp.tuple_in_use(&FourTuple {
+            let (tcp, rss, steering) = (&self.tcp, self.rss.as_deref(), self.cfg.steering);
+            tuple.local_port = ephemeral_port(&mut self.next_port, self.cfg.ephemeral, |p| {
+                let t = FourTuple {
                     local_port: p,
                     ..tuple
-                })
+                };
+                // Never two live connections (TIME-WAIT included) on one 4-tuple; and behind
+                // a steered multi-queue link, only ports whose replies come back to us.
+                tcp.tuple_in_use(&t) || !steers_to_us(rss, steering, &t)
             })?;
         }
         self.tcp.connect(self.now, tuple, cfg)
@@ -263,5 +267,19 @@ impl Engine {
     /// Every connection (for `ss`-like listings).
     pub fn tcp_iter(&self) -> impl Iterator<Item = &Connection> {
         self.tcp.iter()
+    }
+}
+
+/// True when the peer's packets of 4-tuple `t` will be steered to this engine's queue (always,
+/// for a lone engine). The hash input is the received direction — remote address, local
+/// address, remote port, local port — though with the symmetric key either direction gives
+/// the same hash.
+fn steers_to_us(rss: Option<&Toeplitz>, steering: Option<Steering>, t: &FourTuple) -> bool {
+    match (rss, steering) {
+        (Some(h), Some(s)) => {
+            let hash = h.hash_v4(t.remote_ip, t.local_ip, t.remote_port, t.local_port);
+            queue_of(hash, s.queues) == s.queue
+        }
+        _ => true,
     }
 }

@@ -14,7 +14,7 @@ impl Engine {
     pub fn udp_bind(&mut self, port: u16) -> Result<UdpHandle, SocketError> {
         let port = if port == 0 {
             let udp = &self.udp;
-            ephemeral_port(&mut self.next_port, |p| udp.is_bound(p))?
+            ephemeral_port(&mut self.next_port, self.cfg.ephemeral, |p| udp.is_bound(p))?
         } else {
             port
         };
