@@ -22,7 +22,7 @@
 //! 4-tuple belongs to.
 
 use crate::steer::{Queue, SteerCounters, Steered};
-use crate::xring::{Doorbell, Mesh, RingSpec, Wake};
+use crate::xring::{Doorbell, RingSpec};
 use crate::Host;
 use flowstack_api::app::{App, Progress};
 use flowstack_link::Device;
@@ -273,11 +273,10 @@ impl<A: App<Engine> + Send + 'static> Runtime<A> {
     {
         let n = spec.queues.len();
         let cpus = check_placement(&spec.placement, n)?;
-        let wakers: Vec<Option<Arc<dyn Wake>>> = spec.queues.iter().map(Queue::waker).collect();
-        let mesh = Mesh::new("flowstack-shards", spec.rings, wakers).map_err(StartError::Io)?;
+        let devs = Steered::group(spec.queues, spec.rings).map_err(StartError::Io)?;
         let stop = StopHandle {
             flag: Arc::new(AtomicBool::new(false)),
-            bells: mesh.doorbells(),
+            bells: devs[0].doorbells(),
         };
         let (engine_f, app_f) = (Arc::new(spec.engine), Arc::new(spec.app));
         let (tx, rx) = mpsc::channel::<Started>();
@@ -285,8 +284,7 @@ impl<A: App<Engine> + Send + 'static> Runtime<A> {
             threads: Vec::with_capacity(n),
             stop: stop.clone(),
         };
-        let shards = spec.queues.into_iter().zip(mesh.into_ports()).enumerate();
-        for (index, (queue, port)) in shards {
+        for (index, dev) in devs.into_iter().enumerate() {
             let info = ShardInfo {
                 index,
                 count: n,
@@ -296,10 +294,7 @@ impl<A: App<Engine> + Send + 'static> Runtime<A> {
             let flag = stop.flag.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("flowstack-shard-{index}"))
-                .spawn(move || {
-                    let dev = Steered::new(queue, port);
-                    shard_main(info, dev, &*engine_f, &*app_f, &flag, tx)
-                });
+                .spawn(move || shard_main(info, dev, &*engine_f, &*app_f, &flag, tx));
             match spawned {
                 Ok(t) => rt.threads.push(t),
                 Err(e) => return Err(StartError::Io(e)), // `rt` drops: stops and joins

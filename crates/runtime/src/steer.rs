@@ -20,7 +20,7 @@
 //! hash, only speed does. Every frame forwarded, received or dropped is counted
 //! ([`SteerCounters`]).
 
-use crate::xring::{MeshPort, Wake};
+use crate::xring::{Doorbell, Mesh, MeshPort, RingSpec, Wake};
 use flowstack_link::{Device, DeviceCaps, TxBatch};
 use flowstack_sys::eventfd::EventFd;
 use flowstack_sys::ring::RingError;
@@ -292,8 +292,21 @@ impl std::fmt::Debug for Steered {
 }
 
 impl Steered {
+    /// One steered queue per shard: the cross-shard rings of `rings` between every pair of
+    /// them, shard `i` owning `queues[i]`.
+    pub fn group(queues: Vec<Queue>, rings: RingSpec) -> std::io::Result<Vec<Steered>> {
+        let wakers = queues.iter().map(Queue::waker).collect();
+        let ports = Mesh::new("flowstack-shards", rings, wakers)?.into_ports();
+        Ok(queues
+            .into_iter()
+            .zip(ports)
+            .map(|(q, p)| Steered::new(q, p))
+            .collect())
+    }
+
     /// Wraps shard `port.node()`'s `queue`; `port` is its end of the shards' mesh, whose
-    /// doorbell for this shard must have been made with [`Queue::waker`].
+    /// doorbell for this shard must have been made with [`Queue::waker`] (as
+    /// [`Steered::group`] does).
     pub fn new(queue: Queue, port: MeshPort) -> Self {
         Self {
             steering: Steering::new(port.nodes()),
@@ -313,6 +326,11 @@ impl Steered {
     /// What steering did so far.
     pub fn counters(&self) -> SteerCounters {
         self.counters
+    }
+
+    /// Every shard's doorbell (to wake them all, e.g. to stop).
+    pub fn doorbells(&self) -> Arc<[Doorbell]> {
+        self.port.doorbells()
     }
 
     /// The wrapped device.
