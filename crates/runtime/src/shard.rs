@@ -259,7 +259,7 @@ impl<A> fmt::Debug for Runtime<A> {
 }
 
 /// A shard thread's startup outcome.
-type Started = (usize, Result<(), StartError>);
+type Started = Result<(), StartError>;
 
 impl<A: App<Engine> + Send + 'static> Runtime<A> {
     /// Starts one thread per queue, each building its engine and application; returns once
@@ -305,7 +305,7 @@ impl<A: App<Engine> + Send + 'static> Runtime<A> {
         let mut started = 0;
         // Every thread sends once and then drops its sender: the loop ends after n messages
         // or when a thread died before sending.
-        while let Ok((_, r)) = rx.recv() {
+        while let Ok(r) = rx.recv() {
             started += 1;
             if let Err(e) = r {
                 first_err.get_or_insert(e);
@@ -433,7 +433,7 @@ where
     E: Into<Box<dyn Error + Send + Sync>>,
 {
     let fail = |e: StartError| {
-        let _ = started.send((info.index, Err(e)));
+        let _ = started.send(Err(e));
         None
     };
     if let Some(cpu) = info.cpu {
@@ -455,7 +455,7 @@ where
             })
         }
     };
-    let _ = started.send((info.index, Ok(())));
+    let _ = started.send(Ok(()));
     drop(started);
     let mut host = Host::new(engine, dev);
     let progress = host.run(&mut app, || stop.load(Ordering::Relaxed));

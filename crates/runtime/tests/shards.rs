@@ -721,6 +721,24 @@ fn a_shard_that_cannot_start_stops_the_runtime_with_its_reason() {
         other => panic!("expected shard 1's listen error, got {other:?}"),
     }
 
+    let (_port, queues) = nic(2, DeviceCaps::ETHERNET, RingSpec::default(), |_| 0).unwrap();
+    let spec = RuntimeSpec {
+        placement: Placement::Floating,
+        queues: queues.into_iter().map(NicQueue::into_queue).collect(),
+        rings: RingSpec::default(),
+        engine: |_: &ShardInfo| engine_config(SERVER_IP, 1),
+        app: |s: &ShardInfo, e: &mut Engine| {
+            assert!(s.index == 0, "shard {} refuses to start", s.index);
+            Server::listen(e, echo_spec())
+        },
+    };
+    match Runtime::start(spec) {
+        Err(StartError::Panicked { message }) => {
+            assert!(message.contains("shard 1 refuses"), "{message}")
+        }
+        other => panic!("expected shard 1's panic, got {other:?}"),
+    }
+
     let (_port, queues) = nic(1, DeviceCaps::ETHERNET, RingSpec::default(), |_| 0).unwrap();
     let spec = RuntimeSpec {
         placement: Placement::Pinned(vec![flowstack_runtime::shard::MAX_CPU]),
