@@ -11,7 +11,12 @@
 //! - [`host`]: [`Host`], the drive loop (engine turn, application turn, sleep in the device);
 //! - [`ping`]: ICMP echo from a host, ping(8)-style;
 //! - [`sim`]: applications on the two engines of the deterministic simulation;
-//! - [`demo`]: the jobs of `flowstack demo`.
+//! - [`demo`]: the jobs of `flowstack demo`;
+//! - [`shard`]: per-core shards — [`Runtime`] runs one engine, its device queue and its
+//!   applications per pinned thread; [`parse_cores`] reads `--cores` lists;
+//! - [`steer`]: every frame to the shard owning its flow ([`Steering`], [`Steered`]);
+//! - [`xring`]: the cross-shard rings and doorbells ([`Mesh`]);
+//! - [`nic`]: an in-process multi-queue link for shards in tests and benchmarks.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -19,9 +24,19 @@ pub mod clock;
 pub mod demo;
 pub mod host;
 pub mod link;
+pub mod nic;
 pub mod ping;
+pub mod shard;
 pub mod sim;
+pub mod steer;
+pub mod xring;
 
 pub use clock::Clock;
 pub use host::Host;
 pub use link::{default_mac, AddrSpec, Link, LinkError, LinkSpec};
+pub use shard::{
+    parse_cores, Placement, Runtime, RuntimeSpec, ShardInfo, ShardPanic, ShardReport, StartError,
+    StopHandle,
+};
+pub use steer::{Owner, Queue, SteerCounters, Steered, Steering};
+pub use xring::{Mesh, MeshPort, RingSpec};

@@ -1,8 +1,8 @@
-//! Waiting for a descriptor to become readable.
+//! Waiting for a descriptor (or the first of several) to become readable.
 
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Duration;
 
 /// Waits up to `timeout` for `fd` to become readable; returns whether it is (an error or
@@ -12,14 +12,30 @@ use std::time::Duration;
 /// least 1 ms (as the drivers' `poll(2)` always did), so a sub-millisecond timeout cannot
 /// turn a wait into a busy loop.
 pub fn wait_readable(fd: &impl AsFd, timeout: Duration) -> io::Result<bool> {
+    wait_any_readable(&[fd.as_fd()], timeout)
+}
+
+/// Waits up to `timeout` until any of `fds` becomes readable (e.g. a device's descriptor and
+/// an eventfd that other threads signal); returns whether one is. Same rules as
+/// [`wait_readable`]; one to 8 descriptors (none or more is an `InvalidInput` error).
+pub fn wait_any_readable(fds: &[BorrowedFd<'_>], timeout: Duration) -> io::Result<bool> {
+    const MAX: usize = 8;
+    if fds.is_empty() || fds.len() > MAX {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("wait_any_readable takes 1 to {MAX} descriptors"),
+        ));
+    }
     let ms = timeout.as_millis().min(i32::MAX as u128) as i64;
     let ms = ms.max(if timeout.is_zero() { 0 } else { 1 });
     let ts = Timespec {
         tv_sec: ms / 1000,
         tv_nsec: (ms % 1000) * 1_000_000,
     };
-    let mut fds = [PollFd::new(fd, PollFlags::IN)];
-    match poll(&mut fds, Some(&ts)) {
+    let mut set: [PollFd<'_>; MAX] = std::array::from_fn(|i| {
+        PollFd::from_borrowed_fd(*fds.get(i).unwrap_or(&fds[0]), PollFlags::IN)
+    });
+    match poll(&mut set[..fds.len()], Some(&ts)) {
         Ok(n) => Ok(n > 0),
         Err(rustix::io::Errno::INTR) => Ok(false),
         Err(e) => Err(e.into()),
@@ -41,5 +57,18 @@ mod tests {
         assert!(t.elapsed() >= Duration::from_millis(1), "at least 1 ms");
         a.write_all(b"x").unwrap();
         assert!(wait_readable(&b, Duration::from_secs(5)).unwrap());
+    }
+
+    #[test]
+    fn any_of_several_wakes_the_wait() {
+        let (_a, b) = UnixStream::pair().unwrap();
+        let (mut c, d) = UnixStream::pair().unwrap();
+        let fds = [b.as_fd(), d.as_fd()];
+        assert!(!wait_any_readable(&fds, Duration::ZERO).unwrap());
+        c.write_all(b"x").unwrap();
+        assert!(wait_any_readable(&fds, Duration::from_secs(5)).unwrap());
+        let many = [b.as_fd(); 9];
+        assert!(wait_any_readable(&many, Duration::ZERO).is_err());
+        assert!(wait_any_readable(&[], Duration::ZERO).is_err());
     }
 }
