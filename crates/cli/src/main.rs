@@ -7,6 +7,7 @@ mod net;
 mod ping;
 mod profile;
 mod serve;
+mod serve_cores;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

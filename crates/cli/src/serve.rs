@@ -18,9 +18,17 @@ pub struct ServeArgs {
     link: LinkArgs,
     #[command(flatten)]
     addr: AddrArgs,
-    /// Listen backlog.
+    /// Listen backlog (per engine).
     #[arg(long, value_name = "N", default_value_t = 1024)]
     backlog: usize,
+    /// Engines, one per core, each with its own queue of the link (multi-queue TAP or an
+    /// AF_PACKET fanout group), its own listener on the port and its own connections.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    cores: u16,
+    /// CPUs to pin the engines to, e.g. 0-3 or 0,2 (one per engine; default: the first N
+    /// CPUs when there are that many, else unpinned).
+    #[arg(long, value_name = "LIST")]
+    cpus: Option<String>,
     #[command(subcommand)]
     app: App,
 }
@@ -66,6 +74,16 @@ impl App {
 }
 
 pub fn run(a: ServeArgs) -> ExitCode {
+    if a.cores > 1 || a.cpus.is_some() {
+        return crate::serve_cores::run(
+            a.cores as usize,
+            a.cpus.as_deref(),
+            &a.link,
+            &a.addr,
+            a.app.spec(a.backlog),
+            matches!(a.app, App::Sink { .. }),
+        );
+    }
     let mut host = match open_or_exit(&a.link, &a.addr) {
         Ok(h) => h,
         Err(code) => return code,

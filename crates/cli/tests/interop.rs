@@ -486,6 +486,69 @@ fn tap_hundred_concurrent_kernel_clients_all_get_their_file() {
 }
 
 #[test]
+fn tap_two_engines_on_a_multi_queue_tap_serve_every_kernel_client() {
+    if !have_root() {
+        return;
+    }
+    let mut ns = Netns::new();
+    ns.ip(&["tuntap", "add", "dev", "fst0", "mode", "tap", "multi_queue"]);
+    ns.ip(&["addr", "add", "10.77.0.1/24", "dev", "fst0"]);
+    ns.ip(&["link", "set", "fst0", "up"]);
+    let d = tmpdir("cores");
+    let www = d.join("www");
+    fs::create_dir_all(&www).unwrap();
+    make_file(&www.join("f.bin"), 128 * 1024);
+    let srv = serve(
+        &mut ns,
+        &["--tap", "fst0"],
+        "10.77.0.2/24",
+        &www,
+        &["--cores", "2"],
+        &d.join("serve.log"),
+    );
+    let clients: Vec<(Child, PathBuf)> = (0..60)
+        .map(|i| {
+            let out = d.join(format!("got{i}.bin"));
+            let child = ns
+                .cmd("curl")
+                .args(["-s", "-S", "--max-time", "60", "-o"])
+                .arg(&out)
+                .arg("http://10.77.0.2/f.bin")
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            (child, out)
+        })
+        .collect();
+    let mut ok = 0;
+    for (c, out) in clients {
+        let o = c.wait_with_output().unwrap();
+        if o.status.success() && same_file(&www.join("f.bin"), &out) {
+            ok += 1;
+        } else {
+            eprintln!("client failed: {}", String::from_utf8_lossy(&o.stderr));
+        }
+    }
+    assert_eq!(ok, 60);
+    assert_eq!(ns.interrupt(srv), Some(0));
+    let log = fs::read_to_string(d.join("serve.log")).unwrap();
+    assert!(log.contains("2 engines"), "{log}");
+    assert!(log.contains("all engines: connections 60 "), "{log}");
+    // Each engine accepted its own share: the 4-tuple hash spreads 60 client ports over both.
+    for e in ["engine 0 ", "engine 1 "] {
+        let line = log.lines().find(|l| l.contains(e)).expect(e);
+        let conns: u64 = line
+            .split("connections ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap();
+        assert!(conns > 0, "{e} served nothing: {log}");
+    }
+    let _ = fs::remove_dir_all(&d);
+}
+
+#[test]
 fn tap_closed_ports_are_refused_both_ways() {
     if !have_root() {
         return;

@@ -64,6 +64,14 @@ pub struct PacketSocket {
     stats: PacketStats,
 }
 
+// SAFETY: `ring` points to this socket's own RX ring mapping, created in `open` and unmapped
+// only in `drop`; nothing else holds the pointer, and every access goes through `&mut self`
+// (or `&self` reads of blocks the kernel has handed to user space). Moving the socket to
+// another thread moves sole ownership of the mapping with it, as moving the fd does; the
+// type stays `!Sync`, so two threads never touch the ring at once. The per-core runtime
+// builds queues on one thread and runs each on its shard's thread.
+unsafe impl Send for PacketSocket {}
+
 fn setopt<T>(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, v: &T) -> io::Result<()> {
     // SAFETY: `v` points to a live value of the size we pass.
     cvt(unsafe {

@@ -140,6 +140,8 @@ pub enum LinkError {
     },
     /// The capture file's header could not be written.
     CaptureHeader(io::Error),
+    /// The link cannot be opened the way asked (e.g. several queues of a one-queue link).
+    Unsupported(String),
 }
 
 impl fmt::Display for LinkError {
@@ -150,6 +152,7 @@ impl fmt::Display for LinkError {
             LinkError::Capture { path, source } => {
                 write!(f, "cannot create {}: {source}", path.display())
             }
+            LinkError::Unsupported(why) => f.write_str(why),
         }
     }
 }
@@ -159,6 +162,7 @@ impl std::error::Error for LinkError {
         match self {
             LinkError::Device(e) | LinkError::Shm(e) | LinkError::CaptureHeader(e) => Some(e),
             LinkError::Capture { source, .. } => Some(source),
+            LinkError::Unsupported(_) => None,
         }
     }
 }
@@ -207,6 +211,49 @@ impl LinkSpec {
             .unwrap_or(0);
         let w = PcapWriter::new(BufWriter::new(f), epoch).map_err(LinkError::CaptureHeader)?;
         Ok(Box::new(Pcap::new(dev, w)))
+    }
+
+    /// Opens `n` queues of the link, one per engine of a per-core runtime: a multi-queue TAP
+    /// (`IFF_MULTI_QUEUE`; the kernel steers flows by its own table) or an AF_PACKET fanout
+    /// group (the kernel's flow hash). The runtime's steering forwards what the kernel's hash
+    /// puts on the wrong queue. Impairment applies per queue (seed + queue index). `n = 1`
+    /// is [`LinkSpec::open_device`]'s device without capture.
+    pub fn open_queues(&self, n: usize) -> Result<Vec<Box<dyn Device + Send>>, LinkError> {
+        if self.pcap.is_some() && n > 1 {
+            return Err(LinkError::Unsupported(
+                "--pcap records one queue; use it with one core".into(),
+            ));
+        }
+        let devs: Vec<Box<dyn Device + Send>> = match &self.link {
+            Link::Tap { name, vnet } => Tap::open_queues(name, n, *vnet)
+                .map_err(LinkError::Device)?
+                .into_iter()
+                .map(|d| Box::new(d) as Box<dyn Device + Send>)
+                .collect(),
+            Link::Packet { iface } => PacketSocket::open_queues(iface, n)
+                .map_err(LinkError::Device)?
+                .into_iter()
+                .map(|d| Box::new(d) as Box<dyn Device + Send>)
+                .collect(),
+            Link::ShmFd(_) | Link::Pipe(_) => {
+                return Err(LinkError::Unsupported(format!(
+                    "{} has one queue; several cores need --tap or --packet",
+                    self.link
+                )))
+            }
+        };
+        Ok(devs
+            .into_iter()
+            .enumerate()
+            .map(|(i, d)| {
+                if self.impair.is_noop() {
+                    d
+                } else {
+                    Box::new(Impaired::new(d, self.impair, self.seed + i as u64))
+                        as Box<dyn Device + Send>
+                }
+            })
+            .collect())
     }
 
     /// Opens the link and builds a host on it, letting `tune` adjust the engine's
