@@ -3,3 +3,5 @@
 //! per-core runtime, and (later) the offload client.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+
+pub mod workload;
