@@ -1,7 +1,7 @@
 //! flowstack's measurements as a library, so that the `flowstack` command only parses
 //! arguments and prints, and other drivers (scripts, the simulator's validation) can run them.
 //!
-//! - **bench** ([`spec`], [`run`]): the same workload (the `apps` crate's stream/rr/crr
+//! - **bench** ([`spec`], [`run`](mod@run)): the same workload (the `apps` crate's stream/rr/crr
 //!   [`App`](flowstack_api::App)s) on flowstack — two processes over the shm wire, or one
 //!   process over the in-process pipe — on the kernel over loopback, and on smoltcp; results
 //!   in the [`flowstack_prof::report`] schema. The server side of a two-process run is this

@@ -24,7 +24,7 @@ use flowstack_prof::report::{
 use flowstack_prof::stats::{trimmed_mean, ProbeCost};
 use flowstack_prof::{activate, activate_only, deactivate, disturbance, enter, rdtsc, take, Layer};
 use flowstack_wire::Ipv4Address;
-pub use overhead::recording_overhead;
+pub use overhead::{recording_overhead, TRANSFER};
 use rig::{LinkRig, OpenLink, Rig, SimRig, Step};
 
 /// Where the profile runs.
