@@ -14,3 +14,4 @@
 pub mod demo;
 pub mod get;
 pub mod serve;
+pub mod workload;

@@ -9,16 +9,23 @@
 //! Hardware counters (instructions, cache misses, dTLB misses) are charged per layer the same
 //! way when the machine lets user space read them with RDPMC ([`counters::HwCounters`]).
 //!
+//! The measurement's pure side lives here too: the statistics of the method ([`stats`]), the
+//! per-layer analysis of raw samples ([`analysis`]) and the typed report schemas of
+//! `flowstack profile --json` and `flowstack bench --json` ([`report`]), which other programs
+//! (the architecture simulator) read without linking the stack or the CLI.
+//!
 //! Free when off: without the `probes` cargo feature `enter` is an empty inline function; with
 //! it, an inactive recorder costs one thread-local load and one predictable branch.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod analysis;
 pub mod counters;
+pub mod report;
 pub mod stats;
 
-/// A layer boundary the stack marks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// A layer boundary the stack marks (in report JSON, by its variant name: `"TcpOutput"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[repr(u8)]
 pub enum Layer {
     /// Time outside every probe (the harness's own loop).

@@ -2,11 +2,14 @@
 //!
 //! Both formats draw the same [`Chart`]: the SVG as vector shapes with hover titles, the
 //! PNG rasterised here (rectangles and an 8×8 bitmap font, scaled ×2) and encoded with the
-//! `png` crate.
+//! `png` crate. The chart reads only the report schema ([`SizeReport`]), so it could draw a
+//! JSON file as well.
+//!
+//! The PNG path stays hand-written on purpose: plotting crates (`plotters` and the like) draw
+//! text through the system's fonts (fontconfig/freetype), which a minimal machine or CI image
+//! does not have; a built-in bitmap font makes the PNG everywhere.
 
-use super::analysis::PathResult;
-use super::report::{layer_name, step_name};
-use super::SizeResult;
+use flowstack_prof::report::{layer_name, PathReport, SizeReport};
 use font8x8::UnicodeFonts;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -64,18 +67,18 @@ struct Chart {
 }
 
 impl Chart {
-    fn new(results: &[SizeResult], tpn: f64) -> Self {
+    fn new(results: &[SizeReport]) -> Self {
         let mut legend: Vec<String> = vec![];
         let mut bars = vec![];
         for r in results {
             for (label, p) in [
-                (format!("send+ACK {} B", r.size), &r.send),
-                (format!("receive {} B", r.size), &r.receive),
+                (format!("send+ACK {} B", r.size), &r.paths.send),
+                (format!("receive {} B", r.size), &r.paths.receive),
             ] {
                 bars.push(Bar {
                     label,
-                    segments: segments(p, tpn, &mut legend),
-                    total_ns: p.total / tpn,
+                    segments: segments(p, &mut legend),
+                    total_ns: p.total.ns,
                 });
             }
         }
@@ -118,16 +121,16 @@ impl Chart {
     }
 }
 
-fn segments(p: &PathResult, tpn: f64, legend: &mut Vec<String>) -> Vec<(usize, f64)> {
+fn segments(p: &PathReport, legend: &mut Vec<String>) -> Vec<(usize, f64)> {
     p.layers
         .iter()
         .map(|l| {
-            let name = format!("{}: {}", step_name(l.phase), layer_name(l.phase, l.layer));
+            let name = format!("{}: {}", l.phase.name(), layer_name(l.phase, l.layer));
             let i = legend.iter().position(|m| *m == name).unwrap_or_else(|| {
                 legend.push(name);
                 legend.len() - 1
             });
-            (i, l.cycles / tpn)
+            (i, l.ns)
         })
         .collect()
 }
@@ -260,8 +263,8 @@ fn to_png(c: &Chart) -> Result<Vec<u8>, String> {
 }
 
 /// Draws the results into `path`.
-pub fn write(path: &Path, f: Format, results: &[SizeResult], tpn: f64) -> Result<(), String> {
-    let chart = Chart::new(results, tpn);
+pub fn write(path: &Path, f: Format, results: &[SizeReport]) -> Result<(), String> {
+    let chart = Chart::new(results);
     let bytes = match f {
         Format::Svg => to_svg(&chart).into_bytes(),
         Format::Png => to_png(&chart)?,

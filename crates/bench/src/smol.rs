@@ -1,7 +1,8 @@
 //! The smoltcp reference peer for `stream`: two smoltcp interfaces over an in-process link
 //! (frames pooled, as flowstack's pipe does), one sending, one receiving.
 
-use super::workload::ClientResult;
+use flowstack_apps::workload::ClientResult;
+use flowstack_runtime::Clock;
 use smoltcp::iface::{Config, Interface, SocketSet};
 use smoltcp::phy::{Device, DeviceCapabilities, Medium, RxToken, TxToken};
 use smoltcp::socket::tcp;
@@ -10,7 +11,7 @@ use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, Ipv4Add
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[derive(Default)]
 struct Shared {
@@ -97,15 +98,15 @@ fn iface(dev: &mut Wire, last: u8, now: SInstant) -> Interface {
 }
 
 /// Runs a one-way stream for `duration` with `buffer`-byte socket buffers.
-pub fn stream(duration: Duration, msg: usize, buffer: usize) -> Result<ClientResult, String> {
+pub fn run(duration: Duration, msg: usize, buffer: usize) -> Result<ClientResult, String> {
     let shared = Rc::new(RefCell::new(Shared::default()));
     let mut da = Wire {
         shared: shared.clone(),
         side: 0,
     };
     let mut db = Wire { shared, side: 1 };
-    let origin = Instant::now();
-    let now = || SInstant::from_micros(origin.elapsed().as_micros() as i64);
+    let clock = Clock::start();
+    let now = || SInstant::from_micros(clock.now().as_micros() as i64);
     let mut ia = iface(&mut da, 1, now());
     let mut ib = iface(&mut db, 2, now());
     let sock = || {
@@ -127,10 +128,10 @@ pub fn stream(duration: Duration, msg: usize, buffer: usize) -> Result<ClientRes
     let data = vec![0x17u8; msg];
     let mut received = 0u64;
     let mut intervals = vec![];
-    let mut last_tick = Instant::now();
+    let start = clock.now();
+    let mut last_tick = start;
     let mut interval_bytes = 0u64;
-    let start = Instant::now();
-    while start.elapsed() < duration {
+    while clock.now().saturating_since(start) < duration {
         let t = now();
         ia.poll(t, &mut da, &mut sa);
         ib.poll(t, &mut db, &mut sb);
@@ -148,15 +149,16 @@ pub fn stream(duration: Duration, msg: usize, buffer: usize) -> Result<ClientRes
                 Ok(n) => received += n as u64,
             }
         }
-        if last_tick.elapsed() >= Duration::from_secs(1) {
+        let tick = clock.now();
+        if tick.saturating_since(last_tick) >= Duration::from_secs(1) {
             intervals.push(interval_bytes);
             interval_bytes = 0;
-            last_tick = Instant::now();
+            last_tick = tick;
         }
     }
     Ok(ClientResult {
         bytes: received,
-        secs: start.elapsed().as_secs_f64(),
+        secs: clock.now().saturating_since(start).as_secs_f64(),
         intervals,
         ..Default::default()
     })

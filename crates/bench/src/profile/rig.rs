@@ -7,23 +7,17 @@
 //! flowstack sends and sends what flowstack receives.
 
 use flowstack_link::Device;
+pub use flowstack_prof::report::Step;
 use flowstack_runtime::Host;
 use flowstack_stack::netsim::{Net, NetConfig, B_IP};
 use flowstack_stack::{Counter, EngineConfig, TcpHandle};
-use flowstack_wire::Duration;
+use flowstack_wire::{Duration, Ipv4Address};
 use std::io::{Read, Write};
 use std::net::{SocketAddrV4, TcpListener, TcpStream};
 
-/// One measured step of the experiment.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Step {
-    /// The application writes one segment; TCP/IP send it (sender side).
-    Send,
-    /// The sender processes the ACK for it.
-    Ack,
-    /// The receiver takes one segment in, hands it to the application and ACKs it.
-    Receive,
-}
+/// Opens the real link a [`LinkRig`] runs on and builds its host, letting the given function
+/// tune the engine's configuration (the rig passes [`tune`]).
+pub type OpenLink = dyn Fn(fn(&mut EngineConfig)) -> Result<Host<Box<dyn Device>>, String>;
 
 /// A connected pair the three steps run on.
 pub trait Rig {
@@ -43,7 +37,7 @@ pub trait Rig {
 }
 
 /// Engine settings for the experiment: one ACK per segment, no Nagle.
-fn tune(c: &mut EngineConfig) {
+pub fn tune(c: &mut EngineConfig) {
     c.tcp.defaults.delayed_ack = false;
     c.tcp.defaults.nodelay = true;
 }
@@ -157,17 +151,12 @@ pub struct LinkRig {
 impl LinkRig {
     /// Opens the link, listens on the kernel at `peer` (an address of this host on the
     /// link's other side), connects flowstack to it.
-    pub fn new(
-        link: &crate::net::LinkArgs,
-        addr: &crate::net::AddrArgs,
-        peer: flowstack_wire::Ipv4Address,
-        size: usize,
-    ) -> Result<Self, String> {
+    pub fn new(open: &OpenLink, peer: Ipv4Address, size: usize) -> Result<Self, String> {
         let listener = TcpListener::bind((std::net::Ipv4Addr::from(peer.0), 0)).map_err(|e| {
             format!("cannot listen on the kernel at {peer} (it must be an address of this host on the link's other side): {e}")
         })?;
         let port = listener.local_addr().map_err(|e| e.to_string())?.port();
-        let mut host = crate::net::open_tuned(link, addr, tune)?;
+        let mut host = open(tune)?;
         let conn = host
             .connect(
                 SocketAddrV4::new(peer.0.into(), port),

@@ -11,10 +11,11 @@
 //! inclusive cost of its top-level layers. That is used whenever the nesting is a tree
 //! (each layer always entered from the same parent layer); otherwise the full pass is.
 
-use super::rig::Step;
-use flowstack_prof::counters::N;
-use flowstack_prof::stats::{clean, net_of_overhead, summarize, ProbeCost};
-use flowstack_prof::{Layer, Snapshot, LAYERS};
+use crate::counters::N;
+pub use crate::report::{Counting, Step};
+use crate::report::{CyclesNs, HwEvents, LayerReport, PathReport};
+use crate::stats::{clean, net_of_overhead, summarize, ProbeCost};
+use crate::{Layer, Snapshot, LAYERS};
 
 /// Inclusive samples a layer needs before its inclusive figure is trusted.
 const MIN_INCLUSIVE: usize = 10;
@@ -34,22 +35,14 @@ pub struct Calibration {
     pub tick: f64,
 }
 
-/// How hardware counters were read for this run.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Counting {
-    /// Not available.
-    None,
-    /// Read with a system call around each step; shared out to its layers by cycles.
-    PerStep,
-    /// Read with RDPMC at every probe: charged to each layer.
-    PerLayer,
-}
-
 /// One recorded step: what the recorder saw, the counters read around it, whether it may
 /// be used.
 pub struct Sample {
+    /// What the recorder accumulated.
     pub snap: Snapshot,
+    /// Hardware events counted around the step (per-step counting), or the layers' sum.
     pub hw: [u64; N],
+    /// Not to be used (the step failed, or was disturbed).
     pub bad: bool,
 }
 
@@ -66,7 +59,9 @@ pub struct Raw {
 
 /// One layer's cost on a path.
 pub struct LayerResult {
+    /// The step the layer ran in.
     pub phase: Step,
+    /// The layer.
     pub layer: Layer,
     /// Mean cycles per segment.
     pub cycles: f64,
@@ -78,13 +73,17 @@ pub struct LayerResult {
 
 /// One path (send with its ACK processing, or receive) at one size.
 pub struct PathResult {
+    /// The layers, step by step, in the order a segment meets them.
     pub layers: Vec<LayerResult>,
     /// Sum of the layers.
     pub total: f64,
     /// End-to-end cycles with the probes off.
     pub e2e: f64,
+    /// Spread of the end-to-end cycles.
     pub e2e_stddev: f64,
+    /// Samples kept (the fewest of the path's steps).
     pub kept: usize,
+    /// Samples discarded over all the path's steps.
     pub discarded: usize,
     /// Samples taken, over all the path's steps (`discarded` counts against this).
     pub taken: usize,
@@ -92,7 +91,42 @@ pub struct PathResult {
     pub unattributed: f64,
     /// "inclusive" or "full" (see the module documentation), per step, joined by '+'.
     pub method: String,
+    /// Segments the receiver took through header prediction's fast path.
     pub fast_path_hits: u64,
+}
+
+impl PathResult {
+    /// The path in the report schema, nanoseconds from `tsc_ghz` (TSC ticks per ns).
+    pub fn report(&self, tsc_ghz: f64) -> PathReport {
+        let cn = |cycles: f64| CyclesNs {
+            cycles,
+            ns: cycles / tsc_ghz,
+        };
+        PathReport {
+            layers: self
+                .layers
+                .iter()
+                .map(|l| LayerReport {
+                    name: crate::report::layer_name(l.phase, l.layer).into(),
+                    layer: l.layer,
+                    phase: l.phase,
+                    cycles: l.cycles,
+                    ns: l.cycles / tsc_ghz,
+                    stddev_ns: l.stddev / tsc_ghz,
+                    share_percent: 100.0 * l.cycles / self.total.max(1e-9),
+                    counters: l.counters.map(HwEvents::from_array),
+                })
+                .collect(),
+            total: cn(self.total),
+            end_to_end: cn(self.e2e),
+            coverage_percent: 100.0 * self.total / self.e2e.max(1e-9),
+            method: self.method.clone(),
+            samples_kept: self.kept,
+            samples_discarded: self.discarded,
+            samples_taken: self.taken,
+            unattributed: cn(self.unattributed),
+        }
+    }
 }
 
 /// The order layers are listed in: the order a segment meets them.

@@ -1,26 +1,48 @@
-//! The benchmark workloads as non-blocking state machines over an [`Engine`]: the same code
-//! drives a server process, a client process, or both ends in one process.
+//! The benchmark workloads (`flowstack bench stream|rr|crr`) as [`App`]s over any
+//! [`Sockets`]: the same server and client run on an in-process engine, on an engine in
+//! another process across the shm wire, and (later) over the offload client's rings.
+//!
+//! The data path allocates nothing per request: the client sends from one shared buffer
+//! (zero-copy: the stack borrows an `Arc` of it until it is acknowledged), the server
+//! receives by peeking at its receive buffer and consuming in place, and latencies go into
+//! an [`hdrhistogram::Histogram`] allocated once.
 
-use flowstack_stack::{Engine, SocketError, TcpHandle};
-use flowstack_wire::Instant;
+use flowstack_api::app::{App, Progress};
+use flowstack_api::{SocketError, Sockets, TcpHandle};
+pub use flowstack_prof::report::Workload;
+use flowstack_prof::report::{Percentiles, RunResult};
+use flowstack_wire::{Duration, Instant};
+use hdrhistogram::Histogram;
 use std::net::SocketAddrV4;
-use std::time::Duration;
-
-/// What the client measures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Workload {
-    /// One-way bulk throughput.
-    Stream,
-    /// Request/response ping-pong on open connections.
-    Rr,
-    /// Connect, request, response, close.
-    Crr,
-}
+use std::sync::Arc;
 
 /// Port the servers listen on.
 pub const PORT: u16 = 5001;
 
-/// Server side: accepts, then sinks (stream) or answers `msg` bytes per request (rr, crr).
+/// Largest latency recorded (longer ones count as this): 60 s.
+const MAX_LATENCY_NS: u64 = 60_000_000_000;
+
+/// A latency histogram in nanoseconds, three significant digits, allocated once.
+pub fn latency_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_LATENCY_NS, 3).expect("valid histogram bounds")
+}
+
+/// p50/p90/p99/p99.9 of a nanosecond histogram, in microseconds (`None` if empty).
+pub fn percentiles(h: &Histogram<u64>) -> Option<Percentiles> {
+    if h.is_empty() {
+        return None;
+    }
+    let us = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+    Some(Percentiles {
+        p50_us: us(0.50),
+        p90_us: us(0.90),
+        p99_us: us(0.99),
+        p99_9_us: us(0.999),
+    })
+}
+
+/// Server side: accepts, then sinks (stream; at the client's FIN it answers with the byte
+/// count it received) or answers `msg` bytes per `msg`-byte request (rr, crr).
 pub struct Server {
     listener: TcpHandle,
     conns: Vec<SConn>,
@@ -43,18 +65,20 @@ struct SConn {
 }
 
 impl Server {
-    /// Starts listening on [`PORT`].
-    pub fn new(
-        e: &mut Engine,
+    /// Starts listening on [`PORT`]. With `zero_copy` received bytes are looked at in the
+    /// receive buffer and released ([`Sockets::tcp_peek`], [`Sockets::tcp_consume`]);
+    /// without, they are copied out.
+    pub fn new<S: Sockets + ?Sized>(
+        sockets: &mut S,
         workload: Workload,
         msg: usize,
         zero_copy: bool,
     ) -> Result<Self, SocketError> {
         Ok(Self {
-            listener: e.tcp_listen(PORT, 4096)?,
+            listener: sockets.tcp_listen(PORT, 4096)?,
             conns: Vec::new(),
             workload,
-            msg,
+            msg: msg.max(1),
             zero_copy,
             buf: vec![0; 256 * 1024],
             zeros: vec![0x42; 64 * 1024],
@@ -62,17 +86,17 @@ impl Server {
     }
 
     /// Reads what is available on `c`; returns bytes read (0: nothing now or end of stream).
-    fn read(&mut self, e: &mut Engine, c: &mut SConn) -> usize {
+    fn read<S: Sockets + ?Sized>(&mut self, s: &mut S, c: &mut SConn) -> usize {
         if self.zero_copy {
             // Zero-copy receive: look at the bytes in the receive buffer, then release them.
-            match e.tcp_peek(c.h, usize::MAX) {
+            match s.tcp_peek(c.h, usize::MAX) {
                 Ok((a, b)) if !a.is_empty() => {
                     let n = a.len() + b.len();
-                    let _ = e.tcp_consume(c.h, n);
+                    let _ = s.tcp_consume(c.h, n);
                     n
                 }
                 Ok(_) => {
-                    c.eof |= e.tcp_at_eof(c.h);
+                    c.eof |= s.tcp_at_eof(c.h);
                     0
                 }
                 Err(_) => {
@@ -81,7 +105,7 @@ impl Server {
                 }
             }
         } else {
-            match e.tcp_recv(c.h, &mut self.buf) {
+            match s.tcp_recv(c.h, &mut self.buf) {
                 Ok(0) => {
                     c.eof = true;
                     0
@@ -97,11 +121,11 @@ impl Server {
     }
 
     /// Makes progress; returns true if anything moved.
-    pub fn step(&mut self, e: &mut Engine, _now: Instant) -> bool {
+    fn step<S: Sockets + ?Sized>(&mut self, s: &mut S) -> bool {
         let mut moved = false;
-        while let Ok(h) = e.tcp_accept(self.listener) {
+        while let Ok(h) = s.tcp_accept(self.listener) {
             if self.workload != Workload::Stream {
-                let _ = e.tcp_set_nodelay(h, true);
+                let _ = s.tcp_set_nodelay(h, true);
             }
             self.conns.push(SConn {
                 h,
@@ -116,7 +140,7 @@ impl Server {
         let mut conns = std::mem::take(&mut self.conns);
         for c in &mut conns {
             loop {
-                let n = self.read(e, c);
+                let n = self.read(s, c);
                 if n == 0 {
                     break;
                 }
@@ -130,7 +154,7 @@ impl Server {
             }
             while c.owed > 0 {
                 let k = c.owed.min(self.zeros.len());
-                match e.tcp_send(c.h, &self.zeros[..k]) {
+                match s.tcp_send(c.h, &self.zeros[..k]) {
                     Ok(n) => {
                         c.owed -= n;
                         moved = true;
@@ -139,14 +163,14 @@ impl Server {
                 }
             }
             if c.eof && self.workload == Workload::Stream && !c.report_sent {
-                c.report_sent = e.tcp_send(c.h, &c.received.to_be_bytes()).is_ok();
+                c.report_sent = s.tcp_send(c.h, &c.received.to_be_bytes()).is_ok();
                 moved = true;
             }
         }
         conns.retain(|c| {
             let done = c.eof && c.owed == 0 && (self.workload != Workload::Stream || c.report_sent);
             if done {
-                let _ = e.tcp_close(c.h);
+                let _ = s.tcp_close(c.h);
             }
             !done
         });
@@ -155,8 +179,19 @@ impl Server {
     }
 }
 
-/// Client-side results.
-#[derive(Debug, Default, Clone)]
+/// The server never finishes: it serves until its drive loop stops.
+impl<S: Sockets + ?Sized> App<S> for Server {
+    fn poll(&mut self, _now: Instant, sockets: &mut S) -> Progress {
+        if self.step(sockets) {
+            Progress::Busy
+        } else {
+            Progress::Idle
+        }
+    }
+}
+
+/// What a client measured.
+#[derive(Debug, Clone)]
 pub struct ClientResult {
     /// Bytes the server reported receiving (stream).
     pub bytes: u64,
@@ -165,11 +200,38 @@ pub struct ClientResult {
     /// Completed transactions (rr, crr).
     pub transactions: u64,
     /// Transaction latencies in nanoseconds (rr).
-    pub latencies: Vec<u32>,
-    /// Bytes accepted per one-second interval (stream).
+    pub latency: Histogram<u64>,
+    /// Bytes queued per one-second interval (stream).
     pub intervals: Vec<u64>,
     /// Error that ended the run early.
     pub error: Option<String>,
+}
+
+impl Default for ClientResult {
+    fn default() -> Self {
+        Self {
+            bytes: 0,
+            secs: 0.0,
+            transactions: 0,
+            latency: latency_histogram(),
+            intervals: Vec::new(),
+            error: None,
+        }
+    }
+}
+
+impl ClientResult {
+    /// The run in the report schema.
+    pub fn run_result(&self, workload: Workload) -> RunResult {
+        RunResult::new(
+            workload,
+            self.bytes,
+            self.secs,
+            self.transactions,
+            percentiles(&self.latency),
+            self.intervals.clone(),
+        )
+    }
 }
 
 enum CState {
@@ -186,7 +248,8 @@ struct CConn {
     report: Vec<u8>,
 }
 
-/// Client side of a workload over `conns` connections for `duration`.
+/// Client side of a workload over `conns` connections for `duration`; [`Progress::Done`]
+/// once every connection is finished (or one failed: see [`ClientResult::error`]).
 pub struct Client {
     workload: Workload,
     msg: usize,
@@ -199,7 +262,7 @@ pub struct Client {
     duration: Duration,
     data: Vec<u8>,
     /// The same bytes, shared with the stack for zero-copy sends.
-    shared: std::sync::Arc<[u8]>,
+    shared: Arc<[u8]>,
     zero_copy: bool,
     buf: Vec<u8>,
     interval_start: Instant,
@@ -207,7 +270,8 @@ pub struct Client {
 }
 
 impl Client {
-    /// A client that will open `conns` connections to `server`.
+    /// A client that will open `conns` connections to `server` at its first poll. With
+    /// `zero_copy` (stream) the stack borrows the client's buffer instead of copying it.
     pub fn new(
         workload: Workload,
         msg: usize,
@@ -245,11 +309,11 @@ impl Client {
         self.done
     }
 
-    fn connect(&mut self, e: &mut Engine, i: usize) {
-        match e.tcp_connect(self.server) {
+    fn connect<S: Sockets + ?Sized>(&mut self, s: &mut S, i: usize) {
+        match s.tcp_connect(self.server) {
             Ok(h) => {
                 if self.workload != Workload::Stream {
-                    let _ = e.tcp_set_nodelay(h, true);
+                    let _ = s.tcp_set_nodelay(h, true);
                 }
                 self.conns[i].h = Some(h);
                 self.conns[i].state = CState::Connecting;
@@ -259,17 +323,17 @@ impl Client {
     }
 
     /// Makes progress; returns true if anything moved.
-    pub fn step(&mut self, e: &mut Engine, now: Instant) -> bool {
+    fn step<S: Sockets + ?Sized>(&mut self, s: &mut S, now: Instant) -> bool {
         if self.done {
             return false;
         }
         let start = match self.start {
-            Some(s) => s,
+            Some(t) => t,
             None => {
                 self.start = Some(now);
                 self.interval_start = now;
                 for i in 0..self.conns.len() {
-                    self.connect(e, i);
+                    self.connect(s, i);
                 }
                 now
             }
@@ -277,7 +341,7 @@ impl Client {
         let over = now.saturating_since(start) >= self.duration;
         let mut moved = false;
         for i in 0..self.conns.len() {
-            moved |= self.step_conn(e, now, i, over);
+            moved |= self.step_conn(s, now, i, over);
         }
         if self.workload == Workload::Stream
             && !over
@@ -301,14 +365,20 @@ impl Client {
         moved
     }
 
-    fn step_conn(&mut self, e: &mut Engine, now: Instant, i: usize, over: bool) -> bool {
+    fn step_conn<S: Sockets + ?Sized>(
+        &mut self,
+        s: &mut S,
+        now: Instant,
+        i: usize,
+        over: bool,
+    ) -> bool {
         let Some(h) = self.conns[i].h else {
             return false;
         };
         if matches!(self.conns[i].state, CState::Done) {
             return false;
         }
-        if let Some(err) = e.tcp_error(h) {
+        if let Some(err) = s.tcp_error(h) {
             self.result.error = Some(format!("connection: {err}"));
             self.conns[i].state = CState::Done;
             return true;
@@ -316,7 +386,7 @@ impl Client {
         let mut moved = false;
         match self.conns[i].state {
             CState::Connecting => {
-                if e.tcp_conn(h).map(|c| c.is_open()).unwrap_or(false) {
+                if s.tcp_is_open(h) {
                     self.conns[i].state = CState::Idle;
                     moved = true;
                 }
@@ -324,19 +394,19 @@ impl Client {
             CState::Idle => match self.workload {
                 Workload::Stream => {
                     if over {
-                        let _ = e.tcp_shutdown(h);
+                        let _ = s.tcp_shutdown(h);
                         self.conns[i].state = CState::Draining;
                         return true;
                     }
                     if self.zero_copy {
                         // The stack borrows the application's buffer until it is acknowledged.
-                        while e.tcp_zc_completion(h).is_some() {}
-                        while e.tcp_send_zc(h, self.shared.clone()).is_ok() {
+                        while s.tcp_zc_completion(h).is_some() {}
+                        while s.tcp_send_zc(h, self.shared.clone()).is_ok() {
                             self.interval_bytes += self.shared.len() as u64;
                             moved = true;
                         }
                     } else {
-                        while let Ok(n) = e.tcp_send(h, &self.data) {
+                        while let Ok(n) = s.tcp_send(h, &self.data) {
                             self.interval_bytes += n as u64;
                             moved = true;
                         }
@@ -344,11 +414,11 @@ impl Client {
                 }
                 Workload::Rr | Workload::Crr => {
                     if over {
-                        let _ = e.tcp_close(h);
+                        let _ = s.tcp_close(h);
                         self.conns[i].state = CState::Done;
                         return true;
                     }
-                    if e.tcp_send(h, &self.data[..self.msg]).is_ok() {
+                    if s.tcp_send(h, &self.data[..self.msg]).is_ok() {
                         self.conns[i].state = CState::Waiting {
                             sent_at: now,
                             got: 0,
@@ -359,7 +429,7 @@ impl Client {
             },
             CState::Waiting { sent_at, mut got } => {
                 loop {
-                    match e.tcp_recv(h, &mut self.buf) {
+                    match s.tcp_recv(h, &mut self.buf) {
                         Ok(0) => {
                             self.result.error = Some("server closed early".into());
                             self.conns[i].state = CState::Done;
@@ -377,24 +447,21 @@ impl Client {
                 } else {
                     self.result.transactions += 1;
                     if self.workload == Workload::Rr {
-                        let ns = now
-                            .saturating_since(sent_at)
-                            .as_nanos()
-                            .min(u32::MAX as u128);
-                        self.result.latencies.push(ns as u32);
+                        let ns = now.saturating_since(sent_at).as_nanos() as u64;
+                        self.result.latency.saturating_record(ns.max(1));
                         self.conns[i].state = CState::Idle;
                     } else {
-                        let _ = e.tcp_close(h);
+                        let _ = s.tcp_close(h);
                         self.conns[i].state = CState::Done;
                         if !over {
-                            self.connect(e, i);
+                            self.connect(s, i);
                         }
                     }
                 }
             }
             CState::Draining => {
                 // Stream: after our FIN the server answers with the byte count it received.
-                while let Ok(n) = e.tcp_recv(h, &mut self.buf) {
+                while let Ok(n) = s.tcp_recv(h, &mut self.buf) {
                     if n == 0 {
                         break;
                     }
@@ -402,9 +469,10 @@ impl Client {
                     moved = true;
                 }
                 if self.conns[i].report.len() >= 8 {
-                    let b: [u8; 8] = self.conns[i].report[..8].try_into().unwrap();
+                    let mut b = [0u8; 8];
+                    b.copy_from_slice(&self.conns[i].report[..8]);
                     self.result.bytes += u64::from_be_bytes(b);
-                    let _ = e.tcp_close(h);
+                    let _ = s.tcp_close(h);
                     self.conns[i].state = CState::Done;
                     moved = true;
                 }
@@ -412,5 +480,32 @@ impl Client {
             CState::Done => {}
         }
         moved
+    }
+}
+
+impl<S: Sockets + ?Sized> App<S> for Client {
+    fn poll(&mut self, now: Instant, sockets: &mut S) -> Progress {
+        let moved = self.step(sockets, now);
+        if self.done {
+            Progress::Done
+        } else if moved {
+            Progress::Busy
+        } else {
+            Progress::Idle
+        }
+    }
+
+    /// The end of the run, and (stream) the next interval line.
+    fn poll_at(&self) -> Option<Instant> {
+        let start = self.start?;
+        if self.done {
+            return None;
+        }
+        let end = start + self.duration;
+        Some(if self.workload == Workload::Stream {
+            end.min(self.interval_start + Duration::from_secs(1))
+        } else {
+            end
+        })
     }
 }
