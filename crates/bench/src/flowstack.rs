@@ -12,7 +12,7 @@ use flowstack_link::shm::{ShmOptions, ShmWire};
 use flowstack_link::{Device, DeviceCaps};
 use flowstack_runtime::{Clock, Host};
 use flowstack_stack::{Engine, EngineConfig, IfaceConfig};
-use flowstack_wire::{ChecksumCaps, Duration, EthernetAddress, Ipv4Address, Ipv4Cidr};
+use flowstack_wire::{ChecksumCaps, Duration, Ipv4Address, Ipv4Cidr};
 use std::net::SocketAddrV4;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,9 +24,7 @@ pub const SERVER_IP: Ipv4Address = Ipv4Address::new(10, 0, 0, 2);
 
 /// An engine for one end of a run, configured by the ablation switches.
 pub fn engine(ip: Ipv4Address, caps: DeviceCaps, o: &RunOpts) -> Engine {
-    let a = ip.0;
-    // TODO(merge): use flowstack_runtime::link::default_mac
-    let mac = EthernetAddress([2, 0x66, 0x73, a[1], a[2], a[3]]);
+    let mac = flowstack_runtime::link::default_mac(ip);
     let mut cfg = EngineConfig::new(IfaceConfig::new(mac, Ipv4Cidr::new(ip, 24)));
     cfg.tcp.defaults.delayed_ack = !o.no_delayed_ack;
     if let Some(w) = o.window {
