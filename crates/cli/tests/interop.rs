@@ -437,6 +437,35 @@ fn packet_flowstack_get_downloads_50mb_from_kernel() {
     }
 }
 
+/// Starts `n` kernel curl clients at once, each fetching http://10.77.0.2/f.bin into `dir`,
+/// and returns how many got a byte-exact copy of `expected`.
+fn concurrent_downloads(ns: &Netns, dir: &Path, expected: &Path, n: usize) -> usize {
+    let clients: Vec<(Child, PathBuf)> = (0..n)
+        .map(|i| {
+            let out = dir.join(format!("got{i}.bin"));
+            let child = ns
+                .cmd("curl")
+                .args(["-s", "-S", "--max-time", "60", "-o"])
+                .arg(&out)
+                .arg("http://10.77.0.2/f.bin")
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            (child, out)
+        })
+        .collect();
+    let mut ok = 0;
+    for (c, out) in clients {
+        let o = c.wait_with_output().unwrap();
+        if o.status.success() && same_file(expected, &out) {
+            ok += 1;
+        } else {
+            eprintln!("client failed: {}", String::from_utf8_lossy(&o.stderr));
+        }
+    }
+    ok
+}
+
 #[test]
 fn tap_hundred_concurrent_kernel_clients_all_get_their_file() {
     if !have_root() {
@@ -455,30 +484,7 @@ fn tap_hundred_concurrent_kernel_clients_all_get_their_file() {
         &[],
         &d.join("serve.log"),
     );
-    let clients: Vec<(Child, PathBuf)> = (0..100)
-        .map(|i| {
-            let out = d.join(format!("got{i}.bin"));
-            let child = ns
-                .cmd("curl")
-                .args(["-s", "-S", "--max-time", "60", "-o"])
-                .arg(&out)
-                .arg("http://10.77.0.2/f.bin")
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
-            (child, out)
-        })
-        .collect();
-    let mut ok = 0;
-    for (c, out) in clients {
-        let o = c.wait_with_output().unwrap();
-        if o.status.success() && same_file(&www.join("f.bin"), &out) {
-            ok += 1;
-        } else {
-            eprintln!("client failed: {}", String::from_utf8_lossy(&o.stderr));
-        }
-    }
-    assert_eq!(ok, 100);
+    assert_eq!(concurrent_downloads(&ns, &d, &www.join("f.bin"), 100), 100);
     assert_eq!(ns.interrupt(srv), Some(0));
     let log = fs::read_to_string(d.join("serve.log")).unwrap();
     assert!(log.contains("connections 100"), "{log}");
@@ -506,30 +512,7 @@ fn tap_two_engines_on_a_multi_queue_tap_serve_every_kernel_client() {
         &["--cores", "2"],
         &d.join("serve.log"),
     );
-    let clients: Vec<(Child, PathBuf)> = (0..60)
-        .map(|i| {
-            let out = d.join(format!("got{i}.bin"));
-            let child = ns
-                .cmd("curl")
-                .args(["-s", "-S", "--max-time", "60", "-o"])
-                .arg(&out)
-                .arg("http://10.77.0.2/f.bin")
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
-            (child, out)
-        })
-        .collect();
-    let mut ok = 0;
-    for (c, out) in clients {
-        let o = c.wait_with_output().unwrap();
-        if o.status.success() && same_file(&www.join("f.bin"), &out) {
-            ok += 1;
-        } else {
-            eprintln!("client failed: {}", String::from_utf8_lossy(&o.stderr));
-        }
-    }
-    assert_eq!(ok, 60);
+    assert_eq!(concurrent_downloads(&ns, &d, &www.join("f.bin"), 60), 60);
     assert_eq!(ns.interrupt(srv), Some(0));
     let log = fs::read_to_string(d.join("serve.log")).unwrap();
     assert!(log.contains("2 engines"), "{log}");
