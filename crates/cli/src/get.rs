@@ -22,7 +22,7 @@ pub struct GetArgs {
     link: LinkArgs,
     #[command(flatten)]
     addr: AddrArgs,
-    /// URL to fetch: http://IPv4[:PORT]/PATH (no DNS).
+    /// URL to fetch: `http://IPv4[:PORT]/PATH` (no DNS).
     #[arg(value_name = "URL")]
     url: String,
     /// Write the body here instead of standard output.

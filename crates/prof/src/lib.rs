@@ -154,15 +154,4 @@ pub fn disturbance() -> (u64, i32) {
     sys::disturbance()
 }
 
-#[allow(unsafe_code)]
-mod sys {
-    pub fn disturbance() -> (u64, i32) {
-        // SAFETY: getrusage writes into the zeroed struct we pass; sched_getcpu has no
-        // arguments.
-        unsafe {
-            let mut ru: libc::rusage = std::mem::zeroed();
-            libc::getrusage(libc::RUSAGE_THREAD, &mut ru);
-            ((ru.ru_nvcsw + ru.ru_nivcsw) as u64, libc::sched_getcpu())
-        }
-    }
-}
+use flowstack_sys::perf as sys;

@@ -13,6 +13,7 @@
 //! | [`fdpass`] | send and receive file descriptors over a unix socket (`SCM_RIGHTS`) |
 //! | [`socket`] | socket options the tools set on kernel sockets (`TCP_QUICKACK`) |
 //! | [`process`] | is a process (the peer of a shared region) still alive? |
+//! | [`perf`] | hardware counters of the calling thread (`perf_event_open(2)`, their RDPMC metadata page) and its context switches and CPU, for the profiler |
 //!
 //! Where a well-kept crate wraps a system call safely we use it and write no `unsafe` at all:
 //! `rustix` for the calls whose arguments are values, descriptors and slices, `memmap2`'s
@@ -20,9 +21,8 @@
 //! is left is ours: turning pointers into shared memory into atomics and slices ([`ring`],
 //! [`region`]), and `sysconf`, which `rustix` does not offer ([`affinity::cpu_count`]).
 //!
-//! Not here: `perf_event_open(2)` and its metadata page stay in `flowstack-prof`, their only
-//! user, which keeps the floors as drawn (prof depends on no other flowstack crate); the link
-//! drivers keep their driver-specific `ioctl`/socket calls.
+//! Not here: the TSC and RDPMC instructions of the profiler's probes (`flowstack-prof`), and the
+//! link drivers' driver-specific `ioctl`/socket calls.
 //!
 //! Memory shared with another process is untrusted input: whatever this crate reads from it
 //! (indices, lengths, process ids) is validated before use and a bad value is an error, never a
@@ -36,6 +36,7 @@ pub mod eventfd;
 pub mod fdpass;
 pub mod file;
 pub mod futex;
+pub mod perf;
 pub mod poll;
 pub mod process;
 pub mod region;

@@ -1,4 +1,4 @@
-//! `flowstack bench stream|rr|crr`: arguments → [`flowstack_bench::run`] → printing.
+//! `flowstack bench stream|rr|crr`: arguments → [`flowstack_bench::run()`] → printing.
 //!
 //! The runs themselves (the flowstack peer's two processes over the shm wire, the kernel and
 //! smoltcp peers) live in the `flowstack-bench` crate; the results are
