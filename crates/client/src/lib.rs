@@ -145,7 +145,9 @@ fn header_u64(r: &SharedRegion, at: usize) -> Result<u64, ConnectError> {
 
 /// Checks that `off..off+size` lies in the region after the header.
 fn area(r: &SharedRegion, off: u64, size: u64) -> Result<(usize, u64), ConnectError> {
-    let end = off.checked_add(size).ok_or_else(|| proto("area overflows"))?;
+    let end = off
+        .checked_add(size)
+        .ok_or_else(|| proto("area overflows"))?;
     if off < layout::HEADER_BYTES as u64 || end > r.len() as u64 || size == 0 {
         return Err(proto("area outside the region"));
     }
@@ -394,11 +396,7 @@ impl Client {
                 if let Some(s) = self.socks.get_mut(&e.handle) {
                     s.eof = true;
                     if e.result < 0 {
-                        s.error = Some(
-                            e.outcome()
-                                .err()
-                                .unwrap_or(SocketError::ConnectionReset),
-                        );
+                        s.error = Some(e.outcome().err().unwrap_or(SocketError::ConnectionReset));
                     }
                 }
             }
@@ -435,6 +433,15 @@ impl Client {
         }
         self.pump();
         Ok(())
+    }
+
+    /// Waits up to `timeout` for the daemon to post anything (data, readiness, completions);
+    /// errors only if the daemon is gone.
+    pub fn wait(&mut self, timeout: Duration) -> Result<(), SocketError> {
+        match self.wait_event(Instant::now() + timeout) {
+            Err(SocketError::TimedOut) => Ok(()),
+            r => r,
+        }
     }
 
     /// Waits for the completion of sync call `id`.

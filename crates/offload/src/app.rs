@@ -37,6 +37,9 @@ pub(crate) struct Conn {
     /// Sync connect waiting for the handshake.
     connect_id: Option<u32>,
     open_told: bool,
+    /// End of stream reported (the application may still send).
+    eof_told: bool,
+    /// The connection ended with an error (reported); nothing more moves.
     closed_told: bool,
     shutdown_pending: bool,
 }
@@ -50,6 +53,7 @@ impl Conn {
             outstanding: 0,
             connect_id,
             open_told,
+            eof_told: false,
             closed_told: false,
             shutdown_pending: false,
         }
@@ -99,6 +103,8 @@ pub struct AppStats {
 pub(crate) struct App {
     pub id: u64,
     pub pid: u32,
+    /// Recorded at registration (SO_PEERCRED) for `flowstack stats`, not built yet.
+    #[allow(dead_code)]
     pub uid: u32,
     pub stream: UnixStream,
     pub region: Arc<SharedRegion>,
@@ -153,11 +159,6 @@ impl App {
         if let Some(a) = self.region.atomic_u32(at::DAEMON_SLEEPING) {
             a.store(on as u32, Ordering::SeqCst);
         }
-    }
-
-    /// Sockets the application holds.
-    pub fn sockets(&self) -> usize {
-        self.socks.len()
     }
 
     fn post(&mut self, e: EventRecord) {
@@ -259,7 +260,8 @@ impl App {
                 match r {
                     Ok((i, c)) => {
                         let wait = (mode == Mode::Sync).then_some(id);
-                        self.socks.insert(h, Sock::Conn(Conn::new(i, c, wait, false)));
+                        self.socks
+                            .insert(h, Sock::Conn(Conn::new(i, c, wait, false)));
                         if mode == Mode::Async {
                             // Handle known to the client already; the handshake is reported
                             // by a Writable event.
@@ -416,13 +418,23 @@ impl App {
                 Sock::Listener { hs, waiting, .. } => {
                     while !waiting.is_empty() {
                         match try_accept(sh, *hs) {
-                            Some(r) => accepts.push((waiting.pop_front().expect("waiting"), handle, r)),
+                            Some(r) => {
+                                accepts.push((waiting.pop_front().expect("waiting"), handle, r))
+                            }
                             None => break,
                         }
                     }
                 }
                 Sock::Conn(c) => {
-                    busy |= service_conn(sh, handle, c, &mut evs, &mut self.rx_head, self.rx_freed, &self.region);
+                    busy |= service_conn(
+                        sh,
+                        handle,
+                        c,
+                        &mut evs,
+                        &mut self.rx_head,
+                        self.rx_freed,
+                        &self.region,
+                    );
                 }
                 Sock::Failed(_) => {}
             }
@@ -452,7 +464,10 @@ impl App {
     }
 }
 
-fn try_accept(sh: &mut Shared, hs: [TcpHandle; 2]) -> Option<Result<(usize, TcpHandle), SocketError>> {
+fn try_accept(
+    sh: &mut Shared,
+    hs: [TcpHandle; 2],
+) -> Option<Result<(usize, TcpHandle), SocketError>> {
     for (i, &l) in hs.iter().enumerate() {
         match sh.lo.engines[i].tcp_accept(l) {
             Ok(c) => return Some(Ok((i, c))),
@@ -475,8 +490,8 @@ fn release(sh: &mut Shared, app: u64, s: Sock, died: bool) {
         }
         Sock::Conn(c) => {
             let e = &mut sh.lo.engines[c.eng];
-            let unread = c.outstanding > 0
-                || e.tcp_conn(c.h).map(|k| k.recv_queue() > 0).unwrap_or(false);
+            let unread =
+                c.outstanding > 0 || e.tcp_conn(c.h).map(|k| k.recv_queue() > 0).unwrap_or(false);
             if unread || (died && !c.pending_tx.is_empty()) {
                 // RFC 2525 §2.17 / Linux: closing with unread data resets the connection.
                 let _ = e.tcp_abort(c.h);
@@ -486,7 +501,11 @@ fn release(sh: &mut Shared, app: u64, s: Sock, died: bool) {
                 let (a, b) = c.pending_tx.as_slices();
                 let mut ok = true;
                 for part in [a, b] {
-                    if !part.is_empty() && e.tcp_send(c.h, part).map(|n| n < part.len()).unwrap_or(true) {
+                    if !part.is_empty()
+                        && e.tcp_send(c.h, part)
+                            .map(|n| n < part.len())
+                            .unwrap_or(true)
+                    {
                         ok = false;
                     }
                 }
@@ -565,11 +584,14 @@ fn service_conn(
         busy = true;
     }
     // Urgent delivery: received bytes straight into the application's receive area.
-    loop {
+    while !c.eof_told {
         let area_free = RX_SIZE as u64 - (*rx_head - rx_freed);
         let pos = *rx_head % RX_SIZE as u64;
         let to_end = RX_SIZE as u64 - pos;
-        let room = SOCK_RCVBUF.saturating_sub(c.outstanding).min(area_free).min(to_end);
+        let room = SOCK_RCVBUF
+            .saturating_sub(c.outstanding)
+            .min(area_free)
+            .min(to_end);
         let chunk = (room as usize).min(sh.scratch.len());
         if chunk == 0 {
             break;
@@ -584,7 +606,7 @@ fn service_conn(
                     offset: 0,
                     len: 0,
                 });
-                c.closed_told = true;
+                c.eof_told = true;
                 return true;
             }
             Ok(n) => {

@@ -188,13 +188,16 @@ mod tests {
         let mut t = Instant::ZERO;
         for _ in 0..50 {
             e.poll(t, &mut dev);
-            t = t + Duration::from_millis(10);
+            t += Duration::from_millis(10);
         }
         let refused = match r {
             Err(_) => true,
             Ok(h) => e.tcp_error(h).is_some() || !e.tcp_conn(h).unwrap().is_open(),
         };
-        assert!(refused, "an engine reached its own address: collapse Loopback to one engine");
+        assert!(
+            refused,
+            "an engine reached its own address: collapse Loopback to one engine"
+        );
         assert!(e.tcp_accept(l).is_err());
     }
 
@@ -209,7 +212,7 @@ mod tests {
             let mut t = Instant::ZERO;
             for _ in 0..100 {
                 lo.poll(t);
-                t = t + Duration::from_millis(1);
+                t += Duration::from_millis(1);
                 if lo.engines[i].tcp_conn(h).unwrap().is_open() {
                     break;
                 }
