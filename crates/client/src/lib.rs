@@ -122,6 +122,9 @@ pub struct Client {
     done: HashMap<u32, (u32, Result<u64, SocketError>)>,
     /// Sync accepts given up by their caller: the listener that gets the connection.
     orphan_accepts: HashMap<u32, u32>,
+    /// Accept calls in flight: their connection's socket must exist before the events that
+    /// follow the completion in the same batch (data already received) are handled.
+    accept_ids: HashSet<u32>,
     dead: bool,
     zc_tokens: HashMap<u32, VecDeque<u64>>,
     next_token: u64,
@@ -226,6 +229,7 @@ impl Client {
             waiting: HashSet::new(),
             done: HashMap::new(),
             orphan_accepts: HashMap::new(),
+            accept_ids: HashSet::new(),
             dead: false,
             zc_tokens: HashMap::new(),
             next_token: 1,
@@ -294,6 +298,9 @@ impl Client {
         if mode == Mode::Sync {
             self.waiting.insert(id);
         }
+        if matches!(cmd, Command::TcpAccept { .. }) {
+            self.accept_ids.insert(id);
+        }
         Ok(id)
     }
 
@@ -344,6 +351,14 @@ impl Client {
     fn on_event(&mut self, e: EventRecord) {
         match e.kind {
             EventKind::Completion => {
+                if self.accept_ids.remove(&e.id) {
+                    if let Ok(h) = e.outcome() {
+                        self.socks.entry(h as u32).or_insert_with(|| Sock {
+                            open: true,
+                            ..Sock::default()
+                        });
+                    }
+                }
                 if let Some(listener) = self.orphan_accepts.remove(&e.id) {
                     if let Ok(h) = e.outcome() {
                         self.new_accepted(listener, h as u32);
@@ -404,13 +419,10 @@ impl Client {
     }
 
     fn new_accepted(&mut self, listener: u32, h: u32) {
-        self.socks.insert(
-            h,
-            Sock {
-                open: true,
-                ..Sock::default()
-            },
-        );
+        self.socks.entry(h).or_insert_with(|| Sock {
+            open: true,
+            ..Sock::default()
+        });
         if let Some(l) = self.socks.get_mut(&listener) {
             l.accepted.push_back(h);
         }
@@ -519,17 +531,8 @@ impl Client {
         }
         let id = self.post(Mode::Sync, Command::TcpAccept { listener: l })?;
         match self.complete(id, timeout) {
-            Ok((_, h)) => {
-                let h = h as u32;
-                self.socks.insert(
-                    h,
-                    Sock {
-                        open: true,
-                        ..Sock::default()
-                    },
-                );
-                Ok(TcpHandle::from_raw(h as usize))
-            }
+            // The socket was created when the completion arrived.
+            Ok((_, h)) => Ok(TcpHandle::from_raw(h as u32 as usize)),
             Err(SocketError::TimedOut) => {
                 // The daemon still holds the accept: its connection goes to the listener.
                 self.orphan_accepts.insert(id, l);
@@ -635,15 +638,7 @@ impl Sockets for Client {
         let id = self.post(Mode::Async, Command::TcpAccept { listener: l })?;
         self.waiting.insert(id);
         let (_, h) = self.complete(id, Duration::from_secs(5))?;
-        let h = h as u32;
-        self.socks.insert(
-            h,
-            Sock {
-                open: true,
-                ..Sock::default()
-            },
-        );
-        Ok(TcpHandle::from_raw(h as usize))
+        Ok(TcpHandle::from_raw(h as u32 as usize))
     }
 
     fn tcp_connect(&mut self, remote: SocketAddrV4) -> Result<TcpHandle, SocketError> {

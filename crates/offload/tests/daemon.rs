@@ -138,7 +138,6 @@ fn layout_agrees_between_daemon_and_client() {
 }
 
 #[test]
-#[ignore = "intermittent: an accepted connection sometimes gets no Data events (issue 15 note); run with --ignored"]
 fn two_apps_echo_4_mib_byte_exact() {
     let d = daemon("echo");
     let server = echo_server(d.path.clone(), 7000);
@@ -158,7 +157,6 @@ fn two_apps_echo_4_mib_byte_exact() {
 }
 
 #[test]
-#[ignore = "intermittent: an accepted connection sometimes gets no Data events (issue 15 note); run with --ignored"]
 fn async_connect_then_send_before_the_handshake() {
     let d = daemon("async");
     let server = echo_server(d.path.clone(), 7100);
