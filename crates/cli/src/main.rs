@@ -1,6 +1,7 @@
 //! `flowstack`: a user-space TCP/IP stack and the tools that show what it does.
 
 mod bench;
+mod daemon;
 mod demo;
 mod get;
 mod net;
@@ -57,6 +58,11 @@ enum Cmd {
     /// the kernel peer runs the same logic over loopback TCP. Ablation switches turn one
     /// optimisation off at a time. Example: flowstack bench rr --peer both --runs 5
     Bench(bench::BenchArgs),
+    /// The offload daemon (flowstackd): the stack as a service for applications on this host.
+    ///
+    /// Serves TCP on its own loopback interface (127.0.0.1 and 127.0.0.2) to applications that
+    /// register on a unix socket with the flowstack client library; needs no privileges.
+    Daemon(daemon::DaemonArgs),
     /// (internal) the server process of `flowstack bench`.
     #[command(name = "__bench-server", hide = true)]
     BenchServer(bench::ServerArgs),
@@ -106,6 +112,7 @@ fn main() -> ExitCode {
         Cmd::Ping(a) => ping::run(a),
         Cmd::Profile(a) => profile::run(a),
         Cmd::Bench(a) => bench::run(a),
+        Cmd::Daemon(a) => daemon::run(a),
         Cmd::BenchServer(a) => bench::serve(a),
     }
 }

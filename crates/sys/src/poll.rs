@@ -26,12 +26,7 @@ pub fn wait_any_readable(fds: &[BorrowedFd<'_>], timeout: Duration) -> io::Resul
             format!("wait_any_readable takes 1 to {MAX} descriptors"),
         ));
     }
-    let ms = timeout.as_millis().min(i32::MAX as u128) as i64;
-    let ms = ms.max(if timeout.is_zero() { 0 } else { 1 });
-    let ts = Timespec {
-        tv_sec: ms / 1000,
-        tv_nsec: (ms % 1000) * 1_000_000,
-    };
+    let ts = timespec(timeout);
     let mut set: [PollFd<'_>; MAX] = std::array::from_fn(|i| {
         PollFd::from_borrowed_fd(*fds.get(i).unwrap_or(&fds[0]), PollFlags::IN)
     });
@@ -39,6 +34,36 @@ pub fn wait_any_readable(fds: &[BorrowedFd<'_>], timeout: Duration) -> io::Resul
         Ok(n) => Ok(n > 0),
         Err(rustix::io::Errno::INTR) => Ok(false),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// Waits up to `timeout` for any of `fds` to become readable (or hang up); returns, per
+/// descriptor, whether it is. Millisecond granularity as in [`wait_readable`]; `None` waits
+/// with no timeout. An interrupted wait returns all `false`.
+pub fn wait_any(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> io::Result<Vec<bool>> {
+    let ts = timeout.map(timespec);
+    let mut pfds: Vec<PollFd<'_>> = fds.iter().map(|f| PollFd::new(f, PollFlags::IN)).collect();
+    match poll(&mut pfds, ts.as_ref()) {
+        Ok(_) => Ok(pfds
+            .iter()
+            .map(|p| {
+                let r = p.revents();
+                r.intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR | PollFlags::NVAL)
+            })
+            .collect()),
+        Err(rustix::io::Errno::INTR) => Ok(vec![false; fds.len()]),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A poll timeout in whole milliseconds, rounded down, but at least 1 ms unless zero (so a
+/// sub-millisecond wait never becomes a busy loop).
+fn timespec(timeout: Duration) -> Timespec {
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i64;
+    let ms = ms.max(if timeout.is_zero() { 0 } else { 1 });
+    Timespec {
+        tv_sec: ms / 1000,
+        tv_nsec: (ms % 1000) * 1_000_000,
     }
 }
 
@@ -70,5 +95,17 @@ mod tests {
         let many = [b.as_fd(); 9];
         assert!(wait_any_readable(&many, Duration::ZERO).is_err());
         assert!(wait_any_readable(&[], Duration::ZERO).is_err());
+    }
+
+    #[test]
+    fn wait_any_reports_which_one() {
+        let (mut a, b) = UnixStream::pair().unwrap();
+        let (_c, d) = UnixStream::pair().unwrap();
+        let fds = [b.as_fd(), d.as_fd()];
+        let got = wait_any(&fds, Some(Duration::ZERO)).unwrap();
+        assert_eq!(got, vec![false, false]);
+        a.write_all(b"x").unwrap();
+        let got = wait_any(&fds, Some(Duration::from_secs(5))).unwrap();
+        assert_eq!(got, vec![true, false]);
     }
 }

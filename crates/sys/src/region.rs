@@ -137,6 +137,38 @@ impl SharedRegion {
         Some(unsafe { &*(p as *const AtomicU64) })
     }
 
+    /// Copies `src` into the region at byte `offset`; `None` (nothing written) if the span
+    /// does not lie inside the region.
+    pub fn write_at(&self, offset: usize, src: &[u8]) -> Option<()> {
+        let end = offset.checked_add(src.len())?;
+        if end > self.len() {
+            return None;
+        }
+        // SAFETY: [offset, end) lies inside the mapping (checked), which lives as long as
+        // `self`; `src` is ordinary memory of this process, so the two never overlap. Another
+        // process may write the same bytes meanwhile: the result is then garbage bytes in
+        // shared memory, which every reader treats as untrusted input anyway.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.as_ptr().add(offset), src.len())
+        };
+        Some(())
+    }
+
+    /// Copies the region's bytes at `offset..offset + dst.len()` into `dst`; `None` (nothing
+    /// read) if the span does not lie inside the region. The bytes are untrusted input.
+    pub fn read_at(&self, offset: usize, dst: &mut [u8]) -> Option<()> {
+        let end = offset.checked_add(dst.len())?;
+        if end > self.len() {
+            return None;
+        }
+        // SAFETY: as in `write_at`, in the other direction; `u8` is valid for any bytes, so
+        // whatever a peer wrote there is a valid (if meaningless) value.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.as_ptr().add(offset), dst.as_mut_ptr(), dst.len())
+        };
+        Some(())
+    }
+
     /// Pointer to `size` bytes at `offset`, if they lie inside and are `size`-aligned.
     fn checked(&self, offset: usize, size: usize) -> Option<*mut u8> {
         let end = offset.checked_add(size)?;
@@ -186,6 +218,18 @@ mod tests {
         assert!(r.atomic_u64(56).is_some());
         assert!(r.atomic_u64(60).is_none());
         assert!(r.atomic_u64(usize::MAX).is_none());
+    }
+
+    #[test]
+    fn byte_copies_are_bounds_checked() {
+        let a = SharedRegion::create("region-test", 100).unwrap();
+        let b = SharedRegion::from_fd(a.fd().try_clone_to_owned().unwrap()).unwrap();
+        assert_eq!(a.write_at(90, b"0123456789"), Some(()));
+        let mut got = [0u8; 10];
+        assert_eq!(b.read_at(90, &mut got), Some(()));
+        assert_eq!(&got, b"0123456789");
+        assert_eq!(a.write_at(91, b"0123456789"), None);
+        assert_eq!(b.read_at(usize::MAX, &mut got), None);
     }
 
     #[test]

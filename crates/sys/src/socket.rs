@@ -11,6 +11,17 @@ pub fn tcp_quickack(sock: &impl AsFd) -> io::Result<()> {
     Ok(())
 }
 
+/// The credentials of the process at the other end of a unix socket (`SO_PEERCRED`), as
+/// the kernel recorded them when the connection was made: `(pid, uid, gid)`.
+pub fn peer_cred(sock: &impl AsFd) -> io::Result<(u32, u32, u32)> {
+    let c = rustix::net::sockopt::socket_peercred(sock)?;
+    Ok((
+        c.pid.as_raw_nonzero().get() as u32,
+        c.uid.as_raw(),
+        c.gid.as_raw(),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -22,5 +33,13 @@ mod tests {
         tcp_quickack(&s).unwrap();
         let (u, _) = std::os::unix::net::UnixStream::pair().unwrap();
         assert!(tcp_quickack(&u).is_err());
+    }
+
+    #[test]
+    fn peer_cred_names_this_process() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (pid, uid, _) = peer_cred(&a).unwrap();
+        assert_eq!(pid, std::process::id());
+        assert_eq!(uid, rustix::process::getuid().as_raw());
     }
 }

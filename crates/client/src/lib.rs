@@ -1,0 +1,857 @@
+//! The application side of `flowstackd`: socket calls over the daemon's shared-memory rings.
+//!
+//! An application registers with [`Client::connect`] (a unix socket; the daemon checks who we
+//! are with `SO_PEERCRED`) and receives a sealed memfd holding its rings and data areas and
+//! the daemon's doorbell eventfd. From then on no system call is made per message while both
+//! sides are busy.
+//!
+//! # The three modes (seed 001's host interface)
+//! - **Async** — `tcp_listen`, `tcp_connect` (the [`Sockets`] one), `tcp_send`,
+//!   `tcp_set_nodelay`, `tcp_shutdown`, `tcp_abort`, `tcp_close`: the command is posted and
+//!   the call returns. A failure comes back later as an event and is reported by the next call
+//!   on that socket (as the kernel does for non-blocking sockets), e.g. `EADDRINUSE` from the
+//!   `tcp_accept` after a `tcp_listen` on a taken port.
+//! - **Sync** — [`Client::connect_to`], [`Client::accept`], [`Client::close`],
+//!   [`Client::recv`] when nothing is buffered: the caller waits for the daemon's completion
+//!   (or event), sleeping on the event ring's futex after a short spin.
+//! - **Urgent** — the daemon writes received bytes into this application's receive area and
+//!   posts one `Data` event per message; a `tcp_recv` that finds bytes is a memory read.
+//!
+//! Handles are the daemon's per-application numbers: listen and connect handles are assigned
+//! in command order from 1 (both sides count, so an async call knows its handle), accepted
+//! connections from [`layout::ACCEPTED_BASE`]. First slice: handles are not reused.
+//!
+//! # Faults
+//! If the daemon dies, every waiting call returns [`SocketError::ConnectionReset`] within
+//! [`LIVENESS_CHECK`] (the registration socket reads end-of-file), never hangs.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod layout;
+
+use flowstack_api::record::{
+    check_span, Command, CommandRecord, EventKind, EventRecord, Mode, RECORD_LEN,
+};
+use flowstack_api::{Readiness, SocketError, Sockets, TcpHandle, UdpHandle};
+use flowstack_sys::eventfd::EventFd;
+use flowstack_sys::ring::{Consumer, Producer, RingLayout};
+use flowstack_sys::SharedRegion;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::io::{self, Read};
+use std::net::SocketAddrV4;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Longest single sleep of a waiting call: the daemon's liveness is checked at least this often.
+pub const LIVENESS_CHECK: Duration = Duration::from_millis(100);
+/// Spin before sleeping on the event ring.
+const SPIN: Duration = Duration::from_micros(20);
+/// Events drained per pass.
+const EVENT_BUDGET: usize = 1024;
+
+/// Why registration failed.
+#[derive(Debug)]
+pub enum ConnectError {
+    /// The unix socket could not be reached.
+    Io(io::Error),
+    /// The daemon's answer or region is not what this version expects.
+    Protocol(String),
+}
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectError::Io(e) => write!(f, "cannot reach flowstackd: {e}"),
+            ConnectError::Protocol(m) => write!(f, "flowstackd protocol: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for ConnectError {}
+
+impl From<io::Error> for ConnectError {
+    fn from(e: io::Error) -> Self {
+        ConnectError::Io(e)
+    }
+}
+
+fn proto(m: impl Into<String>) -> ConnectError {
+    ConnectError::Protocol(m.into())
+}
+
+/// What the client knows about one of its sockets.
+#[derive(Debug, Default)]
+struct Sock {
+    listener: bool,
+    /// Delivered bytes not yet read by the application.
+    rx: VecDeque<u8>,
+    /// Bytes read but not yet reported to the daemon (receive window credit).
+    unreported: u64,
+    /// Bytes posted and not yet taken by the engine.
+    unflushed: u64,
+    open: bool,
+    eof: bool,
+    error: Option<SocketError>,
+    /// Accepted connections not yet handed to the application (listeners).
+    accepted: VecDeque<u32>,
+}
+
+/// A registered application: its rings, its data areas and its sockets.
+pub struct Client {
+    region: Arc<SharedRegion>,
+    cmd: Producer,
+    evt: Consumer,
+    bell: EventFd,
+    stream: UnixStream,
+    app_id: u64,
+    tx_off: usize,
+    tx_size: u64,
+    tx_head: u64,
+    rx_off: usize,
+    rx_size: u64,
+    rx_freed: u64,
+    next_id: u32,
+    next_handle: u32,
+    socks: HashMap<u32, Sock>,
+    /// Ids of sync calls waiting for their completion.
+    waiting: HashSet<u32>,
+    /// Completions of sync calls, by id.
+    done: HashMap<u32, (u32, Result<u64, SocketError>)>,
+    /// Sync accepts given up by their caller: the listener that gets the connection.
+    orphan_accepts: HashMap<u32, u32>,
+    /// Accept calls in flight: their connection's socket must exist before the events that
+    /// follow the completion in the same batch (data already received) are handled.
+    accept_ids: HashSet<u32>,
+    dead: bool,
+    zc_tokens: HashMap<u32, VecDeque<u64>>,
+    next_token: u64,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("app_id", &self.app_id)
+            .field("sockets", &self.socks.len())
+            .field("dead", &self.dead)
+            .finish()
+    }
+}
+
+fn header_u64(r: &SharedRegion, at: usize) -> Result<u64, ConnectError> {
+    r.atomic_u64(at)
+        .map(|a| a.load(Ordering::Acquire))
+        .ok_or_else(|| proto("region smaller than its header"))
+}
+
+/// Checks that `off..off+size` lies in the region after the header.
+fn area(r: &SharedRegion, off: u64, size: u64) -> Result<(usize, u64), ConnectError> {
+    let end = off
+        .checked_add(size)
+        .ok_or_else(|| proto("area overflows"))?;
+    if off < layout::HEADER_BYTES as u64 || end > r.len() as u64 || size == 0 {
+        return Err(proto("area outside the region"));
+    }
+    Ok((off as usize, size))
+}
+
+impl Client {
+    /// Registers with the daemon listening on the unix socket at `path`.
+    pub fn connect(path: impl AsRef<Path>) -> Result<Self, ConnectError> {
+        let stream = UnixStream::connect(path)?;
+        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        let mut buf = [0u8; 8];
+        let mut fds = Vec::new();
+        let n = flowstack_sys::fdpass::recv_fds(&stream, &mut buf, &mut fds)?;
+        if n != 8 || &buf != layout::HELLO || fds.len() != 2 {
+            return Err(proto("unexpected registration answer"));
+        }
+        let bell_fd = fds.pop().expect("two descriptors");
+        let mem_fd = fds.pop().expect("two descriptors");
+        let region = Arc::new(SharedRegion::from_fd(mem_fd)?);
+        let bell = EventFd::from_fd(bell_fd);
+        if header_u64(&region, layout::at::MAGIC)? != layout::MAGIC {
+            return Err(proto("bad region magic"));
+        }
+        let version = region
+            .atomic_u32(layout::at::VERSION)
+            .map(|v| v.load(Ordering::Acquire))
+            .unwrap_or(0);
+        if version != flowstack_api::record::VERSION as u32 {
+            return Err(proto(format!("record version {version} (we speak {})", {
+                flowstack_api::record::VERSION
+            })));
+        }
+        let ring = |off_at, cap_at| -> Result<RingLayout, ConnectError> {
+            let off = header_u64(&region, off_at)?;
+            let cap = header_u64(&region, cap_at)?;
+            area(&region, off, cap)?;
+            Ok(RingLayout {
+                offset: off as usize,
+                capacity: cap as usize,
+                max_record: RECORD_LEN,
+            })
+        };
+        let cmd_l = ring(layout::at::CMD_OFF, layout::at::CMD_CAP)?;
+        let evt_l = ring(layout::at::EVT_OFF, layout::at::EVT_CAP)?;
+        let cmd = Producer::new(region.clone(), cmd_l).map_err(|e| proto(e.to_string()))?;
+        let evt = Consumer::new(region.clone(), evt_l).map_err(|e| proto(e.to_string()))?;
+        let (tx_off, tx_size) = area(
+            &region,
+            header_u64(&region, layout::at::TX_OFF)?,
+            header_u64(&region, layout::at::TX_SIZE)?,
+        )?;
+        let (rx_off, rx_size) = area(
+            &region,
+            header_u64(&region, layout::at::RX_OFF)?,
+            header_u64(&region, layout::at::RX_SIZE)?,
+        )?;
+        let app_id = header_u64(&region, layout::at::APP_ID)?;
+        stream.set_nonblocking(true)?;
+        Ok(Self {
+            region,
+            cmd,
+            evt,
+            bell,
+            stream,
+            app_id,
+            tx_off,
+            tx_size,
+            tx_head: 0,
+            rx_off,
+            rx_size,
+            rx_freed: 0,
+            next_id: 1,
+            next_handle: 1,
+            socks: HashMap::new(),
+            waiting: HashSet::new(),
+            done: HashMap::new(),
+            orphan_accepts: HashMap::new(),
+            accept_ids: HashSet::new(),
+            dead: false,
+            zc_tokens: HashMap::new(),
+            next_token: 1,
+        })
+    }
+
+    /// The daemon's number for this application.
+    pub fn app_id(&self) -> u64 {
+        self.app_id
+    }
+
+    /// False once the daemon is known to be gone.
+    pub fn daemon_alive(&mut self) -> bool {
+        self.check_daemon();
+        !self.dead
+    }
+
+    fn check_daemon(&mut self) {
+        if self.dead {
+            return;
+        }
+        let mut b = [0u8; 16];
+        match (&self.stream).read(&mut b) {
+            Ok(0) => self.dead = true,
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => self.dead = true,
+        }
+    }
+
+    // ---- posting commands ---------------------------------------------------------------
+
+    fn post(&mut self, mode: Mode, cmd: Command) -> Result<u32, SocketError> {
+        if self.dead {
+            return Err(SocketError::ConnectionReset);
+        }
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1).max(1);
+        let rec = CommandRecord { id, mode, cmd };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let r = self.cmd.push_with(RECORD_LEN, |b| {
+                let b: &mut [u8; RECORD_LEN] = b.try_into().expect("record length");
+                rec.encode(b);
+            });
+            match r {
+                Ok(()) => break,
+                Err(flowstack_sys::ring::RingError::Full) => {
+                    // The daemon is behind: let it run, keep draining our events.
+                    self.ring_doorbell();
+                    self.pump();
+                    self.check_daemon();
+                    if self.dead || Instant::now() > deadline {
+                        return Err(SocketError::ConnectionReset);
+                    }
+                    std::thread::yield_now();
+                }
+                Err(_) => {
+                    self.dead = true;
+                    return Err(SocketError::ConnectionReset);
+                }
+            }
+        }
+        self.ring_doorbell();
+        if mode == Mode::Sync {
+            self.waiting.insert(id);
+        }
+        if matches!(cmd, Command::TcpAccept { .. }) {
+            self.accept_ids.insert(id);
+        }
+        Ok(id)
+    }
+
+    /// Publishes posted commands and wakes the daemon if it announced that it sleeps.
+    fn ring_doorbell(&mut self) {
+        self.cmd.publish();
+        // Pairs with the daemon's store of `daemon_sleeping` and its fence before it checks
+        // the rings once more: either it sees our records or we see it sleeping.
+        fence(Ordering::SeqCst);
+        let sleeping = self
+            .region
+            .atomic_u32(layout::at::DAEMON_SLEEPING)
+            .map(|a| a.load(Ordering::SeqCst))
+            .unwrap_or(1);
+        if sleeping != 0 {
+            let _ = self.bell.signal();
+        }
+    }
+
+    fn alloc_handle(&mut self) -> u32 {
+        let h = self.next_handle;
+        self.next_handle += 1;
+        h
+    }
+
+    // ---- events -------------------------------------------------------------------------
+
+    /// Drains the event ring: completions, urgent data, readiness. Returns how many events.
+    pub fn pump(&mut self) -> usize {
+        let mut evs: Vec<EventRecord> = Vec::new();
+        let r = self.evt.recv(EVENT_BUDGET, |b| {
+            if let Ok(b) = <&[u8; RECORD_LEN]>::try_from(b) {
+                if let Ok(e) = EventRecord::decode(b) {
+                    evs.push(e);
+                }
+            }
+        });
+        if r.is_err() {
+            self.dead = true;
+        }
+        let n = evs.len();
+        for e in evs {
+            self.on_event(e);
+        }
+        n
+    }
+
+    fn on_event(&mut self, e: EventRecord) {
+        match e.kind {
+            EventKind::Completion => {
+                if self.accept_ids.remove(&e.id) {
+                    if let Ok(h) = e.outcome() {
+                        self.socks.entry(h as u32).or_insert_with(|| Sock {
+                            open: true,
+                            ..Sock::default()
+                        });
+                    }
+                }
+                if let Some(listener) = self.orphan_accepts.remove(&e.id) {
+                    if let Ok(h) = e.outcome() {
+                        self.new_accepted(listener, h as u32);
+                    }
+                } else if self.waiting.remove(&e.id) {
+                    self.done.insert(e.id, (e.handle, e.outcome()));
+                } else if let Err(err) = e.outcome() {
+                    // An async call failed: reported by the next call on that socket.
+                    if let Some(s) = self.socks.get_mut(&e.handle) {
+                        s.error = Some(err);
+                    }
+                }
+            }
+            EventKind::Data => {
+                let Ok((off, len)) = check_span(e.offset, e.len, self.rx_size as usize) else {
+                    self.dead = true;
+                    return;
+                };
+                if let Some(s) = self.socks.get_mut(&e.handle) {
+                    let start = s.rx.len();
+                    s.rx.resize(start + len, 0);
+                    let (a, b) = s.rx.as_mut_slices();
+                    // The new bytes are the tail; copy into the (at most two) slices.
+                    let mut dst_at = start;
+                    let mut src = self.rx_off + off;
+                    for part in [a, b] {
+                        if dst_at >= part.len() {
+                            dst_at -= part.len();
+                            continue;
+                        }
+                        let take = &mut part[dst_at..];
+                        let _ = self.region.read_at(src, take);
+                        src += take.len();
+                        dst_at = 0;
+                    }
+                }
+                self.rx_freed += len as u64;
+                if let Some(a) = self.region.atomic_u64(layout::at::RX_FREED) {
+                    a.store(self.rx_freed, Ordering::Release);
+                }
+            }
+            EventKind::Writable => {
+                if let Some(s) = self.socks.get_mut(&e.handle) {
+                    s.open = true;
+                    s.unflushed = s.unflushed.saturating_sub(e.len);
+                }
+            }
+            EventKind::Readable => {}
+            EventKind::Closed => {
+                if let Some(s) = self.socks.get_mut(&e.handle) {
+                    s.eof = true;
+                    if e.result < 0 {
+                        s.error = Some(e.outcome().err().unwrap_or(SocketError::ConnectionReset));
+                    }
+                }
+            }
+        }
+    }
+
+    fn new_accepted(&mut self, listener: u32, h: u32) {
+        self.socks.entry(h).or_insert_with(|| Sock {
+            open: true,
+            ..Sock::default()
+        });
+        if let Some(l) = self.socks.get_mut(&listener) {
+            l.accepted.push_back(h);
+        }
+    }
+
+    /// Waits until an event arrived, the deadline passed, or the daemon is gone.
+    fn wait_event(&mut self, deadline: Instant) -> Result<(), SocketError> {
+        if self.pump() > 0 {
+            return Ok(());
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(SocketError::TimedOut);
+        }
+        let slice = (deadline - now).min(LIVENESS_CHECK);
+        self.evt.wait(SPIN, slice);
+        self.check_daemon();
+        if self.dead {
+            return Err(SocketError::ConnectionReset);
+        }
+        self.pump();
+        Ok(())
+    }
+
+    /// Waits up to `timeout` for the daemon to post anything (data, readiness, completions);
+    /// errors only if the daemon is gone.
+    pub fn wait(&mut self, timeout: Duration) -> Result<(), SocketError> {
+        match self.wait_event(Instant::now() + timeout) {
+            Err(SocketError::TimedOut) => Ok(()),
+            r => r,
+        }
+    }
+
+    /// Waits for the completion of sync call `id`.
+    fn complete(&mut self, id: u32, timeout: Duration) -> Result<(u32, u64), SocketError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some((h, r)) = self.done.remove(&id) {
+                return r.map(|v| (h, v));
+            }
+            if let Err(e) = self.wait_event(deadline) {
+                self.waiting.remove(&id);
+                return Err(e);
+            }
+        }
+    }
+
+    fn sock(&self, h: TcpHandle) -> Result<&Sock, SocketError> {
+        self.socks
+            .get(&(h.index() as u32))
+            .ok_or(SocketError::InvalidHandle)
+    }
+
+    fn sock_mut(&mut self, h: TcpHandle) -> Result<&mut Sock, SocketError> {
+        self.socks
+            .get_mut(&(h.index() as u32))
+            .ok_or(SocketError::InvalidHandle)
+    }
+
+    fn raw(h: TcpHandle) -> Result<u32, SocketError> {
+        u32::try_from(h.index())
+            .ok()
+            .filter(|&h| h <= flowstack_api::record::MAX_HANDLE)
+            .ok_or(SocketError::InvalidHandle)
+    }
+
+    // ---- sync calls ---------------------------------------------------------------------
+
+    /// Sync connect: opens a connection and waits for the handshake (or its failure).
+    pub fn connect_to(
+        &mut self,
+        remote: SocketAddrV4,
+        timeout: Duration,
+    ) -> Result<TcpHandle, SocketError> {
+        let h = self.alloc_handle();
+        self.socks.insert(h, Sock::default());
+        let id = self.post(Mode::Sync, Command::TcpConnect { remote })?;
+        match self.complete(id, timeout) {
+            Ok(_) => {
+                if let Some(s) = self.socks.get_mut(&h) {
+                    s.open = true;
+                }
+                Ok(TcpHandle::from_raw(h as usize))
+            }
+            Err(e) => {
+                let _ = self.tcp_close(TcpHandle::from_raw(h as usize));
+                Err(e)
+            }
+        }
+    }
+
+    /// Sync accept: waits up to `timeout` for a connection on `listener`.
+    pub fn accept(
+        &mut self,
+        listener: TcpHandle,
+        timeout: Duration,
+    ) -> Result<TcpHandle, SocketError> {
+        let l = Self::raw(listener)?;
+        self.pump();
+        let s = self.sock_mut(listener)?;
+        if let Some(h) = s.accepted.pop_front() {
+            return Ok(TcpHandle::from_raw(h as usize));
+        }
+        if let Some(e) = s.error {
+            return Err(e);
+        }
+        let id = self.post(Mode::Sync, Command::TcpAccept { listener: l })?;
+        match self.complete(id, timeout) {
+            // The socket was created when the completion arrived.
+            Ok((_, h)) => Ok(TcpHandle::from_raw(h as u32 as usize)),
+            Err(SocketError::TimedOut) => {
+                // The daemon still holds the accept: its connection goes to the listener.
+                self.orphan_accepts.insert(id, l);
+                Err(SocketError::TimedOut)
+            }
+            Err(e) => {
+                if let Some(s) = self.socks.get_mut(&l) {
+                    if e != SocketError::ConnectionReset {
+                        s.error.get_or_insert(e);
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Receives at least one byte, waiting up to `timeout` when nothing is buffered;
+    /// `Ok(0)` is end of stream.
+    pub fn recv(
+        &mut self,
+        h: TcpHandle,
+        buf: &mut [u8],
+        timeout: Duration,
+    ) -> Result<usize, SocketError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.tcp_recv(h, buf) {
+                Err(SocketError::WouldBlock) => self.wait_event(deadline)?,
+                r => return r,
+            }
+        }
+    }
+
+    /// Sends all of `data`, waiting for send space up to `timeout`.
+    pub fn send_all(
+        &mut self,
+        h: TcpHandle,
+        mut data: &[u8],
+        timeout: Duration,
+    ) -> Result<(), SocketError> {
+        let deadline = Instant::now() + timeout;
+        while !data.is_empty() {
+            match self.tcp_send(h, data) {
+                Ok(n) => data = &data[n..],
+                Err(SocketError::WouldBlock) => self.wait_event(deadline)?,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Sync close: releases the handle and waits for the daemon to take it.
+    pub fn close(&mut self, h: TcpHandle, timeout: Duration) -> Result<(), SocketError> {
+        let raw = Self::raw(h)?;
+        self.socks.remove(&raw).ok_or(SocketError::InvalidHandle)?;
+        let id = self.post(Mode::Sync, Command::TcpClose { handle: raw })?;
+        self.complete(id, timeout).map(|_| ())
+    }
+
+    fn report_consumed(&mut self, raw: u32, force: bool) {
+        let Some(s) = self.socks.get_mut(&raw) else {
+            return;
+        };
+        if s.unreported == 0 || !(force || s.rx.is_empty() || s.unreported >= SOCK_RCVBUF / 4) {
+            return;
+        }
+        let len = std::mem::take(&mut s.unreported);
+        let _ = self.post(Mode::Async, Command::TcpConsume { handle: raw, len });
+    }
+}
+
+use layout::{SOCK_RCVBUF, SOCK_SNDBUF};
+
+impl Sockets for Client {
+    fn tcp_listen(&mut self, port: u16, backlog: usize) -> Result<TcpHandle, SocketError> {
+        if port == 0 {
+            return Err(SocketError::InvalidArgument);
+        }
+        let h = self.alloc_handle();
+        self.socks.insert(
+            h,
+            Sock {
+                listener: true,
+                ..Sock::default()
+            },
+        );
+        let backlog = backlog.min(u32::MAX as usize) as u32;
+        self.post(Mode::Async, Command::TcpListen { port, backlog })?;
+        Ok(TcpHandle::from_raw(h as usize))
+    }
+
+    fn tcp_accept(&mut self, listener: TcpHandle) -> Result<TcpHandle, SocketError> {
+        let l = Self::raw(listener)?;
+        self.pump();
+        let s = self.sock_mut(listener)?;
+        if let Some(h) = s.accepted.pop_front() {
+            return Ok(TcpHandle::from_raw(h as usize));
+        }
+        if let Some(e) = s.error {
+            return Err(e);
+        }
+        // Ask without waiting for a connection: the daemon answers at once.
+        let id = self.post(Mode::Async, Command::TcpAccept { listener: l })?;
+        self.waiting.insert(id);
+        let (_, h) = self.complete(id, Duration::from_secs(5))?;
+        Ok(TcpHandle::from_raw(h as u32 as usize))
+    }
+
+    fn tcp_connect(&mut self, remote: SocketAddrV4) -> Result<TcpHandle, SocketError> {
+        let h = self.alloc_handle();
+        self.socks.insert(h, Sock::default());
+        self.post(Mode::Async, Command::TcpConnect { remote })?;
+        Ok(TcpHandle::from_raw(h as usize))
+    }
+
+    fn tcp_send(&mut self, h: TcpHandle, data: &[u8]) -> Result<usize, SocketError> {
+        let raw = Self::raw(h)?;
+        self.pump();
+        let tx_freed = self
+            .region
+            .atomic_u64(layout::at::TX_FREED)
+            .map(|a| a.load(Ordering::Acquire))
+            .unwrap_or(0)
+            .min(self.tx_head);
+        let (tx_head, tx_size, tx_off) = (self.tx_head, self.tx_size, self.tx_off);
+        let s = self.sock_mut(h)?;
+        if let Some(e) = s.error {
+            return Err(e);
+        }
+        if s.listener {
+            return Err(SocketError::InvalidState);
+        }
+        let area_free = tx_size - (tx_head - tx_freed).min(tx_size);
+        let n = (data.len() as u64)
+            .min(SOCK_SNDBUF.saturating_sub(s.unflushed))
+            .min(area_free) as usize;
+        if n == 0 {
+            return if data.is_empty() {
+                Ok(0)
+            } else {
+                Err(SocketError::WouldBlock)
+            };
+        }
+        s.unflushed += n as u64;
+        // At most two spans: up to the end of the area, then from its start.
+        let mut done = 0;
+        while done < n {
+            let pos = self.tx_head % self.tx_size;
+            let chunk = ((self.tx_size - pos) as usize).min(n - done);
+            let _ = self
+                .region
+                .write_at(self.tx_off + pos as usize, &data[done..done + chunk]);
+            self.tx_head += chunk as u64;
+            let cmd = Command::TcpSend {
+                handle: raw,
+                offset: pos,
+                len: chunk as u64,
+            };
+            self.post(Mode::Async, cmd)?;
+            done += chunk;
+        }
+        let _ = tx_off;
+        Ok(n)
+    }
+
+    fn tcp_send_zc(&mut self, h: TcpHandle, buf: Arc<[u8]>) -> Result<u64, SocketError> {
+        // The bytes are copied into the transmit area, so the buffer is free at once.
+        let s = self.sock(h)?;
+        if buf.len() as u64 > SOCK_SNDBUF.saturating_sub(s.unflushed) {
+            return Err(SocketError::WouldBlock);
+        }
+        let deadline = Duration::from_secs(5);
+        self.send_all(h, &buf, deadline)?;
+        let t = self.next_token;
+        self.next_token += 1;
+        self.zc_tokens
+            .entry(h.index() as u32)
+            .or_default()
+            .push_back(t);
+        Ok(t)
+    }
+
+    fn tcp_zc_completion(&mut self, h: TcpHandle) -> Option<u64> {
+        self.zc_tokens.get_mut(&(h.index() as u32))?.pop_front()
+    }
+
+    fn tcp_recv(&mut self, h: TcpHandle, buf: &mut [u8]) -> Result<usize, SocketError> {
+        let raw = Self::raw(h)?;
+        self.pump();
+        let s = self.sock_mut(h)?;
+        if !s.rx.is_empty() {
+            let n = buf.len().min(s.rx.len());
+            for (d, b) in buf.iter_mut().zip(s.rx.drain(..n)) {
+                *d = b;
+            }
+            s.unreported += n as u64;
+            self.report_consumed(raw, false);
+            return Ok(n);
+        }
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        if let Some(e) = s.error {
+            return Err(e);
+        }
+        if s.eof {
+            return Ok(0);
+        }
+        if self.dead {
+            return Err(SocketError::ConnectionReset);
+        }
+        Err(SocketError::WouldBlock)
+    }
+
+    fn tcp_peek(&self, h: TcpHandle, max: usize) -> Result<(&[u8], &[u8]), SocketError> {
+        let s = self.sock(h)?;
+        let (a, b) = s.rx.as_slices();
+        let a = &a[..a.len().min(max)];
+        let b = &b[..b.len().min(max - a.len())];
+        Ok((a, b))
+    }
+
+    fn tcp_consume(&mut self, h: TcpHandle, n: usize) -> Result<(), SocketError> {
+        let raw = Self::raw(h)?;
+        let s = self.sock_mut(h)?;
+        let n = n.min(s.rx.len());
+        s.rx.drain(..n);
+        s.unreported += n as u64;
+        self.report_consumed(raw, false);
+        Ok(())
+    }
+
+    fn tcp_at_eof(&self, h: TcpHandle) -> bool {
+        self.sock(h)
+            .map(|s| s.eof && s.rx.is_empty() && s.error.is_none())
+            .unwrap_or(false)
+    }
+
+    fn tcp_shutdown(&mut self, h: TcpHandle) -> Result<(), SocketError> {
+        let raw = Self::raw(h)?;
+        self.sock(h)?;
+        self.post(Mode::Async, Command::TcpShutdown { handle: raw })
+            .map(|_| ())
+    }
+
+    fn tcp_close(&mut self, h: TcpHandle) -> Result<(), SocketError> {
+        let raw = Self::raw(h)?;
+        self.socks.remove(&raw).ok_or(SocketError::InvalidHandle)?;
+        self.zc_tokens.remove(&raw);
+        self.post(Mode::Async, Command::TcpClose { handle: raw })
+            .map(|_| ())
+    }
+
+    fn tcp_abort(&mut self, h: TcpHandle) -> Result<(), SocketError> {
+        let raw = Self::raw(h)?;
+        self.sock(h)?;
+        self.post(Mode::Async, Command::TcpAbort { handle: raw })
+            .map(|_| ())
+    }
+
+    fn tcp_poll(&self, h: TcpHandle) -> Result<Readiness, SocketError> {
+        let s = self.sock(h)?;
+        Ok(Readiness {
+            readable: !s.rx.is_empty() || s.eof || s.error.is_some() || !s.accepted.is_empty(),
+            writable: s.open && !s.listener && s.unflushed < SOCK_SNDBUF && s.error.is_none(),
+            error: s.error,
+        })
+    }
+
+    fn tcp_is_open(&self, h: TcpHandle) -> bool {
+        self.sock(h)
+            .map(|s| s.open && !s.eof && s.error.is_none())
+            .unwrap_or(false)
+    }
+
+    fn tcp_send_queue(&self, h: TcpHandle) -> Result<usize, SocketError> {
+        Ok(self.sock(h)?.unflushed as usize)
+    }
+
+    fn tcp_set_nodelay(&mut self, h: TcpHandle, on: bool) -> Result<(), SocketError> {
+        let raw = Self::raw(h)?;
+        if let Some(e) = self.sock(h)?.error {
+            return Err(e);
+        }
+        self.post(Mode::Async, Command::TcpSetNodelay { handle: raw, on })
+            .map(|_| ())
+    }
+
+    fn tcp_error(&self, h: TcpHandle) -> Option<SocketError> {
+        self.sock(h).ok().and_then(|s| s.error)
+    }
+
+    fn tcp_connections(&self) -> usize {
+        self.socks.values().filter(|s| !s.listener).count()
+    }
+
+    // UDP over the daemon is not in the first slice.
+    fn udp_bind(&mut self, _port: u16) -> Result<UdpHandle, SocketError> {
+        Err(SocketError::InvalidState)
+    }
+    fn udp_local_port(&mut self, _h: UdpHandle) -> Result<u16, SocketError> {
+        Err(SocketError::InvalidHandle)
+    }
+    fn udp_send_to(
+        &mut self,
+        _h: UdpHandle,
+        _dst: SocketAddrV4,
+        _data: &[u8],
+    ) -> Result<(), SocketError> {
+        Err(SocketError::InvalidHandle)
+    }
+    fn udp_recv_from(
+        &mut self,
+        _h: UdpHandle,
+        _buf: &mut [u8],
+    ) -> Result<(usize, SocketAddrV4), SocketError> {
+        Err(SocketError::InvalidHandle)
+    }
+    fn udp_close(&mut self, _h: UdpHandle) -> Result<(), SocketError> {
+        Err(SocketError::InvalidHandle)
+    }
+}

@@ -1,0 +1,53 @@
+//! `flowstackd [--socket PATH]`: the flowstack daemon (also `flowstack daemon`).
+#![forbid(unsafe_code)]
+
+use flowstack_offload::{Daemon, DaemonConfig};
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+
+const USAGE: &str = "usage: flowstackd [--socket PATH]\n\
+serves TCP on 127.0.0.0/8 to applications that register on the unix socket\n\
+(default: $XDG_RUNTIME_DIR/flowstack.sock, or /run/flowstack/flowstack.sock as root)";
+
+fn main() -> ExitCode {
+    let mut cfg = DaemonConfig::default();
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--socket" => match args.next() {
+                Some(p) => cfg.socket = p.into(),
+                None => {
+                    eprintln!("flowstackd: --socket needs a path");
+                    return ExitCode::from(2);
+                }
+            },
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return ExitCode::SUCCESS;
+            }
+            other => {
+                eprintln!("flowstackd: unexpected argument {other:?}\n{USAGE}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let d = match Daemon::bind(&cfg) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("flowstackd: {}: {e}", cfg.socket.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    eprintln!(
+        "flowstackd: serving 127.0.0.1 and 127.0.0.2 (127.0.0.0/8) on {}",
+        d.path().display()
+    );
+    let stop = AtomicBool::new(false);
+    match d.run(&stop) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("flowstackd: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,310 @@
+//! `flowstackd`: the TCP/IP stack as a service that applications reach through shared memory
+//! (seeds 001, 002, 004; the "Offload mode" paragraph of the design).
+//!
+//! The daemon owns the engines — in this first slice its own loopback interface on
+//! 127.0.0.0/8 ([`loopback`]), which needs no privileges — and a unix socket where
+//! applications register. Each application gets a sealed memfd ([`layout`]) with a command
+//! ring, an event ring and two data areas, plus the daemon's doorbell eventfd, and talks to it
+//! with `flowstack-client`.
+//!
+//! # The loop ([`Daemon::run`])
+//! One thread: accept registrations; drain every application's command ring (validated
+//! record by record, see [`app`](self)); run both engines; move bytes between the engines and
+//! the applications' areas and post events; then, if nothing moved, sleep: announce it in
+//! every application's header (`daemon_sleeping`), fence, check every command ring once more,
+//! and `poll(2)` the unix listener, the doorbell eventfd and every application's socket until
+//! the engines' next deadline. An application that posts after reading the announcement
+//! signals the eventfd, so no command waits for a timeout; an idle daemon makes no system
+//! call but a `poll` every [`IDLE_CHECK`] (for process liveness).
+//!
+//! # Faults
+//! An application whose registration socket hangs up, whose process is gone (checked by pid
+//! every [`IDLE_CHECK`], for when the socket leaked into a child), or whose rings hold values
+//! no honest client writes is dropped: its connections are reset or closed as the kernel
+//! would on exit, its ports freed, its region unmapped.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod app;
+pub mod layout;
+pub mod loopback;
+
+pub use app::AppStats;
+
+use app::{App, Shared};
+use flowstack_runtime::Clock;
+use flowstack_sys::eventfd::EventFd;
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Longest sleep of an idle daemon, so departed applications are noticed even without a
+/// hang-up.
+pub const IDLE_CHECK: Duration = Duration::from_millis(200);
+/// Most applications registered at once.
+pub const MAX_APPS: usize = 256;
+
+/// The socket path used when none is given: `$XDG_RUNTIME_DIR/flowstack.sock`, or
+/// `/run/flowstack/flowstack.sock` as root, else `/tmp/flowstack-UID.sock`.
+pub fn default_socket_path() -> PathBuf {
+    let uid = rustix_uid();
+    if uid == 0 {
+        return PathBuf::from("/run/flowstack/flowstack.sock");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) if !d.is_empty() => Path::new(&d).join("flowstack.sock"),
+        _ => PathBuf::from(format!("/tmp/flowstack-{uid}.sock")),
+    }
+}
+
+fn rustix_uid() -> u32 {
+    // Our own uid, as the kernel reports it for a socket pair (no unsafe, no extra crate).
+    UnixStream::pair()
+        .ok()
+        .and_then(|(a, _)| flowstack_sys::socket::peer_cred(&a).ok())
+        .map(|(_, uid, _)| uid)
+        .unwrap_or(u32::MAX)
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    /// Unix socket applications register on.
+    pub socket: PathBuf,
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        Self {
+            socket: default_socket_path(),
+        }
+    }
+}
+
+/// A bound daemon, ready to [`run`](Daemon::run).
+pub struct Daemon {
+    listener: UnixListener,
+    path: PathBuf,
+    bell: EventFd,
+}
+
+/// A daemon running on its own thread ([`Daemon::spawn`]); stops and joins on drop.
+pub struct DaemonHandle {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<io::Result<()>>>,
+    bell_fd: Option<std::os::fd::OwnedFd>,
+    /// Where applications register.
+    pub path: PathBuf,
+}
+
+impl DaemonHandle {
+    /// Stops the daemon and waits for its thread.
+    pub fn stop(mut self) -> io::Result<()> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> io::Result<()> {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(fd) = self.bell_fd.take() {
+            let _ = EventFd::from_fd(fd).signal();
+        }
+        match self.thread.take() {
+            Some(t) => t
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("daemon thread panicked"))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for DaemonHandle {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+impl Daemon {
+    /// Binds the unix socket (its directory is created; a stale socket file left by a dead
+    /// daemon is replaced, a live daemon's is not).
+    pub fn bind(cfg: &DaemonConfig) -> io::Result<Self> {
+        let path = cfg.socket.clone();
+        if let Some(dir) = path.parent() {
+            if !dir.as_os_str().is_empty() {
+                std::fs::create_dir_all(dir)?;
+            }
+        }
+        if path.exists() {
+            if UnixStream::connect(&path).is_ok() {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!("a daemon already listens on {}", path.display()),
+                ));
+            }
+            std::fs::remove_file(&path)?;
+        }
+        let listener = UnixListener::bind(&path)?;
+        listener.set_nonblocking(true)?;
+        Ok(Self {
+            listener,
+            path,
+            bell: EventFd::new()?,
+        })
+    }
+
+    /// Where applications register.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Binds and runs the daemon on a new thread.
+    pub fn spawn(cfg: &DaemonConfig) -> io::Result<DaemonHandle> {
+        let d = Self::bind(cfg)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let bell_fd = d.bell.as_fd().try_clone_to_owned()?;
+        let path = d.path.clone();
+        let s = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("flowstackd".into())
+            .spawn(move || d.run(&s))?;
+        Ok(DaemonHandle {
+            stop,
+            thread: Some(thread),
+            bell_fd: Some(bell_fd),
+            path,
+        })
+    }
+
+    /// Runs until `stop` is set (checked at least every [`IDLE_CHECK`]); removes the socket
+    /// file on the way out.
+    pub fn run(self, stop: &AtomicBool) -> io::Result<()> {
+        let clock = Clock::start();
+        let mut sh = Shared::new();
+        let mut apps: Vec<App> = Vec::new();
+        let mut next_app = 1u64;
+        let mut last_check = Instant::now();
+        while !stop.load(Ordering::SeqCst) {
+            let mut busy = false;
+            busy |= self.accept_apps(&mut apps, &mut next_app);
+            for a in apps.iter_mut() {
+                busy |= a.drain_commands(&mut sh) > 0;
+            }
+            let now = clock.now();
+            sh.lo.set_now(now);
+            busy |= sh.lo.poll(now);
+            for a in apps.iter_mut() {
+                busy |= a.service(&mut sh);
+                busy |= a.flush_events();
+            }
+            // Output the socket calls above produced.
+            busy |= sh.lo.poll(clock.now());
+            if last_check.elapsed() >= IDLE_CHECK {
+                last_check = Instant::now();
+                reap(&mut apps, &mut sh, true);
+            }
+            if busy {
+                continue;
+            }
+            // Sleep: announce it, then look once more (see the module docs).
+            for a in &apps {
+                a.set_sleeping(true);
+            }
+            fence(Ordering::SeqCst);
+            if apps.iter().any(|a| a.pending()) {
+                for a in &apps {
+                    a.set_sleeping(false);
+                }
+                continue;
+            }
+            let wait = sh
+                .lo
+                .poll_at()
+                .map(|t| t.saturating_since(clock.now()))
+                .map(|d| Duration::from_nanos(d.as_nanos().min(u64::MAX as u128) as u64))
+                .unwrap_or(IDLE_CHECK)
+                .min(IDLE_CHECK);
+            let hangup = {
+                let mut fds = vec![self.listener.as_fd(), self.bell.as_fd()];
+                fds.extend(apps.iter().map(|a| a.stream.as_fd()));
+                flowstack_sys::poll::wait_any(&fds, Some(wait))?
+            };
+            for a in &apps {
+                a.set_sleeping(false);
+            }
+            let _ = self.bell.take();
+            if hangup.iter().skip(2).any(|&r| r) {
+                reap(&mut apps, &mut sh, false);
+            }
+        }
+        for mut a in apps.drain(..) {
+            a.release_all(&mut sh);
+        }
+        sh.lo.poll(clock.now());
+        let _ = std::fs::remove_file(&self.path);
+        Ok(())
+    }
+
+    fn accept_apps(&self, apps: &mut Vec<App>, next_app: &mut u64) -> bool {
+        let mut any = false;
+        loop {
+            let stream = match self.listener.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return any,
+                Err(_) => return any,
+            };
+            any = true;
+            if apps.len() >= MAX_APPS {
+                continue; // dropped: the client sees the socket close
+            }
+            let Ok((pid, uid, _)) = flowstack_sys::socket::peer_cred(&stream) else {
+                continue;
+            };
+            let id = *next_app;
+            *next_app += 1;
+            let Ok(app) = App::new(id, pid, uid, stream) else {
+                continue;
+            };
+            let sent = flowstack_sys::fdpass::send_fds(
+                &app.stream,
+                layout::HELLO,
+                &[app.region.fd(), self.bell.as_fd()],
+            );
+            if sent.is_ok() && app.stream.set_nonblocking(true).is_ok() {
+                apps.push(app);
+            }
+        }
+    }
+}
+
+/// Drops applications that hung up, died or broke their rings.
+fn reap(apps: &mut Vec<App>, sh: &mut Shared, check_pids: bool) {
+    let mut i = 0;
+    while i < apps.len() {
+        let a = &apps[i];
+        let gone = a.broken
+            || hung_up(&a.stream)
+            || (check_pids && !flowstack_sys::process::is_alive(a.pid));
+        if gone {
+            let mut a = apps.swap_remove(i);
+            a.release_all(sh);
+        } else {
+            i += 1;
+        }
+    }
+}
+
+fn hung_up(s: &UnixStream) -> bool {
+    use std::io::Read;
+    let mut b = [0u8; 64];
+    match (&*s).read(&mut b) {
+        Ok(0) => true,
+        Ok(_) => false, // applications send nothing after registering; ignore it
+        Err(e) => !matches!(
+            e.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+        ),
+    }
+}

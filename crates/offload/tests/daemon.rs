@@ -1,0 +1,361 @@
+//! flowstackd end to end: applications (threads with their own `Client`, or child processes)
+//! over one daemon's loopback. Every test uses a private socket path and bounded waits.
+
+use flowstack_api::{SocketError, Sockets, TcpHandle};
+use flowstack_client::Client;
+use flowstack_offload::{Daemon, DaemonConfig, DaemonHandle};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const T: Duration = Duration::from_secs(20);
+
+fn sock_path(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("flowstack-offload-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join("d.sock")
+}
+
+fn daemon(name: &str) -> DaemonHandle {
+    Daemon::spawn(&DaemonConfig {
+        socket: sock_path(name),
+    })
+    .unwrap()
+}
+
+fn lo(port: u16) -> SocketAddrV4 {
+    SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 1), port)
+}
+
+fn pattern(i: usize) -> u8 {
+    (i.wrapping_mul(131) ^ (i >> 11)) as u8
+}
+
+/// An echo server on `port` serving one connection, in its own application.
+fn echo_server(path: PathBuf, port: u16) -> std::thread::JoinHandle<u64> {
+    let mut app = Client::connect(&path).unwrap();
+    let l = app.tcp_listen(port, 16).unwrap();
+    std::thread::spawn(move || {
+        let c = app.accept(l, T).unwrap();
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut total = 0u64;
+        loop {
+            let n = app.recv(c, &mut buf, T).unwrap();
+            if n == 0 {
+                break;
+            }
+            total += n as u64;
+            app.send_all(c, &buf[..n], T).unwrap();
+        }
+        app.tcp_shutdown(c).unwrap();
+        app.close(c, T).unwrap();
+        total
+    })
+}
+
+/// Sends `len` patterned bytes through an echo and checks every byte that comes back.
+fn echo_through(app: &mut Client, c: TcpHandle, len: usize) {
+    let (mut sent, mut got) = (0usize, 0usize);
+    let mut out = vec![0u8; 32 * 1024];
+    let mut inb = vec![0u8; 64 * 1024];
+    let start = Instant::now();
+    while got < len {
+        assert!(start.elapsed() < T, "stuck at sent {sent} got {got}");
+        let mut moved = false;
+        if sent < len {
+            let n = out.len().min(len - sent);
+            for (k, b) in out[..n].iter_mut().enumerate() {
+                *b = pattern(sent + k);
+            }
+            match app.tcp_send(c, &out[..n]) {
+                Ok(k) => {
+                    sent += k;
+                    moved = true;
+                }
+                Err(SocketError::WouldBlock) => {}
+                Err(e) => panic!("send: {e:?}"),
+            }
+            if sent == len {
+                app.tcp_shutdown(c).unwrap();
+            }
+        }
+        match app.tcp_recv(c, &mut inb) {
+            Ok(0) => panic!("early end of stream at {got}"),
+            Ok(n) => {
+                for (k, &b) in inb[..n].iter().enumerate() {
+                    assert_eq!(b, pattern(got + k), "byte {}", got + k);
+                }
+                got += n;
+                moved = true;
+            }
+            Err(SocketError::WouldBlock) => {}
+            Err(e) => panic!("recv: {e:?}"),
+        }
+        if !moved {
+            // Nothing to do: a sync recv sleeps until the daemon posts something.
+            app.wait(Duration::from_millis(5)).unwrap();
+        }
+    }
+    let mut b = [0u8; 16];
+    assert_eq!(
+        app.recv(c, &mut b, T),
+        Ok(0),
+        "end of stream after the echo"
+    );
+}
+
+#[test]
+fn layout_agrees_between_daemon_and_client() {
+    use flowstack_client::layout as c;
+    use flowstack_offload::layout as d;
+    assert_eq!(c::MAGIC, d::MAGIC);
+    assert_eq!(c::HELLO, d::HELLO);
+    assert_eq!(c::HEADER_BYTES, d::HEADER_BYTES);
+    assert_eq!(c::SOCK_SNDBUF, d::SOCK_SNDBUF);
+    assert_eq!(c::SOCK_RCVBUF, d::SOCK_RCVBUF);
+    assert_eq!(c::ACCEPTED_BASE, d::ACCEPTED_BASE);
+    let pairs = [
+        (c::at::MAGIC, d::at::MAGIC),
+        (c::at::VERSION, d::at::VERSION),
+        (c::at::DAEMON_SLEEPING, d::at::DAEMON_SLEEPING),
+        (c::at::TX_FREED, d::at::TX_FREED),
+        (c::at::RX_FREED, d::at::RX_FREED),
+        (c::at::CMD_OFF, d::at::CMD_OFF),
+        (c::at::CMD_CAP, d::at::CMD_CAP),
+        (c::at::EVT_OFF, d::at::EVT_OFF),
+        (c::at::EVT_CAP, d::at::EVT_CAP),
+        (c::at::TX_OFF, d::at::TX_OFF),
+        (c::at::TX_SIZE, d::at::TX_SIZE),
+        (c::at::RX_OFF, d::at::RX_OFF),
+        (c::at::RX_SIZE, d::at::RX_SIZE),
+        (c::at::APP_ID, d::at::APP_ID),
+    ];
+    for (a, b) in pairs {
+        assert_eq!(a, b);
+    }
+}
+
+#[test]
+fn two_apps_echo_4_mib_byte_exact() {
+    let d = daemon("echo");
+    let server = echo_server(d.path.clone(), 7000);
+    let mut app = Client::connect(&d.path).unwrap();
+    let c = app.connect_to(lo(7000), T).unwrap();
+    echo_through(&mut app, c, 4 << 20);
+    app.close(c, T).unwrap();
+    assert_eq!(server.join().unwrap(), 4 << 20);
+    // Both addresses of the loopback reach the listener.
+    let server = echo_server(d.path.clone(), 7001);
+    let c = app
+        .connect_to(SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 2), 7001), T)
+        .unwrap();
+    echo_through(&mut app, c, 100_000);
+    assert_eq!(server.join().unwrap(), 100_000);
+    d.stop().unwrap();
+}
+
+#[test]
+fn async_connect_then_send_before_the_handshake() {
+    let d = daemon("async");
+    let server = echo_server(d.path.clone(), 7100);
+    let mut app = Client::connect(&d.path).unwrap();
+    // Posted and returned: the handle is usable at once, the bytes wait for the handshake.
+    let c = app.tcp_connect(lo(7100)).unwrap();
+    app.tcp_set_nodelay(c, true).unwrap();
+    assert_eq!(app.tcp_send(c, b"hello"), Ok(5));
+    let mut b = [0u8; 5];
+    let mut got = 0;
+    while got < 5 {
+        got += app.recv(c, &mut b[got..], T).unwrap();
+    }
+    assert_eq!(&b, b"hello");
+    app.tcp_shutdown(c).unwrap();
+    assert_eq!(app.recv(c, &mut b, T), Ok(0));
+    assert_eq!(server.join().unwrap(), 5);
+    // A refused connection is reported on a later call.
+    let c = app.tcp_connect(lo(7199)).unwrap();
+    let r = app.recv(c, &mut b, T);
+    assert_eq!(r, Err(SocketError::ConnectionRefused));
+    assert!(app.connect_to(lo(7199), T).is_err());
+}
+
+#[test]
+fn eaddrinuse_across_two_apps() {
+    let d = daemon("inuse");
+    let mut a = Client::connect(&d.path).unwrap();
+    let mut b = Client::connect(&d.path).unwrap();
+    let la = a.tcp_listen(8000, 8).unwrap();
+    assert_eq!(
+        a.accept(la, Duration::from_millis(50)),
+        Err(SocketError::TimedOut)
+    );
+    // Async listen: the failure comes back on the next call.
+    let lb = b.tcp_listen(8000, 8).unwrap();
+    assert_eq!(b.accept(lb, T), Err(SocketError::AddrInUse));
+    // The owner closing frees the port for the other application.
+    a.close(la, T).unwrap();
+    let lb = b.tcp_listen(8000, 8).unwrap();
+    assert_eq!(
+        b.accept(lb, Duration::from_millis(50)),
+        Err(SocketError::TimedOut)
+    );
+    // The connection the timed-out accept was waiting for still reaches the listener.
+    let c = a.connect_to(lo(8000), T).unwrap();
+    let deadline = Instant::now() + T;
+    let s = loop {
+        match b.tcp_accept(lb) {
+            Ok(s) => break s,
+            Err(SocketError::WouldBlock) => assert!(Instant::now() < deadline),
+            Err(e) => panic!("{e:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    a.send_all(c, b"x", T).unwrap();
+    let mut one = [0u8; 1];
+    assert_eq!(b.recv(s, &mut one, T), Ok(1));
+    // Handles are per application: b cannot name a's connection.
+    let fake = TcpHandle::from_raw(c.index());
+    assert!(b.tcp_send(fake, b"nope").is_err() || c.index() == s.index());
+}
+
+#[test]
+fn garbage_in_one_apps_rings_hurts_nobody_else() {
+    use flowstack_sys::SharedRegion;
+    let d = daemon("garbage");
+    let server = echo_server(d.path.clone(), 7200);
+    let mut good = Client::connect(&d.path).unwrap();
+    let c = good.connect_to(lo(7200), T).unwrap();
+    echo_through_partial(&mut good, c, 10_000);
+    // A hostile application registers by hand and scribbles over its whole region.
+    for round in 0..3u64 {
+        let s = std::os::unix::net::UnixStream::connect(&d.path).unwrap();
+        let mut buf = [0u8; 8];
+        let mut fds = Vec::new();
+        flowstack_sys::fdpass::recv_fds(&s, &mut buf, &mut fds).unwrap();
+        assert_eq!(fds.len(), 2);
+        let bell = flowstack_sys::eventfd::EventFd::from_fd(fds.pop().unwrap());
+        let r = SharedRegion::from_fd(fds.pop().unwrap()).unwrap();
+        assert!(r.write_at(0, &[1]).is_some());
+        let mut x = 0x1234_5678_9abc_def0u64 ^ round;
+        let mut noise = vec![0u8; r.len()];
+        for chunk in noise.chunks_mut(8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let n = chunk.len();
+            chunk.copy_from_slice(&x.to_le_bytes()[..n]);
+        }
+        if round == 1 {
+            // Keep the ring indices sane but fill the records with garbage commands that
+            // name handles and spans: each must be rejected or confined to this app.
+            let ctl = 4096;
+            let data = ctl + 192;
+            noise[..data].fill(0);
+            noise[ctl..ctl + 8].copy_from_slice(&(64 * 1000u64).to_le_bytes());
+            for k in 0..1000 {
+                let at = data + k * 64;
+                noise[at..at + 4].copy_from_slice(&60u32.to_le_bytes());
+            }
+        }
+        r.write_at(0, &noise).unwrap();
+        bell.signal().unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    echo_through(&mut good, c, 1 << 20);
+    assert!(server.join().is_ok());
+}
+
+/// The first `len` bytes of an echo, without closing.
+fn echo_through_partial(app: &mut Client, c: TcpHandle, len: usize) {
+    let data: Vec<u8> = (0..len).map(pattern).collect();
+    app.send_all(c, &data, T).unwrap();
+    let mut got = vec![0u8; len];
+    let mut n = 0;
+    while n < len {
+        n += app.recv(c, &mut got[n..], T).unwrap();
+    }
+    assert_eq!(got, data);
+}
+
+/// The child half of `killed_app_has_its_connections_closed` (runs only when asked).
+#[test]
+#[ignore]
+fn child_app() {
+    let Ok(path) = std::env::var("FLOWSTACK_TEST_CHILD_SOCKET") else {
+        return;
+    };
+    let mut app = Client::connect(path).unwrap();
+    let c = app.connect_to(lo(7300), T).unwrap();
+    app.send_all(c, b"hi", T).unwrap();
+    // Wait to be killed (bounded, should the parent fail).
+    let mut b = [0u8; 1];
+    let _ = app.recv(c, &mut b, Duration::from_secs(60));
+}
+
+#[test]
+fn killed_app_has_its_connections_closed() {
+    let d = daemon("kill");
+    let mut srv = Client::connect(&d.path).unwrap();
+    let l = srv.tcp_listen(7300, 8).unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "child_app", "--nocapture"])
+        .env("FLOWSTACK_TEST_CHILD_SOCKET", &d.path)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let c = srv.accept(l, T).unwrap();
+    let mut b = [0u8; 2];
+    let mut n = 0;
+    while n < 2 {
+        n += srv.recv(c, &mut b[n..], T).unwrap();
+    }
+    assert_eq!(&b, b"hi");
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let start = Instant::now();
+    let r = srv.recv(c, &mut b, T);
+    assert!(
+        matches!(r, Ok(0) | Err(SocketError::ConnectionReset)),
+        "peer of a killed app: {r:?}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn daemon_death_unblocks_a_waiting_recv_within_a_second() {
+    let path = sock_path("death");
+    let mut d = Command::new(env!("CARGO_BIN_EXE_flowstackd"))
+        .arg("--socket")
+        .arg(&path)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let mut app = loop {
+        match Client::connect(&path) {
+            Ok(a) => break a,
+            Err(_) if start.elapsed() < T => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let l = app.tcp_listen(7400, 8).unwrap();
+    let c = app.connect_to(lo(7400), T).unwrap();
+    let s = app.accept(l, T).unwrap();
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        d.kill().unwrap();
+        let at = Instant::now();
+        d.wait().unwrap();
+        at
+    });
+    let mut b = [0u8; 8];
+    let r = app.recv(s, &mut b, Duration::from_secs(30));
+    let returned = Instant::now();
+    let killed = killer.join().unwrap();
+    assert_eq!(r, Err(SocketError::ConnectionReset));
+    assert!(returned.duration_since(killed) < Duration::from_secs(1));
+    assert!(!app.daemon_alive());
+    assert_eq!(app.tcp_send(c, b"x"), Err(SocketError::ConnectionReset));
+}
