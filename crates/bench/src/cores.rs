@@ -358,6 +358,9 @@ fn reuseport_listener(port: u16) -> Result<TcpListener, String> {
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     s.bind(&addr.into()).map_err(e)?;
     s.listen(1024).map_err(e)?;
+    // accept(2) blocks at most this long (SO_RCVTIMEO), so the server sees its stop flag.
+    s.set_read_timeout(Some(std::time::Duration::from_millis(20)))
+        .map_err(e)?;
     Ok(s.into())
 }
 
@@ -373,7 +376,6 @@ fn kernel_core(
     let (w, msg) = (spec.workload, spec.msg_size());
     let accepted = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    l.set_nonblocking(true).map_err(|e| e.to_string())?;
     let server = {
         let (accepted, stop) = (accepted.clone(), stop.clone());
         std::thread::Builder::new()
@@ -447,14 +449,10 @@ fn kernel_server(
     while !stop.load(Ordering::Relaxed) {
         let s = match l.accept() {
             Ok((s, _)) => s,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(std::time::Duration::from_micros(200));
-                continue;
-            }
-            Err(_) => continue,
+            Err(_) => continue, // the accept timeout (or a connection that went away)
         };
         accepted.fetch_add(1, Ordering::Relaxed);
-        let _ = s.set_nonblocking(false);
+        let _ = s.set_read_timeout(None);
         if w == Workload::Crr {
             let _ = serve_conn(s, w, &mut buf, &resp);
         } else {
