@@ -24,6 +24,11 @@ pub const SERVER_IP: Ipv4Address = Ipv4Address::new(10, 0, 0, 2);
 
 /// An engine for one end of a run, configured by the ablation switches.
 pub fn engine(ip: Ipv4Address, caps: DeviceCaps, o: &RunOpts) -> Engine {
+    Engine::new(engine_config(ip, o), caps)
+}
+
+/// The configuration of [`engine`].
+pub fn engine_config(ip: Ipv4Address, o: &RunOpts) -> EngineConfig {
     let mac = flowstack_runtime::link::default_mac(ip);
     let mut cfg = EngineConfig::new(IfaceConfig::new(mac, Ipv4Cidr::new(ip, 24)));
     cfg.tcp.defaults.delayed_ack = !o.no_delayed_ack;
@@ -32,7 +37,7 @@ pub fn engine(ip: Ipv4Address, caps: DeviceCaps, o: &RunOpts) -> Engine {
         cfg.tcp.defaults.recv_buffer = w;
     }
     cfg.tcp.max_connections = 65536;
-    Engine::new(cfg, caps)
+    cfg
 }
 
 fn shm_options(o: &RunOpts) -> ShmOptions {
@@ -44,11 +49,16 @@ fn shm_options(o: &RunOpts) -> ShmOptions {
 }
 
 fn client(spec: &BenchSpec) -> Client {
+    client_of(spec, spec.conns)
+}
+
+/// A client of `spec`'s workload running `conns` connections.
+pub fn client_of(spec: &BenchSpec, conns: usize) -> Client {
     Client::new(
         spec.workload,
         spec.msg_size(),
         SocketAddrV4::new(SERVER_IP.into(), PORT),
-        spec.conns,
+        conns,
         Duration::from_secs_f64(spec.duration),
         !spec.opts.no_zero_copy,
     )
@@ -131,15 +141,7 @@ pub fn run_shm(spec: &BenchSpec) -> Result<ClientResult, String> {
 /// The time is the runtime's [`Clock`].
 pub fn run_pipe(spec: &BenchSpec) -> Result<ClientResult, String> {
     let o = &spec.opts;
-    let caps = DeviceCaps {
-        checksum: if o.no_checksum_offload {
-            ChecksumCaps::SOFTWARE
-        } else {
-            ChecksumCaps::OFFLOADED
-        },
-        max_tx_datagram: if o.no_tso { 1500 } else { 65535 },
-        ..DeviceCaps::ETHERNET
-    };
+    let caps = pipe_caps(o);
     let (mut da, mut db) = pipe(caps, 1 << 16);
     let mut ea = engine(CLIENT_IP, caps, o);
     let mut eb = engine(SERVER_IP, caps, o);
@@ -159,4 +161,17 @@ pub fn run_pipe(spec: &BenchSpec) -> Result<ClientResult, String> {
         return Err("run did not finish in time".into());
     }
     Ok(client.result)
+}
+
+/// The in-process pipe's capabilities under the ablation switches.
+pub fn pipe_caps(o: &RunOpts) -> DeviceCaps {
+    DeviceCaps {
+        checksum: if o.no_checksum_offload {
+            ChecksumCaps::SOFTWARE
+        } else {
+            ChecksumCaps::OFFLOADED
+        },
+        max_tx_datagram: if o.no_tso { 1500 } else { 65535 },
+        ..DeviceCaps::ETHERNET
+    }
 }

@@ -7,12 +7,15 @@
 //!   in the [`flowstack_prof::report`] schema. The server side of a two-process run is this
 //!   same executable started as [`SERVER_SUBCOMMAND`] `--spec JSON`: a binary that uses
 //!   [`run::run`] must route that subcommand to [`serve`].
+//! - **bench --cores N** ([`cores`]): both peers split by flow over N cores, each core
+//!   running one client and one server shard, results per core and merged.
 //! - **profile** ([`profile`]): seed 000's per-layer experiment — the rigs (two engines
 //!   in-process, or one engine on a real link against the kernel), the calibration and the
 //!   measuring passes; the pure analysis is [`flowstack_prof::analysis`].
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod cores;
 pub mod flowstack;
 pub mod kernel;
 pub mod profile;

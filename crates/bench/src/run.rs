@@ -28,6 +28,16 @@ pub enum Event<'a> {
 
 /// One run of one peer.
 pub fn run_once(spec: &BenchSpec, peer: Peer) -> Result<RunResult, String> {
+    if let Some(n) = spec.cores {
+        let r = match peer {
+            Peer::Flowstack => crate::cores::run_flowstack(spec, n),
+            Peer::Kernel => crate::cores::run_kernel(spec, n),
+            Peer::Smoltcp => Err("smoltcp runs on one core only".into()),
+        };
+        return r
+            .map(|r| r.run_result(spec.workload))
+            .map_err(|e| format!("{} run failed: {e}", peer.name()));
+    }
     let r = match peer {
         Peer::Flowstack => match spec.link {
             BenchLink::Shm => crate::flowstack::run_shm(spec),
@@ -81,6 +91,8 @@ pub fn run(spec: &BenchSpec, on: &mut dyn FnMut(Event<'_>)) -> Result<BenchRepor
         speedup: None,
         speedup_vs: None,
         speedup_basis: None,
+        cores: spec.cores,
+        placement: spec.cores.map(crate::cores::placement),
     };
     report.compute_speedup();
     Ok(report)

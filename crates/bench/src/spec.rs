@@ -111,7 +111,13 @@ pub struct BenchSpec {
     pub runs: usize,
     /// Ablations and sizes.
     pub opts: RunOpts,
+    /// `--cores N`: per-core shards for both peers (see [`crate::cores`]); `None`: the
+    /// classic run (flowstack over `link`, the kernel's server in its own process).
+    pub cores: Option<usize>,
 }
+
+/// Most cores `--cores` accepts.
+pub const MAX_CORES: usize = 64;
 
 impl BenchSpec {
     /// Checks the ranges and applies the smoltcp peer's ground rules (one process, the
@@ -128,6 +134,17 @@ impl BenchSpec {
                 "bench needs 0.1 <= --duration <= 3600, 1 <= --conns <= 10000, 1 <= --runs <= 100"
                     .into(),
             );
+        }
+        if let Some(n) = self.cores {
+            if !(1..=MAX_CORES).contains(&n) {
+                return Err(format!("--cores must be 1..={MAX_CORES}"));
+            }
+            if self.peer == PeerSel::Smoltcp {
+                return Err("the smoltcp reference peer runs on one core only (no --cores)".into());
+            }
+            // Every core runs at least one connection.
+            self.conns = self.conns.max(n);
+            self.link = BenchLink::Pipe;
         }
         let msg = self.msg_size();
         if msg == 0 || msg > 1 << 20 {
@@ -188,6 +205,7 @@ mod tests {
             conns: 1,
             runs: 1,
             opts: RunOpts::default(),
+            cores: None,
         }
     }
 
@@ -206,6 +224,16 @@ mod tests {
         assert_eq!(s.link, BenchLink::Pipe);
         assert!(s.opts.no_tso && s.opts.no_checksum_offload);
         assert_eq!(s.msg_size(), 65536);
+        let mut s = spec(Workload::Crr, PeerSel::Both);
+        s.cores = Some(0);
+        assert!(s.validated().is_err());
+        let mut s = spec(Workload::Stream, PeerSel::Smoltcp);
+        s.cores = Some(2);
+        assert!(s.validated().is_err());
+        let mut s = spec(Workload::Crr, PeerSel::Both);
+        s.cores = Some(2);
+        let s = s.validated().unwrap();
+        assert_eq!((s.conns, s.link), (2, BenchLink::Pipe));
     }
 
     #[test]

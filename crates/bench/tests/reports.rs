@@ -16,6 +16,7 @@ fn pipe_spec(w: Workload) -> BenchSpec {
         conns: 2,
         runs: 3,
         opts: RunOpts::default(),
+        cores: None,
     }
     .validated()
     .unwrap()

@@ -295,6 +295,59 @@ fn bench_runs_both_peers_and_writes_json_with_speedup() {
 }
 
 #[test]
+fn bench_crr_on_two_cores_reports_each_core_and_leaks_nothing() {
+    use flowstack_prof::report::{from_json, BenchReport, Peer};
+    let json = tmp("bench-cores.json");
+    let out = flowstack()
+        .args(["bench", "crr", "--cores", "2", "--duration", "1", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = String::from_utf8(out.stdout).unwrap();
+    assert!(s.contains("core 1 (") && s.contains("summed"), "{s}");
+    let r: BenchReport = from_json(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(r.cores, Some(2));
+    assert!(r.placement.is_some());
+    for peer in [Peer::Flowstack, Peer::Kernel] {
+        let run = &r.peers[&peer].run_results[0];
+        assert_eq!(run.per_core.len(), 2, "{peer:?}");
+        assert!(run.transactions > 0, "{peer:?}");
+        let sum: u64 = run.per_core.iter().map(|c| c.transactions).sum();
+        assert_eq!(sum, run.transactions, "{peer:?}");
+    }
+    let f = &r.peers[&Peer::Flowstack].run_results[0];
+    for c in &f.per_core {
+        let e = c.engines.as_ref().expect("flowstack engines per core");
+        assert!(e.client.opened > 0);
+        assert_eq!(e.client.opened, e.client.closed, "core {}", c.core);
+        assert_eq!(e.server.opened, e.server.closed, "core {}", c.core);
+        assert_eq!(e.client.opened, e.server.opened, "core {}", c.core);
+        assert_eq!(e.client.connections_left + e.server.connections_left, 0);
+        assert_eq!(e.client.timers_left + e.server.timers_left, 0);
+        assert_eq!(e.misdirected_syns, 0);
+        assert_eq!(
+            e.client.counters.get("TcpActiveOpens"),
+            Some(&e.client.opened)
+        );
+    }
+    let sum = f.summed.as_ref().expect("summed engines");
+    assert_eq!(
+        sum.client.opened,
+        f.per_core
+            .iter()
+            .map(|c| c.engines.as_ref().unwrap().client.opened)
+            .sum::<u64>()
+    );
+    let k = &r.peers[&Peer::Kernel].run_results[0];
+    assert!(k.per_core.iter().all(|c| c.accepted.is_some()));
+}
+
+#[test]
 fn bench_stream_over_the_pipe_and_crr_complete() {
     let out = flowstack()
         .args([
@@ -341,6 +394,7 @@ fn bench_misuse_exits_2() {
         &["bench", "nope"][..],
         &["bench", "rr", "--duration", "0"],
         &["bench", "rr", "--peer", "smoltcp"],
+        &["bench", "crr", "--cores", "0"],
     ] {
         let out = flowstack().args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");

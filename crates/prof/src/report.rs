@@ -164,6 +164,103 @@ pub struct RunResult {
     /// Bytes the sender queued per one-second interval (stream).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub intervals: Vec<u64>,
+    /// `bench --cores N`: each core's share of the run, in core order (empty without
+    /// `--cores`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_core: Vec<CoreResult>,
+    /// `bench --cores N`, flowstack: the engines' counters and leftovers summed over the
+    /// cores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summed: Option<EnginePair>,
+}
+
+/// One core's share of a `bench --cores N` run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CoreResult {
+    /// The core's index, `0..N`.
+    pub core: usize,
+    /// The CPU its threads were pinned to (`None`: not pinned, e.g. a one-CPU machine).
+    #[serde(default)]
+    pub cpu: Option<usize>,
+    /// This core's metric (its clients' transactions per second, or Mbit/s for stream).
+    pub metric: f64,
+    /// Bytes the server reported receiving (stream).
+    #[serde(default)]
+    pub bytes: u64,
+    /// Seconds measured.
+    #[serde(default)]
+    pub secs: f64,
+    /// Completed transactions.
+    #[serde(default)]
+    pub transactions: u64,
+    /// The connections this core's clients ran in parallel.
+    #[serde(default)]
+    pub conns: usize,
+    /// Transaction latency (rr).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<Percentiles>,
+    /// Kernel peer: connections this core's `SO_REUSEPORT` listener accepted (the kernel's
+    /// hash decides which listener gets a connection, not the core its client runs on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted: Option<u64>,
+    /// flowstack peer: this core's two engines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engines: Option<EnginePair>,
+}
+
+/// The client and server engines of one flowstack core (or their sums over cores).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EnginePair {
+    /// The client engine.
+    pub client: EngineCounts,
+    /// The server engine.
+    pub server: EngineCounts,
+    /// SYNs the server engine received whose symmetric Toeplitz hash names another core's
+    /// queue (0 when every client picked RSS-aware ports: a multi-queue NIC steering by the
+    /// same hash would have delivered every connection to this core).
+    #[serde(default)]
+    pub misdirected_syns: u64,
+}
+
+impl EnginePair {
+    /// Adds `other` (summing over cores).
+    pub fn merge(&mut self, other: &EnginePair) {
+        self.client.merge(&other.client);
+        self.server.merge(&other.server);
+        self.misdirected_syns += other.misdirected_syns;
+    }
+}
+
+/// One engine at the end of a run, after a drain period (virtual time run past TIME_WAIT),
+/// proving what it leaked or did not.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EngineCounts {
+    /// Connections opened: `TcpActiveOpens` + `TcpPassiveOpens`.
+    pub opened: u64,
+    /// Connections gone from the table after the drain: `opened` − `connections_left`.
+    pub closed: u64,
+    /// Connections still in the table after the drain (each holds its local port: 0 means
+    /// no port is held either).
+    pub connections_left: u64,
+    /// Engines with a timer still pending after the drain (0 or 1 per engine; summed over
+    /// cores).
+    pub timers_left: u64,
+    /// Every nonzero counter, by its nstat-style name.
+    #[serde(default)]
+    pub counters: BTreeMap<String, u64>,
+}
+
+impl EngineCounts {
+    /// Adds `other` (summing over cores).
+    pub fn merge(&mut self, other: &EngineCounts) {
+        self.opened += other.opened;
+        self.closed += other.closed;
+        self.connections_left += other.connections_left;
+        self.timers_left += other.timers_left;
+        for (k, v) in &other.counters {
+            *self.counters.entry(k.clone()).or_default() += v;
+        }
+    }
 }
 
 impl RunResult {
@@ -191,6 +288,8 @@ impl RunResult {
                 None
             },
             intervals,
+            per_core: Vec::new(),
+            summed: None,
         }
     }
 }
@@ -305,6 +404,13 @@ pub struct BenchReport {
     /// What the speedup compares.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speedup_basis: Option<SpeedupBasis>,
+    /// `bench --cores N`: N cores, each running one client and one server shard of each peer
+    /// (`None`: the classic run without `--cores`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cores: Option<usize>,
+    /// How the peers were placed on the cores, in words (with `--cores`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<String>,
 }
 
 fn bench_tool() -> String {
@@ -678,9 +784,55 @@ mod tests {
             speedup: None,
             speedup_vs: None,
             speedup_basis: None,
+            cores: None,
+            placement: None,
         };
         r.compute_speedup();
         r
+    }
+
+    #[test]
+    fn per_core_fields_are_optional_and_round_trip() {
+        // A file written before `--cores` existed still reads.
+        let mut old: serde_json::Value =
+            serde_json::from_str(&to_json(&bench(Workload::Crr))).unwrap();
+        assert!(old.get("cores").is_none());
+        old.as_object_mut().unwrap().remove("placement");
+        let back: BenchReport = from_json(&old.to_string()).unwrap();
+        assert_eq!(back.cores, None);
+        assert!(back.peers[&Peer::Flowstack].run_results[0]
+            .per_core
+            .is_empty());
+        // And the per-core fields survive a round trip.
+        let mut r = bench(Workload::Crr);
+        r.cores = Some(2);
+        let mut e = EnginePair::default();
+        e.client.opened = 5;
+        e.client.closed = 5;
+        e.client.counters.insert("TcpActiveOpens".into(), 5);
+        let mut sum = EnginePair::default();
+        sum.merge(&e);
+        sum.merge(&e);
+        assert_eq!(sum.client.opened, 10);
+        assert_eq!(sum.client.counters["TcpActiveOpens"], 10);
+        let run = &mut r.peers.get_mut(&Peer::Flowstack).unwrap().run_results[0];
+        run.per_core = (0..2)
+            .map(|core| CoreResult {
+                core,
+                cpu: Some(core),
+                metric: 1.0,
+                bytes: 0,
+                secs: 1.0,
+                transactions: 1,
+                conns: 1,
+                latency: None,
+                accepted: None,
+                engines: Some(e.clone()),
+            })
+            .collect();
+        run.summed = Some(sum);
+        let back: BenchReport = from_json(&to_json(&r)).unwrap();
+        assert_eq!(back, r);
     }
 
     #[test]

@@ -136,6 +136,12 @@ pub struct BenchArgs {
     /// Runs per peer; the report gives the median (and min/max).
     #[arg(long, value_name = "N", default_value_t = 1)]
     runs: usize,
+    /// Split both peers by flow over N cores: core k runs shard k of the client side and
+    /// shard k of the server side, pinned to CPU k (flowstack: client and server engine k on
+    /// one thread over their own pipe, RSS-aware ports; kernel: a SO_REUSEPORT server thread
+    /// and the core's client threads). Without it: the classic run (one client, one server).
+    #[arg(long, value_name = "N")]
+    cores: Option<usize>,
     /// Write results as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -161,6 +167,7 @@ impl BenchArgs {
             conns: self.conns,
             runs: self.runs,
             opts: self.opts.spec(),
+            cores: self.cores,
         }
     }
 }

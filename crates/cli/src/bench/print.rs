@@ -32,6 +32,12 @@ pub fn header(s: &BenchSpec) {
         on(!o.no_zero_copy),
         on(!o.no_delayed_ack),
     );
+    if let Some(n) = s.cores {
+        println!("--cores {n}: {}", flowstack_bench::cores::placement(n));
+        println!(
+            "  the load generator and the server share the same {n} CPU(s) in both peers, so rate(N) / (N * rate(1)) is a fair scaling efficiency"
+        );
+    }
 }
 
 /// One run's lines.
@@ -72,12 +78,92 @@ pub fn run(w: Workload, peer: Peer, r: &RunResult) {
             r.transactions, r.secs, r.metric
         ),
     }
+    for c in &r.per_core {
+        let cpu = c.cpu.map_or("unpinned".into(), |c| format!("CPU {c}"));
+        let mut line = format!(
+            "[{name:>9}]   core {} ({cpu}, {} conn(s)): {:.0} {}",
+            c.core,
+            c.conns,
+            c.metric,
+            w.unit()
+        );
+        if let Some(a) = c.accepted {
+            line += &format!("; its SO_REUSEPORT listener accepted {a}");
+        }
+        if let Some(e) = &c.engines {
+            line += &format!(
+                "; client opened {} closed {} left {}, server opened {} closed {} left {}, timers left {}, misdirected SYNs {}",
+                e.client.opened,
+                e.client.closed,
+                e.client.connections_left,
+                e.server.opened,
+                e.server.closed,
+                e.server.connections_left,
+                e.client.timers_left + e.server.timers_left,
+                e.misdirected_syns
+            );
+        }
+        println!("{line}");
+    }
+}
+
+/// The last run's per-core engine counters, per core and summed (flowstack with --cores).
+fn per_core_counters(r: &BenchReport) {
+    let Some(run) = r
+        .peers
+        .get(&Peer::Flowstack)
+        .and_then(|s| s.run_results.last())
+    else {
+        return;
+    };
+    if run.per_core.is_empty() {
+        return;
+    }
+    let n = run.per_core.len();
+    for (side, server) in [("client", false), ("server", true)] {
+        let rows = flowstack_bench::cores::counter_rows(&run.per_core, server);
+        let heads: Vec<String> = (0..n).map(|k| format!("core {k}")).collect();
+        println!("flowstack {side} engines per core and summed (last run, after the drain):");
+        println!(
+            "  {:<30} {} {:>12}",
+            "",
+            heads
+                .iter()
+                .map(|h| format!("{h:>12}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+            "sum"
+        );
+        for (name, vals) in rows {
+            println!(
+                "  {name:<30} {}",
+                vals.iter()
+                    .map(|v| format!("{v:>12}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            );
+        }
+    }
+    if let Some(s) = &run.summed {
+        println!(
+            "flowstack summed: client opened {} closed {} left {}; server opened {} closed {} left {}; engines with timers left {}; misdirected SYNs {}",
+            s.client.opened,
+            s.client.closed,
+            s.client.connections_left,
+            s.server.opened,
+            s.server.closed,
+            s.server.connections_left,
+            s.client.timers_left + s.server.timers_left,
+            s.misdirected_syns
+        );
+    }
 }
 
 /// Medians per peer and the speedup.
 pub fn summary(r: &BenchReport) {
     let unit = r.workload.unit();
     println!();
+    per_core_counters(r);
     for (p, s) in &r.peers {
         let (m, lo, hi) = (s.metric(), s.min, s.max);
         let p = p.name();
