@@ -24,6 +24,12 @@
 //!   (with a release store and an acquire load, both could miss — a lost wake-up, the sleeper
 //!   then waiting out its whole timeout).
 //!
+//! - A consumer that drains several rings (a receive queue fed by several producers) sleeps on
+//!   one [`Bell`] instead: the same protocol with `waiting` and `doorbell` in the bell, the
+//!   producers publishing with [`Producer::publish_with`] and the consumer checking every ring's
+//!   `head` after raising `waiting` ([`Bell::wait`]). Each producer pairs with the consumer as
+//!   above, so a wake-up from any of them cannot be lost.
+//!
 //! Per record the data path does no atomic operation and one copy (the producer's); per batch
 //! the producer does one store of `head` and one load of `waiting`, and reads `tail` only when
 //! the space it last saw runs out; the consumer does one load of `head` and one store of `tail`.
@@ -315,21 +321,38 @@ impl Producer {
     /// wakes the consumer if it said it sleeps. Returns whether it woke it.
     #[inline]
     pub fn publish(&mut self) -> bool {
-        if self.head == self.published {
+        if !self.store_head() {
             return false;
         }
         let ctl = self.raw.ctl();
-        // SeqCst (on x86 an `xchg` instead of a `mov`, once per batch): with the SeqCst load
-        // of `waiting` below and the consumer's SeqCst store of `waiting` and load of `head`,
-        // either the consumer sees this head or we see it waiting. See the module docs.
-        ctl.head.store(self.head, Ordering::SeqCst);
-        self.published = self.head;
         if ctl.waiting.load(Ordering::SeqCst) != 0 {
             ctl.doorbell.fetch_add(1, Ordering::SeqCst);
             futex::wake(&ctl.doorbell, 1);
             return true;
         }
         false
+    }
+
+    /// [`Producer::publish`] for a ring whose consumer sleeps on a [`Bell`] shared with other
+    /// rings instead of on this ring's own doorbell: one store of `head`, then [`Bell::ring`].
+    /// Returns whether it woke the consumer.
+    #[inline]
+    pub fn publish_with(&mut self, bell: &Bell) -> bool {
+        self.store_head() && bell.ring()
+    }
+
+    /// Stores `head` if records were pushed since the last publish; returns whether it did.
+    #[inline]
+    fn store_head(&mut self) -> bool {
+        if self.head == self.published {
+            return false;
+        }
+        // SeqCst (on x86 an `xchg` instead of a `mov`, once per batch): with the SeqCst load
+        // of `waiting` that follows and the consumer's SeqCst store of `waiting` and load of
+        // `head`, either the consumer sees this head or we see it waiting. See the module docs.
+        self.raw.ctl().head.store(self.head, Ordering::SeqCst);
+        self.published = self.head;
+        true
     }
 
     /// Bytes written but not yet published.
@@ -470,6 +493,9 @@ impl Consumer {
         r
     }
 }
+
+mod bell;
+pub use bell::{Bell, BELL_BYTES};
 
 #[cfg(test)]
 mod tests;
