@@ -128,6 +128,36 @@ impl ShmQueue {
         }
     }
 
+    /// Appends `frame` to the ring to peer queue `q`; false if it was dropped (counted).
+    #[inline]
+    fn push(&mut self, q: usize, frame: &[u8]) -> bool {
+        match self.tx[q].push(frame) {
+            Ok(()) => true,
+            Err(e) => {
+                self.stats.tx_drops += 1;
+                // Otherwise full, or larger than MAX_FRAME.
+                if let RingError::Corrupt { .. } = e {
+                    self.corrupt();
+                }
+                false
+            }
+        }
+    }
+
+    /// Hands up to `budget` frames of the ring from peer engine `i` to `sink`; returns how many.
+    #[inline]
+    fn drain(&mut self, i: usize, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+        let mut got = 0;
+        let r = self.rx[i].recv(budget, |f| {
+            got += 1;
+            sink(f)
+        });
+        if r.is_err() {
+            self.corrupt();
+        }
+        got
+    }
+
     /// Is the peer process still there? (Checked only when idle; a syscall.)
     fn peer_alive(&self) -> bool {
         let pid = Geometry::pid(&self.region, 1 - self.side).load(Ordering::SeqCst);
@@ -161,33 +191,32 @@ impl Device for ShmQueue {
 
     /// Pushes each frame onto the ring to its peer queue, then publishes each ring it used
     /// with one store of `head` and rings that queue's bell if it sleeps.
+    #[inline]
     fn send_batch(&mut self, _now: Instant, batch: &TxBatch) -> usize {
         let mut sent = 0;
         // Rings pushed onto (at most 64 queues: one bit each).
         let mut touched = 0u64;
-        for f in batch.iter() {
-            let q = self.queue_for(f);
-            match self.tx[q].push(f) {
-                Ok(()) => {
+        if self.hasher.is_none() {
+            // One queue pair: one ring, nothing to hash.
+            for f in batch.iter() {
+                sent += usize::from(self.push(0, f));
+            }
+            touched = u64::from(sent > 0);
+        } else {
+            for f in batch.iter() {
+                let q = self.queue_for(f);
+                if self.push(q, f) {
                     sent += 1;
                     touched |= 1 << q;
                 }
-                Err(RingError::Corrupt { .. }) => {
-                    self.stats.tx_drops += 1;
-                    self.corrupt();
-                }
-                // Full, or larger than MAX_FRAME.
-                Err(_) => self.stats.tx_drops += 1,
             }
         }
-        if sent > 0 {
-            self.stats.tx_frames += sent as u64;
-            while touched != 0 {
-                let q = touched.trailing_zeros() as usize;
-                touched &= touched - 1;
-                if self.tx[q].publish_with(&self.peer_bells[q]) {
-                    self.stats.wakeups += 1;
-                }
+        self.stats.tx_frames += sent as u64;
+        while touched != 0 {
+            let q = touched.trailing_zeros() as usize;
+            touched &= touched - 1;
+            if self.tx[q].publish_with(&self.peer_bells[q]) {
+                self.stats.wakeups += 1;
             }
         }
         sent
@@ -196,36 +225,33 @@ impl Device for ShmQueue {
     /// Drains the n incoming rings, starting one ring further each call (so no peer engine
     /// can starve another), up to `budget` frames in all; frames are handed over straight
     /// from the shared pages, and each ring is released with one store of `tail`.
+    #[inline]
     fn recv_batch(&mut self, _now: Instant, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
         let n = self.rx.len();
-        let start = self.next;
-        let mut got = 0;
-        let mut bad = false;
-        for k in 0..n {
-            if got >= budget {
-                break;
-            }
-            let i = if start + k >= n {
-                start + k - n
-            } else {
-                start + k
-            };
-            let r = self.rx[i].recv(budget - got, |f| {
-                got += 1;
-                sink(f)
-            });
-            bad |= r.is_err();
-        }
-        if n > 1 {
+        let got = if n == 1 {
+            self.drain(0, budget, sink)
+        } else {
+            let start = self.next;
             self.next = if start + 1 == n { 0 } else { start + 1 };
-        }
+            let mut got = 0;
+            for k in 0..n {
+                if got >= budget {
+                    break;
+                }
+                let i = if start + k >= n {
+                    start + k - n
+                } else {
+                    start + k
+                };
+                got += self.drain(i, budget - got, sink);
+            }
+            got
+        };
         self.stats.rx_frames += got as u64;
-        if bad {
-            self.corrupt();
-        }
         got
     }
 
+    #[inline]
     fn rx_pending(&self, _now: Instant) -> bool {
         self.rx.iter().any(Consumer::pending)
     }
@@ -244,6 +270,7 @@ impl Device for ShmQueue {
         }
     }
 
+    #[inline]
     fn link_down(&self) -> bool {
         self.down.load(Ordering::Relaxed)
     }
