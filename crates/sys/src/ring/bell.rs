@@ -1,24 +1,4 @@
-//! A doorbell shared by several rings that one consumer drains (a receive queue fed by several
-//! producers, each on its own single-producer ring).
-//!
-//! The bell is a 64-byte block of its own in the region: `waiting` (written by the consumer)
-//! and `doorbell` (bumped by producers). The protocol is the ring's (see the parent module),
-//! with the consumer's check widened to every ring it drains:
-//!
-//! - producer: store `head` (SeqCst), then load the bell's `waiting` (SeqCst); if set, bump
-//!   `doorbell` and wake it ([`Producer::publish_with`](super::Producer::publish_with));
-//! - consumer: load `doorbell`, store `waiting = 1` (SeqCst), load the `head` of *every* ring
-//!   (SeqCst); sleep on `doorbell` only if all are empty ([`Bell::wait`]).
-//!
-//! For each producer separately, the single total order of SeqCst operations puts either its
-//! `head` store before the consumer's load of that `head` (the consumer sees the records and
-//! does not sleep) or the consumer's `waiting` store before the producer's load of `waiting`
-//! (the producer rings). A ring then bumps `doorbell` after the consumer read it, so a wake
-//! racing the consumer's way into `futex_wait` makes that call return at once. Several
-//! producers ringing together cost at most a spurious wake-up, never a lost one.
-//!
-//! A peer process can write the bell at will: that can only cause spurious wake-ups or sleeps
-//! that last until their timeout, never an access outside the region.
+//! [`Bell`]: the doorbell of one consumer draining several rings.
 
 use super::{Consumer, RingError, Waited, RING_ALIGN};
 use crate::futex;
@@ -39,7 +19,27 @@ struct BellCtl {
 pub const BELL_BYTES: usize = std::mem::size_of::<BellCtl>();
 const _: () = assert!(BELL_BYTES == 64);
 
-/// The doorbell of one consumer draining several rings; see the [module docs](self).
+/// A doorbell shared by several rings that one consumer drains (a receive queue fed by several
+/// producers, each on its own single-producer ring).
+///
+/// The bell is a 64-byte block of its own in the region: `waiting` (written by the consumer)
+/// and `doorbell` (bumped by producers). The protocol is the ring's ([module docs](super)),
+/// with the consumer's check widened to every ring it drains:
+///
+/// - producer: store `head` (SeqCst), then load the bell's `waiting` (SeqCst); if set, bump
+///   `doorbell` and wake it ([`Producer::publish_with`](super::Producer::publish_with));
+/// - consumer: load `doorbell`, store `waiting = 1` (SeqCst), load the `head` of *every* ring
+///   (SeqCst); sleep on `doorbell` only if all are empty ([`Bell::wait`]).
+///
+/// For each producer separately, the single total order of SeqCst operations puts either its
+/// `head` store before the consumer's load of that `head` (the consumer sees the records and
+/// does not sleep) or the consumer's `waiting` store before the producer's load of `waiting`
+/// (the producer rings). A ring then bumps `doorbell` after the consumer read it, so a wake
+/// racing the consumer's way into `futex_wait` makes that call return at once. Several
+/// producers ringing together cost at most a spurious wake-up, never a lost one.
+///
+/// A peer process can write the bell at will: that can only cause spurious wake-ups or sleeps
+/// that last until their timeout, never an access outside the region.
 ///
 /// At most one consumer waits on a bell; any number of producers ring it.
 pub struct Bell {
