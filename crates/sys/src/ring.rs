@@ -211,6 +211,11 @@ unsafe impl Send for Producer {}
 unsafe impl Send for Consumer {}
 
 /// The writing side of a ring.
+///
+/// It keeps its private copy of `head` in itself and writes it at every record, so it sits
+/// alone on its cache lines (aligned to two, as adjacent-line prefetch pairs them): endpoints
+/// made together on one thread and then run on different cores share no line.
+#[repr(align(128))]
 pub struct Producer {
     raw: Raw,
     /// Next byte to write (records up to here are written, maybe not yet published).
@@ -361,7 +366,8 @@ impl Producer {
     }
 }
 
-/// The reading side of a ring.
+/// The reading side of a ring; alone on its cache lines, like [`Producer`].
+#[repr(align(128))]
 pub struct Consumer {
     raw: Raw,
     /// Next byte to read; only this side writes the shared `tail`, so this copy is the truth.
