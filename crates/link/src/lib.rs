@@ -1,7 +1,9 @@
 //! Links for flowstack: the [`Device`] trait, in-process devices and middleware.
 //!
 //! A device moves *batches* of Ethernet frames and declares its capabilities. Devices here:
-//! [`pipe`] (two engines, one process), [`switch`] (several engines, one process). Middleware
+//! [`pipe`] (two engines, one process), [`switch`] (several engines, one process), [`shm`]
+//! (engines in two processes, one or n queue pairs per side, flows steered by RSS), [`tap`]
+//! and [`packet`] (the Linux kernel as the peer; several queues each). Middleware
 //! wraps any device: [`impair`] (seeded loss/reorder/duplicate/corrupt/delay) and [`pcap`]
 //! (capture files that tcpdump and Wireshark read).
 #![deny(unsafe_code)]

@@ -8,7 +8,7 @@
 //! | [`eventfd`] | a counter descriptor to signal and wait on, with a raw fd for `poll` |
 //! | [`poll`] | wait for one descriptor to become readable |
 //! | [`region`] | [`SharedRegion`]: a sealed memfd mapped shared, by name and size or from a received fd |
-//! | [`ring`] | the lock-free single-producer/single-consumer ring of variable-length records over a region, with a futex doorbell |
+//! | [`ring`] | the lock-free single-producer/single-consumer ring of variable-length records over a region, with a futex doorbell — its own, or a [`ring::Bell`] shared by the rings one consumer drains |
 //! | [`file`](mod@file) | `pwritev` from a list of borrowed slices |
 //! | [`fdpass`] | send and receive file descriptors over a unix socket (`SCM_RIGHTS`) |
 //! | [`socket`] | socket options the tools set on kernel sockets (`TCP_QUICKACK`) |

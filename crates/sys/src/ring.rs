@@ -24,6 +24,12 @@
 //!   (with a release store and an acquire load, both could miss — a lost wake-up, the sleeper
 //!   then waiting out its whole timeout).
 //!
+//! - A consumer that drains several rings (a receive queue fed by several producers) sleeps on
+//!   one [`Bell`] instead: the same protocol with `waiting` and `doorbell` in the bell, the
+//!   producers publishing with [`Producer::publish_with`] and the consumer checking every ring's
+//!   `head` after raising `waiting` ([`Bell::wait`]). Each producer pairs with the consumer as
+//!   above, so a wake-up from any of them cannot be lost.
+//!
 //! Per record the data path does no atomic operation and one copy (the producer's); per batch
 //! the producer does one store of `head` and one load of `waiting`, and reads `tail` only when
 //! the space it last saw runs out; the consumer does one load of `head` and one store of `tail`.
@@ -205,6 +211,11 @@ unsafe impl Send for Producer {}
 unsafe impl Send for Consumer {}
 
 /// The writing side of a ring.
+///
+/// It keeps its private copy of `head` in itself and writes it at every record, so it sits
+/// alone on its cache lines (aligned to two, as adjacent-line prefetch pairs them): endpoints
+/// made together on one thread and then run on different cores share no line.
+#[repr(align(128))]
 pub struct Producer {
     raw: Raw,
     /// Next byte to write (records up to here are written, maybe not yet published).
@@ -315,15 +326,10 @@ impl Producer {
     /// wakes the consumer if it said it sleeps. Returns whether it woke it.
     #[inline]
     pub fn publish(&mut self) -> bool {
-        if self.head == self.published {
+        if !self.store_head() {
             return false;
         }
         let ctl = self.raw.ctl();
-        // SeqCst (on x86 an `xchg` instead of a `mov`, once per batch): with the SeqCst load
-        // of `waiting` below and the consumer's SeqCst store of `waiting` and load of `head`,
-        // either the consumer sees this head or we see it waiting. See the module docs.
-        ctl.head.store(self.head, Ordering::SeqCst);
-        self.published = self.head;
         if ctl.waiting.load(Ordering::SeqCst) != 0 {
             ctl.doorbell.fetch_add(1, Ordering::SeqCst);
             futex::wake(&ctl.doorbell, 1);
@@ -332,13 +338,36 @@ impl Producer {
         false
     }
 
+    /// [`Producer::publish`] for a ring whose consumer sleeps on a [`Bell`] shared with other
+    /// rings instead of on this ring's own doorbell: one store of `head`, then [`Bell::ring`].
+    /// Returns whether it woke the consumer.
+    #[inline]
+    pub fn publish_with(&mut self, bell: &Bell) -> bool {
+        self.store_head() && bell.ring()
+    }
+
+    /// Stores `head` if records were pushed since the last publish; returns whether it did.
+    #[inline]
+    fn store_head(&mut self) -> bool {
+        if self.head == self.published {
+            return false;
+        }
+        // SeqCst (on x86 an `xchg` instead of a `mov`, once per batch): with the SeqCst load
+        // of `waiting` that follows and the consumer's SeqCst store of `waiting` and load of
+        // `head`, either the consumer sees this head or we see it waiting. See the module docs.
+        self.raw.ctl().head.store(self.head, Ordering::SeqCst);
+        self.published = self.head;
+        true
+    }
+
     /// Bytes written but not yet published.
     pub fn unpublished(&self) -> usize {
         (self.head - self.published) as usize
     }
 }
 
-/// The reading side of a ring.
+/// The reading side of a ring; alone on its cache lines, like [`Producer`].
+#[repr(align(128))]
 pub struct Consumer {
     raw: Raw,
     /// Next byte to read; only this side writes the shared `tail`, so this copy is the truth.
@@ -470,6 +499,9 @@ impl Consumer {
         r
     }
 }
+
+mod bell;
+pub use bell::{Bell, BELL_BYTES};
 
 #[cfg(test)]
 mod tests;

@@ -507,3 +507,205 @@ fn threads_stream_through_with_sleeps_and_no_lost_wakeups() {
     }
     consumer.join().unwrap();
 }
+
+/// `k` rings of CAP bytes after one bell at 4096, producers on one mapping and consumers on
+/// another (as two processes would have them).
+fn bell_rings(k: usize) -> (Vec<Producer>, Vec<Consumer>, Bell, Bell, Arc<SharedRegion>) {
+    let len = 8192 + k * ring_bytes(CAP);
+    let a = Arc::new(SharedRegion::create("bell-test", len).unwrap());
+    let b = Arc::new(SharedRegion::from_fd(a.fd().try_clone_to_owned().unwrap()).unwrap());
+    let at = |i: usize| layout(8192 + i * ring_bytes(CAP));
+    let p = (0..k)
+        .map(|i| Producer::new(a.clone(), at(i)).unwrap())
+        .collect();
+    let c = (0..k)
+        .map(|i| Consumer::new(b.clone(), at(i)).unwrap())
+        .collect();
+    let (pb, cb) = (Bell::new(a.clone(), 4096), Bell::new(b, 4096));
+    (p, c, pb.unwrap(), cb.unwrap(), a)
+}
+
+#[test]
+fn bell_layout_errors() {
+    let r = region();
+    assert!(Bell::new(r.clone(), 0).is_ok());
+    assert!(Bell::new(r.clone(), 32).is_err(), "misaligned");
+    assert!(Bell::new(r.clone(), r.len() - 32).is_err(), "past the end");
+    assert!(Bell::new(r, usize::MAX - 10).is_err(), "overflow");
+}
+
+#[test]
+fn bell_wait_sees_any_ring_and_times_out_when_none() {
+    let (mut p, c, pbell, bell, _r) = bell_rings(3);
+    assert_eq!(
+        bell.wait(&c, Duration::from_millis(2), Duration::from_millis(1)),
+        Waited::SpunOut
+    );
+    let t = std::time::Instant::now();
+    assert_eq!(
+        bell.wait(&c, Duration::ZERO, Duration::from_millis(10)),
+        Waited::Slept
+    );
+    assert!(t.elapsed() >= Duration::from_millis(10));
+    p[2].push(b"x").unwrap();
+    assert!(!p[2].publish_with(&pbell), "nobody sleeps: no wake");
+    assert_eq!(
+        bell.wait(&c, Duration::ZERO, Duration::from_secs(5)),
+        Waited::Ready
+    );
+    assert_eq!(
+        bell.wait(&c, Duration::from_millis(1), Duration::from_secs(5)),
+        Waited::Ready
+    );
+}
+
+#[test]
+fn publish_with_wakes_a_consumer_sleeping_on_the_bell() {
+    let (mut p, mut c, pbell, bell, r) = bell_rings(2);
+    let t = std::thread::spawn(move || {
+        let start = std::time::Instant::now();
+        let mut got = Vec::new();
+        while got.is_empty() && start.elapsed() < Duration::from_secs(20) {
+            bell.wait(&c, Duration::ZERO, Duration::from_secs(20));
+            for r in c.iter_mut() {
+                r.recv(10, |x| got.push(x.to_vec())).unwrap();
+            }
+        }
+        (got, start.elapsed())
+    });
+    let waiting = r.atomic_u32(4096).unwrap();
+    let start = std::time::Instant::now();
+    while waiting.load(Ordering::SeqCst) == 0 && start.elapsed() < Duration::from_secs(10) {
+        std::thread::yield_now();
+    }
+    std::thread::sleep(Duration::from_millis(5));
+    p[1].push(b"wake").unwrap();
+    assert!(p[1].publish_with(&pbell), "the sleeper was woken");
+    let (got, took) = t.join().unwrap();
+    assert_eq!(got, vec![b"wake".to_vec()]);
+    assert!(took < Duration::from_secs(10), "woken, not timed out");
+}
+
+/// Four producer threads, one consumer draining their four rings and sleeping on the bell
+/// whenever all are dry: every record arrives, in order per ring, and no wake-up is lost (a
+/// lost one leaves the consumer asleep for its whole 10 s timeout, which the bound catches).
+#[test]
+fn many_producers_one_sleeping_consumer_lose_no_wakeup() {
+    const K: usize = 4;
+    const N: u32 = 50_000;
+    let (ps, mut cs, pbell, bell, _r) = bell_rings(K);
+    let pbell = Arc::new(pbell);
+    let consumer = std::thread::spawn(move || {
+        let mut next = [0u32; K];
+        let start = std::time::Instant::now();
+        let mut sleeps = 0u32;
+        while next.iter().any(|&n| n < N) {
+            for (k, c) in cs.iter_mut().enumerate() {
+                let nk = &mut next[k];
+                c.recv(64, |r| {
+                    assert_eq!(u32::from_ne_bytes(r[..4].try_into().unwrap()), *nk);
+                    *nk += 1;
+                })
+                .unwrap();
+            }
+            if next.iter().any(|&n| n < N)
+                && bell.wait(&cs, Duration::ZERO, Duration::from_secs(10)) == Waited::Slept
+            {
+                sleeps += 1;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(9),
+                "stalled at {next:?}"
+            );
+        }
+        sleeps
+    });
+    let producers: Vec<_> = ps
+        .into_iter()
+        .enumerate()
+        .map(|(k, mut p)| {
+            let bell = pbell.clone();
+            std::thread::spawn(move || {
+                let mut i = 0u32;
+                while i < N {
+                    let burst = 1 + (i + k as u32) % 5;
+                    for _ in 0..burst.min(N - i) {
+                        match p.push_with(8, |b| b[..4].copy_from_slice(&i.to_ne_bytes())) {
+                            Ok(()) => i += 1,
+                            Err(RingError::Full) => break,
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                    p.publish_with(&bell);
+                    if i.is_multiple_of(64) {
+                        std::thread::yield_now();
+                    }
+                }
+            })
+        })
+        .collect();
+    for p in producers {
+        p.join().unwrap();
+    }
+    let sleeps = consumer.join().unwrap();
+    assert!(sleeps > 0, "the consumer slept at least once");
+}
+
+/// Three producers each send one record at a time and wait for the consumer to take it, so the
+/// consumer is often asleep with every producer waiting on it: a single lost wake-up stalls
+/// everyone until the consumer's 10 s timeout, which the bound catches.
+#[test]
+fn bell_ping_pong_loses_no_wakeup() {
+    use std::sync::atomic::AtomicUsize;
+    const K: usize = 3;
+    const M: usize = 20_000;
+    let (ps, mut cs, pbell, bell, _r) = bell_rings(K);
+    let pbell = Arc::new(pbell);
+    let acked: Arc<[AtomicUsize; K]> = Arc::new(Default::default());
+    let consumer = {
+        let acked = acked.clone();
+        std::thread::spawn(move || {
+            let start = std::time::Instant::now();
+            let (mut got, mut sleeps) = ([0usize; K], 0u32);
+            while got.iter().any(|&g| g < M) {
+                for (k, c) in cs.iter_mut().enumerate() {
+                    got[k] += c.recv(16, |_| {}).unwrap();
+                    acked[k].store(got[k], Ordering::Release);
+                }
+                let idle = got.iter().any(|&g| g < M);
+                if idle && bell.wait(&cs, Duration::ZERO, Duration::from_secs(10)) == Waited::Slept
+                {
+                    sleeps += 1;
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(9),
+                    "stalled at {got:?}"
+                );
+            }
+            sleeps
+        })
+    };
+    let producers: Vec<_> = ps
+        .into_iter()
+        .enumerate()
+        .map(|(k, mut p)| {
+            let (bell, acked) = (pbell.clone(), acked.clone());
+            std::thread::spawn(move || {
+                let start = std::time::Instant::now();
+                for i in 0..M {
+                    p.push(&i.to_ne_bytes()).unwrap();
+                    p.publish_with(&bell);
+                    while acked[k].load(Ordering::Acquire) <= i {
+                        assert!(start.elapsed() < Duration::from_secs(9), "no ack for {i}");
+                        std::thread::yield_now();
+                    }
+                }
+            })
+        })
+        .collect();
+    for p in producers {
+        p.join().unwrap();
+    }
+    let sleeps = consumer.join().unwrap();
+    assert!(sleeps > 0, "the consumer slept");
+}
