@@ -8,7 +8,7 @@ use crate::SocketError;
 use flowstack_tcp::{Connection, FourTuple, IsnGenerator, State, TcpConfig, TcpError};
 use flowstack_wire::ipv4::{IpProtocol, Ipv4Repr};
 use flowstack_wire::tcp::{Flags, TcpOptions, TcpRepr};
-use flowstack_wire::{Instant, SeqNum};
+use flowstack_wire::{Instant, PollAt, SeqNum};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
@@ -600,11 +600,16 @@ impl TcpSockets {
         }
     }
 
-    pub fn poll_at(&self) -> Option<Instant> {
+    /// When the socket table next needs [`TcpSockets::dispatch`]: now if a connection has
+    /// output pending, else the earliest timer (possibly stale: it may have moved later).
+    pub fn poll_at(&self) -> PollAt {
         if !self.ready.is_empty() {
-            return Some(Instant::ZERO);
+            return PollAt::Now;
         }
-        self.timers.peek().map(|r| Instant::from_nanos(r.0 .0))
+        self.timers
+            .peek()
+            .map(|r| Instant::from_nanos(r.0 .0))
+            .into()
     }
 
     /// Number of connections (any state).

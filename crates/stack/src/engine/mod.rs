@@ -275,12 +275,14 @@ impl Engine {
         self.now
     }
 
-    /// When the engine next needs [`Engine::on_timers`], if ever.
+    /// When the engine next needs a poll, if ever: a deadline, possibly one already reached
+    /// (the engine's own latest time when output is pending now), never a sentinel.
     pub fn poll_at(&self) -> Option<Instant> {
         [
             self.iface.poll_at(),
             self.reasm.poll_at(),
-            self.tcp.poll_at(),
+            // Work pending now is due at the engine's own latest time (already reached).
+            self.tcp.poll_at().instant_or(self.now),
         ]
         .into_iter()
         .flatten()
