@@ -3,11 +3,11 @@
 //! the summary gives each engine's share and the sums.
 
 use crate::net::{stop_flag, AddrArgs, LinkArgs};
-use flowstack_apps::serve::{ServeSpec, Server, Service, Totals};
-use flowstack_runtime::shard::{parse_cores, Placement, Runtime, RuntimeSpec, ShardInfo};
-use flowstack_runtime::steer::{Queue, SteerCounters};
-use flowstack_runtime::xring::RingSpec;
-use flowstack_stack::{Counter, Counters, Steering};
+use flowstack_apps::serve::{ServeSpec, Service, Totals};
+use flowstack_runtime::serve::serve_on_cores;
+use flowstack_runtime::shard::{parse_cores, Placement};
+use flowstack_runtime::steer::SteerCounters;
+use flowstack_stack::{Counter, Counters};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 
@@ -43,30 +43,9 @@ pub fn run(
             return ExitCode::from(2);
         }
     };
-    let devs = match lspec.open_queues(n) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("flowstack: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    let addr_spec = addr.spec();
     let port = spec.port;
     let service = spec.service.name();
-    let rt = Runtime::start(RuntimeSpec {
-        placement,
-        queues: devs.into_iter().map(Queue::boxed).collect(),
-        rings: RingSpec::default(),
-        engine: move |s: &ShardInfo| {
-            let mut c = addr_spec.engine_config();
-            c.steering = Some(Steering {
-                queue: s.index,
-                queues: s.count,
-            });
-            c
-        },
-        app: move |_: &ShardInfo, e: &mut flowstack_stack::Engine| Server::listen(e, spec.clone()),
-    });
+    let rt = serve_on_cores(&lspec, n, placement, spec);
     let rt = match rt {
         Ok(rt) => rt,
         Err(e) => {

@@ -26,6 +26,7 @@ pub mod host;
 pub mod link;
 pub mod nic;
 pub mod ping;
+pub mod serve;
 pub mod shard;
 pub mod sim;
 pub mod steer;
