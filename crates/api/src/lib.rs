@@ -6,7 +6,8 @@
 //! - socket handles, readiness and the [`Sockets`] trait: the socket calls an application
 //!   makes, implemented by the engine today and by the offload client later ([`socket`]);
 //! - the [`App`] trait: a step-driven application that any drive loop can run ([`app`]);
-//! - the fixed-layout records of the rings between the daemon and its clients ([`record`]).
+//! - the fixed-layout records of the rings between the daemon and its clients ([`record`]) and
+//!   the header of the region that holds them ([`region`]).
 //!
 //! Safe, I/O-free, clock-free: nothing here reads time or touches the OS.
 #![forbid(unsafe_code)]
@@ -16,6 +17,7 @@ pub mod app;
 pub mod counters;
 pub mod error;
 pub mod record;
+pub mod region;
 pub mod socket;
 
 pub use app::App;

@@ -1,8 +1,7 @@
 //! The region the daemon shares with one application: header, rings, data areas.
 //!
-//! Byte offsets of the header are those of `flowstack_client::layout` (the application reads
-//! what the daemon writes here); the crates share no code but `api` and `sys`, so
-//! `tests/daemon.rs` checks that both copies agree.
+//! The header's byte offsets and the shared limits are `flowstack_api::region`'s, the one
+//! definition the application side reads too.
 
 use flowstack_sys::ring::{ring_bytes, RingLayout};
 use flowstack_sys::SharedRegion;
@@ -10,30 +9,9 @@ use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// "FSDREGN1" little-endian.
-pub const MAGIC: u64 = u64::from_le_bytes(*b"FSDREGN1");
-/// The first bytes sent with the descriptors (memfd, eventfd) at registration.
-pub const HELLO: &[u8; 8] = b"FSDHELO1";
-/// Header byte offsets (see `flowstack_client::layout` for the picture).
-pub mod at {
-    #![allow(missing_docs)]
-    pub const MAGIC: usize = 0;
-    pub const VERSION: usize = 8;
-    pub const DAEMON_SLEEPING: usize = 12;
-    pub const TX_FREED: usize = 16;
-    pub const RX_FREED: usize = 24;
-    pub const CMD_OFF: usize = 32;
-    pub const CMD_CAP: usize = 40;
-    pub const EVT_OFF: usize = 48;
-    pub const EVT_CAP: usize = 56;
-    pub const TX_OFF: usize = 64;
-    pub const TX_SIZE: usize = 72;
-    pub const RX_OFF: usize = 80;
-    pub const RX_SIZE: usize = 88;
-    pub const APP_ID: usize = 96;
-}
-/// Bytes of the header.
-pub const HEADER_BYTES: usize = 4096;
+pub use flowstack_api::region::{
+    at, ACCEPTED_BASE, HEADER_BYTES, HELLO, MAGIC, SOCK_RCVBUF, SOCK_SNDBUF,
+};
 /// Command ring data capacity (about 900 records).
 pub const CMD_CAP: usize = 64 * 1024;
 /// Event ring data capacity (about 3600 records).
@@ -42,13 +20,6 @@ pub const EVT_CAP: usize = 256 * 1024;
 pub const TX_SIZE: usize = 1 << 20;
 /// Receive area (daemon → application bytes, urgent delivery).
 pub const RX_SIZE: usize = 1 << 20;
-/// Per-connection limit of bytes posted and not yet taken by the engine (the client keeps
-/// to it; the daemon resets a connection whose application overruns it fourfold).
-pub const SOCK_SNDBUF: u64 = 256 * 1024;
-/// Per-connection limit of bytes delivered to the application and not yet consumed.
-pub const SOCK_RCVBUF: u64 = 256 * 1024;
-/// First handle of accepted connections (listen/connect handles count up from 1).
-pub const ACCEPTED_BASE: u32 = 1 << 23;
 
 const fn page_up(n: usize) -> usize {
     (n + 4095) & !4095

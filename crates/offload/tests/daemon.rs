@@ -107,37 +107,6 @@ fn echo_through(app: &mut Client, c: TcpHandle, len: usize) {
 }
 
 #[test]
-fn layout_agrees_between_daemon_and_client() {
-    use flowstack_client::layout as c;
-    use flowstack_offload::layout as d;
-    assert_eq!(c::MAGIC, d::MAGIC);
-    assert_eq!(c::HELLO, d::HELLO);
-    assert_eq!(c::HEADER_BYTES, d::HEADER_BYTES);
-    assert_eq!(c::SOCK_SNDBUF, d::SOCK_SNDBUF);
-    assert_eq!(c::SOCK_RCVBUF, d::SOCK_RCVBUF);
-    assert_eq!(c::ACCEPTED_BASE, d::ACCEPTED_BASE);
-    let pairs = [
-        (c::at::MAGIC, d::at::MAGIC),
-        (c::at::VERSION, d::at::VERSION),
-        (c::at::DAEMON_SLEEPING, d::at::DAEMON_SLEEPING),
-        (c::at::TX_FREED, d::at::TX_FREED),
-        (c::at::RX_FREED, d::at::RX_FREED),
-        (c::at::CMD_OFF, d::at::CMD_OFF),
-        (c::at::CMD_CAP, d::at::CMD_CAP),
-        (c::at::EVT_OFF, d::at::EVT_OFF),
-        (c::at::EVT_CAP, d::at::EVT_CAP),
-        (c::at::TX_OFF, d::at::TX_OFF),
-        (c::at::TX_SIZE, d::at::TX_SIZE),
-        (c::at::RX_OFF, d::at::RX_OFF),
-        (c::at::RX_SIZE, d::at::RX_SIZE),
-        (c::at::APP_ID, d::at::APP_ID),
-    ];
-    for (a, b) in pairs {
-        assert_eq!(a, b);
-    }
-}
-
-#[test]
 fn two_apps_echo_4_mib_byte_exact() {
     let d = daemon("echo");
     let server = echo_server(d.path.clone(), 7000);

@@ -1,0 +1,98 @@
+//! The header of an application's shared region with the offload daemon: one definition for
+//! both sides.
+//!
+//! The daemon (`flowstack-offload`) lays the region out and describes it in the header; the
+//! application (`flowstack-client`) reads the description and validates it against the
+//! region's size before using any of it.
+//!
+//! ```text
+//!   0  magic            u64  MAGIC
+//!   8  version          u32  crate::record::VERSION
+//!  12  daemon_sleeping  u32  1 while the daemon announces it sleeps (doorbell: its eventfd)
+//!  16  tx_freed         u64  bytes of the transmit area the daemon has taken (daemon writes)
+//!  24  rx_freed         u64  bytes of the receive area the application has released (app writes)
+//!  32  cmd ring offset, 40 capacity     (flowstack_sys::ring, application -> daemon)
+//!  48  event ring offset, 56 capacity   (daemon -> application)
+//!  64  tx area offset, 72 size          (bytes the application sends)
+//!  80  rx area offset, 88 size          (bytes the daemon delivers: urgent delivery)
+//!  96  application id   u64
+//! ```
+
+/// "FSDREGN1" little-endian.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"FSDREGN1");
+/// Byte offsets in the header.
+pub mod at {
+    /// u64 magic.
+    pub const MAGIC: usize = 0;
+    /// u32 record layout version.
+    pub const VERSION: usize = 8;
+    /// u32: the daemon sleeps.
+    pub const DAEMON_SLEEPING: usize = 12;
+    /// u64: transmit bytes taken by the daemon.
+    pub const TX_FREED: usize = 16;
+    /// u64: receive bytes released by the application.
+    pub const RX_FREED: usize = 24;
+    /// u64 command ring offset.
+    pub const CMD_OFF: usize = 32;
+    /// u64 command ring capacity.
+    pub const CMD_CAP: usize = 40;
+    /// u64 event ring offset.
+    pub const EVT_OFF: usize = 48;
+    /// u64 event ring capacity.
+    pub const EVT_CAP: usize = 56;
+    /// u64 transmit area offset.
+    pub const TX_OFF: usize = 64;
+    /// u64 transmit area size.
+    pub const TX_SIZE: usize = 72;
+    /// u64 receive area offset.
+    pub const RX_OFF: usize = 80;
+    /// u64 receive area size.
+    pub const RX_SIZE: usize = 88;
+    /// u64 application id.
+    pub const APP_ID: usize = 96;
+}
+/// Bytes of the header.
+pub const HEADER_BYTES: usize = 4096;
+/// The first bytes the daemon sends with the descriptors (memfd, eventfd) at registration.
+pub const HELLO: &[u8; 8] = b"FSDHELO1";
+/// Per-connection limit of bytes posted by the application and not yet taken by the engine.
+pub const SOCK_SNDBUF: u64 = 256 * 1024;
+/// Per-connection limit of bytes delivered to the application and not yet consumed by it.
+pub const SOCK_RCVBUF: u64 = 256 * 1024;
+/// First handle of accepted connections (listen/connect handles count up from 1).
+pub const ACCEPTED_BASE: u32 = 1 << 23;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_fields_are_aligned_distinct_and_inside_the_header() {
+        // (offset, width) of every field, in layout order.
+        let fields = [
+            (at::MAGIC, 8),
+            (at::VERSION, 4),
+            (at::DAEMON_SLEEPING, 4),
+            (at::TX_FREED, 8),
+            (at::RX_FREED, 8),
+            (at::CMD_OFF, 8),
+            (at::CMD_CAP, 8),
+            (at::EVT_OFF, 8),
+            (at::EVT_CAP, 8),
+            (at::TX_OFF, 8),
+            (at::TX_SIZE, 8),
+            (at::RX_OFF, 8),
+            (at::RX_SIZE, 8),
+            (at::APP_ID, 8),
+        ];
+        for w in fields.windows(2) {
+            let ((a, wa), (b, _)) = (w[0], w[1]);
+            assert!(a + wa <= b, "field at {a} overlaps the one at {b}");
+        }
+        for (off, width) in fields {
+            assert_eq!(off % width, 0, "field at {off} is not aligned for atomics");
+            assert!(off + width <= HEADER_BYTES);
+        }
+        assert_ne!(MAGIC.to_le_bytes(), *HELLO, "the two tags must differ");
+    }
+}
