@@ -529,9 +529,10 @@ fn tap_two_engines_on_a_multi_queue_tap_serve_every_kernel_client() {
         assert!(conns > 0, "{e} served nothing: {log}");
     }
     // The kernel's TAP steering follows its flow table: once the owning engine has sent on a
-    // flow, the flow's packets come to that engine's queue. So at most a connection's first
-    // packet (the SYN, steered by the kernel's hash before any reply) and ARP are forwarded
-    // between engines — not the rest of its ~100 segments.
+    // flow, the flow's packets come to that engine's queue. So only a connection's first
+    // packets (the SYN, steered by the kernel's hash before any reply, and what crosses the
+    // update) and ARP are forwarded between engines — about one frame per connection here, not
+    // the half of its ~18 segments that a hash unrelated to ours would misplace.
     let per_engine: Vec<u64> = log
         .lines()
         .filter(|l| l.contains("forwarded in"))
@@ -539,7 +540,10 @@ fn tap_two_engines_on_a_multi_queue_tap_serve_every_kernel_client() {
         .collect();
     assert_eq!(per_engine.len(), 2, "{log}");
     let forwarded: u64 = per_engine.iter().sum();
-    assert!(forwarded <= 60 + 4, "{forwarded} frames forwarded: {log}");
+    assert!(
+        forwarded <= 2 * 60 + 4,
+        "{forwarded} frames forwarded: {log}"
+    );
     let _ = fs::remove_dir_all(&d);
 }
 
