@@ -36,7 +36,7 @@ use flowstack_stack::{Counter, Engine, Steering};
 use flowstack_wire::Duration;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 
@@ -283,18 +283,14 @@ fn flowstack_core(
     barrier.wait();
     let mut server = server.map_err(|e| e.to_string())?;
     let clock = flowstack_runtime::Clock::start();
-    let deadline =
-        std::time::Instant::now() + std::time::Duration::from_secs_f64(spec.duration) + GRACE;
-    while !client.finished() && std::time::Instant::now() < deadline {
-        let now = clock.now();
-        ea.poll(now, &mut da);
-        client.poll(now, &mut ea);
-        eb.poll(now, &mut db);
-        server.poll(now, &mut eb);
-    }
-    if !client.finished() {
-        return Err("run did not finish in time".into());
-    }
+    crate::flowstack::turn_pair(
+        &clock,
+        (&mut ea, &mut da),
+        (&mut eb, &mut db),
+        &mut client,
+        &mut server,
+        std::time::Duration::from_secs_f64(spec.duration) + GRACE,
+    )?;
     // Drain in virtual time: past every FIN exchange, retransmission and TIME_WAIT.
     let start = clock.now();
     for step in 0..DRAIN_STEPS {
@@ -396,7 +392,14 @@ fn kernel_core(
                 .name(format!("bench-kernel-client-{k}"))
                 .spawn(move || {
                     pin_core(k);
-                    kernel_client(w, msg, port, start, duration)
+                    crate::kernel::one_conn(
+                        w,
+                        msg,
+                        ("127.0.0.1", port),
+                        start,
+                        duration,
+                        &std::sync::atomic::AtomicU64::new(0),
+                    )
                 })
                 .map_err(|e| e.to_string())
         })
@@ -485,54 +488,6 @@ fn serve_conn(mut s: TcpStream, w: Workload, buf: &mut [u8], resp: &[u8]) -> std
             Err(_) => return Ok(()),
         }
     }
-}
-
-fn kernel_client(
-    w: Workload,
-    msg: usize,
-    port: u16,
-    start: std::time::Instant,
-    duration: std::time::Duration,
-) -> Result<ClientResult, String> {
-    let mut r = ClientResult::default();
-    let data = vec![0x17u8; msg.max(8)];
-    let mut buf = vec![0u8; msg.max(8)];
-    let addr = ("127.0.0.1", port);
-    let e = |e: std::io::Error| e.to_string();
-    match w {
-        Workload::Stream => {
-            let mut s = TcpStream::connect(addr).map_err(e)?;
-            while start.elapsed() < duration {
-                s.write_all(&data[..msg]).map_err(e)?;
-            }
-            s.shutdown(Shutdown::Write).map_err(e)?;
-            let mut n = [0u8; 8];
-            s.read_exact(&mut n).map_err(e)?;
-            r.bytes = u64::from_be_bytes(n);
-        }
-        Workload::Rr => {
-            let mut s = TcpStream::connect(addr).map_err(e)?;
-            s.set_nodelay(true).map_err(e)?;
-            while start.elapsed() < duration {
-                let t = std::time::Instant::now();
-                s.write_all(&data[..msg]).map_err(e)?;
-                s.read_exact(&mut buf[..msg]).map_err(e)?;
-                r.latency
-                    .saturating_record((t.elapsed().as_nanos() as u64).max(1));
-                r.transactions += 1;
-            }
-        }
-        Workload::Crr => {
-            while start.elapsed() < duration {
-                let mut s = TcpStream::connect(addr).map_err(e)?;
-                s.set_nodelay(true).map_err(e)?;
-                s.write_all(&data[..msg]).map_err(e)?;
-                s.read_exact(&mut buf[..msg]).map_err(e)?;
-                r.transactions += 1;
-            }
-        }
-    }
-    Ok(r)
 }
 
 /// Per-core counters as `name → [core 0, core 1, …, sum]` rows, for the stop summary.

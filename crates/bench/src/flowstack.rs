@@ -149,18 +149,41 @@ pub fn run_pipe(spec: &BenchSpec) -> Result<ClientResult, String> {
         .map_err(|e| e.to_string())?;
     let mut client = client(spec);
     let clock = Clock::start();
-    let deadline = std::time::Instant::now() + Duration::from_secs_f64(spec.duration) + GRACE;
+    let run_for = std::time::Duration::from_secs_f64(spec.duration) + GRACE;
+    turn_pair(
+        &clock,
+        (&mut ea, &mut da),
+        (&mut eb, &mut db),
+        &mut client,
+        &mut server,
+        run_for,
+    )?;
+    Ok(client.result)
+}
+
+/// Turns a client engine and a server engine joined by in-process devices, with their apps,
+/// at one clock read per turn of both, until the client is done; fails if that takes longer
+/// than `run_for`.
+pub(crate) fn turn_pair<A: Device + ?Sized, B: Device + ?Sized>(
+    clock: &Clock,
+    (ea, da): (&mut Engine, &mut A),
+    (eb, db): (&mut Engine, &mut B),
+    client: &mut Client,
+    server: &mut Server,
+    run_for: std::time::Duration,
+) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + run_for;
     while !client.finished() && std::time::Instant::now() < deadline {
         let now = clock.now();
-        ea.poll(now, &mut da);
-        client.poll(now, &mut ea);
-        eb.poll(now, &mut db);
-        server.poll(now, &mut eb);
+        ea.poll(now, da);
+        client.poll(now, ea);
+        eb.poll(now, db);
+        server.poll(now, eb);
     }
     if !client.finished() {
         return Err("run did not finish in time".into());
     }
-    Ok(client.result)
+    Ok(())
 }
 
 /// The in-process pipe's capabilities under the ablation switches.

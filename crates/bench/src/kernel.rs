@@ -93,7 +93,9 @@ pub fn run(spec: &BenchSpec) -> Result<ClientResult, String> {
     r
 }
 
-fn one_conn(
+/// One client connection of `w` to `addr` until `duration` after `start` (stream counts
+/// the bytes it wrote into `sent`); used by the one-core and the per-core kernel peers.
+pub(crate) fn one_conn(
     w: Workload,
     msg: usize,
     addr: (&str, u16),
