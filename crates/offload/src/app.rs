@@ -64,7 +64,7 @@ impl Conn {
 pub(crate) enum Sock {
     Listener {
         port: u16,
-        hs: [TcpHandle; 2],
+        hs: Vec<TcpHandle>,
         /// Sync accepts waiting for a connection (request ids).
         waiting: VecDeque<u32>,
     },
@@ -84,7 +84,7 @@ pub(crate) struct Shared {
 impl Shared {
     pub fn new() -> Self {
         Self {
-            lo: Loopback::new(),
+            lo: Loopback::new(1),
             ports: HashMap::new(),
             scratch: vec![0; RX_CHUNK],
         }
@@ -255,7 +255,9 @@ impl App {
             Command::TcpConnect { remote } => {
                 let h = self.next_local;
                 self.next_local += 1;
-                let r = Loopback::engine_for(&remote)
+                let r = sh
+                    .lo
+                    .engine_for(&remote, 0)
                     .and_then(|i| sh.lo.engines[i].tcp_connect(remote).map(|c| (i, c)));
                 match r {
                     Ok((i, c)) => {
@@ -275,10 +277,7 @@ impl App {
             }
             Command::TcpAccept { listener } => {
                 let r = match self.socks.get_mut(&listener) {
-                    Some(Sock::Listener { hs, .. }) => {
-                        let hs = *hs;
-                        try_accept(sh, hs)
-                    }
+                    Some(Sock::Listener { hs, .. }) => try_accept(sh, hs),
                     Some(Sock::Failed(e)) => Some(Err(*e)),
                     _ => Some(Err(SocketError::InvalidHandle)),
                 };
@@ -417,7 +416,7 @@ impl App {
             match s {
                 Sock::Listener { hs, waiting, .. } => {
                     while !waiting.is_empty() {
-                        match try_accept(sh, *hs) {
+                        match try_accept(sh, hs) {
                             Some(r) => {
                                 accepts.push((waiting.pop_front().expect("waiting"), handle, r))
                             }
@@ -466,7 +465,7 @@ impl App {
 
 fn try_accept(
     sh: &mut Shared,
-    hs: [TcpHandle; 2],
+    hs: &[TcpHandle],
 ) -> Option<Result<(usize, TcpHandle), SocketError>> {
     for (i, &l) in hs.iter().enumerate() {
         match sh.lo.engines[i].tcp_accept(l) {
