@@ -12,6 +12,7 @@
 //! | [`file`](mod@file) | `pwritev` from a list of borrowed slices |
 //! | [`fdpass`] | send and receive file descriptors over a unix socket (`SCM_RIGHTS`) |
 //! | [`socket`] | socket options the tools set on kernel sockets (`TCP_QUICKACK`) |
+//! | [`placeholder`] | the socket pair that stands for an offloaded socket: tokens, filler, last close, inode |
 //! | [`process`] | is a process (the peer of a shared region) still alive? |
 //! | [`perf`] | hardware counters of the calling thread (`perf_event_open(2)`, their RDPMC metadata page) and its context switches and CPU, for the profiler |
 //!
@@ -37,6 +38,7 @@ pub mod fdpass;
 pub mod file;
 pub mod futex;
 pub mod perf;
+pub mod placeholder;
 pub mod poll;
 pub mod process;
 pub mod region;
