@@ -129,6 +129,8 @@ pub(crate) struct Placeholder {
 }
 
 impl Placeholder {
+    /// Token and filler actions wait until the events that explain them are in the ring
+    /// (see [`Shared::placeholder_actions`]), so an application woken by A finds them.
     fn readable(&mut self) {
         self.seq = self.seq.wrapping_add(1);
         if !self.token_out {
@@ -152,6 +154,8 @@ pub(crate) struct GSock {
     /// Applications that may name it, with their handles.
     pub owners: Vec<(u64, u32)>,
     pub ph: Option<Placeholder>,
+    /// Closed by its applications; kept only to flush the bytes queued in the daemon.
+    pub closing: bool,
 }
 
 impl GSock {
@@ -161,6 +165,7 @@ impl GSock {
             holder: Some((app, handle)),
             owners: vec![(app, handle)],
             ph: None,
+            closing: false,
         }
     }
 }
@@ -195,6 +200,9 @@ pub(crate) struct Shared {
     next_port: u16,
     scratch: Vec<u8>,
     pub counters: DaemonCounters,
+    /// Placeholder actions (socket, readable, writable) deferred until the events posted
+    /// in this turn are published.
+    ph_actions: Vec<(u32, bool, bool)>,
 }
 
 impl Shared {
@@ -208,6 +216,7 @@ impl Shared {
             next_port: *EPHEMERAL.start(),
             scratch: vec![0; RX_CHUNK],
             counters: DaemonCounters::default(),
+            ph_actions: Vec::new(),
         }
     }
 
@@ -234,15 +243,48 @@ impl Shared {
         Err(SocketError::AddrInUse)
     }
 
+    /// Writes tokens and empties placeholders as decided this turn; call after the
+    /// applications' events are published.
+    pub fn placeholder_actions(&mut self) -> bool {
+        let any = !self.ph_actions.is_empty();
+        for (gid, r, w) in self.ph_actions.drain(..) {
+            if let Some(ph) = self.socks.get_mut(&gid).and_then(|g| g.ph.as_mut()) {
+                if r {
+                    ph.readable();
+                }
+                if w {
+                    ph.writable();
+                }
+            }
+        }
+        any
+    }
+
     /// Closes a socket for good (last close, or its native application left).
+    ///
+    /// A connection with bytes still queued in the daemon (and nothing unread) stays in the
+    /// table, nameless, until the engine took them all; then it is closed (FIN).
     pub fn release(&mut self, gid: u32, died: bool) {
-        let Some(g) = self.socks.remove(&gid) else {
+        let Some(mut g) = self.socks.remove(&gid) else {
             return;
         };
-        if let Some(ph) = &g.ph {
+        if let Some(ph) = g.ph.take() {
             self.by_ident.remove(&ph.ident);
         }
         self.ports.retain(|_, v| *v != gid);
+        if let Kind::Conn(c) = &mut g.kind {
+            let e = &self.lo.engines[c.eng];
+            let unread =
+                c.outstanding > 0 || e.tcp_conn(c.h).map(|k| k.recv_queue() > 0).unwrap_or(false);
+            if !died && !unread && !c.pending_tx.is_empty() && e.tcp_error(c.h).is_none() {
+                g.holder = None;
+                g.owners.clear();
+                g.closing = true;
+                c.shutdown_pending = false;
+                self.socks.insert(gid, g);
+                return;
+            }
+        }
         release_kind(&mut self.lo, g.kind, died);
     }
 
@@ -754,7 +796,7 @@ impl App {
                 g.ph = Some(ph);
                 // A readable socket (accepted with data already in) gets its token now.
                 if readable_now(&sh.lo, &g.kind) {
-                    g.ph.as_mut().expect("set").readable();
+                    sh.ph_actions.push((gid, true, false));
                 }
                 Ok(handle as u64)
             }
@@ -845,9 +887,8 @@ fn set_failed(sh: &mut Shared, gid: u32, e: SocketError) {
     sh.ports.retain(|_, v| *v != gid);
     if let Some(g) = sh.socks.get_mut(&gid) {
         g.kind = Kind::Failed(e);
-        if let Some(ph) = &mut g.ph {
-            ph.readable();
-            ph.writable();
+        if g.ph.is_some() {
+            sh.ph_actions.push((gid, true, true));
         }
     }
 }
@@ -953,7 +994,7 @@ fn token_cleared(sh: &mut Shared, gid: u32) {
     if let Some(ph) = &mut g.ph {
         ph.token_out = false;
         if again {
-            ph.readable();
+            sh.ph_actions.push((gid, true, false));
         }
     }
 }
@@ -973,7 +1014,7 @@ fn want_writable(sh: &mut Shared, gid: u32) {
     if let Some(ph) = &mut g.ph {
         ph.want_writable = true;
         if now {
-            ph.writable();
+            sh.ph_actions.push((gid, false, true));
         }
     }
 }
@@ -989,10 +1030,15 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
     }
     let mut busy = false;
     let mut accepts: Vec<(u64, u32, u32, Accepted)> = Vec::new();
+    let mut done: Vec<u32> = Vec::new();
     let Shared {
-        lo, socks, scratch, ..
+        lo,
+        socks,
+        scratch,
+        ph_actions,
+        ..
     } = sh;
-    for g in socks.values_mut() {
+    for (&gid, g) in socks.iter_mut() {
         match &mut g.kind {
             Kind::Listener { hs, waiting, .. } => {
                 while !waiting.is_empty() {
@@ -1004,11 +1050,20 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
                         None => break,
                     }
                 }
-                if let Some(ph) = &mut g.ph {
+                if let Some(ph) = &g.ph {
                     if !ph.token_out && readable_now(lo, &g.kind) {
-                        ph.readable();
+                        ph_actions.push((gid, true, false));
                         busy = true;
                     }
+                }
+            }
+            Kind::Conn(c) if g.closing => {
+                let out = service_conn(lo, scratch, 0, c, &mut Vec::new(), None);
+                busy |= out.busy;
+                let e = &mut lo.engines[c.eng];
+                if c.pending_tx.is_empty() || e.tcp_error(c.h).is_some() {
+                    let _ = e.tcp_close(c.h);
+                    done.push(gid);
                 }
             }
             Kind::Conn(c) => {
@@ -1030,17 +1085,15 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
                         apps[i].post(e);
                     }
                 }
-                if let Some(ph) = &mut g.ph {
-                    if out.readable {
-                        ph.readable();
-                    }
-                    if out.writable {
-                        ph.writable();
-                    }
+                if g.ph.is_some() && (out.readable || out.writable) {
+                    ph_actions.push((gid, out.readable, out.writable));
                 }
             }
             Kind::Fresh { .. } | Kind::Failed(_) => {}
         }
+    }
+    for gid in done {
+        sh.socks.remove(&gid);
     }
     for (app, id, listener, r) in accepts {
         busy = true;

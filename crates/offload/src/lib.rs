@@ -200,6 +200,8 @@ impl Daemon {
             for a in apps.iter_mut() {
                 busy |= a.flush_events();
             }
+            // Tokens and filler after the events that explain them are published.
+            busy |= sh.placeholder_actions();
             // Output the socket calls above produced.
             busy |= sh.lo.poll(clock.now());
             if last_check.elapsed() >= IDLE_CHECK {
@@ -208,7 +210,7 @@ impl Daemon {
             }
             if busy && last_close_check.elapsed() >= LAST_CLOSE_CHECK {
                 last_close_check = Instant::now();
-                busy |= last_closes(&mut sh, Some(Duration::ZERO))?;
+                busy |= last_closes(&mut sh, &mut apps)?;
             }
             if busy {
                 continue;
@@ -247,7 +249,7 @@ impl Daemon {
                 reap(&mut apps, &mut sh, false);
             }
             if closed {
-                last_closes(&mut sh, Some(Duration::ZERO))?;
+                last_closes(&mut sh, &mut apps)?;
             }
         }
         for mut a in apps.drain(..) {
@@ -295,17 +297,30 @@ impl Daemon {
 pub const LAST_CLOSE_CHECK: Duration = Duration::from_millis(5);
 
 /// Closes every socket whose placeholder's last copy is gone; true if any.
-fn last_closes(sh: &mut Shared, wait: Option<Duration>) -> io::Result<bool> {
+///
+/// Whatever an application posted before closing its last copy (sends, consumed bytes) is
+/// in its ring by then: every ring is drained first, so the close comes after it.
+fn last_closes(sh: &mut Shared, apps: &mut [App]) -> io::Result<bool> {
     let (gids, ds): (Vec<u32>, Vec<_>) = sh.placeholders().unzip();
     if ds.is_empty() {
         return Ok(false);
     }
-    let (_, h) = flowstack_sys::placeholder::poll_sets(&[], &ds, wait)?;
+    let (_, h) = flowstack_sys::placeholder::poll_sets(&[], &ds, Some(Duration::ZERO))?;
     let gone: Vec<u32> = gids
         .into_iter()
         .zip(h)
         .filter_map(|(g, x)| x.then_some(g))
         .collect();
+    if gone.is_empty() {
+        return Ok(false);
+    }
+    for a in apps.iter_mut() {
+        for _ in 0..64 {
+            if a.drain_commands(sh) == 0 {
+                break;
+            }
+        }
+    }
     for &g in &gone {
         sh.counters.last_closes += 1;
         sh.release(g, false);
@@ -323,6 +338,15 @@ fn reap(apps: &mut Vec<App>, sh: &mut Shared, check_pids: bool) {
             || (check_pids && !flowstack_sys::process::is_alive(a.pid));
         if gone {
             let mut a = apps.swap_remove(i);
+            if !a.broken {
+                // What it posted before leaving still counts (consumed bytes above all: a
+                // socket closed with nothing unread ends with FIN, not RST).
+                for _ in 0..64 {
+                    if a.drain_commands(sh) == 0 {
+                        break;
+                    }
+                }
+            }
             a.release_all(sh);
         } else {
             i += 1;
@@ -331,14 +355,6 @@ fn reap(apps: &mut Vec<App>, sh: &mut Shared, check_pids: bool) {
 }
 
 fn hung_up(s: &UnixStream) -> bool {
-    use std::io::Read;
-    let mut b = [0u8; 64];
-    match (&*s).read(&mut b) {
-        Ok(0) => true,
-        Ok(_) => false, // applications send nothing after registering; ignore it
-        Err(e) => !matches!(
-            e.kind(),
-            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-        ),
-    }
+    // Peek only: the stream also carries the descriptors of `Attach` records.
+    flowstack_sys::placeholder::peer_closed(s.as_fd())
 }

@@ -20,7 +20,8 @@
 //! `rustix` for the calls whose arguments are values, descriptors and slices, `memmap2`'s
 //! `MmapRaw` for mapping (it hands out raw pointers only, so mapping needs no `unsafe`). What
 //! is left is ours: turning pointers into shared memory into atomics and slices ([`ring`],
-//! [`region`]), and `sysconf`, which `rustix` does not offer ([`affinity::cpu_count`]).
+//! [`region`]), `sysconf`, which `rustix` does not offer ([`affinity::cpu_count`]), and
+//! `fork`/`_exit` for tests of process-shared sockets ([`process::fork`]).
 //!
 //! Not here: the TSC and RDPMC instructions of the profiler's probes (`flowstack-prof`), and the
 //! link drivers' driver-specific `ioctl`/socket calls.

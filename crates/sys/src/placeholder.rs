@@ -115,6 +115,21 @@ pub fn drain(d: BorrowedFd<'_>) -> io::Result<bool> {
     }
 }
 
+/// True if the peer of stream socket `fd` closed (end of file, or an error), looking without
+/// taking anything: bytes and descriptors waiting to be read stay there.
+pub fn peer_closed(fd: BorrowedFd<'_>) -> bool {
+    let mut b = [0u8; 1];
+    loop {
+        match recv(fd, &mut b, RecvFlags::PEEK | RecvFlags::DONTWAIT) {
+            Ok((0, _)) => return true,
+            Ok(_) => return false,
+            Err(rustix::io::Errno::AGAIN) => return false,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => return true,
+        }
+    }
+}
+
 /// Waits up to `timeout` (`None`: forever; millisecond granularity, at least 1 ms unless
 /// zero) until one of `readable` becomes readable (or hangs up) or one of `hangup` reports
 /// `POLLRDHUP`/`POLLHUP` (its peer closed; filler waiting to be read does not count).
