@@ -29,7 +29,7 @@ pub fn run(a: DaemonArgs) -> ExitCode {
         }
     };
     println!(
-        "flowstackd: serving 127.0.0.1 and 127.0.0.2 (loopback, 127.0.0.0/8) for applications on {}",
+        "flowstackd: serving 127.0.0.0/8 (its own loopback interface) for applications on {}",
         d.path().display()
     );
     let stop = AtomicBool::new(false);

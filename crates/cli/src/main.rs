@@ -9,6 +9,7 @@ mod ping;
 mod profile;
 mod serve;
 mod serve_cores;
+mod stats;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -60,9 +61,13 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// The offload daemon (flowstackd): the stack as a service for applications on this host.
     ///
-    /// Serves TCP on its own loopback interface (127.0.0.1 and 127.0.0.2) to applications that
+    /// Serves TCP on its own loopback interface (127.0.0.0/8) to applications that
     /// register on a unix socket with the flowstack client library; needs no privileges.
     Daemon(daemon::DaemonArgs),
+    /// Sockets and counters of a running daemon, as `ss` and `nstat` show them.
+    ///
+    /// Example: flowstack stats --watch 1
+    Stats(stats::StatsArgs),
     /// (internal) the server process of `flowstack bench`.
     #[command(name = "__bench-server", hide = true)]
     BenchServer(bench::ServerArgs),
@@ -113,6 +118,7 @@ fn main() -> ExitCode {
         Cmd::Profile(a) => profile::run(a),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Daemon(a) => daemon::run(a),
+        Cmd::Stats(a) => stats::run(a),
         Cmd::BenchServer(a) => bench::serve(a),
     }
 }

@@ -348,3 +348,33 @@ fn daemon_death_fails_a_blocked_recv() {
     }
     assert_eq!(r, Err(Errno::EPIPE));
 }
+
+#[test]
+fn stats_show_sockets_owners_and_reported_fallbacks() {
+    use flowstack_api::record::ReportKind;
+    let d = daemon("stats");
+    let p = connected(&d.path);
+    p.client
+        .report(
+            ReportKind::NotCarried,
+            Some(SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 53), 53)),
+        )
+        .unwrap();
+    // A sync call after the async report: the daemon has taken it.
+    assert!(!p.client.carries(lo(9)).unwrap());
+    let s = flowstack_offload::stats::query(&d.path).unwrap();
+    let me = std::process::id();
+    let estab: Vec<_> = s.sockets.iter().filter(|r| r.state == "ESTAB").collect();
+    assert_eq!(estab.len(), 2, "{:#?}", s.sockets);
+    assert!(estab
+        .iter()
+        .all(|r| r.pids == vec![me] && r.placeholder && r.path == "flowstack"));
+    let local = p.client.local_addr(p.cid).unwrap().to_string();
+    assert!(estab.iter().any(|r| r.local == local));
+    assert_eq!(s.sockets.iter().filter(|r| r.state == "LISTEN").count(), 1);
+    assert_eq!(s.counters["FlowstackdFallbackNotCarried"], 1);
+    assert_eq!(s.counters["FlowstackdApps"], 2);
+    assert!(s.counters["TcpActiveOpens"] >= 1);
+    assert_eq!(s.apps.len(), 2);
+    assert!(s.table().contains("ESTAB"));
+}
