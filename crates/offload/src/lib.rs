@@ -96,6 +96,7 @@ pub struct Daemon {
 /// A daemon running on its own thread ([`Daemon::spawn`]); stops and joins on drop.
 pub struct DaemonHandle {
     stop: Arc<AtomicBool>,
+    tid: Arc<std::sync::atomic::AtomicU32>,
     thread: Option<std::thread::JoinHandle<io::Result<()>>>,
     bell_fd: Option<std::os::fd::OwnedFd>,
     /// Where applications register.
@@ -103,6 +104,11 @@ pub struct DaemonHandle {
 }
 
 impl DaemonHandle {
+    /// The daemon thread's kernel id (for its CPU time in `/proc`), once it runs.
+    pub fn thread_id(&self) -> Option<u32> {
+        Some(self.tid.load(Ordering::SeqCst)).filter(|&t| t != 0)
+    }
+
     /// Stops the daemon and waits for its thread.
     pub fn stop(mut self) -> io::Result<()> {
         self.shutdown()
@@ -168,11 +174,17 @@ impl Daemon {
         let bell_fd = d.bell.as_fd().try_clone_to_owned()?;
         let path = d.path.clone();
         let s = stop.clone();
+        let tid = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let t = tid.clone();
         let thread = std::thread::Builder::new()
             .name("flowstackd".into())
-            .spawn(move || d.run(&s))?;
+            .spawn(move || {
+                t.store(flowstack_sys::process::thread_id(), Ordering::SeqCst);
+                d.run(&s)
+            })?;
         Ok(DaemonHandle {
             stop,
+            tid,
             thread: Some(thread),
             bell_fd: Some(bell_fd),
             path,
