@@ -209,6 +209,7 @@ fn offload_run(spec: &OffloadSpec) -> Result<Run, String> {
     let _ = std::fs::create_dir_all(&dir);
     let d = Daemon::spawn(&DaemonConfig {
         socket: dir.join("d.sock"),
+        ..DaemonConfig::default()
     })
     .map_err(|e| format!("daemon: {e}"))?;
     let path = d.path.clone();

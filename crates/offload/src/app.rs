@@ -203,6 +203,8 @@ pub(crate) struct Shared {
     /// Placeholder actions (socket, readable, writable) deferred until the events posted
     /// in this turn are published.
     ph_actions: Vec<(u32, bool, bool)>,
+    /// Most sockets one application may name (`--max-sockets-per-app`).
+    pub max_sockets_per_app: usize,
 }
 
 impl Shared {
@@ -217,6 +219,7 @@ impl Shared {
             scratch: vec![0; RX_CHUNK],
             counters: DaemonCounters::default(),
             ph_actions: Vec::new(),
+            max_sockets_per_app: usize::MAX,
         }
     }
 
@@ -447,6 +450,16 @@ impl App {
             .ok_or(SocketError::InvalidHandle)
     }
 
+    /// This application names as many sockets as it may: a new one is refused with
+    /// `ENOBUFS` (`LimitReached`) and counted.
+    fn at_limit(&self, sh: &mut Shared) -> bool {
+        let full = self.handles.len() >= sh.max_sockets_per_app;
+        if full {
+            sh.counters.limits_hit += 1;
+        }
+        full
+    }
+
     /// A new socket named `handle` here (counted handles of the native client).
     fn new_sock(&mut self, sh: &mut Shared, handle: u32, kind: Kind) -> u32 {
         let gid = sh.insert(GSock::new(kind, self.id, handle));
@@ -460,6 +473,9 @@ impl App {
             Command::TcpListen { port, backlog } => {
                 let h = self.next_local;
                 self.next_local += 1;
+                if self.at_limit(sh) {
+                    return self.complete(id, mode, h, Err(SocketError::LimitReached));
+                }
                 let gid = self.new_sock(
                     sh,
                     h,
@@ -478,6 +494,9 @@ impl App {
             Command::TcpConnect { remote } => {
                 let h = self.next_local;
                 self.next_local += 1;
+                if self.at_limit(sh) {
+                    return self.complete(id, mode, h, Err(SocketError::LimitReached));
+                }
                 let gid = self.new_sock(
                     sh,
                     h,
@@ -704,6 +723,13 @@ impl App {
             Ok(g) => g,
             Err(e) => return self.post(EventRecord::completion(id, listener, Err(e))),
         };
+        if self.at_limit(sh) {
+            return self.post(EventRecord::completion(
+                id,
+                listener,
+                Err(SocketError::LimitReached),
+            ));
+        }
         let r = match sh.socks.get(&gid).map(|g| &g.kind) {
             Some(Kind::Listener { hs, .. }) => try_accept(&mut sh.lo, hs),
             Some(Kind::Failed(e)) => Some(Err(*e)),
@@ -752,6 +778,9 @@ impl App {
             .map_err(|_| SocketError::InvalidArgument)?;
         if n != 1 || byte[0] != op.code() || fds.len() != op.fds() {
             return Err(SocketError::InvalidArgument);
+        }
+        if matches!(op, AttachOp::New | AttachOp::Adopt) && self.at_limit(sh) {
+            return Err(SocketError::LimitReached);
         }
         let fresh_handle = |app: &App| {
             if app.handles.contains_key(&handle) || handle == 0 {

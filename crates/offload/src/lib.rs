@@ -76,12 +76,16 @@ fn rustix_uid() -> u32 {
 pub struct DaemonConfig {
     /// Unix socket applications register on.
     pub socket: PathBuf,
+    /// Most sockets one application may name at once; more are refused with `ENOBUFS`
+    /// and counted (`FlowstackdLimitsHit`).
+    pub max_sockets_per_app: usize,
 }
 
 impl Default for DaemonConfig {
     fn default() -> Self {
         Self {
             socket: default_socket_path(),
+            max_sockets_per_app: 65536,
         }
     }
 }
@@ -89,6 +93,7 @@ impl Default for DaemonConfig {
 /// A bound daemon, ready to [`run`](Daemon::run).
 pub struct Daemon {
     listener: UnixListener,
+    max_sockets_per_app: usize,
     path: PathBuf,
     bell: EventFd,
 }
@@ -157,6 +162,7 @@ impl Daemon {
         listener.set_nonblocking(true)?;
         Ok(Self {
             listener,
+            max_sockets_per_app: cfg.max_sockets_per_app.max(1),
             path,
             bell: EventFd::new()?,
         })
@@ -196,6 +202,7 @@ impl Daemon {
     pub fn run(self, stop: &AtomicBool) -> io::Result<()> {
         let clock = Clock::start();
         let mut sh = Shared::new();
+        sh.max_sockets_per_app = self.max_sockets_per_app;
         let mut apps: Vec<App> = Vec::new();
         let mut next_app = 1u64;
         let mut pending: Vec<(UnixStream, Instant)> = Vec::new();

@@ -21,6 +21,7 @@ fn sock_path(name: &str) -> PathBuf {
 fn daemon(name: &str) -> DaemonHandle {
     Daemon::spawn(&DaemonConfig {
         socket: sock_path(name),
+        ..DaemonConfig::default()
     })
     .unwrap()
 }

@@ -21,6 +21,7 @@ fn daemon(name: &str) -> DaemonHandle {
     std::fs::create_dir_all(&dir).unwrap();
     Daemon::spawn(&DaemonConfig {
         socket: dir.join("d.sock"),
+        ..DaemonConfig::default()
     })
     .unwrap()
 }
@@ -377,4 +378,29 @@ fn stats_show_sockets_owners_and_reported_fallbacks() {
     assert!(s.counters["TcpActiveOpens"] >= 1);
     assert_eq!(s.apps.len(), 2);
     assert!(s.table().contains("ESTAB"));
+}
+
+#[test]
+fn the_per_application_socket_limit_refuses_with_enobufs_and_counts() {
+    let dir = std::env::temp_dir().join(format!("flowstack-posix-{}-limit", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = Daemon::spawn(&DaemonConfig {
+        socket: dir.join("d.sock"),
+        max_sockets_per_app: 3,
+    })
+    .unwrap();
+    let app = Posix::attach(&d.path).unwrap();
+    let other = Posix::attach(&d.path).unwrap();
+    let mut socks: Vec<_> = (0..3).map(|_| app.socket(Type::Stream).unwrap()).collect();
+    assert_eq!(app.socket(Type::Stream).err(), Some(Errno(105)));
+    // Another application has its own allowance.
+    assert!(other.socket(Type::Stream).is_ok());
+    // Forgetting one makes room again.
+    let (a, id) = socks.pop().unwrap();
+    app.forget(id).unwrap();
+    drop(a);
+    assert!(app.socket(Type::Stream).is_ok());
+    let s = flowstack_offload::stats::query(&d.path).unwrap();
+    assert_eq!(s.counters["FlowstackdLimitsHit"], 1);
 }
