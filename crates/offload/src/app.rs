@@ -324,6 +324,9 @@ pub(crate) struct App {
     /// Recorded at registration (SO_PEERCRED), shown by `flowstack stats`.
     pub uid: u32,
     pub stream: UnixStream,
+    /// The process, as a pidfd: readable when it exited, even if its registration socket
+    /// leaked into a child that keeps it open.
+    pub pidfd: Option<OwnedFd>,
     pub region: Arc<SharedRegion>,
     cmd: Consumer,
     evt: Producer,
@@ -352,6 +355,7 @@ impl App {
             pid,
             uid,
             stream,
+            pidfd: flowstack_sys::process::pidfd(pid).ok(),
             region,
             cmd,
             evt,

@@ -18,8 +18,9 @@
 //! call but a `poll` every [`IDLE_CHECK`] (for process liveness).
 //!
 //! # Faults
-//! An application whose registration socket hangs up, whose process is gone (checked by pid
-//! every [`IDLE_CHECK`], for when the socket leaked into a child), or whose rings hold values
+//! An application whose registration socket hangs up, whose process is gone (its pidfd
+//! becomes readable, which wakes a sleeping daemon; without pidfds the pid is checked every
+//! [`IDLE_CHECK`]) — also when the socket leaked into a child — or whose rings hold values
 //! no honest client writes is dropped: its connections are reset or closed as the kernel
 //! would on exit, its ports freed, its region unmapped.
 #![forbid(unsafe_code)]
@@ -260,6 +261,10 @@ impl Daemon {
             let (hangup, closed) = {
                 let mut fds = vec![self.listener.as_fd(), self.bell.as_fd()];
                 fds.extend(apps.iter().map(|a| a.stream.as_fd()));
+                fds.extend(
+                    apps.iter()
+                        .filter_map(|a| a.pidfd.as_ref().map(|p| p.as_fd())),
+                );
                 fds.extend(sh.kernel_listeners());
                 fds.extend(pending.iter().map(|p| p.0.as_fd()));
                 let ds: Vec<_> = sh.placeholders().map(|(_, d)| d).collect();
@@ -270,7 +275,8 @@ impl Daemon {
                 a.set_sleeping(false);
             }
             let _ = self.bell.take();
-            if hangup.iter().skip(2).take(apps.len()).any(|&r| r) {
+            let pidfds = apps.iter().filter(|a| a.pidfd.is_some()).count();
+            if hangup.iter().skip(2).take(apps.len() + pidfds).any(|&r| r) {
                 reap(&mut apps, &mut sh, false);
             }
             if closed {
@@ -426,9 +432,11 @@ fn reap(apps: &mut Vec<App>, sh: &mut Shared, check_pids: bool) {
     let mut i = 0;
     while i < apps.len() {
         let a = &apps[i];
-        let gone = a.broken
-            || hung_up(&a.stream)
-            || (check_pids && !flowstack_sys::process::is_alive(a.pid));
+        let exited = match &a.pidfd {
+            Some(p) => flowstack_sys::poll::wait_readable(p, Duration::ZERO).unwrap_or(false),
+            None => check_pids && !flowstack_sys::process::is_alive(a.pid),
+        };
+        let gone = a.broken || hung_up(&a.stream) || exited;
         if gone {
             let mut a = apps.swap_remove(i);
             if !a.broken {

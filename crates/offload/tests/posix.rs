@@ -404,3 +404,59 @@ fn the_per_application_socket_limit_refuses_with_enobufs_and_counts() {
     let s = flowstack_offload::stats::query(&d.path).unwrap();
     assert_eq!(s.counters["FlowstackdLimitsHit"], 1);
 }
+
+/// An application whose registration socket leaked into a child that lives on is still
+/// seen to exit (pidfd): its connection is closed. The exited application is not reaped
+/// before the check (a zombie still answers `kill(pid, 0)`), so only the pidfd can tell.
+#[test]
+fn an_exited_app_is_noticed_although_its_registration_socket_leaked_into_a_child() {
+    use flowstack_api::Sockets;
+    let d = daemon("pidfd");
+    let server = Posix::attach(&d.path).unwrap();
+    let (_la, lid) = server.socket(Type::Stream).unwrap();
+    let port = server.bind(lid, lo(0)).unwrap();
+    server.listen(lid, 4, None).unwrap();
+    let pidfile = std::env::temp_dir().join(format!("flowstack-posix-{}-gc", std::process::id()));
+    let path = d.path.clone();
+    let app_pid = match fork().unwrap() {
+        Forked::Child => {
+            let ok = (|| {
+                let mut app = flowstack_client::Client::connect(&path).ok()?;
+                let c = app.connect_to(lo(port), Duration::from_secs(20)).ok()?;
+                app.send_all(c, b"hi", Duration::from_secs(20)).ok()?;
+                // The grandchild inherits the registration socket and outlives us.
+                match fork().ok()? {
+                    Forked::Child => {
+                        std::thread::sleep(Duration::from_secs(60));
+                        exit_now(0)
+                    }
+                    Forked::Parent(gc) => std::fs::write(&pidfile, gc.to_string()).ok()?,
+                }
+                let _ = app.tcp_send(c, b"");
+                Some(())
+            })();
+            exit_now(if ok.is_some() { 0 } else { 1 });
+        }
+        Forked::Parent(pid) => pid,
+    };
+    let (_sa, sid, _, _) = server.accept(lid, false, T).unwrap();
+    let mut buf = [0u8; 8];
+    assert_eq!(server.recv(sid, &mut buf, BLOCK, T), Ok(2));
+    // The application exits (not reaped yet); its grandchild keeps its socket open.
+    let r = server.recv(sid, &mut buf, BLOCK, T);
+    let gc: Option<u32> = std::fs::read_to_string(&pidfile)
+        .ok()
+        .and_then(|s| s.parse().ok());
+    if let Some(gc) = gc {
+        let _ = std::process::Command::new("kill")
+            .arg(gc.to_string())
+            .status();
+    }
+    let _ = std::fs::remove_file(&pidfile);
+    assert_eq!(wait_exit(app_pid).unwrap(), 0);
+    assert!(gc.is_some(), "the grandchild never started");
+    assert!(
+        matches!(r, Ok(0) | Err(Errno::ECONNRESET)),
+        "the exited application's connection stayed open: {r:?}"
+    );
+}

@@ -19,6 +19,20 @@ pub fn is_alive(pid: u32) -> bool {
     !matches!(test_kill_process(pid), Err(rustix::io::Errno::SRCH))
 }
 
+/// A pidfd for process `pid` (`pidfd_open(2)`): readable once the process has exited, and
+/// naming that process only (no pid reuse). `pid` is untrusted (as for [`is_alive`]).
+pub fn pidfd(pid: u32) -> std::io::Result<std::os::fd::OwnedFd> {
+    let p = i32::try_from(pid)
+        .ok()
+        .filter(|&p| p > 0)
+        .and_then(Pid::from_raw)
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    Ok(rustix::process::pidfd_open(
+        p,
+        rustix::process::PidfdFlags::empty(),
+    )?)
+}
+
 /// The calling thread's kernel id (`gettid(2)`).
 pub fn thread_id() -> u32 {
     rustix::thread::gettid().as_raw_nonzero().get() as u32
@@ -133,6 +147,21 @@ mod tests {
             assert!(start.elapsed().as_secs() < 30, "no CPU time counted ({x})");
         }
         assert!(cpu_time(me.0, None).unwrap() >= cpu_time(me.0, me.1).unwrap());
+    }
+
+    #[test]
+    fn a_pidfd_becomes_readable_when_its_process_exits() {
+        use std::os::fd::AsFd;
+        let mut c = std::process::Command::new("sleep")
+            .arg("0.2")
+            .spawn()
+            .unwrap();
+        let fd = pidfd(c.id()).unwrap();
+        let ready = |t| crate::poll::wait_readable(&fd.as_fd(), t).unwrap();
+        assert!(!ready(std::time::Duration::ZERO));
+        c.wait().unwrap();
+        assert!(ready(std::time::Duration::from_secs(10)));
+        assert!(pidfd(0).is_err());
     }
 
     #[test]
