@@ -460,3 +460,63 @@ fn an_exited_app_is_noticed_although_its_registration_socket_leaked_into_a_child
         "the exited application's connection stayed open: {r:?}"
     );
 }
+
+/// One listener shared by a parent and its forked child (nginx: the master listens, workers
+/// accept): each accepts its own connection from the same listening socket.
+#[test]
+fn a_listener_shared_after_fork_accepts_in_both_processes() {
+    let d = daemon("sharedlisten");
+    let owner = Posix::attach(&d.path).unwrap();
+    let (la, lid) = owner.socket(Type::Stream).unwrap();
+    let port = owner.bind(lid, lo(0)).unwrap();
+    owner.listen(lid, 16, None).unwrap();
+    let path = d.path.clone();
+    match fork().unwrap() {
+        Forked::Child => {
+            let ok = (|| {
+                let l = owner.adopt(la.as_fd()).ok()??;
+                let (_a, c, _, _) = owner.accept(l, false, T).ok()?;
+                let mut b = [0u8; 5];
+                let mut got = 0;
+                while got < 5 {
+                    got += owner.recv(c, &mut b[got..], BLOCK, T).ok()?;
+                }
+                owner.send(c, &b, false, T).ok()?;
+                let mut end = [0u8; 1];
+                (owner.recv(c, &mut end, BLOCK, T).ok()? == 0).then_some(())
+            })();
+            exit_now(if ok.is_some() { 0 } else { 1 });
+        }
+        Forked::Parent(pid) => {
+            let client = Posix::attach(&path).unwrap();
+            let mut conns = vec![];
+            for _ in 0..2 {
+                let (a, id) = client.socket(Type::Stream).unwrap();
+                client.connect(id, lo(port), false, T).unwrap();
+                client.send(id, b"hello", false, T).unwrap();
+                conns.push((a, id));
+            }
+            // The parent accepts one; the child takes the other.
+            let (_a, c, _, _) = owner.accept(lid, false, T).unwrap();
+            let mut b = [0u8; 5];
+            let mut got = 0;
+            while got < 5 {
+                got += owner.recv(c, &mut b[got..], BLOCK, T).unwrap();
+            }
+            owner.send(c, &b, false, T).unwrap();
+            for (_, id) in &conns {
+                let mut e = [0u8; 5];
+                let mut got = 0;
+                while got < 5 {
+                    got += client.recv(*id, &mut e[got..], BLOCK, T).unwrap();
+                }
+                assert_eq!(&e, b"hello");
+            }
+            for (a, id) in conns {
+                client.forget(id).unwrap();
+                drop(a);
+            }
+            assert_eq!(wait_exit(pid).unwrap(), 0, "the child's accept failed");
+        }
+    }
+}
