@@ -298,12 +298,17 @@ impl Shared {
             .filter_map(|(&gid, g)| g.ph.as_ref().map(|p| (gid, p.d.as_fd())))
     }
 
-    /// Kernel listeners (readable means a connection waits there).
+    /// Kernel listeners to wake the daemon (readable means a connection waits there); one
+    /// whose placeholder already holds a token is left out, so a connection the program has
+    /// not accepted yet does not keep the daemon awake.
     pub fn kernel_listeners(&self) -> impl Iterator<Item = std::os::fd::BorrowedFd<'_>> {
-        self.socks.values().filter_map(|g| match &g.kind {
-            Kind::Listener {
-                kernel: Some(k), ..
-            } => Some(k.as_fd()),
+        self.socks.values().filter_map(|g| match (&g.kind, &g.ph) {
+            (
+                Kind::Listener {
+                    kernel: Some(k), ..
+                },
+                Some(ph),
+            ) if !ph.token_out => Some(k.as_fd()),
             _ => None,
         })
     }

@@ -520,3 +520,38 @@ fn a_listener_shared_after_fork_accepts_in_both_processes() {
         }
     }
 }
+
+/// A listener that also listens in the kernel (the shim's default): a kernel client makes
+/// the placeholder readable; the program accepts from the kernel listener itself; after that
+/// (and a flowstack accept finding nothing) the placeholder is quiet again.
+#[test]
+fn a_kernel_listener_next_to_a_flowstack_listener_makes_the_placeholder_readable() {
+    let d = daemon("kernlisten");
+    let app = Posix::attach(&d.path).unwrap();
+    let (la, lid) = app.socket(Type::Stream).unwrap();
+    let port = app.bind(lid, lo(0)).unwrap();
+    let k = std::net::TcpListener::bind(lo(port)).expect("kernel listener on the same port");
+    k.set_nonblocking(true).unwrap();
+    let kfd: OwnedFd = k.try_clone().unwrap().into();
+    app.listen(lid, 8, Some(kfd)).unwrap();
+    assert!(!wait_a(la.as_fd(), true, false, Duration::ZERO).unwrap().0);
+    let _kc = std::net::TcpStream::connect(lo(port)).unwrap();
+    assert!(
+        wait_a(la.as_fd(), true, false, POLL).unwrap().0,
+        "no token for the kernel path"
+    );
+    let (_s, _) = k
+        .accept()
+        .expect("the kernel connection waits in the kernel listener");
+    assert_eq!(app.accept(lid, true, None).err(), Some(Errno::EAGAIN));
+    assert!(
+        !wait_a(la.as_fd(), true, false, Duration::ZERO).unwrap().0,
+        "token left over"
+    );
+    // The flowstack path on the same placeholder.
+    let client = Posix::attach(&d.path).unwrap();
+    let (_ca, cid) = client.socket(Type::Stream).unwrap();
+    client.connect(cid, lo(port), false, T).unwrap();
+    assert!(wait_a(la.as_fd(), true, false, POLL).unwrap().0);
+    assert!(app.accept(lid, true, None).is_ok());
+}
