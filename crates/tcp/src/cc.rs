@@ -74,6 +74,13 @@ impl Congestion {
     pub fn ssthresh(&self) -> usize {
         self.ssthresh
     }
+    /// Changes the MSS the window is counted in without resetting the window (a lower path
+    /// MTU is not congestion, RFC 1191 §6.5).
+    pub fn set_smss(&mut self, mss: usize) {
+        self.mss = mss;
+        self.cwnd = self.cwnd.max(2 * mss);
+    }
+
     /// Updates the MSS (after the handshake).
     pub fn set_mss(&mut self, mss: usize) {
         self.mss = mss;

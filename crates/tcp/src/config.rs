@@ -53,6 +53,9 @@ pub struct TcpConfig {
     pub max_ofo_ranges: usize,
     /// Largest segment handed to the device when it segments itself (TSO); MSS when not.
     pub max_tso_segment: usize,
+    /// Black-hole detection (RFC 4821 §7.7, Linux `tcp_mtu_probing=1`): lower the MSS after
+    /// repeated timeouts of full-sized segments.
+    pub mtu_probing: bool,
 }
 
 /// Keepalive parameters (RFC 1122 §4.2.3.6).
@@ -102,6 +105,7 @@ impl Default for TcpConfig {
             challenge_ack_limit: 10,
             max_ofo_ranges: 64,
             max_tso_segment: 0,
+            mtu_probing: true,
         }
     }
 }

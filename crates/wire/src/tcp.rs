@@ -477,7 +477,9 @@ pub struct TcpRepr<'a> {
 }
 
 impl<'a> TcpRepr<'a> {
-    /// Parses a checked segment: checksum per `caps`, nonzero ports, options, flags.
+    /// Parses a checked segment: checksum per `caps`, nonzero ports, options. Every flag
+    /// combination parses: odd ones (SYN+FIN, SYN+RST) are TCP's to answer by state — on a
+    /// synchronized connection with a challenge ACK (RFC 9293 §3.10.7.4, RFC 5961 §4).
     pub fn parse(
         p: &Packet<&'a [u8]>,
         src: Ipv4Address,
@@ -491,10 +493,6 @@ impl<'a> TcpRepr<'a> {
             return Err(Error::TcpBadChecksum);
         }
         let flags = p.flags();
-        // SYN together with RST or FIN is never legitimate (scanners use it); drop it.
-        if flags.syn() && (flags.rst() || flags.fin()) {
-            return Err(Error::TcpBadFlags);
-        }
         let options = TcpOptions::parse(p.options())?;
         let b: &'a [u8] = p.buf;
         Ok(Self {
@@ -702,11 +700,17 @@ mod tests {
     }
 
     #[test]
-    fn syn_with_rst_rejected_and_checksum_checked() {
-        let mut r = syn();
-        r.flags = Flags::SYN | Flags::RST;
-        let b = bytes(&r);
-        assert_eq!(parse(&b).unwrap_err(), Error::TcpBadFlags);
+    fn odd_flags_parse_and_checksum_checked() {
+        for flags in [
+            Flags::SYN | Flags::RST,
+            Flags::SYN | Flags::FIN,
+            Flags(0xff),
+        ] {
+            let mut r = syn();
+            r.flags = flags;
+            let b = bytes(&r);
+            assert_eq!(parse(&b).unwrap().flags, flags);
+        }
         let mut b = bytes(&syn());
         b[30] ^= 0x10;
         let p = Packet::new_checked(&b[..]).unwrap();

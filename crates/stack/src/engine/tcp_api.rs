@@ -29,13 +29,14 @@ impl Engine {
     }
 
     /// Clamps the MSS to the link and enables segmentation offload when the device takes
-    /// TCP segments larger than its MTU.
+    /// TCP segments larger than its MTU. A device that segments cuts at the link's MSS, so
+    /// offload is only for sockets that announce the link's full MSS (and TCP uses it only
+    /// while the effective send MSS is that large, see `Connection::mss`).
     fn fit_to_device(&self, cfg: &mut TcpConfig) {
-        cfg.mss = cfg
-            .mss
-            .min((self.iface.max_payload() - wtcp::HEADER_LEN) as u16);
+        let link_mss = (self.iface.max_payload() - wtcp::HEADER_LEN) as u16;
+        cfg.mss = cfg.mss.min(link_mss);
         let caps = self.iface.caps();
-        cfg.max_tso_segment = if caps.max_tx_datagram > caps.mtu {
+        cfg.max_tso_segment = if caps.max_tx_datagram > caps.mtu && cfg.mss == link_mss {
             caps.max_tx_datagram - ipv4::HEADER_LEN - wtcp::HEADER_LEN
         } else {
             0

@@ -110,8 +110,22 @@ impl Connection {
     /// RFC 9293 §3.10.7.4: SEGMENT ARRIVES in a synchronized state or SYN-RECEIVED.
     fn on_synchronized(&mut self, now: Instant, seg: &TcpRepr, c: &mut Counters) {
         let f = seg.flags;
+        // SYN with RST or FIN never comes from a correct peer (scanners and attacks send
+        // them). They are not dropped at parse: on a synchronized connection RFC 5961 §4
+        // answers any SYN with a challenge ACK, and RFC 9293 §3.10.7.4 processes the SYN
+        // before the FIN — so both combinations get the challenge ACK below; an RST+SYN
+        // never resets (an exact RST must come alone).
+        let bad_syn = f.syn() && (f.rst() || f.fin());
+        if bad_syn {
+            c.inc(Counter::TcpExtTCPBadSynFlags);
+        }
         // A retransmitted SYN in SYN-RECEIVED means our SYN-ACK was lost: send it again.
-        if self.state == State::SynReceived && f.syn() && !f.ack() && seg.seq == self.rcv.irs {
+        if self.state == State::SynReceived
+            && f.syn()
+            && !f.ack()
+            && !bad_syn
+            && seg.seq == self.rcv.irs
+        {
             self.snd.nxt = self.snd.iss;
             return;
         }
@@ -142,7 +156,7 @@ impl Connection {
         }
         // Second: RST (RFC 5961 §3.2): exact match resets, otherwise a challenge ACK.
         if f.rst() {
-            if seg.seq == self.rcv.nxt {
+            if seg.seq == self.rcv.nxt && !f.syn() {
                 self.on_reset(c);
             } else {
                 self.challenge_ack(now, c);

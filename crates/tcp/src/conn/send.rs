@@ -190,11 +190,21 @@ impl Connection {
     /// TSO bursts).
     fn max_segment(&self) -> usize {
         let full = self.full_seg();
-        if self.cfg.max_tso_segment > self.snd.mss {
+        if self.tso_allowed() {
             (self.rec.cc.cwnd() / 4 / full * full).clamp(full, self.cfg.max_tso_segment)
         } else {
             self.snd.mss
         }
+    }
+
+    /// Whether segments larger than the MSS may be handed to the device. A device that
+    /// segments cuts at its MTU less the headers (the link's MSS, which the engine put in
+    /// `cfg.mss`), so only while the connection's effective send MSS is that same size: RFC
+    /// 9293 §3.7.1 "the effective send MSS must not exceed" what the peer announced, and a
+    /// path MTU lowered by ICMP or black-hole detection lowers it too. Below it, segments are
+    /// cut here at the effective MSS.
+    pub(crate) fn tso_allowed(&self) -> bool {
+        self.cfg.max_tso_segment > self.snd.mss && self.snd.mss >= self.cfg.mss as usize
     }
 
     /// How many of `avail` bytes at SND.NXT may go in one segment now: what the congestion

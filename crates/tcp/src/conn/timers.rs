@@ -227,9 +227,10 @@ impl Connection {
             if self.state == State::SynSent {
                 c.inc(Counter::TcpAttemptFails);
             }
-            self.error = Some(TcpError::TimedOut);
+            self.error = Some(self.soft_error.unwrap_or(TcpError::TimedOut));
             return self.enter_closed();
         }
+        self.blackhole_check(now, c);
         c.inc(Counter::TcpExtTCPTimeouts);
         self.stats.timeouts += 1;
         self.rec.cc.on_rto(self.snd.flight());
