@@ -210,12 +210,13 @@ counters! {
     IpExtInMartianSrc,
     /// Exact duplicate fragments ignored.
     IpExtReasmDuplicates,
-    /// Fragments dropped because reassembly memory was exhausted.
+    /// Fragments refused, or incomplete datagrams evicted, because reassembly memory or the
+    /// limit on incomplete datagrams was exhausted.
     IpExtReasmNoMemory,
     /// ICMP redirects received (ignored: a host keeps its routes, as Linux's
     /// `accept_redirects=0`).
     IcmpInRedirects,
-    /// ARP entries not created because the cache was full.
+    /// ARP entries evicted to make room because the cache was full (an ARP flood).
     ArpExtCacheFull,
     /// TCP segments to a broadcast or multicast address, dropped.
     TcpExtTCPBroadcastDrop,

@@ -235,6 +235,7 @@ impl TcpSockets {
         cfg: TcpConfig,
     ) -> Result<TcpHandle, SocketError> {
         if self.count >= self.limits.max_connections {
+            self.counters.inc(Counter::TcpExtTCPConnLimit);
             return Err(SocketError::LimitReached);
         }
         if let Some(&old) = self.conns.get(&tuple) {

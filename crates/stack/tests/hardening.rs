@@ -435,3 +435,91 @@ fn syn_option_clamps_counted() {
     assert_eq!(c.mss(), 48);
     assert_eq!(c.options().2, 14);
 }
+
+// ---- 2. limits and floods -------------------------------------------------------------------
+
+fn arp_request_from(ip: Ipv4Address, mac: EthernetAddress) -> Vec<u8> {
+    use flowstack_wire::arp::{ArpOperation, ArpRepr};
+    let r = ArpRepr {
+        operation: ArpOperation::Request,
+        source_hardware_addr: mac,
+        source_protocol_addr: ip,
+        target_hardware_addr: EthernetAddress([0; 6]),
+        target_protocol_addr: A_IP,
+    };
+    let mut f = vec![0u8; 14 + r.buffer_len()];
+    EthernetRepr {
+        src: mac,
+        dst: EthernetAddress::BROADCAST,
+        ethertype: EtherType::Arp,
+    }
+    .emit(&mut f);
+    r.emit(&mut f[14..]);
+    f
+}
+
+/// An ARP flood (requests from many senders, each of which a host learns, RFC 826) never
+/// grows the cache past its configured bound; every eviction is counted.
+#[test]
+fn arp_flood_is_bounded_and_counted() {
+    let mut cfg = EngineConfig::new(IfaceConfig::new(mac_of(A_IP), Ipv4Cidr::new(A_IP, 16)));
+    cfg.iface.arp.max_entries = 16;
+    let mut e = Engine::new(cfg, DeviceCaps::ETHERNET);
+    for i in 0..100u32 {
+        let ip = Ipv4Address::new(10, 0, 1 + (i / 200) as u8, (i % 200) as u8 + 1);
+        let mac = EthernetAddress([2, 1, 0, 0, (i >> 8) as u8, i as u8]);
+        e.receive(Instant::from_millis(i as u64), &arp_request_from(ip, mac));
+        e.tx().clear();
+    }
+    assert_eq!(e.arp_entries().count(), 16);
+    assert_eq!(e.counters().get(Counter::ArpExtCacheFull), 84);
+    assert_eq!(e.counters().get(Counter::ArpInRequests), 100);
+}
+
+fn fragment(ident: u16, offset: u16, more: bool, data: &[u8]) -> Vec<u8> {
+    let mut r = Ipv4Repr::new(B_IP, A_IP, IpProtocol::Udp, data.len());
+    r.ident = ident;
+    r.dont_frag = false;
+    r.frag_offset = offset;
+    r.more_frags = more;
+    frame(&r, data)
+}
+
+/// A duplicate fragment is counted; a fragment flood beyond the reassembly memory bound is
+/// dropped and counted.
+#[test]
+fn duplicate_fragments_and_reassembly_memory_counted() {
+    let mut cfg = EngineConfig::new(IfaceConfig::new(mac_of(A_IP), Ipv4Cidr::new(A_IP, 24)));
+    cfg.reasm.max_bytes = 8 * 1024;
+    let mut e = Engine::new(cfg, DeviceCaps::ETHERNET);
+    let f = fragment(1, 0, true, &[0u8; 512]);
+    e.receive(Instant::ZERO, &f);
+    e.receive(Instant::ZERO, &f);
+    assert_eq!(e.counters().get(Counter::IpExtReasmDuplicates), 1);
+    for id in 2..200u16 {
+        e.receive(Instant::ZERO, &fragment(id, 0, true, &[0u8; 512]));
+    }
+    assert!(e.reassembly_memory() <= 8 * 1024);
+    assert!(e.counters().get(Counter::IpExtReasmNoMemory) > 100);
+}
+
+/// The connection limit is enforced for both directions and its exhaustion counted.
+#[test]
+fn connection_limit_counted() {
+    let mut n = net(NetConfig {
+        tune: |c| c.tcp.max_connections = 2,
+        ..Default::default()
+    });
+    n.b.tcp_listen(5001, 8).unwrap();
+    n.stamp();
+    let a = SocketAddrV4::new(B_IP.into(), 5001);
+    n.a.tcp_connect(a).unwrap();
+    n.a.tcp_connect(a).unwrap();
+    assert_eq!(
+        n.a.tcp_connect(a),
+        Err(flowstack_stack::SocketError::LimitReached)
+    );
+    assert_eq!(n.a.counters().get(Counter::TcpExtTCPConnLimit), 1);
+    n.run_until(Duration::from_secs(1), |_| false);
+    assert_eq!(n.b.tcp_iter().count(), 2);
+}

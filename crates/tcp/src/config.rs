@@ -53,6 +53,10 @@ pub struct TcpConfig {
     pub max_ofo_ranges: usize,
     /// Largest segment handed to the device when it segments itself (TSO); MSS when not.
     pub max_tso_segment: usize,
+    /// Longest time a peer may keep its window closed while we have data to send and it
+    /// keeps answering our probes; then the connection is aborted (as Linux bounds it with
+    /// TCP_USER_TIMEOUT). `None` = unbounded.
+    pub zero_window_timeout: Option<Duration>,
     /// Black-hole detection (RFC 4821 §7.7, Linux `tcp_mtu_probing=1`): lower the MSS after
     /// repeated timeouts of full-sized segments.
     pub mtu_probing: bool,
@@ -106,6 +110,7 @@ impl Default for TcpConfig {
             max_ofo_ranges: 64,
             max_tso_segment: 0,
             mtu_probing: true,
+            zero_window_timeout: Some(Duration::from_secs(600)),
         }
     }
 }

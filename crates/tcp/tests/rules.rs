@@ -702,3 +702,151 @@ fn a_lost_retransmission_is_sent_again_once_later_data_is_sacked() {
     );
     assert_eq!(f.ctr.get(Counter::TcpExtTCPTimeouts), 0);
 }
+
+// ---- hardening (issue 19) -------------------------------------------------------------------
+
+/// SACK blocks for data never sent, inverted blocks and old blocks past the first (not a
+/// D-SACK) are ignored and counted (Linux TCPSACKDiscard); the scoreboard learns nothing.
+#[test]
+fn sack_blocks_outside_the_window_are_discarded_and_counted() {
+    let mut f = sack_established();
+    f.c.send(&[1u8; 3 * SEG]).unwrap();
+    assert_eq!(f.poll().len(), 3);
+    // Beyond SND.NXT, inverted, and (second block) below SND.UNA.
+    let out = ack_sack(&mut f, 0, &[(4 * SEG, 5 * SEG), (2 * SEG, SEG)]);
+    assert!(out.is_empty());
+    assert_eq!(f.ctr.get(Counter::TcpExtTCPSACKDiscard), 2);
+    let base = SeqNum(OUR_ISN + 1);
+    let mut s = seg(f.peer, base + SEG, Flags::ACK, &[]);
+    s.options.sack[0] = flowstack_wire::tcp::SackBlock {
+        left: base - 100,
+        right: base,
+    }; // a D-SACK: fine
+    s.options.sack[1] = flowstack_wire::tcp::SackBlock {
+        left: base - 3000,
+        right: base - 2000,
+    };
+    s.options.sack_len = 2;
+    f.input(s);
+    assert_eq!(f.ctr.get(Counter::TcpExtTCPSACKDiscard), 3);
+    // The connection is unharmed: the rest is acknowledged normally.
+    f.input(seg(f.peer, base + 3 * SEG, Flags::ACK, &[]));
+    assert_eq!(f.c.send_queue(), 0);
+}
+
+/// A peer that answers every zero-window probe with a zero window cannot hold the
+/// connection forever: after `zero_window_timeout` it is aborted (with an RST) and counted;
+/// the probes back off in between.
+#[test]
+fn zero_window_is_bounded_in_time_and_probes_back_off() {
+    let cfg = TcpConfig {
+        zero_window_timeout: Some(Duration::from_secs(60)),
+        ..TcpConfig::default()
+    };
+    let mut f = Fx::established_cfg(cfg);
+    let mut zero = seg(f.peer, SeqNum(OUR_ISN + 1), Flags::ACK, &[]);
+    zero.window = 0;
+    f.input(zero);
+    f.c.send(&[5u8; 3000]).unwrap();
+    assert!(f.poll().is_empty());
+    let mut probes_at = Vec::new();
+    let start = f.now;
+    for _ in 0..2000 {
+        let out = f.advance(Duration::from_millis(100));
+        if out.iter().any(|o| o.flags.contains(Flags::RST)) {
+            break;
+        }
+        if !out.is_empty() {
+            probes_at.push(f.now.saturating_since(start));
+            f.input(zero); // the peer answers: still zero
+        }
+    }
+    assert_eq!(f.c.state(), State::Closed);
+    assert_eq!(f.c.error(), Some(TcpError::TimedOut));
+    assert_eq!(f.ctr.get(Counter::TcpExtTCPAbortOnZeroWindow), 1);
+    let end = f.now.saturating_since(start);
+    assert!(
+        end >= Duration::from_secs(60) && end < Duration::from_secs(200),
+        "{end:?}"
+    );
+    // Exponential backoff: gaps grow.
+    let gaps: Vec<_> = probes_at.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(gaps.len() >= 3 && gaps[2] > gaps[0], "{gaps:?}");
+}
+
+/// An urgent pointer beyond the segment's data is counted and ignored; the data is
+/// delivered inline.
+#[test]
+fn urgent_pointer_beyond_data_is_ignored_and_counted() {
+    let mut f = Fx::established();
+    let mut s = seg(
+        f.peer,
+        SeqNum(OUR_ISN + 1),
+        Flags::ACK | Flags::URG,
+        b"hello",
+    );
+    s.urgent = 5000;
+    f.input(s);
+    assert_eq!(f.ctr.get(Counter::TcpExtTCPUrgBeyondData), 1);
+    let mut buf = [0u8; 16];
+    assert_eq!(f.c.recv(&mut buf), Ok(5));
+    assert_eq!(&buf[..5], b"hello");
+}
+
+/// Every one of the 256 flag combinations, in every state the fixture reaches, at the
+/// expected sequence number and outside the window: nothing panics, a synchronized
+/// connection is only ever reset by a plain RST at exactly RCV.NXT, and SYN never resets.
+#[test]
+fn odd_flags_in_every_state() {
+    type Setup = fn(&mut Fx);
+    let states: [(&str, Setup); 5] = [
+        ("established", |_| {}),
+        ("fin-wait-1", |f| {
+            f.c.send(&[1u8; 100]).unwrap();
+            f.c.shutdown_write();
+            f.poll();
+        }),
+        ("close-wait", |f| {
+            f.send(0, Flags::FIN | Flags::ACK, &[]);
+            f.peer += 1;
+        }),
+        ("last-ack", |f| {
+            f.send(0, Flags::FIN | Flags::ACK, &[]);
+            f.peer += 1;
+            f.c.shutdown_write();
+            f.poll();
+        }),
+        ("time-wait", |f| to_time_wait(f, None)),
+    ];
+    for (name, setup) in states {
+        for bits in 0..=255u8 {
+            for rel in [0i64, 1_000_000] {
+                let mut f = Fx::established();
+                setup(&mut f);
+                let before = f.c.state();
+                let flags = Flags(bits);
+                let s = SeqNum((f.peer.0 as i64 + rel) as u32);
+                let ack = f.c.send_seq().1;
+                f.input(seg(s, ack, flags, if bits & 1 == 0 { b"x" } else { &[] }));
+                let out = f.poll();
+                let reset_ok = flags.rst() && !flags.syn() && rel == 0;
+                if f.c.state() == State::Closed && before != State::Closed {
+                    let fin_acked = matches!(before, State::LastAck | State::TimeWait);
+                    assert!(
+                        reset_ok || fin_acked || f.c.error().is_some(),
+                        "{name}: {flags} closed the connection"
+                    );
+                    if !fin_acked && f.c.error() == Some(TcpError::Reset) {
+                        assert!(reset_ok, "{name}: {flags} reset it");
+                    }
+                }
+                if flags.syn() && before.is_synchronized() && before != State::TimeWait {
+                    assert_ne!(f.c.error(), Some(TcpError::Reset), "{name}: {flags}");
+                    assert!(
+                        out.iter().all(|o| !o.flags.contains(Flags::RST)) || f.c.error().is_some()
+                    );
+                }
+            }
+        }
+    }
+}

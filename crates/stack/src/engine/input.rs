@@ -132,9 +132,9 @@ impl Engine {
             }
         }
         let evicted = self.reasm.take_evicted();
-        self.iface
-            .counters_mut()
-            .add(Counter::IpReasmFails, evicted);
+        let c = self.iface.counters_mut();
+        c.add(Counter::IpReasmFails, evicted);
+        c.add(Counter::IpExtReasmNoMemory, evicted);
     }
 
     /// RFC 1122 §3.2.1.3 / RFC 1812 §5.3.7: a source that cannot be a host on the link —

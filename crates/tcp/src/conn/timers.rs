@@ -39,6 +39,8 @@ pub(crate) struct Timers {
     pub(crate) probe_now: bool,
     /// When the last segment arrived (the idle limit of FIN-WAIT-2 and CLOSE-WAIT).
     pub(crate) last_activity: Instant,
+    /// Since when the peer's window has been zero while we had data to send.
+    pub(crate) zero_window_since: Option<Instant>,
 }
 
 impl Timers {
@@ -50,6 +52,7 @@ impl Timers {
             keepalive_sent: 0,
             probe_now: false,
             last_activity: now,
+            zero_window_since: None,
         }
     }
 
@@ -178,7 +181,22 @@ impl Connection {
             }
         }
         if self.snd.wnd == 0 {
+            // A peer that answers every probe with a zero window could hold the connection
+            // (and its send buffer) forever: bound it.
+            let since = *self.timers.zero_window_since.get_or_insert(now);
+            if self
+                .cfg
+                .zero_window_timeout
+                .is_some_and(|limit| now.saturating_since(since) >= limit)
+            {
+                c.inc(Counter::TcpExtTCPAbortOnZeroWindow);
+                self.error = Some(TcpError::TimedOut);
+                self.pending_rst = Some((self.snd.nxt, None));
+                return self.enter_closed();
+            }
             c.inc(Counter::TcpExtTCPWinProbe);
+        } else {
+            self.timers.zero_window_since = None;
         }
         self.timers.probe_now = true;
         self.timers.persist_backoff = (self.timers.persist_backoff + 1).min(10);
