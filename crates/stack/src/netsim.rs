@@ -47,6 +47,7 @@ pub struct Net {
     /// Virtual time charged per productive turn.
     pub step_cost: Duration,
     pcap: Option<SharedWriter>,
+    tune: fn(&mut EngineConfig),
     /// What the path between A and B saw of A's frames.
     pub path: Rc<Cell<PathStats>>,
     /// When set, host B is not polled: it has vanished (crashed or unplugged) and answers
@@ -267,6 +268,7 @@ impl Net {
             now: Instant::from_millis(1),
             step_cost: Duration::from_micros(5),
             pcap: shared,
+            tune: cfg.tune,
             path: stats,
             b_down: false,
         };
@@ -281,11 +283,16 @@ impl Net {
         self.b.set_now(self.now);
     }
 
-    /// One turn of both engines at the current time. Returns true if frames moved.
+    /// One turn of both engines at the current time. Returns true if frames moved or are
+    /// waiting to be received: a delayed frame that B's side released into the cable during
+    /// B's poll is A's to receive on the next turn, not after the next timer (found by
+    /// `simnet`: without this, every ACK on a delayed link waited for the sender's RTO).
     pub fn turn(&mut self) -> bool {
         let x = self.a.poll(self.now, &mut self.dev_a);
         let y = !self.b_down && self.b.poll(self.now, &mut self.dev_b);
-        x || y
+        let pending =
+            self.dev_a.rx_pending(self.now) || (!self.b_down && self.dev_b.rx_pending(self.now));
+        x || y || pending
     }
 
     /// One turn of host A only (for harnesses that time each side on its own).
@@ -339,6 +346,14 @@ impl Net {
                 None => self.now = end,
             }
         }
+    }
+
+    /// Host B restarts: a fresh engine with the same addresses and a new secret (`seed`), so
+    /// it remembers no connection and picks new ISNs.
+    pub fn restart_b(&mut self, seed: u64) {
+        let caps = self.b.caps();
+        self.b = Engine::new(engine_cfg(B_IP, 2, seed, self.tune), caps);
+        self.stamp();
     }
 
     /// Flushes the capture, if any.

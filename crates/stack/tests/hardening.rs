@@ -523,3 +523,19 @@ fn connection_limit_counted() {
     n.run_until(Duration::from_secs(1), |_| false);
     assert_eq!(n.b.tcp_iter().count(), 2);
 }
+
+/// Regression (found by simnet): on a link with delay, a frame the far side's impairment
+/// released during its poll waited in the cable until the receiver's next timer (every ACK
+/// came an RTO late). The RTT measured must be about twice the one-way delay.
+#[test]
+fn netsim_delivers_delayed_frames_without_waiting_for_a_timer() {
+    let mut n = net(NetConfig {
+        impair: "delay=5ms".parse().unwrap(),
+        ..Default::default()
+    });
+    let r = bulk_transfer(&mut n, 200_000, Duration::from_secs(30), |_| {}, |_| {}).unwrap();
+    assert!(r.complete);
+    let srtt = r.srtt.unwrap();
+    assert!(srtt < Duration::from_millis(50), "{srtt:?}");
+    assert_eq!(r.client.timeouts, 0);
+}

@@ -850,3 +850,24 @@ fn odd_flags_in_every_state() {
         }
     }
 }
+
+/// Regression (simnet seed 7228): the FIN-WAIT-2 idle limit is for orphans, as Linux's
+/// tcp_fin_timeout; a half-closed socket the application still reads from waits on.
+#[test]
+fn fin_wait_2_limit_applies_only_to_orphans() {
+    let mut f = Fx::established();
+    f.c.shutdown_write();
+    f.poll();
+    f.input(seg(f.peer, SeqNum(OUR_ISN + 2), Flags::ACK, &[]));
+    assert_eq!(f.c.state(), State::FinWait2);
+    for _ in 0..10 {
+        f.advance(Duration::from_secs(60));
+    }
+    assert_eq!(f.c.state(), State::FinWait2, "half-closed, still reading");
+    assert!(f.c.error().is_none());
+    f.c.close(f.now);
+    for _ in 0..3 {
+        f.advance(Duration::from_secs(60));
+    }
+    assert_eq!(f.c.state(), State::Closed, "orphaned: bounded");
+}

@@ -255,6 +255,10 @@ impl TcpOptions {
                     {
                         return Err(Error::TcpOptionBadLength);
                     }
+                    // A repeated SACK option replaces the earlier one entirely, so no block
+                    // of the earlier one lingers past `sack_len` (found by fuzzing: the
+                    // representation must not depend on what it replaced).
+                    o.sack = [SackBlock::default(); MAX_SACK_BLOCKS];
                     for (i, blk) in body.chunks_exact(option::SACK_BLOCK_LEN).enumerate() {
                         o.sack[i] = SackBlock {
                             left: SeqNum(be32(blk, option::SACK_LEFT)),
@@ -686,6 +690,21 @@ mod tests {
             parse(&with_options(&[5, 6, 0, 0, 0, 0, 0, 0])).unwrap_err(),
             Error::TcpOptionBadLength
         );
+    }
+
+    /// Regression (fuzz `wire_roundtrip`): a second, shorter SACK option left the first
+    /// one's extra blocks behind `sack_len`, so the same segment parsed to two different
+    /// representations.
+    #[test]
+    fn repeated_sack_option_replaces_the_first() {
+        let two = [5u8, 18, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4];
+        let one = [5u8, 10, 0, 0, 0, 9, 0, 0, 0, 10];
+        let mut opts = two.to_vec();
+        opts.extend_from_slice(&one);
+        let p = parse(&with_options(&opts)).unwrap();
+        let q = parse(&with_options(&one)).unwrap();
+        assert_eq!(p.options, q.options);
+        assert_eq!(p.options.sack_len, 1);
     }
 
     #[test]

@@ -114,10 +114,11 @@ impl Connection {
     }
 
     /// RFC 4821 §7.7 black-hole detection, called on each retransmission timeout: when the
-    /// oldest unacknowledged segment is full-sized and has timed out `BLACKHOLE_AFTER` times
-    /// in a row, large packets may be vanishing on a path whose routers' ICMP is filtered.
-    /// Lower the MSS to 1024, then halve it at each further timeout, never below what
-    /// [`MIN_PMTU`] carries (as Linux with `tcp_mtu_probing=1`). Returns true if it did.
+    /// oldest unacknowledged segment has timed out `BLACKHOLE_AFTER` times in a row, large
+    /// packets may be vanishing on a path whose routers' ICMP is filtered. Lower the MSS to
+    /// 1024, then halve it at each further timeout, never below what [`MIN_PMTU`] carries
+    /// (as Linux with `tcp_mtu_probing=1`) — unless the lost segment is no larger than the
+    /// floor itself (then its size cannot be the problem). Returns true if it did.
     pub(crate) fn blackhole_check(&mut self, now: Instant, c: &mut Counters) -> bool {
         let floor = MIN_PMTU - HEADERS;
         if !self.cfg.mtu_probing
@@ -127,16 +128,17 @@ impl Connection {
         {
             return false;
         }
-        let outstanding = self.snd.data_end() - self.snd.una;
-        if outstanding < self.full_seg() {
-            return false; // the lost segment was small: not a size problem
-        }
         let mss = if self.snd.mss > BLACKHOLE_BASE_MSS {
             BLACKHOLE_BASE_MSS
         } else {
             self.snd.mss / 2
         }
         .max(floor);
+        let lost = (self.snd.data_end() - self.snd.una).min(self.full_seg());
+        let options = self.snd.mss - self.full_seg();
+        if lost <= floor - options {
+            return false; // already as small as the floor: not a size problem
+        }
         c.inc(Counter::TcpExtTCPMTUPBlackhole);
         self.snd.mss = mss;
         self.rec.cc.set_smss(mss);

@@ -138,6 +138,13 @@ impl Connection {
     fn on_lifetime(&mut self, now: Instant) {
         match self.state {
             State::TimeWait => self.enter_closed(),
+            // As Linux's tcp_fin_timeout: the FIN-WAIT-2 limit is for orphans. A socket the
+            // application only half-closed may still be receiving (found by `simnet`: a
+            // peer stuck behind a PMTU black hole for a minute had its reader reset).
+            State::FinWait2 if !self.rcv.app_closed => {
+                self.timers
+                    .set(Timer::Lifetime, now + self.cfg.fin_wait2_timeout);
+            }
             State::FinWait2 | State::CloseWait => {
                 if now.saturating_since(self.timers.last_activity)
                     >= self.idle_limit().unwrap_or_default()
