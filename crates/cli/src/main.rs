@@ -9,6 +9,7 @@ mod ping;
 mod profile;
 mod serve;
 mod serve_cores;
+mod simnet;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -63,6 +64,11 @@ enum Cmd {
     /// Serves TCP on its own loopback interface (127.0.0.1 and 127.0.0.2) to applications that
     /// register on a unix socket with the flowstack client library; needs no privileges.
     Daemon(daemon::DaemonArgs),
+    /// Seeded network simulations at scale: random links, paths, impairments and workloads,
+    /// every byte checked; a failing seed prints the command that replays it.
+    ///
+    /// Example: flowstack simnet --seeds 10000; flowstack simnet --seed 42 --pcap s42.pcap
+    Simnet(simnet::SimnetArgs),
     /// (internal) the server process of `flowstack bench`.
     #[command(name = "__bench-server", hide = true)]
     BenchServer(bench::ServerArgs),
@@ -113,6 +119,7 @@ fn main() -> ExitCode {
         Cmd::Profile(a) => profile::run(a),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Daemon(a) => daemon::run(a),
+        Cmd::Simnet(a) => simnet::run(a),
         Cmd::BenchServer(a) => bench::serve(a),
     }
 }
