@@ -701,8 +701,9 @@ mod tests {
         let one = [5u8, 10, 0, 0, 0, 9, 0, 0, 0, 10];
         let mut opts = two.to_vec();
         opts.extend_from_slice(&one);
-        let p = parse(&with_options(&opts)).unwrap();
-        let q = parse(&with_options(&one)).unwrap();
+        let (bp, bq) = (with_options(&opts), with_options(&one));
+        let p = parse(&bp).unwrap();
+        let q = parse(&bq).unwrap();
         assert_eq!(p.options, q.options);
         assert_eq!(p.options.sack_len, 1);
     }
