@@ -272,6 +272,19 @@ impl TcpSockets {
         matches!(&self.socks[i], Some(Sock::Conn(c)) if !c.owned && c.conn.state() == State::TimeWait)
     }
 
+    /// The application lets go of a connection's handle without closing it (the caller has
+    /// already closed or aborted the connection); it lives on until CLOSED.
+    pub fn release(&mut self, h: TcpHandle) -> Result<(), SocketError> {
+        match self.socks.get_mut(h.index()) {
+            Some(Some(Sock::Conn(c))) if c.owned => {
+                c.owned = false;
+                self.mark_ready(h.index());
+                Ok(())
+            }
+            _ => Err(SocketError::InvalidHandle),
+        }
+    }
+
     /// The application lets go of a handle. Listeners close at once (their queued
     /// connections are reset); connections close gracefully and live on until CLOSED.
     pub fn close(&mut self, now: Instant, h: TcpHandle) -> Result<(), SocketError> {

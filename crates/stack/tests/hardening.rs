@@ -539,3 +539,29 @@ fn netsim_delivers_delayed_frames_without_waiting_for_a_timer() {
     assert!(srtt < Duration::from_millis(50), "{srtt:?}");
     assert_eq!(r.client.timeouts, 0);
 }
+
+/// Thousands of idle connections cost no work per turn and do not stop a real client.
+#[test]
+fn thousands_of_idle_connections_while_a_client_is_served() {
+    let mut n = net(NetConfig::default());
+    let l = n.b.tcp_listen(6000, 4096).unwrap();
+    n.stamp();
+    let mut idle = Vec::new();
+    for _ in 0..2000 {
+        idle.push(
+            n.a.tcp_connect(SocketAddrV4::new(B_IP.into(), 6000))
+                .unwrap(),
+        );
+    }
+    let mut accepted = 0;
+    assert!(n.run_until(Duration::from_secs(10), |n| {
+        while n.b.tcp_accept(l).is_ok() {
+            accepted += 1;
+        }
+        accepted == 2000
+    }));
+    let r = bulk_transfer(&mut n, 1_000_000, Duration::from_secs(30), |_| {}, |_| {}).unwrap();
+    assert!(r.complete && r.mismatch_at.is_none());
+    assert!(idle.iter().all(|&h| n.a.tcp_conn(h).unwrap().is_open()));
+    assert_eq!(n.b.counters().get(Counter::TcpExtListenDrops), 0);
+}

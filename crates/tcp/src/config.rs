@@ -57,6 +57,10 @@ pub struct TcpConfig {
     /// keeps answering our probes; then the connection is aborted (as Linux bounds it with
     /// TCP_USER_TIMEOUT). `None` = unbounded.
     pub zero_window_timeout: Option<Duration>,
+    /// User timeout (RFC 5482, Linux TCP_USER_TIMEOUT): how long sent data may stay
+    /// unacknowledged before the connection is aborted; `None` = the retransmission limit
+    /// decides.
+    pub user_timeout: Option<Duration>,
     /// Black-hole detection (RFC 4821 §7.7, Linux `tcp_mtu_probing=1`): lower the MSS after
     /// repeated timeouts of full-sized segments.
     pub mtu_probing: bool,
@@ -110,6 +114,7 @@ impl Default for TcpConfig {
             max_ofo_ranges: 64,
             max_tso_segment: 0,
             mtu_probing: true,
+            user_timeout: None,
             zero_window_timeout: Some(Duration::from_secs(600)),
         }
     }

@@ -871,3 +871,70 @@ fn fin_wait_2_limit_applies_only_to_orphans() {
     }
     assert_eq!(f.c.state(), State::Closed, "orphaned: bounded");
 }
+
+/// RFC 5482: with a user timeout, unacknowledged data aborts the connection after that long,
+/// well before the retransmission limit would.
+#[test]
+fn user_timeout_aborts_unacknowledged_data() {
+    let mut f = Fx::established();
+    f.c.set_user_timeout(Some(Duration::from_secs(3)));
+    f.c.send(&[1u8; 1000]).unwrap();
+    assert_eq!(f.poll().len(), 1);
+    let start = f.now;
+    for _ in 0..600 {
+        f.advance(Duration::from_millis(100));
+        if f.c.state() == State::Closed {
+            break;
+        }
+    }
+    assert_eq!(f.c.error(), Some(TcpError::TimedOut));
+    let took = f.now.saturating_since(start);
+    assert!(
+        took >= Duration::from_secs(3) && took < Duration::from_secs(8),
+        "{took:?}"
+    );
+    assert!(f.c.info().stats.timeouts < 15);
+}
+
+/// SO_LINGER 0: close resets at once; SO_LINGER t: a close the peer never completes is reset
+/// after t.
+#[test]
+fn linger_zero_resets_and_linger_bounds_the_close() {
+    let mut f = Fx::established();
+    f.c.send(&[1u8; 100]).unwrap();
+    f.c.close_linger(f.now, Duration::ZERO);
+    let out = f.poll();
+    assert!(out[0].flags.contains(Flags::RST));
+    assert_eq!(f.c.state(), State::Closed);
+
+    let mut f = Fx::established();
+    f.c.close_linger(f.now, Duration::from_secs(5));
+    let out = f.poll();
+    assert!(out[0].flags.contains(Flags::FIN));
+    let mut rst = false;
+    for _ in 0..100 {
+        rst |= f
+            .advance(Duration::from_millis(100))
+            .iter()
+            .any(|o| o.flags.contains(Flags::RST));
+    }
+    assert!(rst, "reset after the linger time");
+    assert_eq!(f.c.state(), State::Closed);
+}
+
+/// TCP_INFO reports what the connection negotiated and did.
+#[test]
+fn tcp_info_reports_the_connection() {
+    let mut f = sack_established();
+    f.c.send(&[1u8; 3 * SEG]).unwrap();
+    assert_eq!(f.poll().len(), 3);
+    let i = f.c.info();
+    assert_eq!(i.state, State::Established);
+    assert_eq!(i.snd_mss, 1460);
+    assert_eq!(i.unacked, 3 * SEG);
+    assert_eq!(i.send_queue, 3 * SEG);
+    assert!(i.options.1, "SACK negotiated");
+    assert_eq!(i.stats.segs_out, 4); // SYN-ACK + 3
+    ack_sack(&mut f, 3 * SEG, &[]);
+    assert_eq!(f.c.info().unacked, 0);
+}

@@ -255,6 +255,35 @@ impl Engine {
         Ok(())
     }
 
+    /// TCP_INFO of a connection: RTT, RTO, MSS, windows, queues, retransmissions.
+    pub fn tcp_info(&self, h: TcpHandle) -> Result<flowstack_tcp::TcpInfo, SocketError> {
+        Ok(self.tcp.conn(h)?.info())
+    }
+
+    /// Sets the user timeout (RFC 5482, TCP_USER_TIMEOUT) of a connection.
+    pub fn tcp_set_user_timeout(
+        &mut self,
+        h: TcpHandle,
+        t: Option<flowstack_wire::Duration>,
+    ) -> Result<(), SocketError> {
+        self.tcp.conn_mut(h)?.set_user_timeout(t);
+        Ok(())
+    }
+
+    /// Releases the handle with SO_LINGER semantics: `Duration::ZERO` resets the connection
+    /// at once; otherwise it closes gracefully and is reset if the close has not completed
+    /// within `linger` (the call itself never blocks).
+    pub fn tcp_close_linger(
+        &mut self,
+        h: TcpHandle,
+        linger: flowstack_wire::Duration,
+    ) -> Result<(), SocketError> {
+        let now = self.now;
+        self.tcp.conn_mut(h)?.close_linger(now, linger);
+        self.tcp.touch(h);
+        self.tcp.release(h)
+    }
+
     /// The error that ended a connection, as a socket error.
     pub fn tcp_error(&self, h: TcpHandle) -> Option<SocketError> {
         self.tcp.conn(h).ok()?.error().map(tcp_socket::map_err)

@@ -23,6 +23,7 @@
 //! 4. When [`Connection::state`] is `Closed`, the owner may drop the connection.
 
 mod handshake;
+mod info;
 mod input;
 mod options;
 mod output;
@@ -44,6 +45,7 @@ use std::fmt;
 use timers::{Timer, Timers};
 
 pub use handshake::syn_option_clamps;
+pub use info::TcpInfo;
 pub use pmtu::{IcmpError, MIN_PMTU};
 
 /// RFC 9293 §3.3.2 connection states (LISTEN is the engine's listener table).

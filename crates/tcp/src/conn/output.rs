@@ -208,6 +208,7 @@ impl Connection {
             r.flags |= Flags::PSH;
         }
         let r = TcpRepr { payload, ..r };
+        self.timers.unacked_since.get_or_insert(now);
         emit(&r);
         c.inc(Counter::TcpOutSegs);
         self.stats.segs_out += 1;

@@ -19,11 +19,13 @@ pub(crate) enum Timer {
     /// The bounded lifetime of a closing state: TIME-WAIT's 2·MSL, FIN-WAIT-2 and
     /// CLOSE-WAIT idle limits.
     Lifetime,
+    /// SO_LINGER: the deadline of a graceful close.
+    Linger,
 }
 
 impl Timer {
-    /// Size of the table (`Lifetime` is the last variant).
-    const COUNT: usize = Timer::Lifetime as usize + 1;
+    /// Size of the table (`Linger` is the last variant).
+    const COUNT: usize = Timer::Linger as usize + 1;
 }
 
 /// A small table of deadlines indexed by [`Timer`], and the counters the timers keep.
@@ -41,6 +43,9 @@ pub(crate) struct Timers {
     pub(crate) last_activity: Instant,
     /// Since when the peer's window has been zero while we had data to send.
     pub(crate) zero_window_since: Option<Instant>,
+    /// Since when sent data has been waiting for an acknowledgment without progress (the
+    /// user timeout's clock, RFC 5482).
+    pub(crate) unacked_since: Option<Instant>,
 }
 
 impl Timers {
@@ -53,6 +58,7 @@ impl Timers {
             probe_now: false,
             last_activity: now,
             zero_window_since: None,
+            unacked_since: None,
         }
     }
 
@@ -117,6 +123,9 @@ impl Connection {
     pub fn on_timeout(&mut self, now: Instant, c: &mut Counters) {
         if self.timers.take_due(Timer::Lifetime, now) {
             self.on_lifetime(now);
+        }
+        if self.timers.take_due(Timer::Linger, now) {
+            self.on_linger(now);
         }
         if self.timers.take_due(Timer::DelayedAck, now) {
             self.rcv.ack_now = true;
@@ -247,7 +256,7 @@ impl Connection {
             State::SynSent | State::SynReceived => self.cfg.syn_retries,
             _ => self.cfg.max_retries,
         };
-        if self.timers.retries > limit {
+        if self.timers.retries > limit || self.user_timeout_expired(now) {
             c.inc(Counter::TcpExtTCPAbortOnTimeout);
             if self.state == State::SynSent {
                 c.inc(Counter::TcpAttemptFails);
