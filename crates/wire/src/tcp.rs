@@ -143,7 +143,10 @@ pub struct SackBlock {
 }
 
 /// TCP options this stack understands. Unknown options are skipped by their length.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+///
+/// Two values are equal when their options are: SACK slots past `sack_len` are not compared
+/// (found by fuzzing — emitting fewer blocks than held left the rest behind).
+#[derive(Debug, Clone, Copy, Eq, Default)]
 pub struct TcpOptions {
     /// Maximum segment size (kind 2), SYN only.
     pub mss: Option<u16>,
@@ -157,6 +160,16 @@ pub struct TcpOptions {
     pub sack: [SackBlock; MAX_SACK_BLOCKS],
     /// Number of valid SACK blocks.
     pub sack_len: u8,
+}
+
+impl PartialEq for TcpOptions {
+    fn eq(&self, o: &Self) -> bool {
+        self.mss == o.mss
+            && self.window_scale == o.window_scale
+            && self.sack_permitted == o.sack_permitted
+            && self.timestamp == o.timestamp
+            && self.sack_blocks() == o.sack_blocks()
+    }
 }
 
 /// Option kinds (RFC 9293 §3.2, RFC 7323, RFC 2018).
@@ -706,6 +719,30 @@ mod tests {
         let q = parse(&bq).unwrap();
         assert_eq!(p.options, q.options);
         assert_eq!(p.options.sack_len, 1);
+    }
+
+    /// Regression (fuzz `wire_roundtrip`): options holding more SACK blocks than fit beside
+    /// the others emit fewer; the result equals the original cut to what fits.
+    #[test]
+    fn options_compare_only_the_sack_blocks_in_use() {
+        let mut a = TcpOptions {
+            window_scale: Some(7),
+            sack_permitted: true,
+            sack_len: 4,
+            ..Default::default()
+        };
+        for (i, b) in a.sack.iter_mut().enumerate() {
+            b.left = SeqNum(i as u32 * 10);
+            b.right = SeqNum(i as u32 * 10 + 5);
+        }
+        let mut buf = [0u8; 40];
+        a.emit(&mut buf[..a.buffer_len()]);
+        let back = TcpOptions::parse(&buf[..a.buffer_len()]).unwrap();
+        assert_eq!(back.sack_len, 3);
+        let mut cut = a;
+        cut.sack_len = 3;
+        assert_eq!(back, cut);
+        assert_ne!(back, a);
     }
 
     #[test]
