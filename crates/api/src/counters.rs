@@ -249,6 +249,8 @@ counters! {
     TcpExtTCPAbortOnZeroWindow,
     /// Urgent pointers pointing beyond the segment's data (ignored).
     TcpExtTCPUrgBeyondData,
+    /// Retransmission timeouts found spurious (RFC 3522 Eifel detection) and undone.
+    TcpExtTCPSpuriousRTOs,
     /// Segments with SYN+RST or SYN+FIN on a synchronized connection (answered with a
     /// challenge ACK).
     TcpExtTCPBadSynFlags,

@@ -176,6 +176,18 @@ impl Congestion {
         self.cwnd = self.mss;
     }
 
+    /// The window and threshold, to restore if a timeout proves spurious.
+    pub fn save(&self) -> (usize, usize) {
+        (self.cwnd, self.ssthresh)
+    }
+
+    /// Restores what [`Congestion::save`] returned (RFC 4015 §3: a spurious timeout's
+    /// reduction is undone).
+    pub fn restore(&mut self, (cwnd, ssthresh): (usize, usize)) {
+        self.cwnd = cwnd.max(self.cwnd);
+        self.ssthresh = ssthresh;
+    }
+
     /// Leaving recovery: deflate to ssthresh (RFC 6582 §3.2 step 3).
     pub fn exit_recovery(&mut self) {
         self.cwnd = self.ssthresh;

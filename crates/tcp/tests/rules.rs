@@ -15,6 +15,7 @@ struct Out {
     flags: Flags,
     len: usize,
     sack: usize,
+    ts: Option<(u32, u32)>,
 }
 
 struct Fx {
@@ -97,6 +98,7 @@ impl Fx {
                 flags: r.flags,
                 len: r.payload.len(),
                 sack: r.options.sack_len as usize,
+                ts: r.options.timestamp,
             })
         });
         v
@@ -937,4 +939,41 @@ fn tcp_info_reports_the_connection() {
     assert_eq!(i.stats.segs_out, 4); // SYN-ACK + 3
     ack_sack(&mut f, 3 * SEG, &[]);
     assert_eq!(f.c.info().unacked, 0);
+}
+
+/// RFC 3522 / RFC 4015: an ACK after a timeout that echoes the original transmission's
+/// timestamp proves the timeout spurious (a delay spike): the congestion window is restored.
+/// One that echoes the retransmission's keeps the reduction.
+#[test]
+fn spurious_timeout_is_detected_by_timestamps_and_undone() {
+    for spurious in [true, false] {
+        let mut f = Fx::established_with(
+            TcpConfig::default(),
+            TcpOptions {
+                mss: Some(1460),
+                timestamp: Some((100, 0)),
+                ..Default::default()
+            },
+        );
+        let cwnd = f.c.cwnd();
+        f.c.send(&[1u8; 1000]).unwrap();
+        let first = f.poll();
+        assert_eq!(first.len(), 1);
+        let mut rexmit = Vec::new();
+        while rexmit.is_empty() {
+            rexmit = f.advance(Duration::from_millis(100));
+        }
+        assert!(f.c.cwnd() < cwnd, "the timeout collapsed cwnd");
+        let echo = if spurious { first[0].ts } else { rexmit[0].ts }.unwrap().0;
+        let mut ack = seg(f.peer, SeqNum(OUR_ISN + 1 + 1000), Flags::ACK, &[]);
+        ack.options.timestamp = Some((200, echo));
+        f.input(ack);
+        if spurious {
+            assert_eq!(f.ctr.get(Counter::TcpExtTCPSpuriousRTOs), 1);
+            assert!(f.c.cwnd() >= cwnd, "restored: {} < {cwnd}", f.c.cwnd());
+        } else {
+            assert_eq!(f.ctr.get(Counter::TcpExtTCPSpuriousRTOs), 0);
+            assert!(f.c.cwnd() < cwnd);
+        }
+    }
 }

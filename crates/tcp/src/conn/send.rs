@@ -139,6 +139,7 @@ impl Connection {
             self.snd.queue.consume(acked);
         }
         self.stats.bytes_acked += acked as u64;
+        self.spurious_rto_check(seg, c);
         self.sample_rtt(now, seg);
         self.snd.una = ack;
         if self.snd.nxt < ack {
@@ -162,6 +163,25 @@ impl Connection {
                 State::LastAck => self.enter_closed(),
                 _ => {}
             }
+        }
+    }
+
+    /// RFC 3522 Eifel detection on the first ACK of new data after a timeout: if it echoes a
+    /// timestamp older than the retransmission's, the original segment arrived and the
+    /// timeout was spurious (a delay spike). RFC 4015 response: restore the congestion window
+    /// and threshold, and go on with new data instead of resending what is in flight.
+    fn spurious_rto_check(&mut self, seg: &TcpRepr, c: &mut Counters) {
+        let Some(u) = self.rec.rto_undo.take() else {
+            return;
+        };
+        let Some((_, ecr)) = seg.options.timestamp.filter(|t| t.1 != 0) else {
+            return;
+        };
+        if (ecr.wrapping_sub(u.ts) as i32) < 0 {
+            c.inc(crate::counters::Counter::TcpExtTCPSpuriousRTOs);
+            self.rec.cc.restore(u.cc);
+            self.snd.nxt = self.snd.max;
+            self.timers.retries = 0;
         }
     }
 

@@ -267,6 +267,14 @@ impl Connection {
         self.blackhole_check(now, c);
         c.inc(Counter::TcpExtTCPTimeouts);
         self.stats.timeouts += 1;
+        if self.timers.retries == 1 && self.opt.ts && self.state.is_synchronized() {
+            // RFC 3522 §3.2: remember the retransmission's timestamp; an ACK echoing an older
+            // one proves the original arrived and the timeout was spurious.
+            self.rec.rto_undo = Some(super::recovery::RtoUndo {
+                cc: self.rec.cc.save(),
+                ts: self.opt.ts_now(now),
+            });
+        }
         self.rec.cc.on_rto(self.snd.flight());
         self.snd.rtt.back_off();
         self.snd.rtt_probe = None;
