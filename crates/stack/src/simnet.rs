@@ -398,6 +398,16 @@ fn restart(net: &mut Net, after: u64, seed: u64) -> Result<u64, String> {
         .a
         .tcp_connect(SocketAddrV4::new(B_IP.into(), 5001))
         .map_err(|e| e.to_string())?;
+    // Without keepalive a connection with nothing outstanding (all sent and acknowledged,
+    // half-closed) cannot notice that its peer restarted: TCP then waits, as it should.
+    let ka = flowstack_tcp::Keepalive {
+        idle: Duration::from_secs(20),
+        interval: Duration::from_secs(5),
+        probes: 3,
+    };
+    net.a
+        .tcp_set_keepalive(client, Some(ka))
+        .map_err(|e| e.to_string())?;
     let mut up = Dir {
         total: after * 4,
         ..Dir::default()

@@ -23,6 +23,15 @@ fn simnet_first_seeds() {
     run(0, 40);
 }
 
+/// Seeds that once failed (each a bug fixed since): a peer restart noticed only by keepalive
+/// from FIN-WAIT-2; PMTU black holes behind small segments and a half-closed reader.
+#[test]
+fn simnet_regression_seeds() {
+    for seed in [21726, 43949, 49370, 7228, 9565, 97, 110] {
+        run(seed, 1);
+    }
+}
+
 #[test]
 #[ignore = "10,000 seeds: run in release (CI runs 1,000 through `flowstack simnet`)"]
 fn simnet_ten_thousand_seeds() {

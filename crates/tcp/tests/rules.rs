@@ -977,3 +977,26 @@ fn spurious_timeout_is_detected_by_timestamps_and_undone() {
         }
     }
 }
+
+/// Regression (simnet seed 21726): keepalive probes also go out from a half-closed
+/// connection (FIN-WAIT-2), as Linux sends them, so a vanished peer is noticed there too.
+#[test]
+fn keepalive_probes_in_fin_wait_2() {
+    let mut f = Fx::established();
+    let ka = flowstack_tcp::Keepalive {
+        idle: Duration::from_secs(10),
+        interval: Duration::from_secs(5),
+        probes: 2,
+    };
+    f.c.set_keepalive(Some(ka), f.now);
+    f.c.shutdown_write();
+    f.poll();
+    f.input(seg(f.peer, SeqNum(OUR_ISN + 2), Flags::ACK, &[]));
+    assert_eq!(f.c.state(), State::FinWait2);
+    let mut probes = 0;
+    for _ in 0..40 {
+        probes += f.advance(Duration::from_secs(1)).len();
+    }
+    assert!(probes >= 2, "{probes} probes");
+    assert_eq!(f.c.error(), Some(TcpError::TimedOut));
+}

@@ -230,7 +230,14 @@ impl Connection {
             self.error = Some(TcpError::TimedOut);
             return self.enter_closed();
         }
-        if self.state == State::Established && self.snd.all_acked() {
+        // As Linux: probes go out in every synchronized state that waits on the peer
+        // (a half-closed socket in FIN-WAIT-2 or CLOSE-WAIT too — found by `simnet`: after a
+        // peer restart such a socket could otherwise wait forever).
+        let waiting = matches!(
+            self.state,
+            State::Established | State::CloseWait | State::FinWait2
+        );
+        if waiting && self.snd.all_acked() {
             self.timers.keepalive_sent += 1;
             self.timers.probe_now = true;
             c.inc(Counter::TcpExtTCPKeepAlive);
