@@ -203,6 +203,57 @@ counters! {
     TcpExtTCPBadOptions,
     /// Connections refused because the connection table was full.
     TcpExtTCPConnLimit,
+    // ---- hardening (issue 19) ----
+    /// Datagrams with a loose or strict source-route option, dropped (as Linux by default).
+    IpExtInSrcRouteDrops,
+    /// Datagrams from a martian source (0/8 but 0.0.0.0, 127/8, 240/4, our own address).
+    IpExtInMartianSrc,
+    /// Exact duplicate fragments ignored.
+    IpExtReasmDuplicates,
+    /// Fragments refused, or incomplete datagrams evicted, because reassembly memory or the
+    /// limit on incomplete datagrams was exhausted.
+    IpExtReasmNoMemory,
+    /// ICMP redirects received (ignored: a host keeps its routes, as Linux's
+    /// `accept_redirects=0`).
+    IcmpInRedirects,
+    /// ARP entries evicted to make room because the cache was full (an ARP flood).
+    ArpExtCacheFull,
+    /// TCP segments to a broadcast or multicast address, dropped.
+    TcpExtTCPBroadcastDrop,
+    /// Land segments (source = destination address and port), dropped.
+    TcpExtTCPLandDrop,
+    /// Segments to a listener that were neither SYN, RST nor a SYN-cookie ACK, dropped.
+    TcpExtTCPListenBadFlags,
+    /// SYN+FIN to a listener or SYN-SENT connection, dropped.
+    TcpExtTCPSynFinDrop,
+    /// ICMP errors whose quoted sequence number is not in flight (RFC 5927 §4.1).
+    TcpExtOutOfWindowIcmps,
+    /// ICMP errors for TCP that matched no connection.
+    TcpExtTCPIcmpNoSocket,
+    /// Path MTU lowered by ICMP fragmentation-needed (RFC 1191).
+    TcpExtTCPPMTUReduced,
+    /// Fragmentation-needed messages ignored (MTU not below the current one).
+    TcpExtTCPPMTUIgnored,
+    /// MSS lowered after repeated timeouts of full-sized segments (black-hole detection,
+    /// RFC 4821 §7.7; Linux `tcp_mtu_probing=1`).
+    TcpExtTCPMTUPBlackhole,
+    /// ICMP unreachable errors recorded as soft errors on a connection (RFC 1122 §4.2.3.9).
+    TcpExtTCPIcmpSoftErrors,
+    /// SACK blocks ignored: outside the send window or below SND.UNA.
+    TcpExtTCPSACKDiscard,
+    /// Peer MSS below the floor, raised to it (Linux TCP_MIN_SND_MSS = 48).
+    TcpExtTCPMSSClamped,
+    /// Peer window-scale shift above 14, used as 14 (RFC 7323 §2.3).
+    TcpExtTCPWscaleClamped,
+    /// Connections aborted after the peer held the window at zero too long.
+    TcpExtTCPAbortOnZeroWindow,
+    /// Urgent pointers pointing beyond the segment's data (ignored).
+    TcpExtTCPUrgBeyondData,
+    /// Retransmission timeouts found spurious (RFC 3522 Eifel detection) and undone.
+    TcpExtTCPSpuriousRTOs,
+    /// Segments with SYN+RST or SYN+FIN on a synchronized connection (answered with a
+    /// challenge ACK).
+    TcpExtTCPBadSynFlags,
 }
 
 /// The engine's counters.

@@ -10,6 +10,7 @@ mod profile;
 mod serve;
 mod serve_cores;
 mod stats;
+mod simnet;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -68,6 +69,11 @@ enum Cmd {
     ///
     /// Example: flowstack stats --watch 1
     Stats(stats::StatsArgs),
+    /// Seeded network simulations at scale: random links, paths, impairments and workloads,
+    /// every byte checked; a failing seed prints the command that replays it.
+    ///
+    /// Example: flowstack simnet --seeds 10000; flowstack simnet --seed 42 --pcap s42.pcap
+    Simnet(simnet::SimnetArgs),
     /// (internal) the server process of `flowstack bench`.
     #[command(name = "__bench-server", hide = true)]
     BenchServer(bench::ServerArgs),
@@ -119,6 +125,7 @@ fn main() -> ExitCode {
         Cmd::Bench(a) => bench::run(a),
         Cmd::Daemon(a) => daemon::run(a),
         Cmd::Stats(a) => stats::run(a),
+        Cmd::Simnet(a) => simnet::run(a),
         Cmd::BenchServer(a) => bench::serve(a),
     }
 }

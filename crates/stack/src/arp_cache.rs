@@ -51,6 +51,8 @@ pub(crate) struct Flushed {
     pub mac: Option<EthernetAddress>,
     /// Datagrams released (send them to `mac`).
     pub packets: Vec<Vec<u8>>,
+    /// The cache was full: the entry closest to expiry made room.
+    pub evicted: bool,
 }
 
 /// Outcome of queueing a datagram behind resolution.
@@ -100,7 +102,8 @@ impl ArpCache {
 
     /// Records `ip` at `mac` and returns the datagrams that were waiting for it.
     pub fn insert(&mut self, now: Instant, ip: Ipv4Address, mac: EthernetAddress) -> Flushed {
-        if self.entries.len() >= self.cfg.max_entries && !self.entries.contains_key(&ip) {
+        let full = self.entries.len() >= self.cfg.max_entries && !self.entries.contains_key(&ip);
+        if full {
             // Evict the entry closest to expiry.
             if let Some(old) = self
                 .entries
@@ -118,9 +121,13 @@ impl ArpCache {
                 Flushed {
                     mac: Some(mac),
                     packets: p.queue.into(),
+                    evicted: full,
                 }
             }
-            None => Flushed::default(),
+            None => Flushed {
+                evicted: full,
+                ..Flushed::default()
+            },
         }
     }
 

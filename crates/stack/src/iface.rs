@@ -366,6 +366,9 @@ impl Iface {
     /// Records a resolved address and transmits whatever waited for it.
     pub fn arp_learned(&mut self, now: Instant, ip: Ipv4Address, mac: EthernetAddress) {
         let flushed = self.arp.insert(now, ip, mac);
+        if flushed.evicted {
+            self.counters.inc(Counter::ArpExtCacheFull);
+        }
         for dgram in flushed.packets {
             let frame = self.tx.push(ETH_LEN + dgram.len());
             EthernetRepr {

@@ -9,9 +9,11 @@
 mod arp_cache;
 pub use flowstack_api::counters;
 mod engine;
+pub mod fuzzing;
 mod iface;
 pub mod netsim;
 mod reasm;
+pub mod simnet;
 mod sockets;
 mod tcp_socket;
 mod udp;

@@ -8,9 +8,11 @@ use crate::{Engine, EngineConfig, IfaceConfig};
 use flowstack_link::impair::{ImpairSpec, Impaired};
 use flowstack_link::pcap::{Pcap, PcapWriter};
 use flowstack_link::pipe::{pipe, DEFAULT_CAPACITY};
+use flowstack_link::TxBatch;
 use flowstack_link::{Device, DeviceCaps};
 use flowstack_wire::{Duration, EthernetAddress, Instant, Ipv4Address, Ipv4Cidr};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::rc::Rc;
 
@@ -45,6 +47,9 @@ pub struct Net {
     /// Virtual time charged per productive turn.
     pub step_cost: Duration,
     pcap: Option<SharedWriter>,
+    tune: fn(&mut EngineConfig),
+    /// What the path between A and B saw of A's frames.
+    pub path: Rc<Cell<PathStats>>,
     /// When set, host B is not polled: it has vanished (crashed or unplugged) and answers
     /// nothing.
     pub b_down: bool,
@@ -63,6 +68,147 @@ pub struct NetConfig {
     pub capacity: usize,
     /// Adjusts each engine's configuration before it is built.
     pub tune: fn(&mut EngineConfig),
+    /// A narrower hop on the path from A to B (a router with a smaller MTU), if any.
+    pub path_mtu: Option<PathMtu>,
+}
+
+/// A hop with a smaller MTU between A and B, as a router on the path would be: A's IPv4
+/// datagrams longer than `mtu` are dropped there, and with `icmp` the router answers each
+/// with ICMP "fragmentation needed" carrying `mtu` (RFC 1191 §4); without, it is a PMTU
+/// black hole (ICMP filtered somewhere, RFC 2923 §2.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PathMtu {
+    /// Largest IPv4 datagram the hop forwards.
+    pub mtu: usize,
+    /// Whether the hop reports drops with ICMP.
+    pub icmp: bool,
+}
+
+/// What the path saw of A's frames.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PathStats {
+    /// Largest TCP payload in a frame A sent.
+    pub max_tcp_payload: usize,
+    /// Datagrams dropped for being larger than the path MTU.
+    pub too_big: u64,
+    /// ICMP "fragmentation needed" messages sent back to A.
+    pub icmp_sent: u64,
+}
+
+/// The address of the router that reports a smaller MTU.
+pub const ROUTER_IP: Ipv4Address = Ipv4Address::new(10, 0, 0, 254);
+
+/// A's side of the cable seen through the path: measures A's frames and applies the
+/// [`PathMtu`] hop.
+struct PathDev {
+    inner: Box<dyn Device>,
+    hop: Option<PathMtu>,
+    stats: Rc<Cell<PathStats>>,
+    /// ICMP messages for A, delivered before the cable's frames.
+    back: VecDeque<Vec<u8>>,
+    pass: TxBatch,
+}
+
+impl PathDev {
+    /// Looks at one frame A sends; returns whether it goes on.
+    fn inspect(&mut self, f: &[u8]) -> bool {
+        use flowstack_wire::{ethernet, ipv4, tcp};
+        let mut st = self.stats.get();
+        let Ok(e) = ethernet::Frame::new_checked(f) else {
+            return true;
+        };
+        let Ok(ip) = ipv4::Packet::new_checked(e.payload()) else {
+            return true;
+        };
+        if ip.protocol() == ipv4::IpProtocol::Tcp {
+            if let Ok(t) = tcp::Packet::new_checked(ip.payload()) {
+                st.max_tcp_payload = st.max_tcp_payload.max(t.payload().len());
+            }
+        }
+        let pass = match self.hop {
+            Some(h) if ip.total_len() > h.mtu => {
+                st.too_big += 1;
+                if h.icmp {
+                    st.icmp_sent += 1;
+                    self.back.push_back(frag_needed(f, h.mtu));
+                }
+                false
+            }
+            _ => true,
+        };
+        self.stats.set(st);
+        pass
+    }
+}
+
+/// The frame a router sends back for A's frame `f` that does not fit `mtu` (RFC 792, RFC
+/// 1191 §4): IP header plus the first 8 bytes of the datagram quoted.
+fn frag_needed(f: &[u8], mtu: usize) -> Vec<u8> {
+    use flowstack_wire::ethernet::EthernetRepr;
+    use flowstack_wire::icmpv4::{DstUnreachable, Icmpv4Repr};
+    use flowstack_wire::ipv4::{IpProtocol, Ipv4Repr};
+    use flowstack_wire::{ChecksumCaps, EtherType};
+    let ip = &f[14..];
+    let quote = &ip[..(((ip[0] & 0xf) as usize) * 4 + 8).min(ip.len())];
+    let icmp = Icmpv4Repr::DstUnreachable {
+        reason: DstUnreachable::FragRequired,
+        next_hop_mtu: mtu as u16,
+        original: quote,
+    };
+    let src = Ipv4Address(ip[12..16].try_into().unwrap());
+    let r = Ipv4Repr::new(ROUTER_IP, src, IpProtocol::Icmp, icmp.buffer_len());
+    let mut out = vec![0u8; 14 + 20 + icmp.buffer_len()];
+    EthernetRepr {
+        src: EthernetAddress(f[0..6].try_into().unwrap()),
+        dst: EthernetAddress(f[6..12].try_into().unwrap()),
+        ethertype: EtherType::Ipv4,
+    }
+    .emit(&mut out);
+    r.emit(&mut out[14..], ChecksumCaps::SOFTWARE);
+    icmp.emit(&mut out[34..], ChecksumCaps::SOFTWARE);
+    out
+}
+
+impl Device for PathDev {
+    fn caps(&self) -> DeviceCaps {
+        self.inner.caps()
+    }
+    fn recv_batch(&mut self, now: Instant, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+        let mut n = 0;
+        while n < budget {
+            let Some(f) = self.back.pop_front() else {
+                break;
+            };
+            sink(&f);
+            n += 1;
+        }
+        n + self.inner.recv_batch(now, budget - n, sink)
+    }
+    fn send_batch(&mut self, now: Instant, batch: &TxBatch) -> usize {
+        let mut pass = std::mem::take(&mut self.pass);
+        pass.clear();
+        let mut dropped = 0;
+        for f in batch.iter() {
+            if self.inspect(f) {
+                pass.push(f.len()).copy_from_slice(f);
+            } else {
+                dropped += 1;
+            }
+        }
+        let sent = self.inner.send_batch(now, &pass) + dropped;
+        self.pass = pass;
+        sent
+    }
+    fn poll_at(&self) -> Option<Instant> {
+        if self.back.is_empty() {
+            self.inner.poll_at()
+        } else {
+            Some(Instant::ZERO)
+        }
+    }
+    fn rx_pending(&self, now: Instant) -> bool {
+        !self.back.is_empty() || self.inner.rx_pending(now)
+    }
 }
 
 impl Default for NetConfig {
@@ -73,6 +219,7 @@ impl Default for NetConfig {
             caps: DeviceCaps::ETHERNET,
             capacity: DEFAULT_CAPACITY,
             tune: |_| {},
+            path_mtu: None,
         }
     }
 }
@@ -92,7 +239,14 @@ impl Net {
     /// Builds the pair; with `pcap`, A's traffic in both directions is captured there.
     pub fn new(cfg: NetConfig, pcap: Option<Box<dyn Write>>) -> io::Result<Self> {
         let (pa, pb) = pipe(cfg.caps, cfg.capacity);
-        let ia = Impaired::new(pa, cfg.impair, cfg.seed);
+        let stats = Rc::new(Cell::new(PathStats::default()));
+        let ia = PathDev {
+            inner: Box::new(Impaired::new(pa, cfg.impair, cfg.seed)),
+            hop: cfg.path_mtu,
+            stats: stats.clone(),
+            back: VecDeque::new(),
+            pass: TxBatch::new(),
+        };
         let ib = Impaired::new(pb, cfg.impair, cfg.seed.wrapping_add(1));
         let (dev_a, shared): (Box<dyn Device>, _) = match pcap {
             Some(w) => {
@@ -114,6 +268,8 @@ impl Net {
             now: Instant::from_millis(1),
             step_cost: Duration::from_micros(5),
             pcap: shared,
+            tune: cfg.tune,
+            path: stats,
             b_down: false,
         };
         net.stamp();
@@ -127,11 +283,16 @@ impl Net {
         self.b.set_now(self.now);
     }
 
-    /// One turn of both engines at the current time. Returns true if frames moved.
+    /// One turn of both engines at the current time. Returns true if frames moved or are
+    /// waiting to be received: a delayed frame that B's side released into the cable during
+    /// B's poll is A's to receive on the next turn, not after the next timer (found by
+    /// `simnet`: without this, every ACK on a delayed link waited for the sender's RTO).
     pub fn turn(&mut self) -> bool {
         let x = self.a.poll(self.now, &mut self.dev_a);
         let y = !self.b_down && self.b.poll(self.now, &mut self.dev_b);
-        x || y
+        let pending =
+            self.dev_a.rx_pending(self.now) || (!self.b_down && self.dev_b.rx_pending(self.now));
+        x || y || pending
     }
 
     /// One turn of host A only (for harnesses that time each side on its own).
@@ -185,6 +346,14 @@ impl Net {
                 None => self.now = end,
             }
         }
+    }
+
+    /// Host B restarts: a fresh engine with the same addresses and a new secret (`seed`), so
+    /// it remembers no connection and picks new ISNs.
+    pub fn restart_b(&mut self, seed: u64) {
+        let caps = self.b.caps();
+        self.b = Engine::new(engine_cfg(B_IP, 2, seed, self.tune), caps);
+        self.stamp();
     }
 
     /// Flushes the capture, if any.

@@ -5,7 +5,7 @@
 use crate::counters::{Counter, Counters};
 use crate::iface::Iface;
 use crate::SocketError;
-use flowstack_tcp::{Connection, FourTuple, IsnGenerator, State, TcpConfig, TcpError};
+use flowstack_tcp::{Connection, FourTuple, IcmpError, IsnGenerator, State, TcpConfig, TcpError};
 use flowstack_wire::ipv4::{IpProtocol, Ipv4Repr};
 use flowstack_wire::tcp::{Flags, TcpOptions, TcpRepr};
 use flowstack_wire::{Instant, PollAt, SeqNum};
@@ -84,6 +84,7 @@ pub(crate) fn map_err(e: TcpError) -> SocketError {
         TcpError::Reset => SocketError::ConnectionReset,
         TcpError::TimedOut => SocketError::TimedOut,
         TcpError::Aborted => SocketError::ConnectionAborted,
+        TcpError::Unreachable => SocketError::NoRoute,
     }
 }
 
@@ -242,6 +243,7 @@ impl TcpSockets {
         cfg: TcpConfig,
     ) -> Result<TcpHandle, SocketError> {
         if self.count >= self.limits.max_connections {
+            self.counters.inc(Counter::TcpExtTCPConnLimit);
             return Err(SocketError::LimitReached);
         }
         if let Some(&old) = self.conns.get(&tuple) {
@@ -276,6 +278,19 @@ impl TcpSockets {
     /// An unowned connection in TIME-WAIT may give its tuple to a new outgoing connection.
     fn is_reusable(&self, i: usize) -> bool {
         matches!(&self.socks[i], Some(Sock::Conn(c)) if !c.owned && c.conn.state() == State::TimeWait)
+    }
+
+    /// The application lets go of a connection's handle without closing it (the caller has
+    /// already closed or aborted the connection); it lives on until CLOSED.
+    pub fn release(&mut self, h: TcpHandle) -> Result<(), SocketError> {
+        match self.socks.get_mut(h.index()) {
+            Some(Some(Sock::Conn(c))) if c.owned => {
+                c.owned = false;
+                self.mark_ready(h.index());
+                Ok(())
+            }
+            _ => Err(SocketError::InvalidHandle),
+        }
     }
 
     /// The application lets go of a handle. Listeners close at once (their queued
@@ -318,6 +333,11 @@ impl TcpSockets {
     // ---- segment input -----------------------------------------------------------------
 
     pub fn input(&mut self, now: Instant, iface: &mut Iface, ip: &Ipv4Repr, seg: &TcpRepr) {
+        if ip.src == ip.dst && seg.src_port == seg.dst_port {
+            // A "land" segment (RFC 4987 §3.5 lists it among old attacks): it would match a
+            // connection with itself. Linux drops it in the same way.
+            return self.counters.inc(Counter::TcpExtTCPLandDrop);
+        }
         let tuple = FourTuple {
             local_ip: ip.dst,
             local_port: seg.dst_port,
@@ -341,7 +361,8 @@ impl TcpSockets {
             return;
         }
         if !iface.owns(ip.dst) {
-            return; // never answer TCP sent to a broadcast address
+            // RFC 1122 §4.2.3.10: TCP is unicast only; never answer a broadcast.
+            return self.counters.inc(Counter::TcpExtTCPBroadcastDrop);
         }
         match self.listeners.get(&seg.dst_port).copied() {
             Some(l) => self.listener_input(now, iface, l, tuple, seg, None),
@@ -364,6 +385,18 @@ impl TcpSockets {
             return None;
         }
         c.conn.time_wait_reopen(seg)
+    }
+
+    /// An ICMP error quoting a TCP header we sent: `t` is the connection as the quoted
+    /// header names it, `seq` its sequence number (checked by the connection, RFC 5927).
+    pub fn icmp_error(&mut self, now: Instant, t: &FourTuple, seq: SeqNum, err: IcmpError) {
+        let Some(&i) = self.conns.get(t) else {
+            return self.counters.inc(Counter::TcpExtTCPIcmpNoSocket);
+        };
+        if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
+            c.conn.on_icmp_error(now, err, seq, &mut self.counters);
+        }
+        self.mark_ready(i);
     }
 
     /// RFC 9293 §3.10.7.1: the RST answering a segment that matches no connection.
@@ -415,6 +448,11 @@ impl TcpSockets {
             return;
         };
         let (cfg, backlog, queued, half_open) = (l.cfg, l.backlog, l.accept_q.len(), l.half_open);
+        if f.syn() && f.fin() {
+            // RFC 9293 §3.10.7.2 would process the SYN and ignore the FIN; like Linux, a
+            // listener drops SYN+FIN (it only ever comes from scanners).
+            return self.counters.inc(Counter::TcpExtTCPSynFinDrop);
+        }
         if f.ack() && !f.syn() {
             // Possibly the ACK completing a SYN-cookie handshake.
             let cookie = seg.ack - 1;
@@ -444,8 +482,10 @@ impl TcpSockets {
             return;
         }
         if !f.syn() {
-            return;
+            // RFC 9293 §3.10.7.2: anything else to a LISTEN socket is dropped.
+            return self.counters.inc(Counter::TcpExtTCPListenBadFlags);
         }
+        flowstack_tcp::syn_option_clamps(&seg.options, &mut self.counters);
         if queued >= backlog {
             self.counters.inc(Counter::TcpExtListenOverflows);
             self.counters.inc(Counter::TcpExtListenDrops);

@@ -74,6 +74,13 @@ impl Congestion {
     pub fn ssthresh(&self) -> usize {
         self.ssthresh
     }
+    /// Changes the MSS the window is counted in without resetting the window (a lower path
+    /// MTU is not congestion, RFC 1191 §6.5).
+    pub fn set_smss(&mut self, mss: usize) {
+        self.mss = mss;
+        self.cwnd = self.cwnd.max(2 * mss);
+    }
+
     /// Updates the MSS (after the handshake).
     pub fn set_mss(&mut self, mss: usize) {
         self.mss = mss;
@@ -167,6 +174,18 @@ impl Congestion {
     pub fn on_rto(&mut self, flight: usize) {
         self.on_loss(flight);
         self.cwnd = self.mss;
+    }
+
+    /// The window and threshold, to restore if a timeout proves spurious.
+    pub fn save(&self) -> (usize, usize) {
+        (self.cwnd, self.ssthresh)
+    }
+
+    /// Restores what [`Congestion::save`] returned (RFC 4015 §3: a spurious timeout's
+    /// reduction is undone).
+    pub fn restore(&mut self, (cwnd, ssthresh): (usize, usize)) {
+        self.cwnd = cwnd.max(self.cwnd);
+        self.ssthresh = ssthresh;
     }
 
     /// Leaving recovery: deflate to ssthresh (RFC 6582 §3.2 step 3).

@@ -53,6 +53,17 @@ pub struct TcpConfig {
     pub max_ofo_ranges: usize,
     /// Largest segment handed to the device when it segments itself (TSO); MSS when not.
     pub max_tso_segment: usize,
+    /// Longest time a peer may keep its window closed while we have data to send and it
+    /// keeps answering our probes; then the connection is aborted (as Linux bounds it with
+    /// TCP_USER_TIMEOUT). `None` = unbounded.
+    pub zero_window_timeout: Option<Duration>,
+    /// User timeout (RFC 5482, Linux TCP_USER_TIMEOUT): how long sent data may stay
+    /// unacknowledged before the connection is aborted; `None` = the retransmission limit
+    /// decides.
+    pub user_timeout: Option<Duration>,
+    /// Black-hole detection (RFC 4821 §7.7, Linux `tcp_mtu_probing=1`): lower the MSS after
+    /// repeated timeouts of full-sized segments.
+    pub mtu_probing: bool,
 }
 
 /// Keepalive parameters (RFC 1122 §4.2.3.6).
@@ -102,6 +113,9 @@ impl Default for TcpConfig {
             challenge_ack_limit: 10,
             max_ofo_ranges: 64,
             max_tso_segment: 0,
+            mtu_probing: true,
+            user_timeout: None,
+            zero_window_timeout: Some(Duration::from_secs(600)),
         }
     }
 }

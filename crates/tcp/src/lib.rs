@@ -23,7 +23,9 @@ pub mod sendq;
 
 pub use cc::CcAlgorithm;
 pub use config::{Keepalive, TcpConfig};
-pub use conn::{ConnStats, Connection, State, TcpError};
+pub use conn::{
+    syn_option_clamps, ConnStats, Connection, IcmpError, State, TcpError, TcpInfo, MIN_PMTU,
+};
 pub use counters::{Counter, Counters};
 pub use isn::{FourTuple, IsnGenerator};
 

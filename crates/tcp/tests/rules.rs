@@ -15,6 +15,7 @@ struct Out {
     flags: Flags,
     len: usize,
     sack: usize,
+    ts: Option<(u32, u32)>,
 }
 
 struct Fx {
@@ -97,6 +98,7 @@ impl Fx {
                 flags: r.flags,
                 len: r.payload.len(),
                 sack: r.options.sack_len as usize,
+                ts: r.options.timestamp,
             })
         });
         v
@@ -701,4 +703,300 @@ fn a_lost_retransmission_is_sent_again_once_later_data_is_sacked() {
         vec![(SeqNum(OUR_ISN + 1), SEG)]
     );
     assert_eq!(f.ctr.get(Counter::TcpExtTCPTimeouts), 0);
+}
+
+// ---- hardening (issue 19) -------------------------------------------------------------------
+
+/// SACK blocks for data never sent, inverted blocks and old blocks past the first (not a
+/// D-SACK) are ignored and counted (Linux TCPSACKDiscard); the scoreboard learns nothing.
+#[test]
+fn sack_blocks_outside_the_window_are_discarded_and_counted() {
+    let mut f = sack_established();
+    f.c.send(&[1u8; 3 * SEG]).unwrap();
+    assert_eq!(f.poll().len(), 3);
+    // Beyond SND.NXT, inverted, and (second block) below SND.UNA.
+    let out = ack_sack(&mut f, 0, &[(4 * SEG, 5 * SEG), (2 * SEG, SEG)]);
+    assert!(out.is_empty());
+    assert_eq!(f.ctr.get(Counter::TcpExtTCPSACKDiscard), 2);
+    let base = SeqNum(OUR_ISN + 1);
+    let mut s = seg(f.peer, base + SEG, Flags::ACK, &[]);
+    s.options.sack[0] = flowstack_wire::tcp::SackBlock {
+        left: base - 100,
+        right: base,
+    }; // a D-SACK: fine
+    s.options.sack[1] = flowstack_wire::tcp::SackBlock {
+        left: base - 3000,
+        right: base - 2000,
+    };
+    s.options.sack_len = 2;
+    f.input(s);
+    assert_eq!(f.ctr.get(Counter::TcpExtTCPSACKDiscard), 3);
+    // The connection is unharmed: the rest is acknowledged normally.
+    f.input(seg(f.peer, base + 3 * SEG, Flags::ACK, &[]));
+    assert_eq!(f.c.send_queue(), 0);
+}
+
+/// A peer that answers every zero-window probe with a zero window cannot hold the
+/// connection forever: after `zero_window_timeout` it is aborted (with an RST) and counted;
+/// the probes back off in between.
+#[test]
+fn zero_window_is_bounded_in_time_and_probes_back_off() {
+    let cfg = TcpConfig {
+        zero_window_timeout: Some(Duration::from_secs(60)),
+        ..TcpConfig::default()
+    };
+    let mut f = Fx::established_cfg(cfg);
+    let mut zero = seg(f.peer, SeqNum(OUR_ISN + 1), Flags::ACK, &[]);
+    zero.window = 0;
+    f.input(zero);
+    f.c.send(&[5u8; 3000]).unwrap();
+    assert!(f.poll().is_empty());
+    let mut probes_at = Vec::new();
+    let start = f.now;
+    for _ in 0..2000 {
+        let out = f.advance(Duration::from_millis(100));
+        if out.iter().any(|o| o.flags.contains(Flags::RST)) {
+            break;
+        }
+        if !out.is_empty() {
+            probes_at.push(f.now.saturating_since(start));
+            f.input(zero); // the peer answers: still zero
+        }
+    }
+    assert_eq!(f.c.state(), State::Closed);
+    assert_eq!(f.c.error(), Some(TcpError::TimedOut));
+    assert_eq!(f.ctr.get(Counter::TcpExtTCPAbortOnZeroWindow), 1);
+    let end = f.now.saturating_since(start);
+    assert!(
+        end >= Duration::from_secs(60) && end < Duration::from_secs(200),
+        "{end:?}"
+    );
+    // Exponential backoff: gaps grow.
+    let gaps: Vec<_> = probes_at.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(gaps.len() >= 3 && gaps[2] > gaps[0], "{gaps:?}");
+}
+
+/// An urgent pointer beyond the segment's data is counted and ignored; the data is
+/// delivered inline.
+#[test]
+fn urgent_pointer_beyond_data_is_ignored_and_counted() {
+    let mut f = Fx::established();
+    let mut s = seg(
+        f.peer,
+        SeqNum(OUR_ISN + 1),
+        Flags::ACK | Flags::URG,
+        b"hello",
+    );
+    s.urgent = 5000;
+    f.input(s);
+    assert_eq!(f.ctr.get(Counter::TcpExtTCPUrgBeyondData), 1);
+    let mut buf = [0u8; 16];
+    assert_eq!(f.c.recv(&mut buf), Ok(5));
+    assert_eq!(&buf[..5], b"hello");
+}
+
+/// Every one of the 256 flag combinations, in every state the fixture reaches, at the
+/// expected sequence number and outside the window: nothing panics, a synchronized
+/// connection is only ever reset by a plain RST at exactly RCV.NXT, and SYN never resets.
+#[test]
+fn odd_flags_in_every_state() {
+    type Setup = fn(&mut Fx);
+    let states: [(&str, Setup); 5] = [
+        ("established", |_| {}),
+        ("fin-wait-1", |f| {
+            f.c.send(&[1u8; 100]).unwrap();
+            f.c.shutdown_write();
+            f.poll();
+        }),
+        ("close-wait", |f| {
+            f.send(0, Flags::FIN | Flags::ACK, &[]);
+            f.peer += 1;
+        }),
+        ("last-ack", |f| {
+            f.send(0, Flags::FIN | Flags::ACK, &[]);
+            f.peer += 1;
+            f.c.shutdown_write();
+            f.poll();
+        }),
+        ("time-wait", |f| to_time_wait(f, None)),
+    ];
+    for (name, setup) in states {
+        for bits in 0..=255u8 {
+            for rel in [0i64, 1_000_000] {
+                let mut f = Fx::established();
+                setup(&mut f);
+                let before = f.c.state();
+                let flags = Flags(bits);
+                let s = SeqNum((f.peer.0 as i64 + rel) as u32);
+                let ack = f.c.send_seq().1;
+                f.input(seg(s, ack, flags, if bits & 1 == 0 { b"x" } else { &[] }));
+                let out = f.poll();
+                let reset_ok = flags.rst() && !flags.syn() && rel == 0;
+                if f.c.state() == State::Closed && before != State::Closed {
+                    let fin_acked = matches!(before, State::LastAck | State::TimeWait);
+                    assert!(
+                        reset_ok || fin_acked || f.c.error().is_some(),
+                        "{name}: {flags} closed the connection"
+                    );
+                    if !fin_acked && f.c.error() == Some(TcpError::Reset) {
+                        assert!(reset_ok, "{name}: {flags} reset it");
+                    }
+                }
+                if flags.syn() && before.is_synchronized() && before != State::TimeWait {
+                    assert_ne!(f.c.error(), Some(TcpError::Reset), "{name}: {flags}");
+                    assert!(
+                        out.iter().all(|o| !o.flags.contains(Flags::RST)) || f.c.error().is_some()
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Regression (simnet seed 7228): the FIN-WAIT-2 idle limit is for orphans, as Linux's
+/// tcp_fin_timeout; a half-closed socket the application still reads from waits on.
+#[test]
+fn fin_wait_2_limit_applies_only_to_orphans() {
+    let mut f = Fx::established();
+    f.c.shutdown_write();
+    f.poll();
+    f.input(seg(f.peer, SeqNum(OUR_ISN + 2), Flags::ACK, &[]));
+    assert_eq!(f.c.state(), State::FinWait2);
+    for _ in 0..10 {
+        f.advance(Duration::from_secs(60));
+    }
+    assert_eq!(f.c.state(), State::FinWait2, "half-closed, still reading");
+    assert!(f.c.error().is_none());
+    f.c.close(f.now);
+    for _ in 0..3 {
+        f.advance(Duration::from_secs(60));
+    }
+    assert_eq!(f.c.state(), State::Closed, "orphaned: bounded");
+}
+
+/// RFC 5482: with a user timeout, unacknowledged data aborts the connection after that long,
+/// well before the retransmission limit would.
+#[test]
+fn user_timeout_aborts_unacknowledged_data() {
+    let mut f = Fx::established();
+    f.c.set_user_timeout(Some(Duration::from_secs(3)));
+    f.c.send(&[1u8; 1000]).unwrap();
+    assert_eq!(f.poll().len(), 1);
+    let start = f.now;
+    for _ in 0..600 {
+        f.advance(Duration::from_millis(100));
+        if f.c.state() == State::Closed {
+            break;
+        }
+    }
+    assert_eq!(f.c.error(), Some(TcpError::TimedOut));
+    let took = f.now.saturating_since(start);
+    assert!(
+        took >= Duration::from_secs(3) && took < Duration::from_secs(8),
+        "{took:?}"
+    );
+    assert!(f.c.info().stats.timeouts < 15);
+}
+
+/// SO_LINGER 0: close resets at once; SO_LINGER t: a close the peer never completes is reset
+/// after t.
+#[test]
+fn linger_zero_resets_and_linger_bounds_the_close() {
+    let mut f = Fx::established();
+    f.c.send(&[1u8; 100]).unwrap();
+    f.c.close_linger(f.now, Duration::ZERO);
+    let out = f.poll();
+    assert!(out[0].flags.contains(Flags::RST));
+    assert_eq!(f.c.state(), State::Closed);
+
+    let mut f = Fx::established();
+    f.c.close_linger(f.now, Duration::from_secs(5));
+    let out = f.poll();
+    assert!(out[0].flags.contains(Flags::FIN));
+    let mut rst = false;
+    for _ in 0..100 {
+        rst |= f
+            .advance(Duration::from_millis(100))
+            .iter()
+            .any(|o| o.flags.contains(Flags::RST));
+    }
+    assert!(rst, "reset after the linger time");
+    assert_eq!(f.c.state(), State::Closed);
+}
+
+/// TCP_INFO reports what the connection negotiated and did.
+#[test]
+fn tcp_info_reports_the_connection() {
+    let mut f = sack_established();
+    f.c.send(&[1u8; 3 * SEG]).unwrap();
+    assert_eq!(f.poll().len(), 3);
+    let i = f.c.info();
+    assert_eq!(i.state, State::Established);
+    assert_eq!(i.snd_mss, 1460);
+    assert_eq!(i.unacked, 3 * SEG);
+    assert_eq!(i.send_queue, 3 * SEG);
+    assert!(i.options.1, "SACK negotiated");
+    assert_eq!(i.stats.segs_out, 4); // SYN-ACK + 3
+    ack_sack(&mut f, 3 * SEG, &[]);
+    assert_eq!(f.c.info().unacked, 0);
+}
+
+/// RFC 3522 / RFC 4015: an ACK after a timeout that echoes the original transmission's
+/// timestamp proves the timeout spurious (a delay spike): the congestion window is restored.
+/// One that echoes the retransmission's keeps the reduction.
+#[test]
+fn spurious_timeout_is_detected_by_timestamps_and_undone() {
+    for spurious in [true, false] {
+        let mut f = Fx::established_with(
+            TcpConfig::default(),
+            TcpOptions {
+                mss: Some(1460),
+                timestamp: Some((100, 0)),
+                ..Default::default()
+            },
+        );
+        let cwnd = f.c.cwnd();
+        f.c.send(&[1u8; 1000]).unwrap();
+        let first = f.poll();
+        assert_eq!(first.len(), 1);
+        let mut rexmit = Vec::new();
+        while rexmit.is_empty() {
+            rexmit = f.advance(Duration::from_millis(100));
+        }
+        assert!(f.c.cwnd() < cwnd, "the timeout collapsed cwnd");
+        let echo = if spurious { first[0].ts } else { rexmit[0].ts }.unwrap().0;
+        let mut ack = seg(f.peer, SeqNum(OUR_ISN + 1 + 1000), Flags::ACK, &[]);
+        ack.options.timestamp = Some((200, echo));
+        f.input(ack);
+        if spurious {
+            assert_eq!(f.ctr.get(Counter::TcpExtTCPSpuriousRTOs), 1);
+            assert!(f.c.cwnd() >= cwnd, "restored: {} < {cwnd}", f.c.cwnd());
+        } else {
+            assert_eq!(f.ctr.get(Counter::TcpExtTCPSpuriousRTOs), 0);
+            assert!(f.c.cwnd() < cwnd);
+        }
+    }
+}
+
+/// Regression (simnet seed 21726): keepalive probes also go out from a half-closed
+/// connection (FIN-WAIT-2), as Linux sends them, so a vanished peer is noticed there too.
+#[test]
+fn keepalive_probes_in_fin_wait_2() {
+    let mut f = Fx::established();
+    let ka = flowstack_tcp::Keepalive {
+        idle: Duration::from_secs(10),
+        interval: Duration::from_secs(5),
+        probes: 2,
+    };
+    f.c.set_keepalive(Some(ka), f.now);
+    f.c.shutdown_write();
+    f.poll();
+    f.input(seg(f.peer, SeqNum(OUR_ISN + 2), Flags::ACK, &[]));
+    assert_eq!(f.c.state(), State::FinWait2);
+    let mut probes = 0;
+    for _ in 0..40 {
+        probes += f.advance(Duration::from_secs(1)).len();
+    }
+    assert!(probes >= 2, "{probes} probes");
+    assert_eq!(f.c.error(), Some(TcpError::TimedOut));
 }

@@ -26,8 +26,13 @@ pub enum Error {
     Ipv4TotalPastFrame,
     /// IPv4 header checksum does not verify.
     Ipv4BadChecksum,
-    /// TTL of zero on a received datagram.
+    /// TTL of zero on a received datagram. No longer produced: RFC 1122 §3.2.1.7 makes the
+    /// TTL rule one about sending, so a received TTL 0 is accepted.
     Ipv4ZeroTtl,
+    /// Malformed IP options (bad length, option past the header, bad pointer).
+    Ipv4BadOptions,
+    /// Loose or strict source-route option (refused, as Linux does by default).
+    Ipv4SourceRoute,
     /// Source address is broadcast or multicast (RFC 1122 §3.2.1.3).
     Ipv4BadSource,
     /// ICMP message shorter than its header.
@@ -56,7 +61,8 @@ pub enum Error {
     TcpOptionPastHeader,
     /// TCP checksum does not verify.
     TcpBadChecksum,
-    /// TCP flag combination that is never valid (e.g. SYN+RST).
+    /// TCP flag combination that is never valid. No longer produced by the parser: SYN+FIN
+    /// and SYN+RST reach TCP, which answers them by state (RFC 9293 §3.10.7, RFC 5961 §4).
     TcpBadFlags,
     /// Zero source/destination port.
     BadPort,
@@ -79,6 +85,8 @@ impl fmt::Display for Error {
             Error::Ipv4TotalPastFrame => "IPv4 total length exceeds received frame",
             Error::Ipv4BadChecksum => "IPv4 header checksum mismatch",
             Error::Ipv4ZeroTtl => "IPv4 TTL is zero",
+            Error::Ipv4BadOptions => "IPv4 options malformed",
+            Error::Ipv4SourceRoute => "IPv4 source-route option",
             Error::Ipv4BadSource => "IPv4 source is broadcast or multicast",
             Error::IcmpTruncated => "ICMP message truncated",
             Error::IcmpBadChecksum => "ICMP checksum mismatch",

@@ -1,4 +1,5 @@
-//! IPv4 (RFC 791). Options are carried in the header length and skipped.
+//! IPv4 (RFC 791). Options are validated on input (malformed ones and source routes are
+//! rejected, as Linux does by default) and otherwise skipped; none are emitted.
 
 use crate::{be16, checksum, put16, ChecksumCaps, Error, Result};
 use core::fmt;
@@ -276,6 +277,52 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
 }
 
+/// IP option types (RFC 791 §3.1).
+mod opt {
+    pub const EOL: u8 = 0;
+    pub const NOP: u8 = 1;
+    pub const RR: u8 = 7;
+    pub const TS: u8 = 68;
+    pub const LSRR: u8 = 131;
+    pub const SSRR: u8 = 137;
+    /// Offset of the pointer byte in RR, LSRR, SSRR and timestamp options.
+    pub const POINTER: usize = 2;
+}
+
+/// Walks the options area (RFC 791 §3.1): every option but EOL and NOP has a length byte of
+/// at least 2 that stays inside the header; route and timestamp options carry a pointer of
+/// at least 4 (5 for timestamps). Source-route options (LSRR, SSRR) are refused: a host
+/// that accepted them would answer along a route an attacker chose, and Linux drops them
+/// unless `accept_source_route` is set (RFC 1122 §3.2.1.8 leaves it to the host).
+pub fn check_options(mut b: &[u8]) -> Result<()> {
+    while let Some(&kind) = b.first() {
+        match kind {
+            opt::EOL => return Ok(()),
+            opt::NOP => {
+                b = &b[1..];
+                continue;
+            }
+            _ => {}
+        }
+        let len = *b.get(1).ok_or(Error::Ipv4BadOptions)? as usize;
+        if len < 2 || len > b.len() {
+            return Err(Error::Ipv4BadOptions);
+        }
+        match kind {
+            opt::LSRR | opt::SSRR => return Err(Error::Ipv4SourceRoute),
+            opt::RR | opt::TS => {
+                let min_ptr = if kind == opt::TS { 5 } else { 4 };
+                if len <= opt::POINTER || (b[opt::POINTER] as usize) < min_ptr {
+                    return Err(Error::Ipv4BadOptions);
+                }
+            }
+            _ => {}
+        }
+        b = &b[len..];
+    }
+    Ok(())
+}
+
 /// A validated IPv4 header (options are not represented; they are skipped on input and never
 /// emitted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -324,16 +371,16 @@ impl Ipv4Repr {
         }
     }
 
-    /// Validates a checked packet: checksum (per `caps`), TTL and source address.
+    /// Validates a checked packet: checksum (per `caps`), options and source address.
+    ///
+    /// The TTL is not checked: RFC 1122 §3.2.1.7 "A host MUST NOT send a datagram with a
+    /// Time-to-Live (TTL) value of zero" is a rule about sending; a datagram that reached
+    /// us with TTL 0 or 1 is delivered (a host does not forward, so it never decrements).
     pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>, caps: ChecksumCaps) -> Result<Self> {
         if caps.verify_rx && !p.verify_checksum() {
             return Err(Error::Ipv4BadChecksum);
         }
-        // A datagram with TTL 0 can only come from a broken sender; RFC 1122 §3.2.1.7 forbids
-        // sending one.
-        if p.ttl() == 0 {
-            return Err(Error::Ipv4ZeroTtl);
-        }
+        check_options(&p.header()[HEADER_LEN..])?;
         // RFC 1122 §3.2.1.3: a source address must not be broadcast or multicast.
         if p.src().is_broadcast() || p.src().is_multicast() {
             return Err(Error::Ipv4BadSource);
@@ -480,6 +527,82 @@ mod tests {
         let r = Ipv4Repr::parse(&p, ChecksumCaps::SOFTWARE).unwrap();
         assert_eq!(r.payload_len, 8);
         assert_eq!(p.payload().len(), 8);
+    }
+
+    /// A datagram whose header carries `opts` (a multiple of 4 bytes), checksum filled.
+    fn with_ip_options(opts: &[u8]) -> Vec<u8> {
+        let hl = HEADER_LEN + opts.len();
+        let mut b = vec![0u8; hl + 8];
+        let r = Ipv4Repr::new(
+            Ipv4Address::new(1, 2, 3, 4),
+            Ipv4Address::new(5, 6, 7, 8),
+            IpProtocol::Udp,
+            8,
+        );
+        r.emit(&mut b[..], ChecksumCaps::OFFLOADED);
+        b[0] = 0x40 | (hl / 4) as u8;
+        b[2..4].copy_from_slice(&((hl + 8) as u16).to_be_bytes());
+        b[HEADER_LEN..hl].copy_from_slice(opts);
+        let c = checksum::checksum(&b[..hl]);
+        b[10..12].copy_from_slice(&c.to_be_bytes());
+        b
+    }
+
+    fn parse_opts(opts: &[u8]) -> Result<Ipv4Repr> {
+        let b = with_ip_options(opts);
+        let p = Packet::new_checked(&b[..]).unwrap();
+        Ipv4Repr::parse(&p, ChecksumCaps::SOFTWARE)
+    }
+
+    #[test]
+    fn source_route_options_rejected() {
+        // LSRR and SSRR with one hop each, behind a NOP.
+        for kind in [131u8, 137] {
+            assert_eq!(
+                parse_opts(&[1, kind, 7, 4, 9, 9, 9, 9]).unwrap_err(),
+                Error::Ipv4SourceRoute
+            );
+        }
+    }
+
+    #[test]
+    fn malformed_options_rejected() {
+        // Length 0, length 1, length past the header, RR pointer below 4, TS pointer below 5.
+        for opts in [
+            &[30u8, 0, 0, 0][..],
+            &[30, 1, 0, 0],
+            &[30, 9, 0, 0],
+            &[7, 3, 3, 0],
+            &[68, 4, 4, 0],
+            &[1, 1, 1, 30],
+        ] {
+            assert_eq!(
+                parse_opts(opts).unwrap_err(),
+                Error::Ipv4BadOptions,
+                "{opts:?}"
+            );
+        }
+        // Well-formed record route and an unknown option are skipped.
+        assert!(parse_opts(&[7, 7, 4, 0, 0, 0, 0, 0]).is_ok());
+        assert!(parse_opts(&[30, 4, 0, 0]).is_ok());
+        assert!(parse_opts(&[0, 30, 0, 0]).is_ok()); // after EOL nothing is read
+    }
+
+    #[test]
+    fn ttl_zero_and_one_accepted() {
+        // RFC 1122 §3.2.1.7: the TTL rule is about sending.
+        for ttl in [0u8, 1] {
+            let mut b = sample();
+            b[8] = ttl;
+            b[10..12].copy_from_slice(&[0, 0]);
+            let c = checksum::checksum(&b[..20]);
+            b[10..12].copy_from_slice(&c.to_be_bytes());
+            let p = Packet::new_checked(&b[..]).unwrap();
+            assert_eq!(
+                Ipv4Repr::parse(&p, ChecksumCaps::SOFTWARE).unwrap().ttl,
+                ttl
+            );
+        }
     }
 
     #[test]

@@ -143,7 +143,10 @@ pub struct SackBlock {
 }
 
 /// TCP options this stack understands. Unknown options are skipped by their length.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+///
+/// Two values are equal when their options are: SACK slots past `sack_len` are not compared
+/// (found by fuzzing — emitting fewer blocks than held left the rest behind).
+#[derive(Debug, Clone, Copy, Eq, Default)]
 pub struct TcpOptions {
     /// Maximum segment size (kind 2), SYN only.
     pub mss: Option<u16>,
@@ -157,6 +160,16 @@ pub struct TcpOptions {
     pub sack: [SackBlock; MAX_SACK_BLOCKS],
     /// Number of valid SACK blocks.
     pub sack_len: u8,
+}
+
+impl PartialEq for TcpOptions {
+    fn eq(&self, o: &Self) -> bool {
+        self.mss == o.mss
+            && self.window_scale == o.window_scale
+            && self.sack_permitted == o.sack_permitted
+            && self.timestamp == o.timestamp
+            && self.sack_blocks() == o.sack_blocks()
+    }
 }
 
 /// Option kinds (RFC 9293 §3.2, RFC 7323, RFC 2018).
@@ -255,6 +268,10 @@ impl TcpOptions {
                     {
                         return Err(Error::TcpOptionBadLength);
                     }
+                    // A repeated SACK option replaces the earlier one entirely, so no block
+                    // of the earlier one lingers past `sack_len` (found by fuzzing: the
+                    // representation must not depend on what it replaced).
+                    o.sack = [SackBlock::default(); MAX_SACK_BLOCKS];
                     for (i, blk) in body.chunks_exact(option::SACK_BLOCK_LEN).enumerate() {
                         o.sack[i] = SackBlock {
                             left: SeqNum(be32(blk, option::SACK_LEFT)),
@@ -477,7 +494,9 @@ pub struct TcpRepr<'a> {
 }
 
 impl<'a> TcpRepr<'a> {
-    /// Parses a checked segment: checksum per `caps`, nonzero ports, options, flags.
+    /// Parses a checked segment: checksum per `caps`, nonzero ports, options. Every flag
+    /// combination parses: odd ones (SYN+FIN, SYN+RST) are TCP's to answer by state — on a
+    /// synchronized connection with a challenge ACK (RFC 9293 §3.10.7.4, RFC 5961 §4).
     pub fn parse(
         p: &Packet<&'a [u8]>,
         src: Ipv4Address,
@@ -491,10 +510,6 @@ impl<'a> TcpRepr<'a> {
             return Err(Error::TcpBadChecksum);
         }
         let flags = p.flags();
-        // SYN together with RST or FIN is never legitimate (scanners use it); drop it.
-        if flags.syn() && (flags.rst() || flags.fin()) {
-            return Err(Error::TcpBadFlags);
-        }
         let options = TcpOptions::parse(p.options())?;
         let b: &'a [u8] = p.buf;
         Ok(Self {
@@ -690,6 +705,46 @@ mod tests {
         );
     }
 
+    /// Regression (fuzz `wire_roundtrip`): a second, shorter SACK option left the first
+    /// one's extra blocks behind `sack_len`, so the same segment parsed to two different
+    /// representations.
+    #[test]
+    fn repeated_sack_option_replaces_the_first() {
+        let two = [5u8, 18, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4];
+        let one = [5u8, 10, 0, 0, 0, 9, 0, 0, 0, 10];
+        let mut opts = two.to_vec();
+        opts.extend_from_slice(&one);
+        let (bp, bq) = (with_options(&opts), with_options(&one));
+        let p = parse(&bp).unwrap();
+        let q = parse(&bq).unwrap();
+        assert_eq!(p.options, q.options);
+        assert_eq!(p.options.sack_len, 1);
+    }
+
+    /// Regression (fuzz `wire_roundtrip`): options holding more SACK blocks than fit beside
+    /// the others emit fewer; the result equals the original cut to what fits.
+    #[test]
+    fn options_compare_only_the_sack_blocks_in_use() {
+        let mut a = TcpOptions {
+            window_scale: Some(7),
+            sack_permitted: true,
+            sack_len: 4,
+            ..Default::default()
+        };
+        for (i, b) in a.sack.iter_mut().enumerate() {
+            b.left = SeqNum(i as u32 * 10);
+            b.right = SeqNum(i as u32 * 10 + 5);
+        }
+        let mut buf = [0u8; 40];
+        a.emit(&mut buf[..a.buffer_len()]);
+        let back = TcpOptions::parse(&buf[..a.buffer_len()]).unwrap();
+        assert_eq!(back.sack_len, 3);
+        let mut cut = a;
+        cut.sack_len = 3;
+        assert_eq!(back, cut);
+        assert_ne!(back, a);
+    }
+
     #[test]
     fn unknown_option_skipped_by_length() {
         let mut b = bytes(&syn());
@@ -702,11 +757,17 @@ mod tests {
     }
 
     #[test]
-    fn syn_with_rst_rejected_and_checksum_checked() {
-        let mut r = syn();
-        r.flags = Flags::SYN | Flags::RST;
-        let b = bytes(&r);
-        assert_eq!(parse(&b).unwrap_err(), Error::TcpBadFlags);
+    fn odd_flags_parse_and_checksum_checked() {
+        for flags in [
+            Flags::SYN | Flags::RST,
+            Flags::SYN | Flags::FIN,
+            Flags(0xff),
+        ] {
+            let mut r = syn();
+            r.flags = flags;
+            let b = bytes(&r);
+            assert_eq!(parse(&b).unwrap().flags, flags);
+        }
         let mut b = bytes(&syn());
         b[30] ^= 0x10;
         let p = Packet::new_checked(&b[..]).unwrap();

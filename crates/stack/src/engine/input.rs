@@ -1,20 +1,25 @@
 //! Receive path: Ethernet → ARP / IPv4 (+ reassembly) → ICMP / UDP / TCP demux.
 //!
 //! Every `Err` arm of a parse and every drop decision increments a named (nstat-style) counter
-//! where it happens; an exact duplicate IPv4 fragment is ignored without one, as Linux does.
+//! where it happens (an exact duplicate IPv4 fragment is ignored and counted
+//! `IpExtReasmDuplicates`).
 
 use super::Engine;
 use crate::counters::Counter;
 use crate::reasm::ReasmEvent;
 use crate::udp::Delivery;
 use crate::SocketError;
+use flowstack_tcp::{FourTuple, IcmpError};
 use flowstack_wire::arp::{self, ArpOperation, ArpRepr};
 use flowstack_wire::ethernet::{self, EthernetRepr};
 use flowstack_wire::icmpv4::{self, DstUnreachable, Icmpv4Repr};
 use flowstack_wire::ipv4::{self, IpProtocol, Ipv4Repr};
 use flowstack_wire::tcp::{self as wtcp, TcpRepr};
 use flowstack_wire::udp::{self as wudp, UdpRepr};
-use flowstack_wire::{Error as WireError, EtherType, Instant};
+use flowstack_wire::{Error as WireError, EtherType, Instant, SeqNum};
+
+/// ICMP type 5 (RFC 792).
+const ICMP_REDIRECT: u8 = 5;
 
 impl Engine {
     /// Processes one received Ethernet frame.
@@ -82,11 +87,22 @@ impl Engine {
         };
         let repr = match Ipv4Repr::parse(&pkt, csum) {
             Ok(r) => r,
-            Err(WireError::Ipv4BadChecksum) => return c.inc(Counter::IpExtInCsumErrors),
+            // As Linux: a bad checksum is a header error too (both counters move).
+            Err(WireError::Ipv4BadChecksum) => {
+                c.inc(Counter::IpInHdrErrors);
+                return c.inc(Counter::IpExtInCsumErrors);
+            }
+            Err(WireError::Ipv4SourceRoute) => {
+                c.inc(Counter::IpInHdrErrors);
+                return c.inc(Counter::IpExtInSrcRouteDrops);
+            }
             Err(_) => return c.inc(Counter::IpInHdrErrors),
         };
         if !self.iface.accepts(repr.dst) {
             return self.iface.counters_mut().inc(Counter::IpInAddrErrors);
+        }
+        if self.is_martian_source(repr.src) {
+            return self.iface.counters_mut().inc(Counter::IpExtInMartianSrc);
         }
         if !repr.is_fragment() {
             return self.deliver(now, &repr, pkt.header(), pkt.payload());
@@ -99,20 +115,39 @@ impl Engine {
                 whole.emit(&mut hdr, csum);
                 self.deliver(now, &whole, &hdr, &data);
             }
-            Err(ReasmEvent::Incomplete | ReasmEvent::Duplicate) => {}
+            Err(ReasmEvent::Incomplete) => {}
+            Err(ReasmEvent::Duplicate) => {
+                self.iface.counters_mut().inc(Counter::IpExtReasmDuplicates)
+            }
             Err(ReasmEvent::Overlap) => {
                 let c = self.iface.counters_mut();
                 c.inc(Counter::IpExtReasmOverlaps);
                 c.inc(Counter::IpReasmFails);
             }
-            Err(ReasmEvent::Invalid | ReasmEvent::NoMemory) => {
-                self.iface.counters_mut().inc(Counter::IpReasmFails)
+            Err(ReasmEvent::Invalid) => self.iface.counters_mut().inc(Counter::IpReasmFails),
+            Err(ReasmEvent::NoMemory) => {
+                let c = self.iface.counters_mut();
+                c.inc(Counter::IpExtReasmNoMemory);
+                c.inc(Counter::IpReasmFails);
             }
         }
         let evicted = self.reasm.take_evicted();
-        self.iface
-            .counters_mut()
-            .add(Counter::IpReasmFails, evicted);
+        let c = self.iface.counters_mut();
+        c.add(Counter::IpReasmFails, evicted);
+        c.add(Counter::IpExtReasmNoMemory, evicted);
+    }
+
+    /// RFC 1122 §3.2.1.3 / RFC 1812 §5.3.7: a source that cannot be a host on the link —
+    /// "this network" 0/8 (0.0.0.0 itself is allowed, hosts use it while configuring),
+    /// class E 240/4, loopback 127/8 and our own address arriving from the wire (a spoofed
+    /// or "land" datagram). An engine that itself serves 127/8 accepts loopback sources.
+    fn is_martian_source(&self, src: ipv4::Ipv4Address) -> bool {
+        let ours = self.iface.ip();
+        let o = src.0[0];
+        if ours.is_loopback() {
+            return false;
+        }
+        (o == 0 && !src.is_unspecified()) || o >= 240 || src.is_loopback() || src == ours
     }
 
     /// Hands a whole datagram to its protocol. `header` is its IP header (for ICMP errors).
@@ -156,7 +191,15 @@ impl Engine {
                 c.inc(Counter::IcmpInErrors);
                 return c.inc(Counter::IcmpInCsumErrors);
             }
-            Err(WireError::IcmpUnsupported) => return c.inc(Counter::IcmpExtInIgnored),
+            Err(WireError::IcmpUnsupported) => {
+                // RFC 1122 §3.2.2.2 lets a host update its routes from a redirect; like
+                // Linux with accept_redirects=0 (the default for hosts that route
+                // nothing), flowstack ignores them: a forged redirect cannot steer traffic.
+                if payload.first() == Some(&ICMP_REDIRECT) {
+                    c.inc(Counter::IcmpInRedirects);
+                }
+                return c.inc(Counter::IcmpExtInIgnored);
+            }
             Err(_) => return c.inc(Counter::IcmpInErrors),
         };
         match repr {
@@ -197,19 +240,28 @@ impl Engine {
                 self.echo_reply_received(now, ip, ident, seq_no, data);
             }
             Icmpv4Repr::DstUnreachable {
-                reason, original, ..
+                reason,
+                next_hop_mtu,
+                original,
             } => {
                 c.inc(Counter::IcmpInDestUnreachs);
-                self.icmp_unreachable(reason, original);
+                self.icmp_unreachable(now, reason, next_hop_mtu, original);
             }
-            Icmpv4Repr::TimeExceeded { .. } => c.inc(Counter::IcmpInTimeExcds),
+            Icmpv4Repr::TimeExceeded { code, original } => {
+                c.inc(Counter::IcmpInTimeExcds);
+                // Code 0 (TTL exceeded in transit) concerns the path; code 1 (reassembly)
+                // concerns only fragments, which TCP never sends.
+                if code == 0 {
+                    self.icmp_tcp(now, IcmpError::TimeExceeded, original);
+                }
+            }
         }
     }
 
     /// Reports an ICMP destination-unreachable to the socket it concerns (RFC 1122 §4.1.3.3).
     /// The quoted datagram is usually cut after 8 payload bytes, so its fields are read
     /// directly once the header is known to be there.
-    fn icmp_unreachable(&mut self, reason: DstUnreachable, q: &[u8]) {
+    fn icmp_unreachable(&mut self, now: Instant, reason: DstUnreachable, mtu: u16, q: &[u8]) {
         if q.len() < ipv4::HEADER_LEN + 4 || q[0] >> 4 != 4 {
             return;
         }
@@ -219,9 +271,57 @@ impl Engine {
         }
         let proto = IpProtocol::from(q[9]);
         let sport = u16::from_be_bytes([q[hl], q[hl + 1]]);
-        if proto == IpProtocol::Udp && reason == DstUnreachable::PortUnreachable {
-            self.udp.report_error(sport, SocketError::ConnectionRefused);
+        match proto {
+            IpProtocol::Udp if reason == DstUnreachable::PortUnreachable => {
+                self.udp.report_error(sport, SocketError::ConnectionRefused);
+            }
+            IpProtocol::Tcp => {
+                let err = match reason {
+                    DstUnreachable::FragRequired => IcmpError::FragNeeded {
+                        mtu,
+                        quoted_len: u16::from_be_bytes([q[2], q[3]]),
+                    },
+                    DstUnreachable::PortUnreachable => IcmpError::PortUnreachable,
+                    _ => IcmpError::Unreachable,
+                };
+                self.icmp_tcp(now, err, q);
+            }
+            _ => {}
         }
+    }
+
+    /// Hands an ICMP error about a TCP segment we sent to its connection. RFC 792 quotes the
+    /// IP header and at least 8 bytes of TCP: ports and sequence number, all TCP needs.
+    fn icmp_tcp(&mut self, now: Instant, err: IcmpError, q: &[u8]) {
+        if q.len() < ipv4::HEADER_LEN || q[0] >> 4 != 4 || q[9] != u8::from(IpProtocol::Tcp) {
+            return;
+        }
+        let hl = ((q[0] & 0xf) as usize) * 4;
+        if hl < ipv4::HEADER_LEN || q.len() < hl + 8 {
+            return self.iface.counters_mut().inc(Counter::IcmpInErrors);
+        }
+        let addr = |at: usize| ipv4::Ipv4Address([q[at], q[at + 1], q[at + 2], q[at + 3]]);
+        let (src, dst) = (addr(12), addr(16));
+        if src != self.iface.ip() {
+            // Not a datagram we sent: forged or misdirected.
+            return self
+                .iface
+                .counters_mut()
+                .inc(Counter::TcpExtTCPIcmpNoSocket);
+        }
+        let t = FourTuple {
+            local_ip: src,
+            local_port: u16::from_be_bytes([q[hl], q[hl + 1]]),
+            remote_ip: dst,
+            remote_port: u16::from_be_bytes([q[hl + 2], q[hl + 3]]),
+        };
+        let seq = SeqNum(u32::from_be_bytes([
+            q[hl + 4],
+            q[hl + 5],
+            q[hl + 6],
+            q[hl + 7],
+        ]));
+        self.tcp.icmp_error(now, &t, seq, err);
     }
 
     fn udp_input(&mut self, now: Instant, ip: &Ipv4Repr, header: &[u8], payload: &[u8]) {

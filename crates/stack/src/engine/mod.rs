@@ -210,6 +210,11 @@ impl Engine {
         self.iface.ip()
     }
 
+    /// The capabilities of the device the engine was built for.
+    pub fn caps(&self) -> DeviceCaps {
+        self.iface.caps()
+    }
+
     /// Counters of every layer.
     pub fn counters(&self) -> Counters {
         let mut c = self.iface.counters().clone();

@@ -29,13 +29,14 @@ impl Engine {
     }
 
     /// Clamps the MSS to the link and enables segmentation offload when the device takes
-    /// TCP segments larger than its MTU.
+    /// TCP segments larger than its MTU. A device that segments cuts at the link's MSS, so
+    /// offload is only for sockets that announce the link's full MSS (and TCP uses it only
+    /// while the effective send MSS is that large, see `Connection::mss`).
     fn fit_to_device(&self, cfg: &mut TcpConfig) {
-        cfg.mss = cfg
-            .mss
-            .min((self.iface.max_payload() - wtcp::HEADER_LEN) as u16);
+        let link_mss = (self.iface.max_payload() - wtcp::HEADER_LEN) as u16;
+        cfg.mss = cfg.mss.min(link_mss);
         let caps = self.iface.caps();
-        cfg.max_tso_segment = if caps.max_tx_datagram > caps.mtu {
+        cfg.max_tso_segment = if caps.max_tx_datagram > caps.mtu && cfg.mss == link_mss {
             caps.max_tx_datagram - ipv4::HEADER_LEN - wtcp::HEADER_LEN
         } else {
             0
@@ -252,6 +253,35 @@ impl Engine {
         self.tcp.conn_mut(h)?.set_keepalive(k, now);
         self.tcp.touch(h);
         Ok(())
+    }
+
+    /// TCP_INFO of a connection: RTT, RTO, MSS, windows, queues, retransmissions.
+    pub fn tcp_info(&self, h: TcpHandle) -> Result<flowstack_tcp::TcpInfo, SocketError> {
+        Ok(self.tcp.conn(h)?.info())
+    }
+
+    /// Sets the user timeout (RFC 5482, TCP_USER_TIMEOUT) of a connection.
+    pub fn tcp_set_user_timeout(
+        &mut self,
+        h: TcpHandle,
+        t: Option<flowstack_wire::Duration>,
+    ) -> Result<(), SocketError> {
+        self.tcp.conn_mut(h)?.set_user_timeout(t);
+        Ok(())
+    }
+
+    /// Releases the handle with SO_LINGER semantics: `Duration::ZERO` resets the connection
+    /// at once; otherwise it closes gracefully and is reset if the close has not completed
+    /// within `linger` (the call itself never blocks).
+    pub fn tcp_close_linger(
+        &mut self,
+        h: TcpHandle,
+        linger: flowstack_wire::Duration,
+    ) -> Result<(), SocketError> {
+        let now = self.now;
+        self.tcp.conn_mut(h)?.close_linger(now, linger);
+        self.tcp.touch(h);
+        self.tcp.release(h)
     }
 
     /// The error that ended a connection, as a socket error.

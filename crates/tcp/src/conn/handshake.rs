@@ -20,6 +20,18 @@ pub(crate) fn peer_mss(opt: Option<u16>, ours: u16) -> usize {
     m.min(ours as usize)
 }
 
+/// Counts the options of a SYN that are out of range and get clamped when negotiated: an
+/// MSS below [`MIN_MSS`] (raised to it, Linux's TCP_MIN_SND_MSS) and a window-scale shift
+/// above 14 (RFC 7323 §2.3: "use 14").
+pub fn syn_option_clamps(o: &flowstack_wire::tcp::TcpOptions, c: &mut Counters) {
+    if o.mss.is_some_and(|m| m != 0 && (m as usize) < MIN_MSS) {
+        c.inc(Counter::TcpExtTCPMSSClamped);
+    }
+    if o.window_scale.is_some_and(|w| w > MAX_WSCALE) {
+        c.inc(Counter::TcpExtTCPWscaleClamped);
+    }
+}
+
 impl Connection {
     /// Active open: a connection in SYN-SENT whose first [`Connection::poll_transmit`] sends
     /// the SYN.
@@ -110,6 +122,13 @@ impl Connection {
         if !f.syn() {
             return;
         }
+        if f.fin() {
+            // A SYN-ACK with FIN: never from a correct peer; drop it, the peer retransmits
+            // (as Linux drops SYN+FIN).
+            c.inc(Counter::TcpExtTCPSynFinDrop);
+            return;
+        }
+        syn_option_clamps(&seg.options, c);
         self.rcv.init(seg.seq);
         self.negotiate(seg);
         if f.ack() {

@@ -110,8 +110,22 @@ impl Connection {
     /// RFC 9293 §3.10.7.4: SEGMENT ARRIVES in a synchronized state or SYN-RECEIVED.
     fn on_synchronized(&mut self, now: Instant, seg: &TcpRepr, c: &mut Counters) {
         let f = seg.flags;
+        // SYN with RST or FIN never comes from a correct peer (scanners and attacks send
+        // them). They are not dropped at parse: on a synchronized connection RFC 5961 §4
+        // answers any SYN with a challenge ACK, and RFC 9293 §3.10.7.4 processes the SYN
+        // before the FIN — so both combinations get the challenge ACK below; an RST+SYN
+        // never resets (an exact RST must come alone).
+        let bad_syn = f.syn() && (f.rst() || f.fin());
+        if bad_syn {
+            c.inc(Counter::TcpExtTCPBadSynFlags);
+        }
         // A retransmitted SYN in SYN-RECEIVED means our SYN-ACK was lost: send it again.
-        if self.state == State::SynReceived && f.syn() && !f.ack() && seg.seq == self.rcv.irs {
+        if self.state == State::SynReceived
+            && f.syn()
+            && !f.ack()
+            && !bad_syn
+            && seg.seq == self.rcv.irs
+        {
             self.snd.nxt = self.snd.iss;
             return;
         }
@@ -142,7 +156,7 @@ impl Connection {
         }
         // Second: RST (RFC 5961 §3.2): exact match resets, otherwise a challenge ACK.
         if f.rst() {
-            if seg.seq == self.rcv.nxt {
+            if seg.seq == self.rcv.nxt && !f.syn() {
                 self.on_reset(c);
             } else {
                 self.challenge_ack(now, c);
@@ -188,7 +202,16 @@ impl Connection {
     }
 
     /// RFC 9293 §3.10.7.4 seventh and eighth steps: the segment text, then the FIN bit.
+    ///
+    /// The sixth step, URG, is not implemented: urgent data stays inline in the stream (RFC
+    /// 6093 §6 recommends that applications not use it, and the byte it marks is delivered
+    /// like any other). An urgent pointer beyond the segment's data is counted and ignored.
     fn on_text_and_fin(&mut self, now: Instant, seg: &TcpRepr, c: &mut Counters) {
+        if seg.flags.contains(flowstack_wire::tcp::Flags::URG)
+            && seg.urgent as usize > seg.payload.len()
+        {
+            c.inc(Counter::TcpExtTCPUrgBeyondData);
+        }
         // Seventh: segment text.
         if !seg.payload.is_empty() {
             match self.state {
@@ -243,6 +266,9 @@ impl Connection {
     /// The ACK field of an acceptable segment (RFC 9293 §3.10.7.4 fifth; RFC 5681; RFC 6582;
     /// RFC 6675).
     fn process_ack(&mut self, now: Instant, seg: &TcpRepr, c: &mut Counters) {
+        if self.opt.sack {
+            self.count_bogus_sacks(seg, c);
+        }
         let sack_news = self.opt.sack
             && seg.options.sack_len > 0
             && self
@@ -271,6 +297,20 @@ impl Connection {
         if self.snd.update_window(seg.seq, seg.ack, window) {
             self.timers.cancel(Timer::Persist);
             self.timers.persist_backoff = 0;
+            self.timers.zero_window_since = None;
+        }
+    }
+
+    /// SACK blocks the scoreboard ignores, counted as Linux's TCPSACKDiscard: inverted or
+    /// empty blocks, blocks reaching past SND.NXT (data never sent), and blocks below
+    /// SND.UNA other than a first-block D-SACK (RFC 2883 §4).
+    fn count_bogus_sacks(&self, seg: &TcpRepr, c: &mut Counters) {
+        for (i, b) in seg.options.sack_blocks().iter().enumerate() {
+            let dsack = i == 0 && b.right <= self.snd.una && b.left < b.right;
+            let valid = b.left < b.right && b.right <= self.snd.max && self.snd.una < b.right;
+            if !valid && !dsack {
+                c.inc(Counter::TcpExtTCPSACKDiscard);
+            }
         }
     }
 

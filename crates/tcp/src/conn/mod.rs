@@ -23,9 +23,11 @@
 //! 4. When [`Connection::state`] is `Closed`, the owner may drop the connection.
 
 mod handshake;
+mod info;
 mod input;
 mod options;
 mod output;
+mod pmtu;
 mod recovery;
 mod recv;
 mod send;
@@ -41,6 +43,10 @@ use recv::Receiver;
 use send::Sender;
 use std::fmt;
 use timers::{Timer, Timers};
+
+pub use handshake::syn_option_clamps;
+pub use info::TcpInfo;
+pub use pmtu::{IcmpError, MIN_PMTU};
 
 /// RFC 9293 §3.3.2 connection states (LISTEN is the engine's listener table).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -103,6 +109,9 @@ pub enum TcpError {
     TimedOut,
     /// We aborted (RST sent).
     Aborted,
+    /// The network reported the peer unreachable (an ICMP soft error, reported when the
+    /// connection then timed out).
+    Unreachable,
 }
 
 /// Per-connection statistics (for `ss`-like reports).
@@ -148,6 +157,9 @@ pub struct Connection {
     /// A reset to send: (sequence number, ACK number if any).
     pub(crate) pending_rst: Option<(SeqNum, Option<SeqNum>)>,
     pub(crate) error: Option<TcpError>,
+    /// The last ICMP soft error (RFC 1122 §4.2.3.9): reported instead of "timed out" if
+    /// the connection gives up.
+    pub(crate) soft_error: Option<TcpError>,
     pub(crate) stats: ConnStats,
 }
 
@@ -166,6 +178,7 @@ impl Connection {
             passive: false,
             pending_rst: None,
             error: None,
+            soft_error: None,
             stats: ConnStats::default(),
         }
     }
@@ -181,6 +194,10 @@ impl Connection {
     /// The error that ended the connection, if any.
     pub fn error(&self) -> Option<TcpError> {
         self.error
+    }
+    /// The last ICMP soft error reported for the connection, if any.
+    pub fn soft_error(&self) -> Option<TcpError> {
+        self.soft_error
     }
     /// Statistics.
     pub fn stats(&self) -> ConnStats {
@@ -198,9 +215,17 @@ impl Connection {
     pub fn cwnd(&self) -> usize {
         self.rec.cc.cwnd()
     }
-    /// Effective send MSS.
+    /// Effective send MSS: the peer's MSS option, lowered by path MTU discovery.
     pub fn mss(&self) -> usize {
         self.snd.mss
+    }
+    /// The send sequence space: SND.UNA and the highest sequence number sent (SND.NXT).
+    pub fn send_seq(&self) -> (SeqNum, SeqNum) {
+        (self.snd.una, self.snd.max)
+    }
+    /// RCV.NXT: the next sequence number expected from the peer.
+    pub fn recv_next(&self) -> SeqNum {
+        self.rcv.nxt
     }
     /// Peer's window in bytes.
     pub fn send_window(&self) -> usize {

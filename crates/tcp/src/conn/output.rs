@@ -188,7 +188,12 @@ impl Connection {
         let mut r = self.base(seq, Flags::NONE);
         self.with_options(now, &mut r);
         // RFC 6691: the MSS counts data only; options in this segment take from it.
-        let room = self.snd.mss.max(self.cfg.max_tso_segment) - r.options.buffer_len();
+        let max = if self.tso_allowed() {
+            self.cfg.max_tso_segment
+        } else {
+            self.snd.mss
+        };
+        let room = max - r.options.buffer_len();
         let data_len = self.snd.queue.len().saturating_sub(off).min(len).min(room);
         // A segment is never cut short at the ring's wrap point (that would make needless
         // small segments): a straddling payload is gathered into a scratch buffer.
@@ -203,6 +208,7 @@ impl Connection {
             r.flags |= Flags::PSH;
         }
         let r = TcpRepr { payload, ..r };
+        self.timers.unacked_since.get_or_insert(now);
         emit(&r);
         c.inc(Counter::TcpOutSegs);
         self.stats.segs_out += 1;

@@ -35,6 +35,18 @@ pub(crate) struct Recovery {
     pub(crate) rexmit_mark: Option<SeqNum>,
     /// What the peer holds above SND.UNA, from its SACK blocks.
     pub(crate) sack: Scoreboard,
+    /// Armed by the first timeout of an episode (with timestamps): the congestion state
+    /// before it and the TSval of the retransmission, for Eifel detection (RFC 3522).
+    pub(crate) rto_undo: Option<RtoUndo>,
+}
+
+/// What a spurious timeout restores (RFC 3522 detection, RFC 4015 response).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RtoUndo {
+    /// (cwnd, ssthresh) before the timeout.
+    pub(crate) cc: (usize, usize),
+    /// Our timestamp clock when the retransmission left.
+    pub(crate) ts: u32,
 }
 
 impl Recovery {
@@ -48,6 +60,7 @@ impl Recovery {
             rexmit_head: false,
             rexmit_mark: None,
             sack: Scoreboard::new(cfg.max_ofo_ranges),
+            rto_undo: None,
         }
     }
 

@@ -19,11 +19,13 @@ pub(crate) enum Timer {
     /// The bounded lifetime of a closing state: TIME-WAIT's 2·MSL, FIN-WAIT-2 and
     /// CLOSE-WAIT idle limits.
     Lifetime,
+    /// SO_LINGER: the deadline of a graceful close.
+    Linger,
 }
 
 impl Timer {
-    /// Size of the table (`Lifetime` is the last variant).
-    const COUNT: usize = Timer::Lifetime as usize + 1;
+    /// Size of the table (`Linger` is the last variant).
+    const COUNT: usize = Timer::Linger as usize + 1;
 }
 
 /// A small table of deadlines indexed by [`Timer`], and the counters the timers keep.
@@ -39,6 +41,11 @@ pub(crate) struct Timers {
     pub(crate) probe_now: bool,
     /// When the last segment arrived (the idle limit of FIN-WAIT-2 and CLOSE-WAIT).
     pub(crate) last_activity: Instant,
+    /// Since when the peer's window has been zero while we had data to send.
+    pub(crate) zero_window_since: Option<Instant>,
+    /// Since when sent data has been waiting for an acknowledgment without progress (the
+    /// user timeout's clock, RFC 5482).
+    pub(crate) unacked_since: Option<Instant>,
 }
 
 impl Timers {
@@ -50,6 +57,8 @@ impl Timers {
             keepalive_sent: 0,
             probe_now: false,
             last_activity: now,
+            zero_window_since: None,
+            unacked_since: None,
         }
     }
 
@@ -115,6 +124,9 @@ impl Connection {
         if self.timers.take_due(Timer::Lifetime, now) {
             self.on_lifetime(now);
         }
+        if self.timers.take_due(Timer::Linger, now) {
+            self.on_linger(now);
+        }
         if self.timers.take_due(Timer::DelayedAck, now) {
             self.rcv.ack_now = true;
             c.inc(Counter::TcpExtDelayedACKs);
@@ -135,6 +147,13 @@ impl Connection {
     fn on_lifetime(&mut self, now: Instant) {
         match self.state {
             State::TimeWait => self.enter_closed(),
+            // As Linux's tcp_fin_timeout: the FIN-WAIT-2 limit is for orphans. A socket the
+            // application only half-closed may still be receiving (found by `simnet`: a
+            // peer stuck behind a PMTU black hole for a minute had its reader reset).
+            State::FinWait2 if !self.rcv.app_closed => {
+                self.timers
+                    .set(Timer::Lifetime, now + self.cfg.fin_wait2_timeout);
+            }
             State::FinWait2 | State::CloseWait => {
                 if now.saturating_since(self.timers.last_activity)
                     >= self.idle_limit().unwrap_or_default()
@@ -178,7 +197,22 @@ impl Connection {
             }
         }
         if self.snd.wnd == 0 {
+            // A peer that answers every probe with a zero window could hold the connection
+            // (and its send buffer) forever: bound it.
+            let since = *self.timers.zero_window_since.get_or_insert(now);
+            if self
+                .cfg
+                .zero_window_timeout
+                .is_some_and(|limit| now.saturating_since(since) >= limit)
+            {
+                c.inc(Counter::TcpExtTCPAbortOnZeroWindow);
+                self.error = Some(TcpError::TimedOut);
+                self.pending_rst = Some((self.snd.nxt, None));
+                return self.enter_closed();
+            }
             c.inc(Counter::TcpExtTCPWinProbe);
+        } else {
+            self.timers.zero_window_since = None;
         }
         self.timers.probe_now = true;
         self.timers.persist_backoff = (self.timers.persist_backoff + 1).min(10);
@@ -196,7 +230,14 @@ impl Connection {
             self.error = Some(TcpError::TimedOut);
             return self.enter_closed();
         }
-        if self.state == State::Established && self.snd.all_acked() {
+        // As Linux: probes go out in every synchronized state that waits on the peer
+        // (a half-closed socket in FIN-WAIT-2 or CLOSE-WAIT too — found by `simnet`: after a
+        // peer restart such a socket could otherwise wait forever).
+        let waiting = matches!(
+            self.state,
+            State::Established | State::CloseWait | State::FinWait2
+        );
+        if waiting && self.snd.all_acked() {
             self.timers.keepalive_sent += 1;
             self.timers.probe_now = true;
             c.inc(Counter::TcpExtTCPKeepAlive);
@@ -222,16 +263,25 @@ impl Connection {
             State::SynSent | State::SynReceived => self.cfg.syn_retries,
             _ => self.cfg.max_retries,
         };
-        if self.timers.retries > limit {
+        if self.timers.retries > limit || self.user_timeout_expired(now) {
             c.inc(Counter::TcpExtTCPAbortOnTimeout);
             if self.state == State::SynSent {
                 c.inc(Counter::TcpAttemptFails);
             }
-            self.error = Some(TcpError::TimedOut);
+            self.error = Some(self.soft_error.unwrap_or(TcpError::TimedOut));
             return self.enter_closed();
         }
+        self.blackhole_check(now, c);
         c.inc(Counter::TcpExtTCPTimeouts);
         self.stats.timeouts += 1;
+        if self.timers.retries == 1 && self.opt.ts && self.state.is_synchronized() {
+            // RFC 3522 §3.2: remember the retransmission's timestamp; an ACK echoing an older
+            // one proves the original arrived and the timeout was spurious.
+            self.rec.rto_undo = Some(super::recovery::RtoUndo {
+                cc: self.rec.cc.save(),
+                ts: self.opt.ts_now(now),
+            });
+        }
         self.rec.cc.on_rto(self.snd.flight());
         self.snd.rtt.back_off();
         self.snd.rtt_probe = None;

@@ -1,0 +1,99 @@
+//! TCP_INFO-style per-connection state, the user timeout (RFC 5482 / RFC 9293 §3.8.3) and
+//! SO_LINGER for the native API.
+
+use super::{Connection, State, TcpError, Timer};
+use flowstack_wire::{Duration, Instant};
+
+/// What `getsockopt(TCP_INFO)` reports on Linux, for one connection.
+#[derive(Debug, Clone, Copy)]
+pub struct TcpInfo {
+    /// Current state.
+    pub state: State,
+    /// Smoothed RTT, once measured.
+    pub srtt: Option<Duration>,
+    /// Current retransmission timeout.
+    pub rto: Duration,
+    /// Effective send MSS (after the peer's option and path MTU discovery).
+    pub snd_mss: usize,
+    /// Congestion window in bytes.
+    pub cwnd: usize,
+    /// Slow-start threshold in bytes (`usize::MAX` until the first loss).
+    pub ssthresh: usize,
+    /// The peer's receive window in bytes.
+    pub snd_wnd: usize,
+    /// Bytes sent and not yet acknowledged.
+    pub unacked: usize,
+    /// Bytes queued to send (unsent plus unacknowledged).
+    pub send_queue: usize,
+    /// Bytes received and not yet read.
+    pub recv_queue: usize,
+    /// Timeouts in a row without progress (Linux `tcpi_retransmits`).
+    pub backoff: u32,
+    /// Timestamps, SACK, send and receive window-scale shifts negotiated.
+    pub options: (bool, bool, u8, u8),
+    /// The last ICMP soft error, if any.
+    pub soft_error: Option<TcpError>,
+    /// Counters of the connection's life.
+    pub stats: super::ConnStats,
+}
+
+impl Connection {
+    /// The connection's TCP_INFO.
+    pub fn info(&self) -> TcpInfo {
+        TcpInfo {
+            state: self.state,
+            srtt: self.snd.rtt.srtt(),
+            rto: self.snd.rtt.rto(),
+            snd_mss: self.snd.mss,
+            cwnd: self.rec.cc.cwnd(),
+            ssthresh: self.rec.cc.ssthresh(),
+            snd_wnd: self.snd.wnd,
+            unacked: self.snd.max - self.snd.una,
+            send_queue: self.snd.queue.len(),
+            recv_queue: self.rcv.buf.len(),
+            backoff: self.timers.retries,
+            options: self.options(),
+            soft_error: self.soft_error,
+            stats: self.stats,
+        }
+    }
+
+    /// Sets the user timeout (RFC 5482, Linux TCP_USER_TIMEOUT): how long sent data may stay
+    /// unacknowledged before the connection is aborted with "timed out"; `None` leaves it to
+    /// the retransmission limit.
+    pub fn set_user_timeout(&mut self, t: Option<Duration>) {
+        self.cfg.user_timeout = t;
+    }
+
+    /// RFC 5482 §2: whether data has been unacknowledged for longer than the user timeout.
+    pub(crate) fn user_timeout_expired(&self, now: Instant) -> bool {
+        match (self.cfg.user_timeout, self.timers.unacked_since) {
+            (Some(limit), Some(since)) => now.saturating_since(since) >= limit,
+            _ => false,
+        }
+    }
+
+    /// Closes with SO_LINGER semantics: `Duration::ZERO` aborts at once (an RST, unsent data
+    /// discarded, as Linux); otherwise the connection closes gracefully but is aborted if the
+    /// close has not completed (our FIN acknowledged) within `linger`. Sans-IO, so the call
+    /// never blocks: the deadline runs in the background (a blocking `close` would wait).
+    pub fn close_linger(&mut self, now: Instant, linger: Duration) {
+        if linger == Duration::ZERO {
+            return self.abort(now);
+        }
+        self.close(now);
+        if self.state != State::Closed {
+            self.timers.set(Timer::Linger, now + linger);
+        }
+    }
+
+    /// The linger deadline passed: abort unless the close completed.
+    pub(crate) fn on_linger(&mut self, now: Instant) {
+        if matches!(
+            self.state,
+            State::FinWait1 | State::Closing | State::LastAck | State::SynSent | State::SynReceived
+        ) {
+            self.abort(now);
+        }
+    }
+}

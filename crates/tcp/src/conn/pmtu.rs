@@ -1,0 +1,148 @@
+//! The path a connection's segments take: RFC 1191 path MTU discovery from ICMP
+//! "fragmentation needed", RFC 5927's checks on every ICMP error that names a connection,
+//! ICMP unreachables as soft errors (RFC 1122 §4.2.3.9), and black-hole detection when ICMP
+//! is filtered (RFC 4821 §7.7, as Linux's `tcp_mtu_probing=1`).
+
+use super::{Connection, State, TcpError};
+use crate::counters::{Counter, Counters};
+use flowstack_wire::{Instant, SeqNum};
+
+/// IP and TCP headers without options: what separates a path MTU from its MSS.
+const HEADERS: usize = 40;
+/// The smallest path MTU believed from an ICMP message, as Linux's `min_pmtu` (552): a
+/// smaller or absurd value (RFC 1191 §4 plateaus start at 68) is raised to it, so a forged
+/// "fragmentation needed" cannot shrink segments to a few bytes.
+pub const MIN_PMTU: usize = 552;
+/// The MSS black-hole detection starts from (Linux `tcp_base_mss`).
+const BLACKHOLE_BASE_MSS: usize = 1024;
+/// Consecutive timeouts of a full-sized segment before the path is suspected of dropping
+/// large packets silently (Linux checks at `tcp_retries1` = 3).
+const BLACKHOLE_AFTER: u32 = 3;
+
+/// RFC 1191 §7 plateau table: a guess at the next MTU down when a router sends no MTU.
+const PLATEAUS: [usize; 10] = [32000, 17914, 8166, 4352, 2002, 1492, 1006, 508, 296, 68];
+
+/// What an ICMP error said about the path of a connection (RFC 792, RFC 1191).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IcmpError {
+    /// Destination unreachable, fragmentation needed and DF set: the next hop's MTU (0 from
+    /// routers older than RFC 1191) and the quoted datagram's total length.
+    FragNeeded {
+        /// Next-hop MTU field.
+        mtu: u16,
+        /// Total length of the datagram that was too big.
+        quoted_len: u16,
+    },
+    /// Port unreachable.
+    PortUnreachable,
+    /// Net, host or protocol unreachable, or administratively prohibited.
+    Unreachable,
+    /// Time exceeded in transit.
+    TimeExceeded,
+}
+
+impl Connection {
+    /// Handles an ICMP error whose quoted TCP header names this connection; `seq` is the
+    /// sequence number in that quoted header.
+    ///
+    /// RFC 5927 §4.1: "TCP SHOULD check that the TCP sequence number contained in the payload
+    /// of the ICMP error message is within the range SND.UNA =< SEG.SEQ < SND.NXT" — an error
+    /// about anything else is forged or stale and ignored (counted `TcpExtOutOfWindowIcmps`).
+    pub fn on_icmp_error(&mut self, now: Instant, err: IcmpError, seq: SeqNum, c: &mut Counters) {
+        if self.state == State::Closed || !(self.snd.una <= seq && seq < self.snd.max) {
+            c.inc(Counter::TcpExtOutOfWindowIcmps);
+            return;
+        }
+        match err {
+            IcmpError::FragNeeded { mtu, quoted_len } => {
+                self.on_frag_needed(now, mtu as usize, quoted_len as usize, c)
+            }
+            // RFC 1122 §4.2.3.9: unreachables are soft errors ("TCP MUST NOT abort the
+            // connection"); the error is reported if the connection later times out (as
+            // Linux's sk_err_soft). RFC 5927 §4.2 agrees: hard errors on established
+            // connections are an attack vector.
+            IcmpError::PortUnreachable => self.record_soft_error(TcpError::Refused, c),
+            IcmpError::Unreachable | IcmpError::TimeExceeded => {
+                self.record_soft_error(TcpError::Unreachable, c)
+            }
+        }
+    }
+
+    fn record_soft_error(&mut self, e: TcpError, c: &mut Counters) {
+        c.inc(Counter::TcpExtTCPIcmpSoftErrors);
+        self.soft_error = Some(e);
+    }
+
+    /// RFC 1191 §6: lower the path MTU to what the router reported and resend what no longer
+    /// fits. RFC 1191 §6.5 (and RFC 5927 §7.1): this is not a congestion signal, so the
+    /// congestion window is left alone.
+    fn on_frag_needed(&mut self, now: Instant, mtu: usize, quoted_len: usize, c: &mut Counters) {
+        let mtu = if mtu == 0 {
+            // RFC 1191 §5: an old router — guess the next plateau below the datagram's size.
+            PLATEAUS
+                .iter()
+                .copied()
+                .find(|&p| p < quoted_len)
+                .unwrap_or(MIN_PMTU)
+        } else {
+            mtu
+        };
+        let mss = mtu.max(MIN_PMTU) - HEADERS;
+        if mss >= self.snd.mss {
+            // RFC 1191 §6.3: an MTU at or above the current estimate is ignored (a host
+            // never raises its estimate on an ICMP message).
+            c.inc(Counter::TcpExtTCPPMTUIgnored);
+            return;
+        }
+        c.inc(Counter::TcpExtTCPPMTUReduced);
+        self.lower_mss(now, mss);
+    }
+
+    /// Sets a smaller effective send MSS and resends the unacknowledged data in segments of
+    /// the new size (the large ones were dropped on the way, as Linux's
+    /// tcp_simple_retransmit), without touching the congestion window.
+    fn lower_mss(&mut self, now: Instant, mss: usize) {
+        self.snd.mss = mss;
+        self.rec.cc.set_smss(mss);
+        if self.state.is_synchronized() && !self.snd.all_acked() {
+            self.snd.nxt = self.snd.una;
+            // Karn: a resent segment cannot be timed.
+            self.snd.rtt_probe = None;
+            let rto = now + self.snd.rtt.rto();
+            self.timers.set(super::Timer::Rto, rto);
+        }
+    }
+
+    /// RFC 4821 §7.7 black-hole detection, called on each retransmission timeout: when the
+    /// oldest unacknowledged segment has timed out `BLACKHOLE_AFTER` times in a row, large
+    /// packets may be vanishing on a path whose routers' ICMP is filtered. Lower the MSS to
+    /// 1024, then halve it at each further timeout, never below what [`MIN_PMTU`] carries
+    /// (as Linux with `tcp_mtu_probing=1`) — unless the lost segment is no larger than the
+    /// floor itself (then its size cannot be the problem). Returns true if it did.
+    pub(crate) fn blackhole_check(&mut self, now: Instant, c: &mut Counters) -> bool {
+        let floor = MIN_PMTU - HEADERS;
+        if !self.cfg.mtu_probing
+            || !self.state.is_synchronized()
+            || self.timers.retries < BLACKHOLE_AFTER
+            || self.snd.mss <= floor
+        {
+            return false;
+        }
+        let mss = if self.snd.mss > BLACKHOLE_BASE_MSS {
+            BLACKHOLE_BASE_MSS
+        } else {
+            self.snd.mss / 2
+        }
+        .max(floor);
+        let lost = (self.snd.data_end() - self.snd.una).min(self.full_seg());
+        let options = self.snd.mss - self.full_seg();
+        if lost <= floor - options {
+            return false; // already as small as the floor: not a size problem
+        }
+        c.inc(Counter::TcpExtTCPMTUPBlackhole);
+        self.snd.mss = mss;
+        self.rec.cc.set_smss(mss);
+        let _ = now;
+        true
+    }
+}
