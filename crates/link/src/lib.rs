@@ -19,6 +19,7 @@ pub mod shm;
 pub mod switch;
 pub mod sys;
 pub mod tap;
+pub mod vnet;
 
 pub use batch::TxBatch;
 pub use flowstack_wire::{ChecksumCaps, Instant};
