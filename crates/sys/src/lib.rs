@@ -13,6 +13,7 @@
 //! | [`fdpass`] | send and receive file descriptors over a unix socket (`SCM_RIGHTS`) |
 //! | [`socket`] | socket options the tools set on kernel sockets (`TCP_QUICKACK`) |
 //! | [`process`] | is a process (the peer of a shared region) still alive? |
+//! | [`bpf`] | the `bpf(2)` commands of the AF_XDP driver: an `XSKMAP`, the built-in redirect program, its attachment through a BPF link |
 //! | [`perf`] | hardware counters of the calling thread (`perf_event_open(2)`, their RDPMC metadata page) and its context switches and CPU, for the profiler |
 //!
 //! Where a well-kept crate wraps a system call safely we use it and write no `unsafe` at all:
@@ -32,6 +33,7 @@
 #![warn(missing_docs)]
 
 pub mod affinity;
+pub mod bpf;
 pub mod eventfd;
 pub mod fdpass;
 pub mod file;
