@@ -18,7 +18,9 @@
 //! delivery, and coalesced large frames (up to 64 KiB) are accepted as they are.
 #![allow(unsafe_code)]
 
-use crate::sys::{complete_checksum, cvt, interface_index, interface_mtu, wait_readable};
+use crate::sys::{
+    complete_checksum, cvt, interface_exists, interface_index, interface_mtu, wait_readable,
+};
 use crate::vnet::TxLayout;
 use crate::{Device, DeviceCaps, Instant, TxBatch};
 use flowstack_wire::Duration;
@@ -126,6 +128,9 @@ pub struct PacketSocket {
     stats: PacketStats,
     /// Frames carry a vnet header both ways.
     vnet: bool,
+    ifindex: i32,
+    /// The interface went away (deleted, or its namespace with it).
+    down: bool,
     /// Transmit scratch, reused by every batch: per frame its layout, its iovecs and its
     /// message header (they point into each other and into the batch only during a call).
     tx_layout: Vec<TxLayout>,
@@ -268,6 +273,8 @@ impl PacketSocket {
             scratch: Vec::with_capacity(65536),
             stats: PacketStats::default(),
             vnet,
+            ifindex,
+            down: false,
             tx_layout: vec![TxLayout::PLAIN; TX_CHUNK],
             tx_iov: vec![
                 libc::iovec {
@@ -343,6 +350,13 @@ impl PacketSocket {
             };
             if r <= 0 {
                 let err = io::Error::last_os_error().raw_os_error();
+                if matches!(err, Some(libc::ENXIO) | Some(libc::ENODEV) | Some(libc::ENETDOWN))
+                    && !interface_exists(self.ifindex as u32)
+                {
+                    self.down = true;
+                    self.stats.tx_drops += (k - pos) as u64;
+                    break;
+                }
                 // ENOBUFS: the device refused the frame because the receiving side's backlog
                 // is full (a veth peer's softirq has not run yet). Dropping a 64 KiB GSO frame
                 // costs the connection a recovery, so give the backlog's softirq a chance
@@ -408,7 +422,15 @@ impl Device for PacketSocket {
     fn wait(&mut self, timeout: Duration) {
         if !self.rx_pending(Instant::ZERO) {
             let _ = wait_readable(&self.fd, timeout);
+            // Only when idle: is the interface still there?
+            if !interface_exists(self.ifindex as u32) {
+                self.down = true;
+            }
         }
+    }
+
+    fn link_down(&self) -> bool {
+        self.down
     }
 }
 

@@ -52,6 +52,8 @@ pub struct Tap {
     mtu: usize,
     buf: Vec<u8>,
     vnet: bool,
+    /// The TAP went away under us (deleted: reads and writes fail with EBADFD).
+    down: bool,
     stats: TapStats,
 }
 
@@ -120,6 +122,7 @@ impl Tap {
             mtu,
             buf: vec![0; VNET_HDR + 65536 + 64],
             vnet,
+            down: false,
             stats: TapStats::default(),
         }
     }
@@ -196,7 +199,13 @@ impl Device for Tap {
                     n += 1;
                 }
                 Ok(_) => break,
-                Err(_) => break, // EAGAIN: nothing more now
+                Err(e) => {
+                    // EAGAIN: nothing more now. EBADFD/EIO: the interface was deleted.
+                    if matches!(e.raw_os_error(), Some(libc::EBADFD) | Some(libc::EIO)) {
+                        self.down = true;
+                    }
+                    break;
+                }
             }
         }
         self.stats.rx_frames += n as u64;
@@ -228,5 +237,9 @@ impl Device for Tap {
 
     fn wait(&mut self, timeout: Duration) {
         let _ = wait_readable(&self.file, timeout);
+    }
+
+    fn link_down(&self) -> bool {
+        self.down
     }
 }
