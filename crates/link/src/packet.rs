@@ -124,7 +124,6 @@ pub struct PacketSocket {
     /// The next block (V3) or slot (V2) to read.
     block: u32,
     mtu: usize,
-    scratch: Vec<u8>,
     stats: PacketStats,
     /// Frames carry a vnet header both ways.
     vnet: bool,
@@ -270,7 +269,6 @@ impl PacketSocket {
             kind,
             block: 0,
             mtu: interface_mtu(iface).unwrap_or(1500),
-            scratch: Vec::with_capacity(65536),
             stats: PacketStats::default(),
             vnet,
             ifindex,
@@ -440,18 +438,13 @@ impl PacketSocket {
         unsafe { self.ring.as_ptr().add((i * V2_FRAME_SIZE) as usize) }
     }
 
-    /// Delivers `frame`, completing a partial checksum first (in the scratch copy).
-    fn deliver(&mut self, frame: &[u8], partial: bool, sink: &mut dyn FnMut(&[u8])) {
-        if partial {
-            self.scratch.clear();
-            self.scratch.extend_from_slice(frame);
-            if complete_checksum(&mut self.scratch) {
-                self.stats.rx_csum_fixups += 1;
-            }
-            sink(&self.scratch);
-        } else {
-            sink(frame);
+    /// Delivers `frame`, completing a partial checksum first, in place: the slot or block
+    /// is ours until it is handed back.
+    fn deliver(&mut self, frame: &mut [u8], partial: bool, sink: &mut dyn FnMut(&[u8])) {
+        if partial && complete_checksum(frame) {
+            self.stats.rx_csum_fixups += 1;
         }
+        sink(frame);
     }
 
     /// TPACKET_V2: reads ready slots in order, each returned to the kernel after delivery.
@@ -482,8 +475,8 @@ impl PacketSocket {
                 self.stats.rx_truncated += 1;
             } else if pkttype != PACKET_OUTGOING {
                 // SAFETY: start..end lies inside this slot of the mapping, which the kernel
-                // does not write until the status is handed back below.
-                let frame = unsafe { std::slice::from_raw_parts(h.add(start), end - start) };
+                // neither reads nor writes until the status is handed back below.
+                let frame = unsafe { std::slice::from_raw_parts_mut(h.add(start), end - start) };
                 self.deliver(frame, status & TP_STATUS_CSUMNOTREADY != 0, sink);
                 n += 1;
             }
@@ -535,9 +528,10 @@ impl PacketSocket {
                 let start = off + mac as usize;
                 let end = start + snaplen as usize;
                 if end <= BLOCK_SIZE as usize && pkttype != PACKET_OUTGOING {
-                    // SAFETY: start..end lies inside this block of the mapping.
+                    // SAFETY: start..end lies inside this block of the mapping, which the
+                    // kernel does not touch until the block is handed back below.
                     let frame =
-                        unsafe { std::slice::from_raw_parts(b.add(start), snaplen as usize) };
+                        unsafe { std::slice::from_raw_parts_mut(b.add(start), snaplen as usize) };
                     self.deliver(frame, pstatus & TP_STATUS_CSUMNOTREADY != 0, sink);
                     n += 1;
                 }
