@@ -150,13 +150,8 @@ curl_get() { # URL: one kernel curl <- flowstack run
   rate "$s" "$e"
 }
 GET_N=0
-fs_get() { # IP LINK...: one flowstack get <- kernel run
+fs_get() { # IP LINK...: one flowstack get <- kernel run (IP: a fresh address, see below)
   local ip=$1 s e; shift
-  # A fresh address per run: flowstack's first ephemeral port is the same in every process,
-  # and reusing the 4-tuple of the previous run (in TIME_WAIT on the server) costs a
-  # challenge ACK, a RST and a 1 s SYN retransmission.
-  GET_N=$((GET_N + 1))
-  ip=${ip%.*}.$((10 + GET_N % 200))
   s=$(now)
   $X timeout 60 "$BIN" get "$@" --ip "$ip/24" "http://${ip%.*}.1:8000/f.bin" -o /dev/null 2> "$WORK/get.log" || { echo 0; return; }
   e=$(now)
@@ -224,7 +219,11 @@ bench_link() { # NAME IP LINK...
   if want recv; then
     fs=; ks=
     for _ in $(seq "$RUNS"); do
-      ks="$ks $(kernel_get)"; fs="$fs $(fs_get "$ip" "$@")"
+      # A fresh address per run: flowstack's first ephemeral port is the same in every
+      # process, and reusing the 4-tuple of the previous run (in TIME_WAIT on the server)
+      # costs a challenge ACK, a RST and a 1 s SYN retransmission.
+      GET_N=$((GET_N + 1))
+      ks="$ks $(kernel_get)"; fs="$fs $(fs_get "${ip%.*}.$((10 + GET_N % 200))" "$@")"
     done
     row recv "$name" MB/s "$fs" "$ks"
   fi

@@ -524,7 +524,10 @@ fn link_disappears(
     let text = fs::read_to_string(&log).unwrap();
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains("the link went away"), "{text}");
-    assert!(text.contains("serve summary"), "a clean exit prints its summary: {text}");
+    assert!(
+        text.contains("serve summary"),
+        "a clean exit prints its summary: {text}"
+    );
     let _ = fs::remove_dir_all(&d);
 }
 

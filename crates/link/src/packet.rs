@@ -348,8 +348,10 @@ impl PacketSocket {
             };
             if r <= 0 {
                 let err = io::Error::last_os_error().raw_os_error();
-                if matches!(err, Some(libc::ENXIO) | Some(libc::ENODEV) | Some(libc::ENETDOWN))
-                    && !interface_exists(self.ifindex as u32)
+                if matches!(
+                    err,
+                    Some(libc::ENXIO) | Some(libc::ENODEV) | Some(libc::ENETDOWN)
+                ) && !interface_exists(self.ifindex as u32)
                 {
                     self.down = true;
                     self.stats.tx_drops += (k - pos) as u64;
@@ -359,8 +361,7 @@ impl PacketSocket {
                 // is full (a veth peer's softirq has not run yet). Dropping a 64 KiB GSO frame
                 // costs the connection a recovery, so give the backlog's softirq a chance
                 // and retry a few times before dropping.
-                if matches!(err, Some(libc::ENOBUFS) | Some(libc::EAGAIN)) && retries < TX_RETRIES
-                {
+                if matches!(err, Some(libc::ENOBUFS) | Some(libc::EAGAIN)) && retries < TX_RETRIES {
                     retries += 1;
                     self.stats.tx_retries += 1;
                     std::thread::yield_now();
@@ -389,7 +390,11 @@ impl Device for PacketSocket {
     fn caps(&self) -> DeviceCaps {
         DeviceCaps {
             mtu: self.mtu,
-            max_tx_datagram: if self.vnet { MAX_GSO_DATAGRAM } else { self.mtu },
+            max_tx_datagram: if self.vnet {
+                MAX_GSO_DATAGRAM
+            } else {
+                self.mtu
+            },
             ..DeviceCaps::ETHERNET
         }
     }

@@ -87,7 +87,10 @@ fn owned(fd: libc::c_long) -> OwnedFd {
 /// An `XSKMAP` with `entries` slots (one per queue).
 pub fn xskmap_create(entries: u32) -> io::Result<OwnedFd> {
     let mut a = Attr::new();
-    a.u32(0, BPF_MAP_TYPE_XSKMAP).u32(4, 4).u32(8, 4).u32(12, entries);
+    a.u32(0, BPF_MAP_TYPE_XSKMAP)
+        .u32(4, 4)
+        .u32(8, 4)
+        .u32(12, entries);
     bpf(BPF_MAP_CREATE, &mut a).map(owned)
 }
 
@@ -116,12 +119,12 @@ fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> [u8; 8] {
 /// The redirect program's instructions for map `map_fd` (see the module documentation).
 pub fn redirect_program(map_fd: i32) -> [[u8; 8]; 6] {
     [
-        insn(0x61, 2, 1, 16, 0),                    // r2 = *(u32 *)(r1 + 16)
+        insn(0x61, 2, 1, 16, 0),                     // r2 = *(u32 *)(r1 + 16)
         insn(0x18, 1, BPF_PSEUDO_MAP_FD, 0, map_fd), // r1 = map (low half)
-        insn(0, 0, 0, 0, 0),                        //      (high half)
-        insn(0xb7, 3, 0, 0, XDP_PASS),              // r3 = XDP_PASS
-        insn(0x85, 0, 0, 0, BPF_FUNC_REDIRECT_MAP), // call bpf_redirect_map
-        insn(0x95, 0, 0, 0, 0),                     // exit
+        insn(0, 0, 0, 0, 0),                         //      (high half)
+        insn(0xb7, 3, 0, 0, XDP_PASS),               // r3 = XDP_PASS
+        insn(0x85, 0, 0, 0, BPF_FUNC_REDIRECT_MAP),  // call bpf_redirect_map
+        insn(0x95, 0, 0, 0, 0),                      // exit
     ]
 }
 

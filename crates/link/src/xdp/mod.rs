@@ -182,8 +182,7 @@ fn explain(iface: &str, what: &str, e: io::Error) -> io::Error {
 impl XdpSocket {
     /// Opens `n` sockets on queues `0..n` of `iface` and attaches the redirect program.
     pub fn open_queues(iface: &str, n: usize) -> io::Result<Vec<Self>> {
-        let ifindex =
-            interface_index(iface).map_err(|e| explain(iface, "interface", e))? as u32;
+        let ifindex = interface_index(iface).map_err(|e| explain(iface, "interface", e))? as u32;
         let mtu = interface_mtu(iface).unwrap_or(1500);
         if mtu + 14 > (FRAME - 256) as usize {
             return Err(io::Error::new(
@@ -226,8 +225,9 @@ impl XdpSocket {
     ) -> io::Result<Self> {
         let ctx = |what: &str| format!("{what} (queue {queue})");
         // SAFETY: socket(2); the descriptor is immediately owned by OwnedFd.
-        let raw = cvt(unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })
-            .map_err(|e| explain(iface, &ctx("socket"), e))?;
+        let raw =
+            cvt(unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })
+                .map_err(|e| explain(iface, &ctx("socket"), e))?;
         // SAFETY: `raw` is a fresh descriptor nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let umem = Mapping::new((FRAME * FRAMES) as usize, None)
@@ -275,7 +275,13 @@ impl XdpSocket {
         // above; the mappings live in `_ring_maps` as long as the rings.
         let (mut fill, comp, rx, tx) = unsafe {
             let mk = |m: &Mapping, o: &libc::xdp_ring_offset| {
-                (m.ptr, o.producer as usize, o.consumer as usize, o.flags as usize, o.desc as usize)
+                (
+                    m.ptr,
+                    o.producer as usize,
+                    o.consumer as usize,
+                    o.flags as usize,
+                    o.desc as usize,
+                )
             };
             let (b, p, c, f, d) = mk(&m_fill, &off.fr);
             let fill = Ring::<u64>::new(b, p, c, f, d, RING);

@@ -248,7 +248,13 @@ mod tests {
             c.release(k);
         }
         assert_eq!(got, (0..next).collect::<Vec<_>>());
-        assert!(next >= 16, "several trips round the ring and across the u32 wrap");
-        assert!(m2.word(64).load(Ordering::Relaxed) < 100, "the consumer index wrapped");
+        assert!(
+            next >= 16,
+            "several trips round the ring and across the u32 wrap"
+        );
+        assert!(
+            m2.word(64).load(Ordering::Relaxed) < 100,
+            "the consumer index wrapped"
+        );
     }
 }
