@@ -286,9 +286,9 @@ impl XdpSocket {
             let (b, p, c, f, d) = mk(&m_fill, &off.fr);
             let fill = Ring::<u64>::new(b, p, c, f, d, RING);
             let (b, p, c, f, d) = mk(&m_comp, &off.cr);
-            let comp = Ring::<u64>::new(b, p, c, f, d, RING).as_consumer();
+            let comp = Ring::<u64>::new(b, p, c, f, d, RING).into_consumer();
             let (b, p, c, f, d) = mk(&m_rx, &off.rx);
-            let rx = Ring::<libc::xdp_desc>::new(b, p, c, f, d, RING).as_consumer();
+            let rx = Ring::<libc::xdp_desc>::new(b, p, c, f, d, RING).into_consumer();
             let (b, p, c, f, d) = mk(&m_tx, &off.tx);
             let tx = Ring::<libc::xdp_desc>::new(b, p, c, f, d, RING);
             (fill, comp, rx, tx)

@@ -65,7 +65,7 @@ impl<T: Copy> Ring<T> {
     }
 
     /// Starts as a producer ring (ours: the producer index; cached: the consumer's);
-    /// [`Ring::as_consumer`] swaps the roles.
+    /// [`Ring::into_consumer`] swaps the roles.
     fn with_indices(mut self, prod: u32, cons: u32) -> Self {
         self.local = prod;
         self.cached = cons;
@@ -156,10 +156,8 @@ impl<T: Copy> Ring<T> {
     }
 
     /// Makes this a consumer ring: our index is the consumer's, the cache the producer's.
-    pub(crate) fn as_consumer(mut self) -> Self {
-        let prod = self.local;
-        self.local = self.cached;
-        self.cached = prod;
+    pub(crate) fn into_consumer(mut self) -> Self {
+        std::mem::swap(&mut self.local, &mut self.cached);
         self
     }
 }
@@ -218,7 +216,7 @@ mod tests {
         let mut p = ring(&mut m, 4);
         let mut m2 = Mem::new(4);
         m2.set_start(u32::MAX - 2);
-        let mut c = ring(&mut m2, 4).as_consumer();
+        let mut c = ring(&mut m2, 4).into_consumer();
         let mut next = 0u64;
         let mut got = Vec::new();
         for _round in 0..5 {
