@@ -19,13 +19,20 @@ pub struct LinkArgs {
     #[arg(
         long,
         value_name = "NAME",
-        conflicts_with_all = ["packet", "shm_fd"],
-        required_unless_present_any = ["packet", "shm_fd"]
+        conflicts_with_all = ["packet", "xdp", "shm_fd"],
+        required_unless_present_any = ["packet", "xdp", "shm_fd"]
     )]
     pub tap: Option<String>,
     /// Use this existing interface through an AF_PACKET socket (e.g. one end of a veth pair).
-    #[arg(long, value_name = "IFACE", conflicts_with = "shm_fd")]
+    #[arg(long, value_name = "IFACE", conflicts_with_all = ["xdp", "shm_fd"])]
     pub packet: Option<String>,
+    /// Use this existing interface through AF_XDP sockets, one per queue, with a built-in XDP
+    /// program redirecting its frames to them (needs root; copy mode on veth).
+    #[arg(long, value_name = "IFACE", conflicts_with = "shm_fd")]
+    pub xdp: Option<String>,
+    /// With --xdp: the number of queues (sockets 0..N) one engine receives from.
+    #[arg(long, value_name = "N", requires = "xdp", value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub queues: Option<u16>,
     /// With --tap: do not use the vnet header (no segmentation or checksum offload).
     #[arg(long)]
     pub no_vnet: bool,
@@ -70,10 +77,15 @@ impl LinkArgs {
             Link::Packet {
                 iface: iface.clone(),
             }
+        } else if let Some(iface) = &self.xdp {
+            Link::Xdp {
+                iface: iface.clone(),
+                queues: self.queues.unwrap_or(1) as usize,
+            }
         } else if let Some(fd) = self.shm_fd {
             Link::ShmFd(fd)
         } else {
-            return Err("a link is required: --tap NAME or --packet IFACE".into());
+            return Err("a link is required: --tap NAME, --packet IFACE or --xdp IFACE".into());
         };
         Ok(LinkSpec {
             link,

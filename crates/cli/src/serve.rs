@@ -111,6 +111,10 @@ pub fn run(a: ServeArgs) -> ExitCode {
     let stop = stop_flag();
     let start = std::time::Instant::now();
     host.run(&mut server, || stop.load(Ordering::Relaxed));
+    let gone = flowstack_link::Device::link_down(&host.dev);
+    if gone {
+        eprintln!("flowstack: the link went away; stopping");
+    }
     let secs = start.elapsed().as_secs_f64();
     let t = server.totals();
     let e = &host.engine;
@@ -131,5 +135,9 @@ pub fn run(a: ServeArgs) -> ExitCode {
     }
     println!("  counters (drops by reason and events):");
     print_counters(e, &mut std::io::stdout());
-    ExitCode::SUCCESS
+    if gone {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
 }

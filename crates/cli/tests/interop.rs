@@ -1,4 +1,4 @@
-//! Interop with the Linux kernel's TCP/IP stack over TAP and AF_PACKET (veth), each test in a
+//! Interop with the Linux kernel's TCP/IP stack over TAP, AF_PACKET and AF_XDP (veth), each test in a
 //! network namespace it creates and removes, with private addresses that exist only there.
 //!
 //! These tests need root (CI runs as root). Without root they are skipped with a message,
@@ -434,6 +434,121 @@ fn tap_flowstack_get_downloads_50mb_under_impairment() {
 fn packet_flowstack_get_downloads_50mb_from_kernel() {
     if have_root() {
         flowstack_get_from_kernel(veth_setup, "10.78.0.1", None, "pkt-get");
+    }
+}
+
+#[test]
+fn packet_kernel_curl_downloads_50mb_under_impairment() {
+    if have_root() {
+        kernel_curl_from_flowstack(veth_setup, Some("loss=0.02,reorder=0.02"), "pkt-curl-imp");
+    }
+}
+
+#[test]
+fn packet_flowstack_get_downloads_50mb_under_impairment() {
+    if have_root() {
+        flowstack_get_from_kernel(
+            veth_setup,
+            "10.78.0.1",
+            Some("loss=0.02,reorder=0.02"),
+            "pkt-get-imp",
+        );
+    }
+}
+
+/// The veth pair of [`veth_setup`], flowstack on its end through AF_XDP.
+fn xdp_setup() -> (Netns, Vec<&'static str>, &'static str, &'static str) {
+    let (ns, _, ip, server) = veth_setup();
+    (ns, vec!["--xdp", "fsf0"], ip, server)
+}
+
+#[test]
+fn xdp_kernel_curl_downloads_50mb_from_flowstack() {
+    if have_root() {
+        kernel_curl_from_flowstack(xdp_setup, None, "xdp-curl");
+    }
+}
+
+#[test]
+fn xdp_kernel_curl_downloads_50mb_under_impairment() {
+    if have_root() {
+        kernel_curl_from_flowstack(xdp_setup, Some("loss=0.02,reorder=0.02"), "xdp-curl-imp");
+    }
+}
+
+#[test]
+fn xdp_flowstack_get_downloads_50mb_from_kernel() {
+    if have_root() {
+        flowstack_get_from_kernel(xdp_setup, "10.78.0.1", None, "xdp-get");
+    }
+}
+
+#[test]
+fn xdp_flowstack_get_downloads_50mb_under_impairment() {
+    if have_root() {
+        flowstack_get_from_kernel(
+            xdp_setup,
+            "10.78.0.1",
+            Some("loss=0.02,reorder=0.02"),
+            "xdp-get-imp",
+        );
+    }
+}
+
+/// Runs `flowstack serve echo` on the link, deletes interface `gone` under it, and checks
+/// that serve notices, says so and exits with status 1 (bounded wait).
+fn link_disappears(
+    link_setup: fn() -> (Netns, Vec<&'static str>, &'static str, &'static str),
+    gone: &str,
+    tag: &str,
+) {
+    let (mut ns, link, ip, _) = link_setup();
+    let d = tmpdir(tag);
+    let log = d.join("serve.log");
+    let mut c = ns.cmd(FLOWSTACK);
+    c.arg("serve").args(&link).args(["--ip", ip, "echo"]);
+    let i = ns.spawn(c, &log);
+    wait_for(&log, "serving echo");
+    ns.ip(&["link", "del", gone]);
+    let start = Instant::now();
+    let code = loop {
+        if let Ok(Some(s)) = ns.children[i].try_wait() {
+            break s.code();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "serve kept running after {gone} was deleted"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let text = fs::read_to_string(&log).unwrap();
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("the link went away"), "{text}");
+    assert!(
+        text.contains("serve summary"),
+        "a clean exit prints its summary: {text}"
+    );
+    let _ = fs::remove_dir_all(&d);
+}
+
+#[test]
+fn tap_deleted_under_a_running_engine_stops_it_cleanly() {
+    if have_root() {
+        link_disappears(tap_setup, "fst0", "tap-gone");
+    }
+}
+
+#[test]
+fn packet_link_deleted_under_a_running_engine_stops_it_cleanly() {
+    if have_root() {
+        link_disappears(veth_setup, "fsk0", "pkt-gone");
+    }
+}
+
+#[test]
+fn xdp_link_deleted_under_a_running_engine_stops_it_cleanly() {
+    if have_root() {
+        link_disappears(xdp_setup, "fsk0", "xdp-gone");
     }
 }
 

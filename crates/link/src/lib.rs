@@ -2,8 +2,8 @@
 //!
 //! A device moves *batches* of Ethernet frames and declares its capabilities. Devices here:
 //! [`pipe`] (two engines, one process), [`switch`] (several engines, one process), [`shm`]
-//! (engines in two processes, one or n queue pairs per side, flows steered by RSS), [`tap`]
-//! and [`packet`] (the Linux kernel as the peer; several queues each). Middleware
+//! (engines in two processes, one or n queue pairs per side, flows steered by RSS), [`tap`],
+//! [`packet`] and [`xdp`] (the Linux kernel as the peer; several queues each). Middleware
 //! wraps any device: [`impair`] (seeded loss/reorder/duplicate/corrupt/delay) and [`pcap`]
 //! (capture files that tcpdump and Wireshark read).
 #![deny(unsafe_code)]
@@ -19,6 +19,8 @@ pub mod shm;
 pub mod switch;
 pub mod sys;
 pub mod tap;
+pub mod vnet;
+pub mod xdp;
 
 pub use batch::TxBatch;
 pub use flowstack_wire::{ChecksumCaps, Instant};

@@ -78,6 +78,46 @@ pub fn interface_index(name: &str) -> io::Result<i32> {
     Ok(i as i32)
 }
 
+/// True if an interface with index `ifindex` still exists (it goes away when deleted, or
+/// with its namespace).
+pub fn interface_exists(ifindex: u32) -> bool {
+    let mut name = [0 as libc::c_char; libc::IF_NAMESIZE];
+    // SAFETY: `name` has the IF_NAMESIZE bytes if_indextoname may write.
+    !unsafe { libc::if_indextoname(ifindex, name.as_mut_ptr()) }.is_null()
+}
+
+/// True if the TCP/UDP checksum field of IPv4 frame `frame` holds exactly the folded
+/// pseudo-header sum: what a local sender using checksum offload leaves for the device to
+/// complete (CHECKSUM_PARTIAL). A link that carries no checksum status (AF_XDP) uses this
+/// to recognise such frames; a fully checksummed frame has this value with odds 2^-16, and
+/// completing a correct checksum leaves it unchanged.
+pub(crate) fn looks_partial(frame: &[u8]) -> bool {
+    if frame.len() < 34 || frame[12..14] != [0x08, 0x00] {
+        return false;
+    }
+    let ip = &frame[14..];
+    let ihl = ((ip[0] & 0xf) as usize) * 4;
+    let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
+    // Fragments carry no complete L4 header to check.
+    let frag = u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff;
+    if ihl < 20 || total < ihl || 14 + total > frame.len() || frag != 0 {
+        return false;
+    }
+    let off = match ip[9] {
+        6 => 16,
+        17 => 6,
+        _ => return false,
+    };
+    let l4 = 14 + ihl;
+    if total - ihl < off + 2 {
+        return false;
+    }
+    let field = u16::from_be_bytes([frame[l4 + off], frame[l4 + off + 1]]);
+    let src = flowstack_wire::Ipv4Address(ip[12..16].try_into().unwrap());
+    let dst = flowstack_wire::Ipv4Address(ip[16..20].try_into().unwrap());
+    field == flowstack_wire::checksum::pseudo_header(src, dst, ip[9], (total - ihl) as u32)
+}
+
 /// Completes the TCP/UDP checksum of an IPv4 frame whose checksum field holds only the
 /// pseudo-header sum (CHECKSUM_PARTIAL).
 pub(crate) fn complete_checksum(frame: &mut [u8]) -> bool {

@@ -13,6 +13,7 @@
 #![allow(unsafe_code)]
 
 use crate::sys::{complete_checksum, cvt, interface_mtu, wait_readable, IfReq};
+use crate::vnet::{TxLayout, F_NEEDS_CSUM, VNET_HDR};
 use crate::{Device, DeviceCaps, Instant, TxBatch};
 use flowstack_wire::Duration;
 use std::fs::{File, OpenOptions};
@@ -28,10 +29,6 @@ const IFF_VNET_HDR: i16 = 0x4000;
 const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
 const TUN_F_CSUM: libc::c_ulong = 0x01;
 const TUN_F_TSO4: libc::c_ulong = 0x02;
-/// `struct virtio_net_hdr` (legacy, native endian).
-const VNET_HDR: usize = 10;
-const VNET_F_NEEDS_CSUM: u8 = 1;
-const VNET_GSO_TCPV4: u8 = 1;
 
 /// Counters of a TAP queue.
 #[derive(Debug, Clone, Copy, Default)]
@@ -54,9 +51,9 @@ pub struct Tap {
     name: String,
     mtu: usize,
     buf: Vec<u8>,
-    /// Reused copy of a GSO frame whose checksum is rewritten.
-    gso: Vec<u8>,
     vnet: bool,
+    /// The TAP went away under us (deleted: reads and writes fail with EBADFD).
+    down: bool,
     stats: TapStats,
 }
 
@@ -124,8 +121,8 @@ impl Tap {
             name: name.to_string(),
             mtu,
             buf: vec![0; VNET_HDR + 65536 + 64],
-            gso: Vec::new(),
             vnet,
+            down: false,
             stats: TapStats::default(),
         }
     }
@@ -152,51 +149,28 @@ fn annotate(name: &str, e: io::Error) -> io::Error {
 
 impl Tap {
     /// Writes `f` behind a vnet header; a TCP segment larger than the MTU goes as one GSO
-    /// frame for the kernel to segment, its checksum turned into the partial form the kernel
-    /// completes per segment.
+    /// frame for the kernel to segment, its checksum sent in the partial form the kernel
+    /// completes per segment (see [`crate::vnet`]; no copy of the frame).
     fn write_vnet(&mut self, f: &[u8]) -> bool {
-        let mut hdr = [0u8; VNET_HDR];
-        let mut gso_copy = std::mem::take(&mut self.gso);
-        let mut is_gso = false;
-        if f.len() > 14 + self.mtu && f.len() >= 54 && f[12..14] == [0x08, 0x00] && f[23] == 6 {
-            let ihl = ((f[14] & 0xf) as usize) * 4;
-            let l4 = 14 + ihl;
-            if f.len() >= l4 + 20 {
-                let thl = ((f[l4 + 12] >> 4) as usize) * 4;
-                let gso = self.mtu - ihl - thl;
-                let tcp_len = f.len() - l4;
-                let src = flowstack_wire::Ipv4Address(f[26..30].try_into().unwrap());
-                let dst = flowstack_wire::Ipv4Address(f[30..34].try_into().unwrap());
-                gso_copy.clear();
-                gso_copy.extend_from_slice(f);
-                let partial = flowstack_wire::checksum::pseudo_header(src, dst, 6, tcp_len as u32);
-                gso_copy[l4 + 16..l4 + 18].copy_from_slice(&partial.to_be_bytes());
-                hdr[0] = VNET_F_NEEDS_CSUM;
-                hdr[1] = VNET_GSO_TCPV4;
-                hdr[2..4].copy_from_slice(&((l4 + thl) as u16).to_ne_bytes());
-                hdr[4..6].copy_from_slice(&(gso as u16).to_ne_bytes());
-                hdr[6..8].copy_from_slice(&(l4 as u16).to_ne_bytes());
-                hdr[8..10].copy_from_slice(&16u16.to_ne_bytes());
-                is_gso = true;
-                self.stats.tx_gso += 1;
-            }
+        let layout = TxLayout::for_frame(f, self.mtu);
+        if layout.is_gso() {
+            self.stats.tx_gso += 1;
         }
-        let frame: &[u8] = if is_gso { &gso_copy } else { f };
-        let iov = [
-            libc::iovec {
-                iov_base: hdr.as_ptr() as *mut libc::c_void,
-                iov_len: VNET_HDR,
-            },
-            libc::iovec {
-                iov_base: frame.as_ptr() as *mut libc::c_void,
-                iov_len: frame.len(),
-            },
-        ];
-        // SAFETY: both iovecs point to live buffers of the given lengths for the call.
-        let r = unsafe { libc::writev(self.file.as_raw_fd(), iov.as_ptr(), 2) };
-        let ok = r == (VNET_HDR + frame.len()) as isize;
-        self.gso = gso_copy;
-        ok
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; 4];
+        let mut n = 0;
+        layout.pieces(f, |p| {
+            iov[n] = libc::iovec {
+                iov_base: p.as_ptr() as *mut libc::c_void,
+                iov_len: p.len(),
+            };
+            n += 1;
+        });
+        // SAFETY: the first `n` iovecs point into `layout` and `f`, live for the call.
+        let r = unsafe { libc::writev(self.file.as_raw_fd(), iov.as_ptr(), n as libc::c_int) };
+        r == (VNET_HDR + f.len()) as isize
     }
 }
 
@@ -215,7 +189,7 @@ impl Device for Tap {
         while n < budget {
             match self.file.read(&mut self.buf) {
                 Ok(len) if len > skip => {
-                    if self.vnet && self.buf[0] & VNET_F_NEEDS_CSUM != 0 {
+                    if self.vnet && self.buf[0] & F_NEEDS_CSUM != 0 {
                         // The kernel left the checksum partial (pseudo-header sum only).
                         if complete_checksum(&mut self.buf[skip..len]) {
                             self.stats.rx_csum_fixups += 1;
@@ -225,7 +199,13 @@ impl Device for Tap {
                     n += 1;
                 }
                 Ok(_) => break,
-                Err(_) => break, // EAGAIN: nothing more now
+                Err(e) => {
+                    // EAGAIN: nothing more now. EBADFD/EIO: the interface was deleted.
+                    if matches!(e.raw_os_error(), Some(libc::EBADFD) | Some(libc::EIO)) {
+                        self.down = true;
+                    }
+                    break;
+                }
             }
         }
         self.stats.rx_frames += n as u64;
@@ -257,5 +237,9 @@ impl Device for Tap {
 
     fn wait(&mut self, timeout: Duration) {
         let _ = wait_readable(&self.file, timeout);
+    }
+
+    fn link_down(&self) -> bool {
+        self.down
     }
 }

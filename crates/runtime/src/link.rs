@@ -16,6 +16,7 @@ use flowstack_link::pcap::{Pcap, PcapWriter};
 use flowstack_link::pipe::PipeEnd;
 use flowstack_link::shm::ShmWire;
 use flowstack_link::tap::Tap;
+use flowstack_link::xdp::{XdpQueues, XdpSocket};
 use flowstack_link::Device;
 use flowstack_stack::{Engine, EngineConfig, IfaceConfig};
 use flowstack_wire::{EthernetAddress, Instant, Ipv4Address, Ipv4Cidr};
@@ -54,6 +55,14 @@ pub enum Link {
         /// Interface name.
         iface: String,
     },
+    /// An existing interface through AF_XDP sockets (one per queue) and a built-in XDP
+    /// program that redirects the interface's frames to them.
+    Xdp {
+        /// Interface name.
+        iface: String,
+        /// Queues (sockets) of a single-engine host; a per-core runtime opens one per engine.
+        queues: usize,
+    },
     /// The shm wire whose memfd this process inherited (made by another flowstack process).
     ShmFd(RawFd),
     /// One end of an in-process [`pipe`](flowstack_link::pipe::pipe); the caller holds (or
@@ -68,6 +77,7 @@ impl fmt::Display for Link {
         match self {
             Link::Tap { name, .. } => write!(f, "tap {name}"),
             Link::Packet { iface } => write!(f, "packet {iface}"),
+            Link::Xdp { iface, .. } => write!(f, "xdp {iface}"),
             Link::ShmFd(_) => f.write_str("shm wire"),
             Link::Pipe(_) => f.write_str("in-process pipe"),
         }
@@ -188,6 +198,15 @@ impl LinkSpec {
             Link::Packet { iface } => {
                 Box::new(PacketSocket::open(iface).map_err(LinkError::Device)?)
             }
+            Link::Xdp { iface, queues } => {
+                let mut socks =
+                    XdpSocket::open_queues(iface, (*queues).max(1)).map_err(LinkError::Device)?;
+                if socks.len() == 1 {
+                    Box::new(socks.remove(0))
+                } else {
+                    Box::new(XdpQueues::new(socks))
+                }
+            }
             Link::ShmFd(fd) => {
                 Box::new(ShmWire::attach(*fd, Default::default()).map_err(LinkError::Shm)?)
             }
@@ -214,8 +233,8 @@ impl LinkSpec {
     }
 
     /// Opens `n` queues of the link, one per engine of a per-core runtime: a multi-queue TAP
-    /// (`IFF_MULTI_QUEUE`; the kernel steers flows by its own table) or an AF_PACKET fanout
-    /// group (the kernel's flow hash). The runtime's steering forwards what the kernel's hash
+    /// (`IFF_MULTI_QUEUE`; the kernel steers flows by its own table), an AF_PACKET fanout
+    /// group (the kernel's flow hash) or AF_XDP sockets on queues `0..n` (the NIC's RSS). The runtime's steering forwards what the kernel's hash
     /// puts on the wrong queue. Impairment applies per queue (seed + queue index). `n = 1`
     /// is [`LinkSpec::open_device`]'s device without capture.
     pub fn open_queues(&self, n: usize) -> Result<Vec<Box<dyn Device + Send>>, LinkError> {
@@ -235,9 +254,21 @@ impl LinkSpec {
                 .into_iter()
                 .map(|d| Box::new(d) as Box<dyn Device + Send>)
                 .collect(),
+            Link::Xdp { iface, queues } => {
+                if *queues > 1 && *queues != n {
+                    return Err(LinkError::Unsupported(format!(
+                        "--queues {queues} with {n} cores: each engine owns one queue, give as many as cores"
+                    )));
+                }
+                XdpSocket::open_queues(iface, n)
+                    .map_err(LinkError::Device)?
+                    .into_iter()
+                    .map(|d| Box::new(d) as Box<dyn Device + Send>)
+                    .collect()
+            }
             Link::ShmFd(_) | Link::Pipe(_) => {
                 return Err(LinkError::Unsupported(format!(
-                    "{} has one queue; several cores need --tap or --packet",
+                    "{} has one queue; several cores need --tap, --packet or --xdp",
                     self.link
                 )))
             }
@@ -317,6 +348,10 @@ mod tests {
             Link::Packet {
                 iface: "veth1".into(),
             },
+            Link::Xdp {
+                iface: "veth2".into(),
+                queues: 1,
+            },
             Link::ShmFd(3),
             Link::Pipe(end),
         ]
@@ -325,7 +360,13 @@ mod tests {
         .collect();
         assert_eq!(
             shown,
-            ["tap fs0", "packet veth1", "shm wire", "in-process pipe"]
+            [
+                "tap fs0",
+                "packet veth1",
+                "xdp veth2",
+                "shm wire",
+                "in-process pipe"
+            ]
         );
     }
 

@@ -14,6 +14,7 @@
 //! | [`socket`] | socket options the tools set on kernel sockets (`TCP_QUICKACK`) |
 //! | [`placeholder`] | the socket pair that stands for an offloaded socket: tokens, filler, last close, inode |
 //! | [`process`] | is a process (the peer of a shared region) still alive? |
+//! | [`bpf`] | the `bpf(2)` commands of the AF_XDP driver: an `XSKMAP`, the built-in redirect program, its attachment through a BPF link |
 //! | [`perf`] | hardware counters of the calling thread (`perf_event_open(2)`, their RDPMC metadata page) and its context switches and CPU, for the profiler |
 //!
 //! Where a well-kept crate wraps a system call safely we use it and write no `unsafe` at all:
@@ -34,6 +35,7 @@
 #![warn(missing_docs)]
 
 pub mod affinity;
+pub mod bpf;
 pub mod eventfd;
 pub mod fdpass;
 pub mod file;

@@ -72,6 +72,8 @@ fn place(a: &ProfileArgs) -> Result<Place, String> {
     let link = crate::net::LinkArgs {
         tap: a.tap.clone(),
         packet: a.packet.clone(),
+        xdp: None,
+        queues: None,
         no_vnet: a.no_vnet,
         shm_fd: None,
         pcap: None,

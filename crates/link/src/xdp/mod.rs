@@ -1,0 +1,627 @@
+//! AF_XDP driver (`--xdp IFACE [--queues N]`): one XDP socket per queue of an existing
+//! interface, each with its own UMEM and its fill, completion, RX and TX rings.
+//!
+//! A built-in XDP program (see `flowstack_sys::bpf`) redirects every frame arriving on queue
+//! *q* to the socket registered for *q* in an `XSKMAP` — flowstack owns the interface, as
+//! with AF_PACKET — and passes frames of queues without a socket to the kernel. It is
+//! attached in driver mode where the driver supports XDP (veth does), generic mode
+//! otherwise, through a BPF link: closing the sockets detaches it.
+//!
+//! The sockets bind without forcing a mode, so the kernel uses zero-copy where the driver
+//! supports it and copy mode otherwise (veth: copy); [`XdpSocket::zero_copy`] says which.
+//! Need-wakeup is on: while the kernel keeps up, receiving makes no system call at all and
+//! transmitting one `sendto` per batch only when the TX ring asks for it.
+//!
+//! Each UMEM holds [`FRAMES`] chunks of [`FRAME`] bytes: the first half is lent to the kernel
+//! through the fill ring for reception (a frame goes back to the fill ring as soon as it was
+//! handed to the engine), the second half is the transmit pool (a frame returns to it from
+//! the completion ring). Frames are at most one chunk: no segmentation offload, so the
+//! engine sends MTU-sized segments ([`DeviceCaps::max_tx_datagram`] = MTU).
+#![allow(unsafe_code)]
+
+mod ring;
+
+use crate::sys::{
+    complete_checksum, cvt, interface_exists, interface_index, interface_mtu, looks_partial,
+};
+use crate::{Device, DeviceCaps, Instant, TxBatch};
+use flowstack_sys::bpf::{self, XdpMode};
+use flowstack_wire::Duration;
+use ring::Ring;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::{Arc, OnceLock};
+
+/// Bytes per UMEM chunk.
+pub const FRAME: u32 = 4096;
+/// Chunks per socket: half for reception, half for transmission.
+pub const FRAMES: u32 = 4096;
+/// Slots of each ring.
+const RING: u32 = FRAMES / 2;
+/// `sendto` kicks per batch before giving up on frames the kernel has not taken.
+const MAX_KICKS: u32 = 256;
+
+/// Counters of an XDP socket.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct XdpStats {
+    /// Frames received.
+    pub rx_frames: u64,
+    /// RX descriptors pointing outside the UMEM (dropped).
+    pub rx_invalid: u64,
+    /// Frames sent.
+    pub tx_frames: u64,
+    /// Frames dropped because the TX ring or the transmit pool was full.
+    pub tx_ring_full: u64,
+    /// Frames dropped because they were larger than a chunk.
+    pub tx_too_big: u64,
+    /// `sendto` calls that woke the kernel for transmission.
+    pub tx_kicks: u64,
+    /// Wake-ups of the kernel for the fill ring.
+    pub fill_wakeups: u64,
+    /// Received frames whose partial checksum (from a local peer) was completed here.
+    pub rx_csum_fixups: u64,
+}
+
+/// The XDP program, its map and its attachment, shared by the sockets of one interface.
+struct Program {
+    map: OwnedFd,
+    prog: OwnedFd,
+    /// The BPF link holding the attachment, and the mode it got; set once every socket is
+    /// in the map.
+    link: OnceLock<(OwnedFd, XdpMode)>,
+}
+
+/// An anonymous or ring mapping, unmapped on drop.
+struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Mapping {
+    fn new(len: usize, fd: Option<(&OwnedFd, u64)>) -> io::Result<Self> {
+        let (flags, raw, off) = match fd {
+            Some((fd, off)) => (
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd.as_raw_fd(),
+                off as libc::off_t,
+            ),
+            None => (
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+                0,
+            ),
+        };
+        // SAFETY: a fresh mapping of `len` bytes; unmapped in Drop, accessed within `len`.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                raw,
+                off,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping {
+            ptr: p as *mut u8,
+            len,
+        })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly what `new` mapped; the rings pointing into it are dropped
+        // with the socket that owns both.
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+    }
+}
+
+/// One AF_XDP socket bound to one queue of an interface.
+pub struct XdpSocket {
+    // Field order is drop order: rings before their mappings, the socket before the UMEM.
+    fill: Ring<u64>,
+    comp: Ring<u64>,
+    rx: Ring<libc::xdp_desc>,
+    tx: Ring<libc::xdp_desc>,
+    _ring_maps: Vec<Mapping>,
+    fd: OwnedFd,
+    umem: Mapping,
+    /// Free transmit chunks (addresses in the UMEM).
+    free_tx: Vec<u64>,
+    program: Arc<Program>,
+    ifindex: u32,
+    mtu: usize,
+    zero_copy: bool,
+    down: bool,
+    stats: XdpStats,
+}
+
+// SAFETY: the raw pointers (UMEM, ring mappings) point into mappings this socket owns alone;
+// nothing else holds them, and every access goes through `&mut self` (or `&self` atomic reads
+// of ring indices). Moving the socket moves sole ownership of the mappings with it, as moving
+// the fd does; the type stays `!Sync`. The per-core runtime builds queues on one thread and
+// runs each on its shard's thread.
+unsafe impl Send for XdpSocket {}
+
+fn sockopt<T>(fd: &OwnedFd, name: libc::c_int, v: &T) -> io::Result<()> {
+    // SAFETY: `v` points to a live value of the size passed.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_XDP,
+            name,
+            v as *const T as *const libc::c_void,
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    })
+    .map(|_| ())
+}
+
+fn explain(iface: &str, what: &str, e: io::Error) -> io::Error {
+    let hint = match e.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EACCES) => {
+            " (needs root, or CAP_NET_ADMIN with CAP_BPF and CAP_NET_RAW)"
+        }
+        Some(libc::EAFNOSUPPORT) => " (this kernel has no AF_XDP: CONFIG_XDP_SOCKETS)",
+        Some(libc::EINVAL) if what.starts_with("bind") => {
+            " (is the interface up, and does it have that many queues?)"
+        }
+        Some(libc::EBUSY) if what.starts_with("attach") || what.starts_with("bind") => {
+            " (another XDP program or socket holds it)"
+        }
+        Some(libc::EOPNOTSUPP) => " (the driver does not support it)",
+        _ => "",
+    };
+    io::Error::new(e.kind(), format!("AF_XDP on {iface}: {what}: {e}{hint}"))
+}
+
+impl XdpSocket {
+    /// Opens `n` sockets on queues `0..n` of `iface` and attaches the redirect program.
+    pub fn open_queues(iface: &str, n: usize) -> io::Result<Vec<Self>> {
+        let ifindex = interface_index(iface).map_err(|e| explain(iface, "interface", e))? as u32;
+        let mtu = interface_mtu(iface).unwrap_or(1500);
+        if mtu + 14 > (FRAME - 256) as usize {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("AF_XDP on {iface}: MTU {mtu} does not fit a {FRAME}-byte frame"),
+            ));
+        }
+        let map = bpf::xskmap_create(n as u32).map_err(|e| explain(iface, "XSKMAP", e))?;
+        let prog = bpf::load_redirect(&map).map_err(|e| explain(iface, "load program", e))?;
+        let program = Arc::new(Program {
+            map,
+            prog,
+            link: OnceLock::new(),
+        });
+        let mut socks = Vec::with_capacity(n);
+        for q in 0..n as u32 {
+            let s = Self::open_one(iface, ifindex, q, mtu, program.clone())?;
+            bpf::xskmap_set(&program.map, q, &s.fd)
+                .map_err(|e| explain(iface, "register socket", e))?;
+            socks.push(s);
+        }
+        // Attach last, so frames are redirected only once every socket is in the map.
+        let attached = bpf::attach_xdp(&program.prog, ifindex, XdpMode::Driver)
+            .map(|l| (l, XdpMode::Driver))
+            .or_else(|_| {
+                bpf::attach_xdp(&program.prog, ifindex, XdpMode::Generic)
+                    .map(|l| (l, XdpMode::Generic))
+            })
+            .map_err(|e| explain(iface, "attach program", e))?;
+        let _ = program.link.set(attached);
+        Ok(socks)
+    }
+
+    fn open_one(
+        iface: &str,
+        ifindex: u32,
+        queue: u32,
+        mtu: usize,
+        program: Arc<Program>,
+    ) -> io::Result<Self> {
+        let ctx = |what: &str| format!("{what} (queue {queue})");
+        // SAFETY: socket(2); the descriptor is immediately owned by OwnedFd.
+        let raw =
+            cvt(unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })
+                .map_err(|e| explain(iface, &ctx("socket"), e))?;
+        // SAFETY: `raw` is a fresh descriptor nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let umem = Mapping::new((FRAME * FRAMES) as usize, None)
+            .map_err(|e| explain(iface, &ctx("UMEM"), e))?;
+        let reg = libc::xdp_umem_reg {
+            addr: umem.ptr as u64,
+            len: umem.len as u64,
+            chunk_size: FRAME,
+            headroom: 0,
+            flags: 0,
+            tx_metadata_len: 0,
+        };
+        sockopt(&fd, libc::XDP_UMEM_REG, &reg).map_err(|e| explain(iface, &ctx("UMEM"), e))?;
+        for name in [
+            libc::XDP_UMEM_FILL_RING,
+            libc::XDP_UMEM_COMPLETION_RING,
+            libc::XDP_RX_RING,
+            libc::XDP_TX_RING,
+        ] {
+            sockopt(&fd, name, &RING).map_err(|e| explain(iface, &ctx("rings"), e))?;
+        }
+        // SAFETY: an all-zero xdp_mmap_offsets is a valid value; getsockopt fills it.
+        let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
+        // SAFETY: `off` is a writable buffer of `len` bytes.
+        cvt(unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_XDP,
+                libc::XDP_MMAP_OFFSETS,
+                &mut off as *mut _ as *mut libc::c_void,
+                &mut len,
+            )
+        })
+        .map_err(|e| explain(iface, &ctx("ring offsets"), e))?;
+        let map_ring = |o: &libc::xdp_ring_offset, elem: usize, pgoff: u64| {
+            Mapping::new(o.desc as usize + RING as usize * elem, Some((&fd, pgoff)))
+                .map_err(|e| explain(iface, &ctx("map rings"), e))
+        };
+        let m_fill = map_ring(&off.fr, 8, libc::XDP_UMEM_PGOFF_FILL_RING)?;
+        let m_comp = map_ring(&off.cr, 8, libc::XDP_UMEM_PGOFF_COMPLETION_RING)?;
+        let m_rx = map_ring(&off.rx, 16, libc::XDP_PGOFF_RX_RING as u64)?;
+        let m_tx = map_ring(&off.tx, 16, libc::XDP_PGOFF_TX_RING as u64)?;
+        // SAFETY: the kernel's offsets describe each mapping, sized for RING descriptors
+        // above; the mappings live in `_ring_maps` as long as the rings.
+        let (mut fill, comp, rx, tx) = unsafe {
+            let mk = |m: &Mapping, o: &libc::xdp_ring_offset| {
+                (
+                    m.ptr,
+                    o.producer as usize,
+                    o.consumer as usize,
+                    o.flags as usize,
+                    o.desc as usize,
+                )
+            };
+            let (b, p, c, f, d) = mk(&m_fill, &off.fr);
+            let fill = Ring::<u64>::new(b, p, c, f, d, RING);
+            let (b, p, c, f, d) = mk(&m_comp, &off.cr);
+            let comp = Ring::<u64>::new(b, p, c, f, d, RING).into_consumer();
+            let (b, p, c, f, d) = mk(&m_rx, &off.rx);
+            let rx = Ring::<libc::xdp_desc>::new(b, p, c, f, d, RING).into_consumer();
+            let (b, p, c, f, d) = mk(&m_tx, &off.tx);
+            let tx = Ring::<libc::xdp_desc>::new(b, p, c, f, d, RING);
+            (fill, comp, rx, tx)
+        };
+        // Lend the first half of the UMEM to the kernel for reception.
+        for i in 0..RING {
+            fill.push(i as u64 * FRAME as u64);
+        }
+        fill.submit();
+        let sxdp = libc::sockaddr_xdp {
+            sxdp_family: libc::AF_XDP as u16,
+            sxdp_flags: libc::XDP_USE_NEED_WAKEUP,
+            sxdp_ifindex: ifindex,
+            sxdp_queue_id: queue,
+            sxdp_shared_umem_fd: 0,
+        };
+        // SAFETY: `sxdp` is a valid sockaddr_xdp of the size passed.
+        cvt(unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                &sxdp as *const _ as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+            )
+        })
+        .map_err(|e| explain(iface, &ctx("bind"), e))?;
+        let mut opts = libc::xdp_options { flags: 0 };
+        let mut len = std::mem::size_of::<libc::xdp_options>() as libc::socklen_t;
+        // SAFETY: `opts` is a writable buffer of `len` bytes.
+        let zero_copy = unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_XDP,
+                libc::XDP_OPTIONS,
+                &mut opts as *mut _ as *mut libc::c_void,
+                &mut len,
+            )
+        } == 0
+            && opts.flags & libc::XDP_OPTIONS_ZEROCOPY != 0;
+        let free_tx = (RING..FRAMES).map(|i| i as u64 * FRAME as u64).collect();
+        Ok(Self {
+            fill,
+            comp,
+            rx,
+            tx,
+            _ring_maps: vec![m_fill, m_comp, m_rx, m_tx],
+            fd,
+            umem,
+            free_tx,
+            program,
+            ifindex,
+            mtu,
+            zero_copy,
+            down: false,
+            stats: XdpStats::default(),
+        })
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> XdpStats {
+        self.stats
+    }
+
+    /// True if the kernel moves frames in the UMEM itself (zero-copy), false in copy mode.
+    pub fn zero_copy(&self) -> bool {
+        self.zero_copy
+    }
+
+    /// True if the program runs in the driver, false in generic (skb) mode.
+    pub fn driver_mode(&self) -> bool {
+        matches!(self.program.link.get(), Some((_, XdpMode::Driver)))
+    }
+
+    /// Takes back the transmit chunks the kernel has finished with.
+    fn reclaim(&mut self) {
+        let n = self.comp.available();
+        for i in 0..n {
+            self.free_tx.push(self.comp.peek(i) & !(FRAME as u64 - 1));
+        }
+        if n > 0 {
+            self.comp.release(n);
+        }
+    }
+
+    /// Wakes the kernel to transmit; on a hard error (the interface went away) marks the
+    /// link down.
+    fn kick(&mut self) {
+        let mut tries = 0;
+        while self.tx.in_flight() > 0 && tries < MAX_KICKS {
+            tries += 1;
+            self.stats.tx_kicks += 1;
+            // SAFETY: sendto with no data and no address only wakes the socket's TX path.
+            let r = unsafe {
+                libc::sendto(
+                    self.fd.as_raw_fd(),
+                    std::ptr::null(),
+                    0,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null(),
+                    0,
+                )
+            };
+            if r >= 0 {
+                if !self.tx.needs_wakeup() {
+                    break;
+                }
+                continue;
+            }
+            match io::Error::last_os_error().raw_os_error() {
+                // The kernel sends a bounded batch per call, or its queue is busy: go on.
+                Some(libc::EAGAIN) | Some(libc::EBUSY) | Some(libc::ENOBUFS) => {
+                    self.reclaim();
+                    continue;
+                }
+                Some(libc::ENXIO) | Some(libc::ENETDOWN) | Some(libc::ENODEV) => {
+                    self.down = true;
+                    break;
+                }
+                _ => break,
+            }
+        }
+    }
+
+    fn frame(&mut self, d: &libc::xdp_desc) -> Option<&mut [u8]> {
+        let (addr, len) = (d.addr as usize, d.len as usize);
+        if addr.checked_add(len)? > self.umem.len {
+            return None;
+        }
+        // SAFETY: addr..addr+len lies inside the UMEM (checked); the kernel handed this
+        // chunk to us through the RX ring and neither reads nor writes it before we return
+        // it through the fill ring; `&mut self` makes the borrow exclusive.
+        Some(unsafe { std::slice::from_raw_parts_mut(self.umem.ptr.add(addr), len) })
+    }
+}
+
+impl Device for XdpSocket {
+    fn caps(&self) -> DeviceCaps {
+        DeviceCaps {
+            mtu: self.mtu,
+            max_tx_datagram: self.mtu,
+            ..DeviceCaps::ETHERNET
+        }
+    }
+
+    fn recv_batch(&mut self, _now: Instant, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+        let n = self.rx.available().min(budget as u32);
+        let mut delivered = 0;
+        for i in 0..n {
+            let d = self.rx.peek(i);
+            let mut fixed = false;
+            match self.frame(&d) {
+                Some(f) => {
+                    // AF_XDP carries no checksum status: a frame from a local sender with
+                    // checksum offload (a veth peer) still holds the partial sum. Complete
+                    // it in place (the chunk is ours until it goes back to the fill ring).
+                    if looks_partial(f) {
+                        fixed = complete_checksum(f);
+                    }
+                    sink(f);
+                    delivered += 1;
+                }
+                None => self.stats.rx_invalid += 1,
+            }
+            self.stats.rx_csum_fixups += fixed as u64;
+            // Return the chunk for reception (the fill ring has a slot per RX chunk).
+            self.fill.push(d.addr & !(FRAME as u64 - 1));
+        }
+        if n > 0 {
+            self.rx.release(n);
+            self.fill.submit();
+        }
+        if self.fill.needs_wakeup() {
+            self.stats.fill_wakeups += 1;
+            // SAFETY: recvfrom with no buffer only wakes the socket's RX path.
+            unsafe {
+                libc::recvfrom(
+                    self.fd.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    0,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                )
+            };
+        }
+        self.stats.rx_frames += delivered as u64;
+        delivered
+    }
+
+    fn send_batch(&mut self, _now: Instant, batch: &TxBatch) -> usize {
+        self.reclaim();
+        let mut sent = 0;
+        let mut free = self.tx.free();
+        for f in batch.iter() {
+            if f.len() > FRAME as usize {
+                self.stats.tx_too_big += 1;
+                continue;
+            }
+            if free == 0 || self.free_tx.is_empty() {
+                self.reclaim();
+                free = self.tx.free();
+                if free == 0 || self.free_tx.is_empty() {
+                    self.stats.tx_ring_full += 1;
+                    continue;
+                }
+            }
+            let addr = self.free_tx.pop().expect("checked non-empty");
+            // SAFETY: addr is a transmit chunk of FRAME bytes inside the UMEM that the kernel
+            // does not own (it came back through the completion ring or was never lent), and
+            // f.len() <= FRAME.
+            unsafe {
+                std::ptr::copy_nonoverlapping(f.as_ptr(), self.umem.ptr.add(addr as usize), f.len())
+            };
+            self.tx.push(libc::xdp_desc {
+                addr,
+                len: f.len() as u32,
+                options: 0,
+            });
+            free -= 1;
+            sent += 1;
+        }
+        if sent > 0 {
+            self.tx.submit();
+            self.kick();
+        }
+        self.stats.tx_frames += sent as u64;
+        sent
+    }
+
+    fn rx_pending(&self, _now: Instant) -> bool {
+        // `available` refreshes a cache; the read-only check compares the shared indices.
+        self.rx.peek_pending()
+    }
+
+    fn wait(&mut self, timeout: Duration) {
+        if self.rx.peek_pending() {
+            return;
+        }
+        let mut p = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // Whole milliseconds, at least 1 unless zero (a sub-millisecond wait must not spin).
+        let floor = if timeout.is_zero() { 0 } else { 1 };
+        let ms = timeout.as_millis().clamp(floor, i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd for the call.
+        let r = unsafe { libc::poll(&mut p, 1, ms) };
+        if r > 0 && p.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 {
+            self.down = true;
+        }
+        if !interface_exists(self.ifindex) {
+            self.down = true;
+        }
+    }
+
+    fn link_down(&self) -> bool {
+        self.down
+    }
+}
+
+/// Several XDP sockets (queues of one interface) driven as one device by a single engine:
+/// receives from every queue in turn, transmits on the first. For one engine per queue, use
+/// the sockets separately (the per-core runtime does).
+pub struct XdpQueues {
+    socks: Vec<XdpSocket>,
+    next: usize,
+}
+
+impl XdpQueues {
+    /// Drives `socks` (at least one) as one device.
+    pub fn new(socks: Vec<XdpSocket>) -> Self {
+        assert!(!socks.is_empty(), "XdpQueues needs a socket");
+        Self { socks, next: 0 }
+    }
+
+    /// Counters of each queue.
+    pub fn stats(&self) -> Vec<XdpStats> {
+        self.socks.iter().map(|s| s.stats()).collect()
+    }
+}
+
+impl Device for XdpQueues {
+    fn caps(&self) -> DeviceCaps {
+        self.socks[0].caps()
+    }
+
+    fn recv_batch(&mut self, now: Instant, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+        let k = self.socks.len();
+        let mut n = 0;
+        for i in 0..k {
+            let q = (self.next + i) % k;
+            n += self.socks[q].recv_batch(now, budget - n, sink);
+            if n >= budget {
+                break;
+            }
+        }
+        self.next = (self.next + 1) % k;
+        n
+    }
+
+    fn send_batch(&mut self, now: Instant, batch: &TxBatch) -> usize {
+        self.socks[0].send_batch(now, batch)
+    }
+
+    fn rx_pending(&self, now: Instant) -> bool {
+        self.socks.iter().any(|s| s.rx_pending(now))
+    }
+
+    fn wait(&mut self, timeout: Duration) {
+        if self.rx_pending(Instant::ZERO) {
+            return;
+        }
+        let mut fds = [libc::pollfd {
+            fd: -1,
+            events: libc::POLLIN,
+            revents: 0,
+        }; 16];
+        let k = self.socks.len().min(fds.len());
+        for (p, s) in fds.iter_mut().zip(&self.socks) {
+            p.fd = s.fd.as_raw_fd();
+        }
+        let floor = if timeout.is_zero() { 0 } else { 1 };
+        let ms = timeout.as_millis().clamp(floor, i32::MAX as u128) as i32;
+        // SAFETY: `k` valid pollfds for the call.
+        unsafe { libc::poll(fds.as_mut_ptr(), k as libc::nfds_t, ms) };
+        if !interface_exists(self.socks[0].ifindex) {
+            for s in &mut self.socks {
+                s.down = true;
+            }
+        }
+    }
+
+    fn link_down(&self) -> bool {
+        self.socks.iter().any(|s| s.link_down())
+    }
+}
