@@ -293,7 +293,7 @@ fn make_file(path: &std::path::Path, size: u64) -> std::io::Result<()> {
     while off < size {
         let n = (size - off).min(block.len() as u64) as usize;
         for (i, b) in block[..n].iter_mut().enumerate() {
-            *b = ((off + i as u64) * 2654435761 >> 13) as u8;
+            *b = (((off + i as u64) * 2654435761) >> 13) as u8;
         }
         f.write_all(&block[..n])?;
         off += n as u64;
