@@ -152,6 +152,10 @@ pub trait Sockets {
                 Err(e) => return Err(FileError::Socket(e)),
             }
         }
+        if done == 0 && len > 0 {
+            // An implementor whose send took nothing without saying WouldBlock.
+            return Err(FileError::Socket(SocketError::WouldBlock));
+        }
         Ok(done)
     }
 
