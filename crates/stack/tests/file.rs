@@ -462,3 +462,23 @@ fn five_gib_sparse_file() {
     assert_eq!((q, r), (size, size));
     assert!(net.a.file_chunks_allocated() <= 8);
 }
+
+#[test]
+fn a_send_buffer_smaller_than_a_chunk_still_streams() {
+    // 96 KiB send buffers can never hold a chunk: the file is copied in as room appears.
+    let size = 3 * FILE_CHUNK as u64 + 5;
+    let src = Tmp::with_pattern("small", size);
+    let dst = Tmp::new("small-dst");
+    let mut net = Net::new(
+        NetConfig {
+            tune: |c| c.tcp.defaults.send_buffer = 96 * 1024,
+            ..Default::default()
+        },
+        None,
+    )
+    .unwrap();
+    let o = transfer(&mut net, &src.1, 0, size, &dst.1, |_| {});
+    assert_eq!((o.error, o.received), (None, size));
+    assert!(dst.contents() == src.contents());
+    assert!(net.a.file_chunks_allocated() <= 2, "only scratch buffers");
+}
