@@ -23,4 +23,4 @@ pub mod socket;
 pub use app::App;
 pub use counters::{Counter, Counters};
 pub use error::SocketError;
-pub use socket::{Readiness, Sockets, TcpHandle, UdpHandle};
+pub use socket::{FileError, Readiness, Sockets, TcpHandle, UdpHandle};

@@ -5,13 +5,19 @@
 //! `httparse`, streams the body out, closes and lingers briefly so the FIN leaves. It gives
 //! up when no progress was made for the spec's timeout. Every failure is a [`GetError`]
 //! whose message says at which point the exchange broke.
+//!
+//! With [`HttpGet::body_file`] the body goes to a file instead, by positioned writes; a
+//! Content-Length or to-end-of-stream body is written straight from the socket's receive
+//! buffer ([`Sockets::recv_to_file`]), never copied through the client.
 
 use flowstack_api::app::{App, Progress};
-use flowstack_api::{SocketError, Sockets, TcpHandle};
+use flowstack_api::{FileError, SocketError, Sockets, TcpHandle};
 use flowstack_wire::{Duration, Instant, Ipv4Address};
 use std::fmt;
+use std::fs::File;
 use std::io::{self, Write};
 use std::net::SocketAddrV4;
+use std::os::unix::fs::FileExt;
 
 /// Largest response head accepted.
 pub const MAX_RESPONSE_HEAD: usize = 64 * 1024;
@@ -265,6 +271,8 @@ pub struct HttpGet<'a, W: Write> {
     deadline: Option<Instant>,
     result: Option<Result<(), GetError>>,
     on_progress: Option<OnProgress<'a>>,
+    /// Where the body goes instead of `out`, if set.
+    file: Option<File>,
 }
 
 impl<'a, W: Write> HttpGet<'a, W> {
@@ -285,7 +293,16 @@ impl<'a, W: Write> HttpGet<'a, W> {
             deadline: None,
             result: None,
             on_progress: None,
+            file: None,
         }
+    }
+
+    /// Writes the body into `file` from offset 0 (positioned writes) instead of `out`: a
+    /// Content-Length or to-end-of-stream body straight from the receive buffer
+    /// ([`Sockets::recv_to_file`]: the engine writes the borrowed slices with `pwritev`).
+    pub fn body_file(mut self, file: File) -> Self {
+        self.file = Some(file);
+        self
     }
 
     /// Calls `f(body bytes so far, Content-Length)` whenever body bytes were written.
@@ -354,12 +371,21 @@ impl<'a, W: Write> HttpGet<'a, W> {
     }
 
     fn write(&mut self, data: &[u8]) -> Result<(), GetError> {
-        self.out.write_all(data).map_err(GetError::Write)?;
-        self.got += data.len() as u64;
+        match &self.file {
+            Some(f) => f.write_all_at(data, self.got),
+            None => self.out.write_all(data),
+        }
+        .map_err(GetError::Write)?;
+        self.wrote(data.len());
+        Ok(())
+    }
+
+    /// Counts `n` body bytes written and tells the observer.
+    fn wrote(&mut self, n: usize) {
+        self.got += n as u64;
         if let Some(f) = &mut self.on_progress {
             f(self.got, self.head.as_ref().and_then(|h| h.content_length));
         }
-        Ok(())
     }
 
     /// Reads once into `pending`. `Ok(true)` if bytes came, `Ok(false)` if none yet.
@@ -477,6 +503,11 @@ impl<'a, W: Write> HttpGet<'a, W> {
                 return Ok(Some(true));
             }
         }
+        if let Some(f) = self.file.take() {
+            let r = self.stream_to_file(s, h, b, &f);
+            self.file = Some(f);
+            return r;
+        }
         let mut tmp = std::mem::take(&mut self.tmp);
         let r = match (s.tcp_recv(h, &mut tmp), b) {
             (Ok(0), Body::Length(len)) => Err(GetError::ClosedInBody { got: self.got, len }),
@@ -491,6 +522,32 @@ impl<'a, W: Write> HttpGet<'a, W> {
         };
         self.tmp = tmp;
         r
+    }
+
+    /// [`HttpGet::stream_step`] into the body file, straight from the receive buffer.
+    fn stream_to_file<S: Sockets + ?Sized>(
+        &mut self,
+        s: &mut S,
+        h: TcpHandle,
+        b: Body,
+        f: &File,
+    ) -> Result<Option<bool>, GetError> {
+        // Never past the body: what follows is not ours.
+        let max = match b {
+            Body::Length(len) => (len - self.got).min(CHUNK as u64) as usize,
+            _ => CHUNK,
+        };
+        match (s.recv_to_file(h, f, self.got, max), b) {
+            (Ok(0), Body::Length(len)) => Err(GetError::ClosedInBody { got: self.got, len }),
+            (Ok(0), _) => Ok(Some(true)),
+            (Ok(k), b) => {
+                self.wrote(k);
+                Ok(Some(matches!(b, Body::Length(len) if self.got >= len)))
+            }
+            (Err(FileError::Socket(SocketError::WouldBlock)), _) => Ok(None),
+            (Err(FileError::Socket(e)), _) => Err(self.recv_error(e)),
+            (Err(e), _) => Err(GetError::Write(io::Error::from_raw_os_error(e.errno()))),
+        }
     }
 
     /// Advances as far as the socket allows; `Ok(true)` if anything moved.

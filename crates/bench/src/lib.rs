@@ -16,6 +16,7 @@
 #![warn(missing_docs)]
 
 pub mod cores;
+pub mod file;
 pub mod flowstack;
 pub mod kernel;
 pub mod offload;

@@ -45,20 +45,25 @@ pub fn run(a: GetArgs) -> ExitCode {
         Ok(h) => h,
         Err(code) => return code,
     };
-    let out: Box<dyn Write> = match &a.output {
+    // With -o the body goes straight from the receive buffer to the file (recv_to_file).
+    let (out, file): (Box<dyn Write>, _) = match &a.output {
         Some(p) => match std::fs::File::create(p) {
-            Ok(f) => Box::new(std::io::BufWriter::new(f)),
+            Ok(f) => (Box::new(std::io::sink()), Some(f)),
             Err(e) => {
                 eprintln!("flowstack: cannot create {}: {e}", p.display());
                 return ExitCode::from(1);
             }
         },
-        None => Box::new(std::io::stdout().lock()),
+        None => (Box::new(std::io::stdout().lock()), None),
     };
     let bar = progress_bar();
     let spec = GetSpec::for_url(&url, Duration::from_secs(a.timeout));
     let mut first = true;
-    let mut get = HttpGet::new(spec, out).on_progress(|got, len| {
+    let mut get = HttpGet::new(spec, out);
+    if let Some(f) = file {
+        get = get.body_file(f);
+    }
+    let mut get = get.on_progress(|got, len| {
         if std::mem::take(&mut first) {
             match len {
                 Some(len) => bar.set_length(len),

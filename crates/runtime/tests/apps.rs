@@ -258,7 +258,7 @@ fn the_server_answers_errors_keeps_alive_and_closes_when_asked() {
     let two =
         b"GET /sub/a.txt HTTP/1.1\r\n\r\nGET /index.html HTTP/1.1\r\nConnection: close\r\n\r\n";
     let got = exchange(&mut net, &mut server, two);
-    assert!(got.starts_with("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nServer: flowstack\r\nConnection: keep-alive\r\n\r\na\nHTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"), "{got}");
+    assert!(got.starts_with("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nAccept-Ranges: bytes\r\nContent-Length: 2\r\nServer: flowstack\r\nConnection: keep-alive\r\n\r\na\nHTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"), "{got}");
     assert!(
         got.ends_with("Connection: close\r\n\r\n<h1>flowstack</h1>\n"),
         "{got}"

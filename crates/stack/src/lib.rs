@@ -20,7 +20,8 @@ mod udp;
 
 pub use arp_cache::ArpConfig;
 pub use counters::{Counter, Counters};
-pub use engine::{Engine, EngineConfig, PingReply, Steering};
+pub use engine::{Engine, EngineConfig, PingReply, Steering, FILE_CHUNK};
+pub use flowstack_api::FileError;
 pub use flowstack_api::{Readiness, SocketError, Sockets};
 pub use flowstack_tcp::{CcAlgorithm, Connection, Keepalive, State, TcpConfig};
 pub use iface::IfaceConfig;

@@ -2,7 +2,8 @@
 //! `apps` crate, the bench workloads) drive an in-process engine through it, and will drive
 //! the offload client through the same calls.
 
-use crate::{Engine, Readiness, SocketError, Sockets, TcpHandle, UdpHandle};
+use crate::{Engine, FileError, Readiness, SocketError, Sockets, TcpHandle, UdpHandle};
+use std::fs::File;
 use std::net::SocketAddrV4;
 use std::sync::Arc;
 
@@ -63,6 +64,24 @@ impl Sockets for Engine {
     }
     fn tcp_connections(&self) -> usize {
         Engine::tcp_connections(self)
+    }
+    fn send_file(
+        &mut self,
+        h: TcpHandle,
+        file: &File,
+        offset: u64,
+        len: u64,
+    ) -> Result<usize, FileError> {
+        Engine::send_file(self, h, file, offset, len)
+    }
+    fn recv_to_file(
+        &mut self,
+        h: TcpHandle,
+        file: &File,
+        offset: u64,
+        max: usize,
+    ) -> Result<usize, FileError> {
+        Engine::recv_to_file(self, h, file, offset, max)
     }
     fn udp_bind(&mut self, port: u16) -> Result<UdpHandle, SocketError> {
         Engine::udp_bind(self, port)

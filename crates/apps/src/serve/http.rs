@@ -3,10 +3,10 @@
 //! drains.
 
 use super::files::{content_type, resolve};
+use super::FileBody;
 use super::{flush_out, read_in, Conn, Totals, MAX_REQUEST_HEAD};
-use flowstack_api::Sockets;
+use flowstack_api::{FileError, SocketError, Sockets};
 use std::fs::File;
-use std::io::Read;
 use std::path::Path;
 
 /// Most header lines a request may carry (Apache's default limit is 100).
@@ -21,7 +21,7 @@ pub(super) fn step<S: Sockets + ?Sized>(
     t: &mut Totals,
 ) -> bool {
     let mut moved = flush_out(s, c, t);
-    moved |= stream_body(s, c, buf, t);
+    moved |= stream_body(s, c, t);
     if !c.out.is_empty() || c.file.is_some() || c.done {
         return moved;
     }
@@ -65,33 +65,34 @@ pub(super) fn step<S: Sockets + ?Sized>(
     moved
 }
 
-/// Moves the file body into the send buffer as it drains. Returns true if bytes moved.
-fn stream_body<S: Sockets + ?Sized>(
-    s: &mut S,
-    c: &mut Conn,
-    buf: &mut [u8],
-    t: &mut Totals,
-) -> bool {
+/// Queues the file body as the send buffer drains, straight from the file
+/// ([`Sockets::send_file`]: zero-copy chunks on the engine). Returns true if bytes moved.
+fn stream_body<S: Sockets + ?Sized>(s: &mut S, c: &mut Conn, t: &mut Totals) -> bool {
+    // Acknowledged zero-copy chunks report tokens; nothing here waits for them.
+    while s.tcp_zc_completion(c.h).is_some() {}
     let mut moved = false;
     while c.out.is_empty() && !c.done {
-        let Some((f, left)) = c.file.as_mut() else {
+        let Some(b) = c.file.as_mut() else {
             break;
         };
-        if *left == 0 {
+        if b.left == 0 {
             c.file = None;
             break;
         }
-        let want = (*left).min(buf.len() as u64) as usize;
-        match f.read(&mut buf[..want]) {
-            Ok(0) | Err(_) => {
-                // The file shrank under us: the promised length cannot be met; close.
+        match s.send_file(c.h, &b.file, b.offset, b.left) {
+            Ok(n) => {
+                b.offset += n as u64;
+                b.left -= n as u64;
+                t.bytes_out += n as u64;
+                moved = true;
+            }
+            Err(FileError::Socket(SocketError::WouldBlock)) => break,
+            Err(e) => {
+                // The file shrank under us (or the socket failed): the promised length
+                // cannot be met; close.
+                tracing::debug!(conn = c.h.index(), error = %e, "body cut short");
                 c.done = true;
                 break;
-            }
-            Ok(n) => {
-                *left -= n as u64;
-                c.out.extend_from_slice(&buf[..n]);
-                moved |= flush_out(s, c, t);
             }
         }
     }
@@ -118,6 +119,8 @@ struct Head {
     /// Close after answering: HTTP/1.0 closes unless it says keep-alive, HTTP/1.1 keeps
     /// the connection unless it says close (RFC 9112 §9.3).
     close: bool,
+    /// The `Range` header's value, if one came.
+    range: Option<String>,
 }
 
 /// Parses a request head from the start of `buf`: the head and its length once complete.
@@ -129,7 +132,11 @@ fn parse(buf: &[u8]) -> Result<httparse::Status<(Head, usize)>, httparse::Error>
         httparse::Status::Partial => return Ok(httparse::Status::Partial),
     };
     let mut close = req.version == Some(0);
+    let mut range = None;
     for h in req.headers.iter() {
+        if h.name.eq_ignore_ascii_case("range") {
+            range = Some(String::from_utf8_lossy(h.value).into_owned());
+        }
         if h.name.eq_ignore_ascii_case("connection") {
             let v = h.value.trim_ascii();
             if v.eq_ignore_ascii_case(b"close") {
@@ -144,6 +151,7 @@ fn parse(buf: &[u8]) -> Result<httparse::Status<(Head, usize)>, httparse::Error>
         method: req.method.unwrap_or_default().to_string(),
         target: req.path.unwrap_or_default().to_string(),
         close,
+        range,
     };
     Ok(httparse::Status::Complete((head, n)))
 }
@@ -175,17 +183,147 @@ fn answer(c: &mut Conn, root: &Path, head: &Head) -> u16 {
         Ok(m) if m.is_file() => m.len(),
         _ => return not_found(c),
     };
-    c.out.extend_from_slice(
-        format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: {}\r\nContent-Length: {len}\r\nServer: flowstack\r\n{}\r\n",
-            content_type(&path),
-            if close { "Connection: close\r\n" } else { "Connection: keep-alive\r\n" }
-        )
-        .as_bytes(),
-    );
-    if method == "GET" {
-        c.file = Some((file, len));
+    let conn = if close {
+        "Connection: close\r\n"
+    } else {
+        "Connection: keep-alive\r\n"
+    };
+    let ctype = content_type(&path);
+    let (code, offset, body_len) = match head.range.as_deref().map(|r| byte_range(r, len)) {
+        None | Some(RangeAnswer::Ignore) => {
+            c.out.extend_from_slice(
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: {ctype}\r\nAccept-Ranges: bytes\r\nContent-Length: {len}\r\nServer: flowstack\r\n{conn}\r\n"
+                )
+                .as_bytes(),
+            );
+            (200, 0, len)
+        }
+        Some(RangeAnswer::Partial { first, last }) => {
+            let n = last - first + 1;
+            c.out.extend_from_slice(
+                format!(
+                    "HTTP/1.1 206 Partial Content\r\nContent-Type: {ctype}\r\nAccept-Ranges: bytes\r\nContent-Length: {n}\r\nContent-Range: bytes {first}-{last}/{len}\r\nServer: flowstack\r\n{conn}\r\n"
+                )
+                .as_bytes(),
+            );
+            (206, first, n)
+        }
+        Some(RangeAnswer::Unsatisfiable) => {
+            // RFC 9110 §15.5.17: 416 with the current length.
+            c.out.extend_from_slice(
+                format!(
+                    "HTTP/1.1 416 Range Not Satisfiable\r\nContent-Range: bytes */{len}\r\nContent-Length: 0\r\nServer: flowstack\r\n{conn}\r\n"
+                )
+                .as_bytes(),
+            );
+            c.close_after = close;
+            return 416;
+        }
+    };
+    if method == "GET" && body_len > 0 {
+        c.file = Some(FileBody {
+            file,
+            offset,
+            left: body_len,
+        });
     }
     c.close_after = close;
-    200
+    code
+}
+
+/// What to do with a `Range` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RangeAnswer {
+    /// Send the whole file (200): a header we do not understand or serve (several ranges,
+    /// another unit, bad syntax) is ignored, as RFC 9110 §14.2 allows.
+    Ignore,
+    /// 206 with bytes `first..=last`.
+    Partial { first: u64, last: u64 },
+    /// 416: no byte of the range lies in the file.
+    Unsatisfiable,
+}
+
+/// RFC 9110 §14.1.2: `bytes=FIRST-LAST`, `bytes=FIRST-` or `bytes=-SUFFIX`, one range, for a
+/// file of `len` bytes. A LAST past the end is cut to the end; a FIRST at or past the end, or
+/// an empty suffix, cannot be satisfied.
+fn byte_range(value: &str, len: u64) -> RangeAnswer {
+    let Some(spec) = value
+        .trim()
+        .strip_prefix("bytes=")
+        .or_else(|| value.trim().strip_prefix("BYTES="))
+    else {
+        return RangeAnswer::Ignore;
+    };
+    let spec = spec.trim();
+    if spec.contains(',') {
+        return RangeAnswer::Ignore;
+    }
+    let Some((a, b)) = spec.split_once('-') else {
+        return RangeAnswer::Ignore;
+    };
+    let (a, b) = (a.trim(), b.trim());
+    let num = |s: &str| -> Option<u64> {
+        (!s.is_empty() && s.bytes().all(|c| c.is_ascii_digit()))
+            .then(|| s.parse().ok())
+            .flatten()
+    };
+    match (a.is_empty(), num(a), num(b)) {
+        // Suffix: the last SUFFIX bytes.
+        (true, _, Some(n)) => {
+            if n == 0 || len == 0 {
+                RangeAnswer::Unsatisfiable
+            } else {
+                RangeAnswer::Partial {
+                    first: len - n.min(len),
+                    last: len - 1,
+                }
+            }
+        }
+        (false, Some(first), last) if b.is_empty() || last.is_some() => {
+            if last.is_some_and(|l| l < first) {
+                return RangeAnswer::Ignore;
+            }
+            if first >= len {
+                return RangeAnswer::Unsatisfiable;
+            }
+            RangeAnswer::Partial {
+                first,
+                last: last.unwrap_or(u64::MAX).min(len - 1),
+            }
+        }
+        _ => RangeAnswer::Ignore,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_ranges_follow_rfc_9110() {
+        use RangeAnswer::*;
+        let p = |first, last| Partial { first, last };
+        assert_eq!(byte_range("bytes=0-0", 10), p(0, 0));
+        assert_eq!(byte_range("bytes=2-5", 10), p(2, 5));
+        assert_eq!(byte_range("bytes=2-", 10), p(2, 9));
+        assert_eq!(byte_range("bytes=2-100", 10), p(2, 9));
+        assert_eq!(byte_range("bytes=-3", 10), p(7, 9));
+        assert_eq!(byte_range("bytes=-30", 10), p(0, 9));
+        assert_eq!(byte_range(" bytes= 4 - 6 ", 10), p(4, 6));
+        assert_eq!(byte_range("bytes=10-", 10), Unsatisfiable);
+        assert_eq!(byte_range("bytes=10-20", 10), Unsatisfiable);
+        assert_eq!(byte_range("bytes=-0", 10), Unsatisfiable);
+        assert_eq!(byte_range("bytes=0-", 0), Unsatisfiable);
+        assert_eq!(byte_range("bytes=5-2", 10), Ignore);
+        assert_eq!(byte_range("bytes=0-1,3-4", 10), Ignore);
+        assert_eq!(byte_range("items=0-1", 10), Ignore);
+        assert_eq!(byte_range("bytes=x-1", 10), Ignore);
+        assert_eq!(byte_range("bytes=1", 10), Ignore);
+        assert_eq!(byte_range("bytes=+1-2", 10), Ignore);
+        assert_eq!(
+            byte_range("bytes=5368709119-", 5 << 30),
+            p(5368709119, (5 << 30) - 1)
+        );
+    }
 }

@@ -20,7 +20,7 @@ use std::path::PathBuf;
 /// Largest request head the HTTP service waits for; a longer incomplete head is answered
 /// with 400.
 pub const MAX_REQUEST_HEAD: usize = 16 * 1024;
-/// Bytes read or sent per socket call, and the file read size.
+/// Bytes read per socket call.
 const CHUNK: usize = 256 * 1024;
 
 /// What a [`Server`] does with its connections.
@@ -107,12 +107,22 @@ struct Conn {
     /// Bytes to send; `out[out_off..]` is still unsent.
     out: Vec<u8>,
     out_off: usize,
-    /// HTTP: the body being streamed and the bytes of it left to send.
-    file: Option<(File, u64)>,
+    /// HTTP: the body being sent, straight from the file ([`Sockets::send_file`]).
+    file: Option<FileBody>,
     /// HTTP: close once the current response is out.
     close_after: bool,
     /// Finished: close and forget.
     done: bool,
+}
+
+/// A file body (or a range of one) being sent.
+#[derive(Debug)]
+struct FileBody {
+    file: File,
+    /// Next file offset to send.
+    offset: u64,
+    /// Bytes of the body left.
+    left: u64,
 }
 
 impl Conn {

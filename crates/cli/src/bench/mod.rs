@@ -1,9 +1,11 @@
-//! `flowstack bench stream|rr|crr`: arguments → [`flowstack_bench::run()`] → printing.
+//! `flowstack bench stream|rr|crr`: arguments → [`flowstack_bench::run()`] → printing;
+//! `flowstack bench file`: arguments → [`flowstack_bench::file::run`] → printing (`file.rs`).
 //!
 //! The runs themselves (the flowstack peer's two processes over the shm wire, the kernel and
 //! smoltcp peers) live in the `flowstack-bench` crate; the results are
 //! [`flowstack_prof::report`] types, and `--json` writes them with serde.
 
+mod file;
 mod print;
 
 use clap::{Args, ValueEnum};
@@ -21,14 +23,19 @@ pub enum WorkloadArg {
     Rr,
     /// Connect, request, response, close.
     Crr,
+    /// One file sent four ways: flowstack send_file and read/write, kernel sendfile and
+    /// read/write (seed 002).
+    File,
 }
 
-impl From<WorkloadArg> for Workload {
-    fn from(w: WorkloadArg) -> Self {
-        match w {
-            WorkloadArg::Stream => Workload::Stream,
-            WorkloadArg::Rr => Workload::Rr,
-            WorkloadArg::Crr => Workload::Crr,
+impl WorkloadArg {
+    /// The socket workload (`None` for `file`, which runs apart).
+    fn stack(self) -> Option<Workload> {
+        match self {
+            WorkloadArg::Stream => Some(Workload::Stream),
+            WorkloadArg::Rr => Some(Workload::Rr),
+            WorkloadArg::Crr => Some(Workload::Crr),
+            WorkloadArg::File => None,
         }
     }
 }
@@ -122,7 +129,7 @@ impl RunOpts {
 /// Options of `flowstack bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// stream: one-way bulk throughput; rr: request/response latency; crr: connect/request/response/close rate.
+    /// stream: one-way bulk throughput; rr: request/response latency; crr: connect/request/response/close rate; file: file transfer (send_file vs sendfile).
     #[arg(value_enum)]
     workload: WorkloadArg,
     /// Which stacks to run.
@@ -149,14 +156,21 @@ pub struct BenchArgs {
     /// Write results as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// file: bytes to send (K, M, G suffixes) [default: 1G].
+    #[arg(long, value_name = "N", value_parser = crate::demo::parse_size)]
+    size: Option<u64>,
+    /// file: the file to send (created with --size bytes and removed after, if absent)
+    /// [default: a temporary file].
+    #[arg(long, value_name = "PATH")]
+    file: Option<PathBuf>,
     #[command(flatten)]
     opts: RunOpts,
 }
 
 impl BenchArgs {
-    fn spec(&self) -> BenchSpec {
+    fn spec(&self, workload: Workload) -> BenchSpec {
         BenchSpec {
-            workload: self.workload.into(),
+            workload,
             peer: match self.peer {
                 PeerSel::Flowstack => flowstack_bench::PeerSel::Flowstack,
                 PeerSel::Kernel => flowstack_bench::PeerSel::Kernel,
@@ -205,7 +219,14 @@ pub fn serve(a: ServerArgs) -> ExitCode {
 
 /// Entry of `flowstack bench`.
 pub fn run(a: BenchArgs) -> ExitCode {
-    let spec = match a.spec().validated() {
+    let Some(workload) = a.workload.stack() else {
+        return file::run(&a);
+    };
+    if a.size.is_some() || a.file.is_some() {
+        eprintln!("flowstack: --size and --file are for `bench file`");
+        return ExitCode::from(2);
+    }
+    let spec = match a.spec(workload).validated() {
         Ok(s) => s,
         Err(e) => {
             eprintln!("flowstack: {e}");

@@ -32,11 +32,13 @@
 //! - `tcp_api`, `udp_api`: the `tcp_*` and `udp_*` socket calls;
 //! - `ping`: ICMP echo requests and the queue of replies.
 
+mod file;
 mod input;
 mod ping;
 mod tcp_api;
 mod udp_api;
 
+pub use file::FILE_CHUNK;
 pub use ping::PingReply;
 
 use crate::counters::{Counter, Counters};
@@ -139,6 +141,8 @@ pub struct Engine {
     rss: Option<Box<Toeplitz>>,
     /// The latest time an entry point was given; socket calls are stamped with it.
     now: Instant,
+    /// Buffers of `send_file` (file.rs).
+    files: file::FilePool,
     /// Makes the engine `!Sync` (one thread owns it) while leaving it `Send`.
     _not_sync: PhantomData<Cell<()>>,
 }
@@ -201,6 +205,7 @@ impl Engine {
                 .map(|_| Box::new(Toeplitz::symmetric())),
             cfg,
             now: Instant::ZERO,
+            files: file::FilePool::default(),
             _not_sync: PhantomData,
         }
     }

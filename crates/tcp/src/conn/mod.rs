@@ -235,6 +235,10 @@ impl Connection {
     pub fn send_queue(&self) -> usize {
         self.snd.queue.len()
     }
+    /// Free room in the send buffer: what `send` would take now.
+    pub fn send_room(&self) -> usize {
+        self.snd.queue.window()
+    }
     /// Bytes received and not yet read.
     pub fn recv_queue(&self) -> usize {
         self.rcv.buf.len()

@@ -1,0 +1,508 @@
+//! `flowstack bench file`: seed 002's file-transfer experiment — one file sent over TCP, four
+//! ways, in the same run, page cache warm:
+//!
+//! - **flowstack `send_file`**: chunks read once (`pread`) into pooled buffers that become the
+//!   segments ([`Engine::send_file`]);
+//! - **flowstack read/write**: `pread` into the application's buffer, copied into the socket
+//!   (`tcp_send`) — what a file server did before;
+//! - **kernel `sendfile(2)`** and **kernel read/write** over loopback.
+//!
+//! flowstack's two engines (sender and receiver) run on one thread over the in-process pipe
+//! (TSO and checksum offload on, as `bench --link pipe`); the time spent in the sender's
+//! engine and application code is its CPU. The kernel's sender and receiver are two threads;
+//! the sender's CPU is its thread CPU clock (which includes whatever loopback receive work the
+//! kernel runs in its context). Receivers discard the bytes (flowstack borrows and consumes
+//! them; the kernel reads them). Variants alternate within each round; the report gives
+//! medians and the range.
+//!
+//! Also measured: what `pread` alone costs per GiB from the warm page cache — the most a
+//! mapped file could save `send_file` (it would skip that copy but pay page faults, `SIGBUS`
+//! on truncation, and retransmit rewritten pages with different bytes).
+
+use crate::flowstack::{engine, pipe_caps, CLIENT_IP, SERVER_IP};
+use crate::spec::RunOpts;
+use flowstack_api::{FileError, SocketError};
+use flowstack_link::pipe::pipe;
+use flowstack_runtime::Clock;
+use flowstack_stack::{Engine, TcpHandle};
+use serde::{Deserialize, Serialize};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{SocketAddrV4, TcpListener, TcpStream};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+const GIB: f64 = (1u64 << 30) as f64;
+/// The read/write loops' buffer (and the kernel receiver's).
+const BUF: usize = 256 * 1024;
+/// The port flowstack's receiver listens on.
+const PORT: u16 = 5002;
+/// Longest a single transfer may take.
+const LIMIT: Duration = Duration::from_secs(300);
+
+/// Which stacks to measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FilePeers {
+    /// flowstack's `send_file` and read/write loop.
+    Flowstack,
+    /// The kernel's `sendfile` and read/write loop.
+    Kernel,
+    /// All four.
+    Both,
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct FileBenchSpec {
+    /// File size in bytes.
+    pub size: u64,
+    /// Which stacks.
+    pub peers: FilePeers,
+    /// Rounds (each round runs every method once).
+    pub runs: usize,
+    /// The file to send (created with `size` bytes if absent, removed after); default a
+    /// temporary file.
+    pub path: Option<PathBuf>,
+}
+
+/// One way of sending the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Method {
+    /// flowstack `send_file`.
+    FlowstackSendFile,
+    /// flowstack `pread` + `tcp_send`.
+    FlowstackReadWrite,
+    /// Kernel `sendfile(2)` over loopback.
+    KernelSendfile,
+    /// Kernel `pread` + `write` over loopback.
+    KernelReadWrite,
+}
+
+impl Method {
+    /// A short label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::FlowstackSendFile => "flowstack send_file",
+            Method::FlowstackReadWrite => "flowstack read/write",
+            Method::KernelSendfile => "kernel sendfile",
+            Method::KernelReadWrite => "kernel read/write",
+        }
+    }
+}
+
+/// One transfer.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Sample {
+    /// Wall time from the first byte queued to the last byte received.
+    pub secs: f64,
+    /// The sender's CPU time.
+    pub sender_cpu_s: f64,
+}
+
+/// Every transfer of one method and its medians.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MethodSummary {
+    /// Which method.
+    pub method: Method,
+    /// Median throughput, GiB/s.
+    pub gib_per_s: f64,
+    /// Slowest and fastest run, GiB/s.
+    pub gib_per_s_range: (f64, f64),
+    /// Median sender CPU seconds per GiB sent.
+    pub sender_cpu_s_per_gib: f64,
+    /// The runs.
+    pub samples: Vec<Sample>,
+}
+
+/// The report (`--json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FileBenchReport {
+    /// "flowstack bench file".
+    pub tool: String,
+    /// File size, bytes.
+    pub size: u64,
+    /// Rounds.
+    pub runs: usize,
+    /// `/proc/loadavg` at the start (the machine is shared: read the numbers next to it).
+    pub loadavg: String,
+    /// Per method, in the order run.
+    pub methods: Vec<MethodSummary>,
+    /// flowstack `send_file` throughput over kernel `sendfile` (medians), when both ran.
+    pub speedup: Option<f64>,
+    /// flowstack `send_file` throughput over flowstack's read/write loop.
+    pub speedup_over_read_write: Option<f64>,
+    /// Kernel `sendfile` sender CPU per GiB over flowstack `send_file`'s (higher: flowstack
+    /// spends less).
+    pub cpu_ratio_vs_kernel_sendfile: Option<f64>,
+    /// Median seconds `pread` alone takes per GiB from the page cache (into pooled 256 KiB
+    /// buffers): the copy a mapped file would save.
+    pub pread_s_per_gib: f64,
+}
+
+impl FileBenchReport {
+    /// The report as pretty-printed JSON (reads back with serde).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n == 0 {
+        0.0
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Runs the benchmark; `on(method, round, sample)` sees each transfer.
+pub fn run(
+    spec: &FileBenchSpec,
+    on: &mut dyn FnMut(Method, usize, &Sample),
+) -> Result<FileBenchReport, String> {
+    if spec.size == 0 || spec.runs == 0 {
+        return Err("--size and --runs must be at least 1".into());
+    }
+    let loadavg = std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let (path, created) = match &spec.path {
+        Some(p) if p.exists() => (p.clone(), false),
+        Some(p) => (p.clone(), true),
+        None => (
+            std::env::temp_dir().join(format!("flowstack-bench-file-{}.bin", std::process::id())),
+            true,
+        ),
+    };
+    if created {
+        make_file(&path, spec.size).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    let r = run_on(spec, &path, loadavg, on);
+    if created {
+        let _ = std::fs::remove_file(&path);
+    }
+    r
+}
+
+fn run_on(
+    spec: &FileBenchSpec,
+    path: &std::path::Path,
+    loadavg: String,
+    on: &mut dyn FnMut(Method, usize, &Sample),
+) -> Result<FileBenchReport, String> {
+    let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let size = file.metadata().map_err(|e| e.to_string())?.len();
+    if size < spec.size {
+        return Err(format!(
+            "{} holds {size} bytes, fewer than --size",
+            path.display()
+        ));
+    }
+    let size = spec.size;
+    let _ = flowstack_sys::file::advise_sequential(&file);
+    let mut pread = Vec::new();
+    // Warm the page cache (and time pread alone, once per round).
+    pread.push(pread_all(&file, size)?);
+    let methods: &[Method] = match spec.peers {
+        FilePeers::Flowstack => &[Method::FlowstackSendFile, Method::FlowstackReadWrite],
+        FilePeers::Kernel => &[Method::KernelSendfile, Method::KernelReadWrite],
+        FilePeers::Both => &[
+            Method::FlowstackSendFile,
+            Method::FlowstackReadWrite,
+            Method::KernelSendfile,
+            Method::KernelReadWrite,
+        ],
+    };
+    let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); methods.len()];
+    for round in 0..spec.runs {
+        // Alternate the order each round so no method always runs right after another.
+        let order: Vec<usize> = if round % 2 == 0 {
+            (0..methods.len()).collect()
+        } else {
+            (0..methods.len()).rev().collect()
+        };
+        for i in order {
+            let m = methods[i];
+            let s = match m {
+                Method::FlowstackSendFile => flowstack_run(&file, size, true)?,
+                Method::FlowstackReadWrite => flowstack_run(&file, size, false)?,
+                Method::KernelSendfile => kernel_run(&file, size, true)?,
+                Method::KernelReadWrite => kernel_run(&file, size, false)?,
+            };
+            on(m, round, &s);
+            samples[i].push(s);
+        }
+        pread.push(pread_all(&file, size)?);
+    }
+    let gib = size as f64 / GIB;
+    let summaries: Vec<MethodSummary> = methods
+        .iter()
+        .zip(samples)
+        .map(|(&method, samples)| {
+            let mut rates: Vec<f64> = samples.iter().map(|s| gib / s.secs).collect();
+            let mut cpu: Vec<f64> = samples.iter().map(|s| s.sender_cpu_s / gib).collect();
+            let lo = rates.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = rates.iter().copied().fold(0.0, f64::max);
+            MethodSummary {
+                method,
+                gib_per_s: median(&mut rates),
+                gib_per_s_range: (lo, hi),
+                sender_cpu_s_per_gib: median(&mut cpu),
+                samples,
+            }
+        })
+        .collect();
+    let get = |m: Method| summaries.iter().find(|s| s.method == m);
+    let ratio = |a: Method, b: Method| match (get(a), get(b)) {
+        (Some(x), Some(y)) if y.gib_per_s > 0.0 => Some(x.gib_per_s / y.gib_per_s),
+        _ => None,
+    };
+    let speedup = ratio(Method::FlowstackSendFile, Method::KernelSendfile);
+    let speedup_over_read_write = ratio(Method::FlowstackSendFile, Method::FlowstackReadWrite);
+    let cpu_ratio = match (get(Method::KernelSendfile), get(Method::FlowstackSendFile)) {
+        (Some(k), Some(f)) if f.sender_cpu_s_per_gib > 0.0 => {
+            Some(k.sender_cpu_s_per_gib / f.sender_cpu_s_per_gib)
+        }
+        _ => None,
+    };
+    let mut pread: Vec<f64> = pread.iter().map(|s| s / gib).collect();
+    Ok(FileBenchReport {
+        tool: "flowstack bench file".into(),
+        size,
+        runs: spec.runs,
+        loadavg,
+        methods: summaries,
+        speedup,
+        speedup_over_read_write,
+        cpu_ratio_vs_kernel_sendfile: cpu_ratio,
+        pread_s_per_gib: median(&mut pread),
+    })
+}
+
+/// Writes `size` bytes of a cheap position-dependent pattern.
+fn make_file(path: &std::path::Path, size: u64) -> std::io::Result<()> {
+    let mut f = std::io::BufWriter::with_capacity(1 << 20, File::create(path)?);
+    let mut block = vec![0u8; 1 << 20];
+    let mut off = 0u64;
+    while off < size {
+        let n = (size - off).min(block.len() as u64) as usize;
+        for (i, b) in block[..n].iter_mut().enumerate() {
+            *b = (((off + i as u64) * 2654435761) >> 13) as u8;
+        }
+        f.write_all(&block[..n])?;
+        off += n as u64;
+    }
+    f.flush()
+}
+
+/// Reads the first `size` bytes with `pread` into one 256 KiB buffer; seconds taken.
+fn pread_all(file: &File, size: u64) -> Result<f64, String> {
+    let mut buf = vec![0u8; BUF];
+    let t = Instant::now();
+    let mut off = 0u64;
+    while off < size {
+        let n = (size - off).min(BUF as u64) as usize;
+        match file.read_at(&mut buf[..n], off) {
+            Ok(0) => return Err("the file shrank".into()),
+            Ok(k) => off += k as u64,
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    std::hint::black_box(&buf);
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// The sender's application: `send_file`, or a read/write loop through `buf`.
+struct Sender {
+    zero_copy: bool,
+    queued: u64,
+    buf: Vec<u8>,
+    /// `buf[pos..filled]` is read and not yet sent.
+    pos: usize,
+    filled: usize,
+}
+
+impl Sender {
+    fn step(&mut self, e: &mut Engine, c: TcpHandle, file: &File, size: u64) -> Result<(), String> {
+        if self.zero_copy {
+            while self.queued < size {
+                match e.send_file(c, file, self.queued, size - self.queued) {
+                    Ok(n) => self.queued += n as u64,
+                    Err(FileError::Socket(SocketError::WouldBlock)) => break,
+                    Err(err) => return Err(format!("send_file: {err}")),
+                }
+            }
+            while e.tcp_zc_completion(c).is_some() {}
+            return Ok(());
+        }
+        loop {
+            if self.pos == self.filled {
+                let at = self.queued;
+                if at >= size {
+                    return Ok(());
+                }
+                let want = (size - at).min(self.buf.len() as u64) as usize;
+                let n = file
+                    .read_at(&mut self.buf[..want], at)
+                    .map_err(|e| e.to_string())?;
+                if n == 0 {
+                    return Err("the file shrank".into());
+                }
+                (self.pos, self.filled) = (0, n);
+            }
+            match e.tcp_send(c, &self.buf[self.pos..self.filled]) {
+                Ok(n) => {
+                    self.pos += n;
+                    self.queued += n as u64;
+                }
+                Err(SocketError::WouldBlock) => return Ok(()),
+                Err(err) => return Err(format!("tcp_send: {err}")),
+            }
+        }
+    }
+}
+
+/// flowstack: sender and receiver engines on this thread over the in-process pipe.
+fn flowstack_run(file: &File, size: u64, zero_copy: bool) -> Result<Sample, String> {
+    let o = RunOpts::default();
+    let caps = pipe_caps(&o);
+    let (mut da, mut db) = pipe(caps, 1 << 16);
+    let mut ea = engine(CLIENT_IP, caps, &o);
+    let mut eb = engine(SERVER_IP, caps, &o);
+    let clock = Clock::start();
+    let l = eb.tcp_listen(PORT, 4).map_err(|e| e.to_string())?;
+    ea.set_now(clock.now());
+    let c = ea
+        .tcp_connect(SocketAddrV4::new(SERVER_IP.into(), PORT))
+        .map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + LIMIT;
+    let s = loop {
+        let now = clock.now();
+        ea.poll(now, &mut da);
+        eb.poll(now, &mut db);
+        if let Ok(s) = eb.tcp_accept(l) {
+            if ea.tcp_conn(c).is_ok_and(|c| c.is_open()) {
+                break s;
+            }
+        }
+        if Instant::now() > deadline {
+            return Err("flowstack handshake timed out".into());
+        }
+    };
+    let mut sender = Sender {
+        zero_copy,
+        queued: 0,
+        buf: vec![0; BUF],
+        pos: 0,
+        filled: 0,
+    };
+    let (mut got, mut sender_ns) = (0u64, 0u128);
+    let t0 = Instant::now();
+    while got < size {
+        let now = clock.now();
+        let s0 = Instant::now();
+        ea.poll(now, &mut da);
+        sender.step(&mut ea, c, file, size)?;
+        ea.dispatch(now);
+        sender_ns += s0.elapsed().as_nanos();
+        eb.poll(now, &mut db);
+        let (a, b) = eb.tcp_peek(s, usize::MAX).map_err(|e| e.to_string())?;
+        let n = a.len() + b.len();
+        std::hint::black_box((a, b));
+        eb.tcp_consume(s, n).map_err(|e| e.to_string())?;
+        got += n as u64;
+        if t0.elapsed() > LIMIT {
+            return Err("flowstack transfer timed out".into());
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    Ok(Sample {
+        secs,
+        sender_cpu_s: sender_ns as f64 / 1e9,
+    })
+}
+
+/// The kernel over loopback: receiver thread, sender on this thread.
+fn kernel_run(file: &File, size: u64, sendfile: bool) -> Result<Sample, String> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    let addr = l.local_addr().map_err(|e| e.to_string())?;
+    let rx = std::thread::spawn(move || -> std::io::Result<u64> {
+        let (mut s, _) = l.accept()?;
+        let mut buf = vec![0u8; BUF];
+        let mut got = 0u64;
+        loop {
+            match s.read(&mut buf)? {
+                0 => return Ok(got),
+                n => got += n as u64,
+            }
+        }
+    });
+    let mut s = TcpStream::connect(addr).map_err(|e| e.to_string())?;
+    let t0 = Instant::now();
+    let cpu0 = flowstack_sys::file::thread_cpu_ns();
+    let mut off = 0u64;
+    let mut buf = vec![0u8; BUF];
+    while off < size {
+        let want = (size - off).min(1 << 30) as usize;
+        let n = if sendfile {
+            flowstack_sys::file::sendfile(&s, file, off, want)
+        } else {
+            let want = want.min(BUF);
+            file.read_at(&mut buf[..want], off)
+                .and_then(|n| s.write_all(&buf[..n]).map(|_| n))
+        }
+        .map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err("the file shrank".into());
+        }
+        off += n as u64;
+    }
+    let cpu = flowstack_sys::file::thread_cpu_ns() - cpu0;
+    s.shutdown(std::net::Shutdown::Write)
+        .map_err(|e| e.to_string())?;
+    let got = rx
+        .join()
+        .map_err(|_| "kernel receiver panicked".to_string())?
+        .map_err(|e| e.to_string())?;
+    let secs = t0.elapsed().as_secs_f64();
+    if got != size {
+        return Err(format!("kernel receiver got {got} of {size} bytes"));
+    }
+    Ok(Sample {
+        secs,
+        sender_cpu_s: cpu as f64 / 1e9,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_method_moves_the_whole_file() {
+        let spec = FileBenchSpec {
+            size: 3 * 256 * 1024 + 17,
+            peers: FilePeers::Both,
+            runs: 1,
+            path: None,
+        };
+        let mut seen = Vec::new();
+        let r = run(&spec, &mut |m, _, s| seen.push((m, s.secs))).unwrap();
+        assert_eq!(seen.len(), 4);
+        assert_eq!(r.methods.len(), 4);
+        assert!(r.speedup.is_some() && r.speedup_over_read_write.is_some());
+        assert!(r
+            .methods
+            .iter()
+            .all(|m| m.samples.len() == 1 && m.gib_per_s > 0.0));
+        let json = serde_json::to_string(&r).unwrap();
+        let back: FileBenchReport = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.size, spec.size);
+    }
+}
