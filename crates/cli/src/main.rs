@@ -9,6 +9,7 @@ mod ping;
 mod profile;
 mod serve;
 mod serve_cores;
+mod sim;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -63,6 +64,9 @@ enum Cmd {
     /// Serves TCP on its own loopback interface (127.0.0.1 and 127.0.0.2) to applications that
     /// register on a unix socket with the flowstack client library; needs no privileges.
     Daemon(daemon::DaemonArgs),
+    /// The architecture simulator: kernel, library, percore and offload on N cores, calibrated
+    /// by the profiler and checked against the bench (--validate); seed 001 reproduced (--seed001).
+    Sim(sim::SimArgs),
     /// (internal) the server process of `flowstack bench`.
     #[command(name = "__bench-server", hide = true)]
     BenchServer(bench::ServerArgs),
@@ -113,6 +117,7 @@ fn main() -> ExitCode {
         Cmd::Profile(a) => profile::run(a),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Daemon(a) => daemon::run(a),
+        Cmd::Sim(a) => sim::run(a),
         Cmd::BenchServer(a) => bench::serve(a),
     }
 }
