@@ -7,7 +7,7 @@ use clap::Args;
 use flowstack_bench::{BenchSpec, PeerSel, RunOpts};
 use flowstack_prof::report::{from_json, BenchLink, BenchReport, Peer, ProfileReport};
 use flowstack_sim::calib::{fit_profile, preset};
-use flowstack_sim::fit::{calibrate, CalRun};
+use flowstack_sim::fit::{calibrate, CalRun, CAL_CONFIGS};
 use flowstack_sim::plot::{svg, Chart, Series};
 use flowstack_sim::validate::{self, Measured, Row};
 use flowstack_sim::{seed001, simulate, Arch, Calibration, Clients, Outcome, Scenario, Workload};
@@ -78,20 +78,17 @@ pub struct SimArgs {
     /// --calibration names another).
     #[arg(long, conflicts_with = "calibrate")]
     seed001: bool,
-    /// Write this machine's calibration to FILE from --profile and --bench files.
-    #[arg(long, value_name = "FILE", requires_all = ["profile", "bench", "bench_split"])]
+    /// Write this machine's calibration to FILE from --profile and the calibration bench
+    /// runs in --inputs DIR (run now, with --duration and --runs, where DIR lacks them).
+    #[arg(long, value_name = "FILE", requires_all = ["profile", "inputs"])]
     calibrate: Option<PathBuf>,
     /// --calibrate: a `flowstack profile --json` file.
     #[arg(long, value_name = "FILE")]
     profile: Option<PathBuf>,
-    /// --calibrate: `flowstack bench --cores 1 --json` files (stream, rr, crr; flowstack and
-    /// kernel), comma-separated.
-    #[arg(long, value_name = "FILES", value_delimiter = ',')]
-    bench: Vec<PathBuf>,
-    /// --calibrate: a classic `flowstack bench rr --peer kernel --kernel-placement split
-    /// --json` file (the cross-core wake-up).
-    #[arg(long, value_name = "FILE")]
-    bench_split: Option<PathBuf>,
+    /// --calibrate: the directory of the calibration runs' bench reports (and shares.json,
+    /// the CPU share each run got).
+    #[arg(long, value_name = "DIR")]
+    inputs: Option<PathBuf>,
 }
 
 fn usage(msg: impl std::fmt::Display) -> ExitCode {
@@ -150,27 +147,81 @@ pub fn run(a: SimArgs) -> ExitCode {
 }
 
 fn run_calibrate(a: &SimArgs, out: &std::path::Path) -> ExitCode {
-    let (Some(pp), Some(sp)) = (&a.profile, &a.bench_split) else {
-        return usage("--calibrate needs --profile, --bench and --bench-split");
+    let (Some(pp), Some(dir)) = (&a.profile, &a.inputs) else {
+        return usage("--calibrate needs --profile FILE and --inputs DIR");
     };
     let profile: ProfileReport =
         match read(pp).and_then(|t| from_json(&t).map_err(|e| format!("{}: {e}", pp.display()))) {
             Ok(p) => p,
             Err(e) => return fail(e),
         };
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        return fail(format!("cannot create {}: {e}", dir.display()));
+    }
+    let shares_path = dir.join("shares.json");
+    let mut shares: std::collections::BTreeMap<String, f64> = read(&shares_path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
     let mut runs = vec![];
-    for (p, clients) in a
-        .bench
-        .iter()
-        .map(|p| (p, Clients::Colocated))
-        .chain(std::iter::once((sp, Clients::Split)))
-    {
-        match read(p)
-            .and_then(|t| from_json::<BenchReport>(&t).map_err(|e| format!("{}: {e}", p.display())))
-        {
-            Ok(report) => runs.push(CalRun { report, clients }),
-            Err(e) => return fail(e),
+    for c in CAL_CONFIGS {
+        let path = dir.join(c.file);
+        if !path.exists() {
+            eprintln!(
+                "sim: calibration run {} ({} x {} s)",
+                c.file, a.runs, a.duration
+            );
+            let spec = BenchSpec {
+                workload: c.workload,
+                peer: if c.peer == Peer::Kernel {
+                    PeerSel::Kernel
+                } else {
+                    PeerSel::Flowstack
+                },
+                link: BenchLink::Pipe,
+                duration: a.duration,
+                conns: 1,
+                runs: a.runs,
+                opts: RunOpts {
+                    msg_size: Some(c.msg_size),
+                    kernel_placement: flowstack_bench::Placement::Split,
+                    ..RunOpts::default()
+                },
+                cores: (c.clients != Clients::Split).then_some(1),
+            };
+            let before = CpuSnapshot::take();
+            let r = match spec
+                .validated()
+                .and_then(|s| flowstack_bench::run(&s, &mut |_| {}))
+            {
+                Ok(r) => r,
+                Err(e) => return fail(e),
+            };
+            let cpus = if c.clients == Clients::Split { 2 } else { 1 };
+            let share = CpuSnapshot::take()
+                .share_since(&before, cpus)
+                .unwrap_or(1.0);
+            shares.insert(c.file.to_string(), share);
+            if let Err(e) = std::fs::write(&path, flowstack_prof::report::to_json(&r)) {
+                return fail(format!("cannot write {}: {e}", path.display()));
+            }
         }
+        let report = match read(&path).and_then(|t| {
+            from_json::<BenchReport>(&t).map_err(|e| format!("{}: {e}", path.display()))
+        }) {
+            Ok(r) => r,
+            Err(e) => return fail(e),
+        };
+        let share = shares.get(c.file).copied().unwrap_or(1.0);
+        runs.push(CalRun {
+            report,
+            clients: c.clients,
+            share,
+        });
+    }
+    let j = serde_json::to_string_pretty(&shares).expect("plain data") + "\n";
+    if let Err(e) = std::fs::write(&shares_path, j) {
+        return fail(format!("cannot write {}: {e}", shares_path.display()));
     }
     let cal = match calibrate(&profile, &runs) {
         Ok(c) => c,
@@ -624,6 +675,7 @@ fn charts(
                     "host protocol CPU per transaction (us)".into()
                 },
                 log_x: true,
+                log_y: false,
                 series: lines(&|r| {
                     let keep = (a.cores.len() <= 1 || r.3.cores == a.cores[0])
                         && (a.load.len() <= 1 || r.3.load == first_load)
@@ -647,6 +699,7 @@ fn charts(
                 x_label: "offered load (transactions/s)".into(),
                 y_label: "mean response time (us)".into(),
                 log_x: false,
+                log_y: false,
                 series: lines(&|r| {
                     let keep = (a.sizes.len() <= 1 || r.3.size == a.sizes[0])
                         && (a.cores.len() <= 1 || r.3.cores == a.cores[0])
@@ -659,8 +712,9 @@ fn charts(
             out.push(Chart {
                 title: format!("{}: {} vs cores", w.name(), metric_name(w)),
                 x_label: "host cores".into(),
-                y_label: metric_name(w).into(),
+                y_label: format!("{} (log scale)", metric_name(w)),
                 log_x: true,
+                log_y: true,
                 series: lines(&|r| {
                     let keep = (a.sizes.len() <= 1 || r.3.size == a.sizes[0])
                         && (a.load.len() <= 1 || r.3.load == first_load)
@@ -675,6 +729,7 @@ fn charts(
                 x_label: "stack core clock / host clock".into(),
                 y_label: metric_name(w).into(),
                 log_x: false,
+                log_y: false,
                 series: lines(&|r| {
                     let keep = (a.sizes.len() <= 1 || r.3.size == a.sizes[0])
                         && (a.cores.len() <= 1 || r.3.cores == a.cores[0])

@@ -94,8 +94,6 @@ pub enum Kind {
     Bus,
     /// The network link (serialisation at its bandwidth).
     Link,
-    /// A lock or cache line every core must take in turn.
-    Lock,
 }
 
 /// One step of a script: work on a resource, or a pure delay.
@@ -107,6 +105,9 @@ pub struct Step {
     pub ns: f64,
     /// What the work is.
     pub cat: Cat,
+    /// A lock (an index from [`Des::lock`]) the work must hold: the core spins until the
+    /// lock is free (spinning counted in [`ResTally::spin_ps`]), then holds it for the work.
+    pub lock: Option<usize>,
 }
 
 /// How a flow starts its transactions.
@@ -144,6 +145,7 @@ struct Job {
     ps: Ps,
     cat: Cat,
     enq: Ps,
+    lock: Option<usize>,
 }
 
 /// One resource's account.
@@ -165,6 +167,10 @@ pub struct ResTally {
     pub jobs: u64,
     /// Sum of the jobs' waits in the queue before their service started, picoseconds.
     pub wait_ps: u128,
+    /// Picoseconds spent spinning on a lock another core held (busy, but no submitted
+    /// work: not in `busy_ps`).
+    #[serde(default)]
+    pub spin_ps: u64,
 }
 
 impl ResTally {
@@ -186,6 +192,7 @@ impl ResTally {
 struct Resource {
     t: ResTally,
     queue: VecDeque<Job>,
+    /// The running job and when its work (after any spin) started.
     running: Option<(Job, Ps)>,
 }
 
@@ -258,6 +265,8 @@ pub struct Des {
     seq: u64,
     heap: BinaryHeap<Reverse<(Ps, u64, Ev)>>,
     res: Vec<Resource>,
+    /// Each lock: when it is free again.
+    locks: Vec<Ps>,
     flows: Vec<Flow>,
     txns: Vec<Txn>,
     free: Vec<usize>,
@@ -280,6 +289,7 @@ impl Des {
             seq: 0,
             heap: BinaryHeap::new(),
             res: Vec::new(),
+            locks: Vec::new(),
             flows: Vec::new(),
             txns: Vec::new(),
             free: Vec::new(),
@@ -304,11 +314,18 @@ impl Des {
                 queued_ps: 0,
                 jobs: 0,
                 wait_ps: 0,
+                spin_ps: 0,
             },
             queue: VecDeque::new(),
             running: None,
         });
         self.res.len() - 1
+    }
+
+    /// Adds a lock shared by resources; returns its index.
+    pub fn lock(&mut self) -> usize {
+        self.locks.push(0);
+        self.locks.len() - 1
     }
 
     /// Adds a flow; its first transactions start at time 0 (closed) or after a first
@@ -354,8 +371,9 @@ impl Des {
             .into_iter()
             .map(|mut r| {
                 if let Some((job, started)) = r.running {
-                    // The running job's elapsed part is done, its rest still queued.
-                    let done = end - started;
+                    // The running job's elapsed part is done, its rest still queued (a job
+                    // still spinning has done none of its work).
+                    let done = end.saturating_sub(started).min(job.ps);
                     r.t.busy_ps[job.cat.idx()] += done;
                     r.t.queued_ps += job.ps - done;
                 }
@@ -426,6 +444,7 @@ impl Des {
                     ps,
                     cat: step.cat,
                     enq: self.now,
+                    lock: step.lock,
                 });
                 if self.res[r].running.is_none() {
                     self.serve_next(r);
@@ -436,11 +455,21 @@ impl Des {
 
     fn serve_next(&mut self, r: usize) {
         if let Some(job) = self.res[r].queue.pop_front() {
+            // With a lock: spin until it is free, then hold it for the work.
+            let start = match job.lock {
+                Some(l) => {
+                    let s = self.locks[l].max(self.now);
+                    self.locks[l] = s + job.ps;
+                    s
+                }
+                None => self.now,
+            };
             let res = &mut self.res[r];
             res.t.jobs += 1;
             res.t.wait_ps += u128::from(self.now - job.enq);
-            res.running = Some((job, self.now));
-            let at = self.now + job.ps;
+            res.t.spin_ps += start - self.now;
+            res.running = Some((job, start));
+            let at = start + job.ps;
             self.push(at, Ev::Done(r));
         }
     }
@@ -470,16 +499,19 @@ mod tests {
                     res: Some(a),
                     ns: 100.0,
                     cat: Cat::Stack,
+                    lock: None,
                 },
                 Step {
                     res: None,
                     ns: 50.0,
                     cat: Cat::Wire,
+                    lock: None,
                 },
                 Step {
                     res: Some(b),
                     ns: 100.0,
                     cat: Cat::App,
+                    lock: None,
                 },
             ],
             arrivals: Arrivals::Closed {

@@ -14,6 +14,7 @@
 //! | library | library call | yes | host core (rx: the packet's core) | interrupt per packet | wake-up |
 //! | percore | library call | no (zero-copy) | the flow's core (RSS) | polling | polling loop turn |
 //! | offload[:E] | ring post | over the bus | E stack cores at `ratio`x | interrupt per *message* | wake-up |
+//! | daemon[:E] | ring post | over the bus (shared memory) | E stack cores at `ratio`x | event ring | polling loop turn |
 
 use crate::calib::{Calibration, StackCosts};
 use crate::des::{Arrivals, Cat, Des, Flow, Kind, Rng, Step, Tally};
@@ -82,11 +83,17 @@ pub struct Arch {
 impl Arch {
     /// The named architectures: `kernel`, `library`, `percore`, `offload`, `offload:E`
     /// (E stack cores), `offload:E@R` (at R times the host clock, e.g. `offload:1@0.2` for a
-    /// 500 MHz NIC processor under a 2.5 GHz host).
-    /// [`Arch::parse`], where `offload:c/K` names `cores / K` stack cores (at least one): the
-    /// offload daemon growing with the machine.
+    /// 500 MHz NIC processor under a 2.5 GHz host) — a NIC that interrupts the host once per
+    /// message and wakes a blocked reader (seed 001) — and `daemon[:E[@R]]`, the same on
+    /// dedicated host cores whose event rings a busy application polls (flowstackd).
+    /// `offload:c/K` and `daemon:c/K` name `cores / K` stack cores (at least one) of a
+    /// machine of `cores` host cores.
     pub fn parse_for(s: &str, cores: usize) -> Result<Arch, String> {
-        if let Some(rest) = s.strip_prefix("offload:c/") {
+        let (kind, rest) = match s.split_once(":c/") {
+            Some((k @ ("offload" | "daemon"), rest)) => (k, Some(rest)),
+            _ => ("", None),
+        };
+        if let Some(rest) = rest {
             let (k, r) = rest.split_once('@').unwrap_or((rest, ""));
             let k: usize = k
                 .parse()
@@ -95,9 +102,9 @@ impl Arch {
                 .ok_or_else(|| format!("bad divisor in {s:?}"))?;
             let e = (cores / k).max(1);
             let mut a = Arch::parse(&if r.is_empty() {
-                format!("offload:{e}")
+                format!("{kind}:{e}")
             } else {
-                format!("offload:{e}@{r}")
+                format!("{kind}:{e}@{r}")
             })?;
             a.name = s.to_string();
             return Ok(a);
@@ -140,7 +147,7 @@ impl Arch {
                 ..base("library")
             },
             "percore" => base("percore"),
-            "offload" => {
+            "offload" | "daemon" => {
                 let (e, r) = tail.split_once('@').unwrap_or((tail, ""));
                 let engines = if e.is_empty() {
                     1
@@ -162,7 +169,11 @@ impl Arch {
                     api: Api::Ring,
                     copy: true,
                     notify: Notify::Poll,
-                    handoff: Handoff::Wakeup,
+                    handoff: if head == "daemon" {
+                        Handoff::Poll
+                    } else {
+                        Handoff::Wakeup
+                    },
                     engines,
                     engine_ratio: ratio,
                     ..base(s)
@@ -170,12 +181,12 @@ impl Arch {
             }
             _ => {
                 return Err(format!(
-                    "unknown architecture {s:?} (kernel, library, percore, offload[:E[@R]])"
+                    "unknown architecture {s:?} (kernel, library, percore, offload[:E[@R]], daemon[:E[@R]])"
                 ))
             }
         };
-        if head != "offload" && !tail.is_empty() {
-            return Err(format!("only offload takes :E@R, not {s:?}"));
+        if head != "offload" && head != "daemon" && !tail.is_empty() {
+            return Err(format!("only offload and daemon take :E@R, not {s:?}"));
         }
         Ok(a)
     }
@@ -275,7 +286,7 @@ impl Scenario {
             workload,
             size,
             cores,
-            conns: cores.max(1) * if workload == Workload::Crr { 4 } else { 1 },
+            conns: cores.max(1) * if workload == Workload::Stream { 1 } else { 4 },
             load: None,
             app_ns: 0.0,
             clients: Clients::Remote,
@@ -370,6 +381,7 @@ impl Builder<'_> {
                     res: Some(r),
                     ns,
                     cat,
+                    lock: None,
                 });
             }
         }
@@ -381,6 +393,7 @@ impl Builder<'_> {
                 res: None,
                 ns,
                 cat: Cat::Wire,
+                lock: None,
             });
         }
     }
@@ -527,9 +540,16 @@ impl Builder<'_> {
                 self.bus(to, s);
                 // One notification per message (not per packet): an interrupt on a NIC,
                 // a ring event the application's wait picks up on a daemon.
-                self.on(b, h.interrupt_ns, Cat::Interrupt);
-                if wake {
-                    self.on(b, h.wakeup_ns, Cat::Wakeup);
+                match self.arch.handoff {
+                    // A NIC interrupts the host once per message; a blocked reader is woken.
+                    Handoff::Wakeup => {
+                        self.on(b, h.interrupt_ns, Cat::Interrupt);
+                        if wake {
+                            self.on(b, h.wakeup_ns, Cat::Wakeup);
+                        }
+                    }
+                    // A daemon's event ring, polled by the busy application.
+                    Handoff::Poll => self.on(b, h.poll_turn_ns, Cat::Poll),
                 }
             }
             self.api(to);
@@ -576,8 +596,14 @@ impl Builder<'_> {
             // time is counted as host CPU: some core holds the lock meanwhile).
             let hold = h.shared_conn_ns.min(st.conn_ns / 2.0);
             self.on(s, st.conn_ns / 2.0 - hold, Cat::Stack);
-            let lock = self.p.lock;
-            self.on(lock, hold + h.bounce_ns, Cat::Lock);
+            if let Some(core) = s {
+                self.steps.push(Step {
+                    res: Some(core),
+                    ns: hold + h.bounce_ns,
+                    cat: Cat::Lock,
+                    lock: self.p.lock,
+                });
+            }
         } else {
             self.on(s, st.conn_ns / 2.0, Cat::Stack);
         }
@@ -612,8 +638,7 @@ fn build(sc: &Scenario, cal: &Calibration) -> Result<(Des, Vec<usize>, Vec<usize
     let remote = sc.clients == Clients::Remote;
     let link = remote.then(|| d.resource("link", Kind::Link, 1.0));
     let bus = (!engines.is_empty()).then(|| d.resource("bus", Kind::Bus, 1.0));
-    let lock = (a.shared_conn_lock && sc.workload == Workload::Crr)
-        .then(|| d.resource("conn-lock", Kind::Lock, 1.0));
+    let lock = (a.shared_conn_lock && sc.workload == Workload::Crr).then(|| d.lock());
     let stack = if a.kernel_stack {
         &cal.kernel
     } else {
@@ -765,7 +790,9 @@ fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
             let srv = b.app(Side::Server);
             if b.p.engine.is_some() {
                 b.bus(Side::Server, s);
-                b.on(srv, frac * h.interrupt_ns, Cat::Interrupt);
+                if b.arch.handoff == Handoff::Wakeup {
+                    b.on(srv, frac * h.interrupt_ns, Cat::Interrupt);
+                }
             }
             match b.arch.handoff {
                 Handoff::Poll => b.on(srv, frac * h.poll_turn_ns, Cat::Poll),
@@ -842,17 +869,12 @@ fn outcome(sc: &Scenario, t: &Tally, hosts: &[usize], engines: &[usize]) -> Outc
             by_cat.push((c.name().to_string(), ps as f64 / 1e6 / n));
         }
     }
-    // A shared lock's hold time is spent by whichever host core holds it.
-    let lock_ps: u64 = t
-        .resources
-        .iter()
-        .filter(|r| r.kind == Kind::Lock)
-        .map(|r| r.busy())
-        .sum();
-    if lock_ps > 0 {
-        busy += lock_ps;
-        protocol += lock_ps;
-        by_cat.push((Cat::Lock.name().to_string(), lock_ps as f64 / 1e6 / n));
+    // Spinning on a lock another core holds is host CPU too.
+    let spin: u64 = hosts.iter().map(|&h| t.resources[h].spin_ps).sum();
+    if spin > 0 {
+        busy += spin;
+        protocol += spin;
+        by_cat.push(("lock spin".to_string(), spin as f64 / 1e6 / n));
     }
     let engine_busy: u64 = engines.iter().map(|&e| t.resources[e].busy()).sum();
     let link_busy: u64 = t

@@ -26,6 +26,8 @@ pub struct Chart {
     pub y_label: String,
     /// A logarithmic x axis (sizes, cores).
     pub log_x: bool,
+    /// A logarithmic y axis (rates that span decades).
+    pub log_y: bool,
     /// The lines.
     pub series: Vec<Series>,
 }
@@ -101,10 +103,22 @@ fn chart(out: &mut String, c: &Chart, y0: f64) {
     let ymax_raw = pts.iter().map(|p| p.1).fold(0.0, f64::max);
     let ystep = nice_step(if ymax_raw > 0.0 { ymax_raw } else { 1.0 }, 5.0);
     let ymax = (ymax_raw / ystep).ceil().max(1.0) * ystep;
+    // Log y: whole decades around the positive data.
+    let ypos = pts.iter().map(|p| p.1).filter(|&y| y > 0.0);
+    let dlo = ypos.clone().fold(f64::MAX, f64::min).log10().floor();
+    let dhi = ypos.fold(f64::MIN, f64::max).log10().ceil().max(dlo + 1.0);
+    let log_y = c.log_y && dlo.is_finite() && dhi.is_finite();
     let pw = W - L - R;
     let ph = H - T - B;
     let px = |x: f64| L + (xs(x) - xmin) / (xmax - xmin) * pw;
-    let py = |y: f64| y0 + T + ph - y / ymax * ph;
+    let py = |y: f64| {
+        let f = if log_y {
+            (y.max(1e-12).log10() - dlo) / (dhi - dlo)
+        } else {
+            y / ymax
+        };
+        y0 + T + ph - f.clamp(-0.05, 1.05) * ph
+    };
     let _ = writeln!(
         out,
         r#"<text x="{}" y="{}" font-size="15" font-weight="bold">{}</text>"#,
@@ -118,8 +132,18 @@ fn chart(out: &mut String, c: &Chart, y0: f64) {
         y0 + T
     );
     // y ticks and grid.
-    let mut v = 0.0;
-    while v <= ymax + ystep * 0.01 {
+    let yticks: Vec<f64> = if log_y {
+        (dlo as i32..=dhi as i32).map(|d| 10f64.powi(d)).collect()
+    } else {
+        let mut t = vec![];
+        let mut v = 0.0;
+        while v <= ymax + ystep * 0.01 {
+            t.push(v);
+            v += ystep;
+        }
+        t
+    };
+    for v in yticks {
         let y = py(v);
         let _ = writeln!(
             out,
@@ -129,7 +153,6 @@ fn chart(out: &mut String, c: &Chart, y0: f64) {
             y + 4.0,
             fmt_tick(v)
         );
-        v += ystep;
     }
     // x ticks: each distinct x of the data (log axes), or nice steps.
     let mut ticks: Vec<f64> = if c.log_x {
@@ -239,6 +262,7 @@ mod tests {
             x_label: "cores".into(),
             y_label: "conn/s".into(),
             log_x: true,
+            log_y: false,
             series: vec![
                 Series {
                     name: "kernel".into(),
