@@ -234,12 +234,12 @@ fn assumed_host() -> HostCosts {
     }
 }
 
-fn find<'a>(
-    runs: &'a [CalRun],
+fn find(
+    runs: &[CalRun],
     peer: Peer,
     w: BenchWorkload,
     clients: Clients,
-) -> Result<&'a CalRun, String> {
+) -> Result<&CalRun, String> {
     runs.iter()
         .find(|r| {
             r.report.workload == w
