@@ -11,6 +11,7 @@ mod serve;
 mod serve_cores;
 mod stats;
 mod simnet;
+mod sim;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -74,6 +75,9 @@ enum Cmd {
     ///
     /// Example: flowstack simnet --seeds 10000; flowstack simnet --seed 42 --pcap s42.pcap
     Simnet(simnet::SimnetArgs),
+    /// The architecture simulator: kernel, library, percore and offload on N cores, calibrated
+    /// by the profiler and checked against the bench (--validate); seed 001 reproduced (--seed001).
+    Sim(sim::SimArgs),
     /// (internal) the server process of `flowstack bench`.
     #[command(name = "__bench-server", hide = true)]
     BenchServer(bench::ServerArgs),
@@ -126,6 +130,7 @@ fn main() -> ExitCode {
         Cmd::Daemon(a) => daemon::run(a),
         Cmd::Stats(a) => stats::run(a),
         Cmd::Simnet(a) => simnet::run(a),
+        Cmd::Sim(a) => sim::run(a),
         Cmd::BenchServer(a) => bench::serve(a),
     }
 }

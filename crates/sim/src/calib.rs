@@ -1,0 +1,276 @@
+//! Calibration: the costs the simulator charges, as a serde file (a *preset*), and how such a
+//! file is made from this machine's `flowstack profile --json` (per-layer cost per segment
+//! size) and `flowstack bench --json` results.
+//!
+//! All costs are nanoseconds at the calibration's own clock (`clock_ghz`); a stack core
+//! running at `ratio` times that clock takes `ns / ratio`.
+
+use flowstack_prof::report::{BenchReport, Peer, ProfileReport, Step as Phase};
+use flowstack_prof::Layer;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// What one TCP/IP implementation costs per segment, per byte and per connection.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StackCosts {
+    /// Sending one data segment through the layers (socket to device), fixed part.
+    pub send_fixed_ns: f64,
+    /// ... and per payload byte (payload copy into the frame, checksum where computed).
+    pub send_per_byte_ns: f64,
+    /// Receiving one data segment (device to socket), fixed part.
+    pub recv_fixed_ns: f64,
+    /// ... and per payload byte.
+    pub recv_per_byte_ns: f64,
+    /// Sending a pure ACK or another control segment (SYN, FIN).
+    pub ctrl_send_ns: f64,
+    /// Receiving a pure ACK or another control segment.
+    pub ctrl_recv_ns: f64,
+    /// Per connection, beyond its control segments: socket and table set-up and tear-down
+    /// (split evenly between the two ends).
+    pub conn_ns: f64,
+    /// The largest segment handed to the device (TSO or loopback MTU), bytes.
+    pub max_segment: usize,
+    /// Data segments per pure ACK in bulk transfer (delayed ACK: 2).
+    #[serde(default = "two")]
+    pub segments_per_ack: f64,
+}
+
+fn two() -> f64 {
+    2.0
+}
+
+/// What the host's operating system and CPU charge around the stack.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostCosts {
+    /// One system call (entry, exit, the socket layer's dispatch).
+    pub syscall_ns: f64,
+    /// One call into a user-level library stack.
+    pub lib_call_ns: f64,
+    /// Posting a command to, or taking an event from, an offload ring (host side).
+    pub ring_ns: f64,
+    /// Copying payload between the application and the stack, per byte.
+    pub copy_per_byte_ns: f64,
+    /// One interrupt: device driver and handler.
+    pub interrupt_ns: f64,
+    /// Waking a blocked thread on its own core and switching to it (CPU time).
+    pub wakeup_ns: f64,
+    /// Extra latency of a wake-up on another core (inter-processor interrupt; in a VM, the
+    /// idle vCPU's exit and re-entry), not CPU time of either core.
+    pub cross_core_ns: f64,
+    /// One turn of a polling loop that finds the hand-off (instead of a wake-up).
+    pub poll_turn_ns: f64,
+    /// Kernel only: the per-connection section all cores serialise on (listen socket, accept
+    /// queue, connection hash locks), its hold time.
+    pub shared_conn_ns: f64,
+    /// Extra hold time when the lock's cache line comes from another core.
+    pub bounce_ns: f64,
+    /// Reading a file's bytes from the page cache (copying), per byte; zero-copy file send
+    /// skips it.
+    pub file_per_byte_ns: f64,
+}
+
+/// The network link.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LinkCosts {
+    /// Bandwidth, Gbit/s.
+    pub gbps: f64,
+    /// One-way latency (propagation and switching), ns.
+    pub latency_ns: f64,
+    /// MTU, bytes (segments larger than this are cut into packets on the wire).
+    pub mtu: usize,
+    /// Header bytes per packet on the wire.
+    pub header_bytes: usize,
+    /// Packet error rate: a corrupted packet is received, dropped, and sent again.
+    #[serde(default)]
+    pub error_rate: f64,
+}
+
+/// The bus between host cores and stack cores.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BusCosts {
+    /// Bandwidth, Gbit/s.
+    pub gbps: f64,
+    /// Latency per transfer, ns.
+    pub latency_ns: f64,
+    /// Host CPU time per byte moved to or from the stack core: programmed I/O without DMA
+    /// (seed 001's NIC), or the host's copy into shared memory (an offload daemon); 0 with
+    /// DMA into the application's buffers.
+    #[serde(default)]
+    pub host_per_byte_ns: f64,
+}
+
+/// A calibration: every cost the simulator charges, and where they came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    /// A short name ("seed001-table1", "vm").
+    pub name: String,
+    /// Where the figures come from, in words.
+    pub source: String,
+    /// The clock the costs were measured at, GHz.
+    pub clock_ghz: f64,
+    /// The kernel's TCP/IP (used by the `kernel` architecture).
+    pub kernel: StackCosts,
+    /// flowstack's TCP/IP (used by `library`, `percore`, `offload`); absent: the kernel's.
+    #[serde(default)]
+    pub flowstack: Option<StackCosts>,
+    /// Host costs around the stack.
+    pub host: HostCosts,
+    /// The link to remote clients.
+    pub link: LinkCosts,
+    /// The bus to stack cores.
+    pub bus: BusCosts,
+    /// Assumptions and fitted parameters, one line each.
+    #[serde(default)]
+    pub notes: Vec<String>,
+    /// The measurements each fitted parameter was fitted to (parameter → "what, value").
+    #[serde(default)]
+    pub fitted: BTreeMap<String, String>,
+}
+
+/// The presets shipped with flowstack (`presets/*.json`, compiled in): `vm` (this project's
+/// machine, from its profile and bench runs) and `seed001` (seed 001's Table 1).
+pub fn preset(name: &str) -> Option<&'static str> {
+    match name {
+        "vm" => Some(include_str!("../../../presets/vm.json")),
+        "seed001" | "seed001-table1" => Some(include_str!("../../../presets/seed001-table1.json")),
+        _ => None,
+    }
+}
+
+impl Calibration {
+    /// flowstack's stack costs (the kernel's when the calibration has none of its own).
+    pub fn flowstack(&self) -> &StackCosts {
+        self.flowstack.as_ref().unwrap_or(&self.kernel)
+    }
+
+    /// Reads a preset or calibration file.
+    pub fn from_json(s: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(s)
+    }
+
+    /// Writes it as indented JSON.
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).expect("plain data");
+        s.push('\n');
+        s
+    }
+}
+
+/// flowstack's costs from a profile report: per size, the send path's send phase, the ACK
+/// processing phase, the receive path without and with its ACK output; fixed and per-byte
+/// parts by least squares over the sizes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProfileFit {
+    /// The stack costs (conn_ns 0, to be fitted from a bench run).
+    pub costs: StackCosts,
+    /// Each size: (size, send ns, receive ns without ACK output).
+    pub points: Vec<(usize, f64, f64)>,
+}
+
+fn is_ack_output(l: Layer) -> bool {
+    matches!(
+        l,
+        Layer::TcpOutput | Layer::TcpEmit | Layer::IpOutput | Layer::EthOutput | Layer::DevTx
+    )
+}
+
+/// Least-squares line through `(x, y)`: (intercept, slope), the slope at least 0.
+fn line(pts: &[(f64, f64)]) -> (f64, f64) {
+    let n = pts.len() as f64;
+    if pts.len() < 2 {
+        return (pts.first().map(|p| p.1).unwrap_or(0.0), 0.0);
+    }
+    let mx = pts.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = pts.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = pts.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    let sxy: f64 = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    let slope = if sxx > 0.0 { (sxy / sxx).max(0.0) } else { 0.0 };
+    ((my - slope * mx).max(0.0), slope)
+}
+
+/// Fits flowstack's [`StackCosts`] to a profile (see [`ProfileFit`]). The engine loop's own
+/// layer (`Engine`) is left out of the segment costs: the bench's drive loop is charged as
+/// `poll_turn_ns` per hand-off instead.
+pub fn fit_profile(p: &ProfileReport) -> Result<ProfileFit, String> {
+    if p.sizes.is_empty() {
+        return Err("the profile has no sizes".into());
+    }
+    let mut send = vec![];
+    let mut recv = vec![];
+    let (mut ack_in, mut ack_out) = (vec![], vec![]);
+    let mut points = vec![];
+    for s in &p.sizes {
+        let sp = &s.paths.send;
+        let rp = &s.paths.receive;
+        let keep = |l: Layer| l != Layer::Engine && l != Layer::Outside;
+        let sn: f64 = sp
+            .layers
+            .iter()
+            .filter(|l| l.phase == Phase::Send && keep(l.layer))
+            .map(|l| l.ns)
+            .sum();
+        let an: f64 = sp
+            .layers
+            .iter()
+            .filter(|l| l.phase == Phase::Ack && keep(l.layer))
+            .map(|l| l.ns)
+            .sum();
+        let rn: f64 = rp
+            .layers
+            .iter()
+            .filter(|l| keep(l.layer) && !is_ack_output(l.layer))
+            .map(|l| l.ns)
+            .sum();
+        let ao: f64 = rp
+            .layers
+            .iter()
+            .filter(|l| is_ack_output(l.layer))
+            .map(|l| l.ns)
+            .sum();
+        send.push((s.size as f64, sn));
+        recv.push((s.size as f64, rn));
+        ack_in.push(an);
+        ack_out.push(ao);
+        points.push((s.size, sn, rn));
+    }
+    let (sf, sb) = line(&send);
+    let (rf, rb) = line(&recv);
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    Ok(ProfileFit {
+        costs: StackCosts {
+            send_fixed_ns: sf,
+            send_per_byte_ns: sb,
+            recv_fixed_ns: rf,
+            recv_per_byte_ns: rb,
+            ctrl_send_ns: mean(&ack_out),
+            ctrl_recv_ns: mean(&ack_in),
+            conn_ns: 0.0,
+            max_segment: 65536,
+            segments_per_ack: 2.0,
+        },
+        points,
+    })
+}
+
+/// The median metric of `peer` in a bench report (transactions/s, connections/s or
+/// Mbit/s).
+pub fn bench_metric(r: &BenchReport, peer: Peer) -> Option<f64> {
+    r.peers.get(&peer).map(|s| s.metric())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_through_exact_points_is_found() {
+        let (a, b) = line(&[(100.0, 150.0), (300.0, 250.0), (1400.0, 800.0)]);
+        assert!(
+            (a - 100.0).abs() < 1e-9 && (b - 0.5).abs() < 1e-12,
+            "{a} {b}"
+        );
+        // A falling line is clamped to a flat one (costs do not fall with size).
+        let (_, b) = line(&[(100.0, 300.0), (1000.0, 200.0)]);
+        assert_eq!(b, 0.0);
+    }
+}

@@ -1,0 +1,531 @@
+//! The discrete-event core: FIFO single-server resources (cores, the bus, the link, a lock)
+//! that run jobs at their own speed, pure delays, and transactions that walk a script of
+//! steps from resource to resource. Time is integer picoseconds, so the accounting is exact
+//! (work submitted = work done + work still queued, to the picosecond); randomness comes
+//! from one seeded generator, so a run is a function of its inputs and its seed.
+//!
+//! Driving contract: build with [`Des::new`], add resources ([`Des::resource`]) and flows
+//! ([`Des::flow`]), then [`Des::run`] once; read the [`Tally`] it returns. Nothing here reads
+//! a clock or does I/O.
+
+use serde::{Deserialize, Serialize};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+/// Simulated time and durations, picoseconds.
+pub type Ps = u64;
+
+/// Picoseconds per nanosecond.
+pub const PS_PER_NS: f64 = 1000.0;
+
+/// What a piece of work is, for the CPU breakdown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cat {
+    /// The application's own work (not protocol processing).
+    App,
+    /// Entering the stack: a system call, a library call or posting to a ring.
+    Api,
+    /// Copying payload between the application and the stack.
+    Copy,
+    /// Protocol processing (TCP/IP layers).
+    Stack,
+    /// Interrupt handling (per packet or per message).
+    Interrupt,
+    /// Waking a blocked thread and switching to it.
+    Wakeup,
+    /// A polling loop's turn that found the hand-off (instead of a wake-up).
+    Poll,
+    /// Time holding a lock shared by cores.
+    Lock,
+    /// Moving bytes on the bus or the link (not CPU).
+    Wire,
+}
+
+/// Every category, in table order.
+pub const CATS: [Cat; 9] = [
+    Cat::App,
+    Cat::Api,
+    Cat::Copy,
+    Cat::Stack,
+    Cat::Interrupt,
+    Cat::Wakeup,
+    Cat::Poll,
+    Cat::Lock,
+    Cat::Wire,
+];
+
+impl Cat {
+    fn idx(self) -> usize {
+        self as usize
+    }
+
+    /// The name in tables and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Cat::App => "app",
+            Cat::Api => "api",
+            Cat::Copy => "copy",
+            Cat::Stack => "stack",
+            Cat::Interrupt => "interrupt",
+            Cat::Wakeup => "wakeup",
+            Cat::Poll => "poll",
+            Cat::Lock => "lock",
+            Cat::Wire => "wire",
+        }
+    }
+
+    /// Whether this is protocol work done by a CPU (everything but the application's own
+    /// work and the wire).
+    pub fn is_protocol_cpu(self) -> bool {
+        !matches!(self, Cat::App | Cat::Wire)
+    }
+}
+
+/// What a resource stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// A host CPU core (applications, and the stack in kernel/library/percore).
+    HostCore,
+    /// A stack core: an offload daemon's core or a NIC processor.
+    StackCore,
+    /// The bus (DMA/PIO or shared memory) between host and stack cores.
+    Bus,
+    /// The network link (serialisation at its bandwidth).
+    Link,
+}
+
+/// One step of a script: work on a resource, or a pure delay.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Step {
+    /// The resource (an index from [`Des::resource`]); `None`: a delay of `ns`.
+    pub res: Option<usize>,
+    /// Nanoseconds of work at speed 1 (or of delay).
+    pub ns: f64,
+    /// What the work is.
+    pub cat: Cat,
+    /// A lock (an index from [`Des::lock`]) the work must hold: the core spins until the
+    /// lock is free (spinning counted in [`ResTally::spin_ps`]), then holds it for the work.
+    pub lock: Option<usize>,
+}
+
+/// How a flow starts its transactions.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Arrivals {
+    /// Closed loop: `outstanding` transactions in flight; each completion starts the next
+    /// after `think_ns`.
+    Closed {
+        /// Transactions in flight.
+        outstanding: usize,
+        /// Pause between a completion and the next start.
+        think_ns: f64,
+    },
+    /// Open loop: Poisson arrivals at `per_s` transactions per second.
+    Open {
+        /// Mean arrival rate.
+        per_s: f64,
+    },
+}
+
+/// A flow: a connection (or a client) repeating one script.
+#[derive(Debug, Clone)]
+pub struct Flow {
+    /// The steps of one transaction, in order.
+    pub script: Vec<Step>,
+    /// How transactions start.
+    pub arrivals: Arrivals,
+    /// Payload bytes one transaction moves (for throughput).
+    pub bytes: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Job {
+    txn: usize,
+    ps: Ps,
+    cat: Cat,
+    enq: Ps,
+    lock: Option<usize>,
+}
+
+/// One resource's account.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ResTally {
+    /// Its name (e.g. "host0", "engine1", "bus", "link").
+    pub name: String,
+    /// What it is.
+    pub kind: Kind,
+    /// Its speed relative to the calibration's clock.
+    pub speed: f64,
+    /// Picoseconds busy per category ([`CATS`] order), up to the end of the run.
+    pub busy_ps: [u64; 9],
+    /// Picoseconds of work submitted.
+    pub submitted_ps: u64,
+    /// Picoseconds of work not done at the end (queued, or the rest of the running job).
+    pub queued_ps: u64,
+    /// Jobs started.
+    pub jobs: u64,
+    /// Sum of the jobs' waits in the queue before their service started, picoseconds.
+    pub wait_ps: u128,
+    /// Picoseconds spent spinning on a lock another core held (busy, but no submitted
+    /// work: not in `busy_ps`).
+    #[serde(default)]
+    pub spin_ps: u64,
+}
+
+impl ResTally {
+    /// Picoseconds busy in all.
+    pub fn busy(&self) -> u64 {
+        self.busy_ps.iter().sum()
+    }
+
+    /// Mean wait in the queue, nanoseconds.
+    pub fn mean_wait_ns(&self) -> f64 {
+        if self.jobs == 0 {
+            0.0
+        } else {
+            self.wait_ps as f64 / self.jobs as f64 / PS_PER_NS
+        }
+    }
+}
+
+struct Resource {
+    t: ResTally,
+    queue: VecDeque<Job>,
+    /// The running job and when its work (after any spin) started.
+    running: Option<(Job, Ps)>,
+}
+
+struct Txn {
+    flow: usize,
+    step: usize,
+    start: Ps,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    /// The transaction reached its current step.
+    Ready(usize),
+    /// The resource's running job is done.
+    Done(usize),
+    /// A flow starts a transaction.
+    Start(usize),
+}
+
+/// What a run measured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Tally {
+    /// Simulated time at the end, picoseconds.
+    pub end_ps: Ps,
+    /// Transactions completed.
+    pub completed: u64,
+    /// Transactions started.
+    pub started: u64,
+    /// Payload bytes of the completed transactions.
+    pub bytes: u64,
+    /// Each completed transaction's response time, picoseconds, in completion order.
+    pub latencies_ps: Vec<Ps>,
+    /// Each resource.
+    pub resources: Vec<ResTally>,
+}
+
+/// A small seeded generator (splitmix64): deterministic, no dependency.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from `seed`.
+    pub fn new(seed: u64) -> Self {
+        Rng(seed ^ 0x9e37_79b9_7f4a_7c15)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in (0, 1].
+    pub fn unit(&mut self) -> f64 {
+        ((self.next_u64() >> 11) as f64 + 1.0) / (1u64 << 53) as f64
+    }
+
+    /// Exponential with mean `mean`.
+    pub fn exp(&mut self, mean: f64) -> f64 {
+        -self.unit().ln() * mean
+    }
+}
+
+/// The simulator.
+pub struct Des {
+    now: Ps,
+    seq: u64,
+    heap: BinaryHeap<Reverse<(Ps, u64, Ev)>>,
+    res: Vec<Resource>,
+    /// Each lock: when it is free again.
+    locks: Vec<Ps>,
+    flows: Vec<Flow>,
+    txns: Vec<Txn>,
+    free: Vec<usize>,
+    rng: Rng,
+    completed: u64,
+    started: u64,
+    bytes: u64,
+    latencies: Vec<Ps>,
+}
+
+fn to_ps(ns: f64) -> Ps {
+    (ns.max(0.0) * PS_PER_NS).round() as Ps
+}
+
+impl Des {
+    /// An empty simulator whose randomness comes from `seed`.
+    pub fn new(seed: u64) -> Self {
+        Des {
+            now: 0,
+            seq: 0,
+            heap: BinaryHeap::new(),
+            res: Vec::new(),
+            locks: Vec::new(),
+            flows: Vec::new(),
+            txns: Vec::new(),
+            free: Vec::new(),
+            rng: Rng::new(seed),
+            completed: 0,
+            started: 0,
+            bytes: 0,
+            latencies: Vec::new(),
+        }
+    }
+
+    /// Adds a resource running at `speed` (work of `ns` takes `ns / speed`); returns its index.
+    pub fn resource(&mut self, name: impl Into<String>, kind: Kind, speed: f64) -> usize {
+        assert!(speed > 0.0, "a resource needs a positive speed");
+        self.res.push(Resource {
+            t: ResTally {
+                name: name.into(),
+                kind,
+                speed,
+                busy_ps: [0; 9],
+                submitted_ps: 0,
+                queued_ps: 0,
+                jobs: 0,
+                wait_ps: 0,
+                spin_ps: 0,
+            },
+            queue: VecDeque::new(),
+            running: None,
+        });
+        self.res.len() - 1
+    }
+
+    /// Adds a lock shared by resources; returns its index.
+    pub fn lock(&mut self) -> usize {
+        self.locks.push(0);
+        self.locks.len() - 1
+    }
+
+    /// Adds a flow; its first transactions start at time 0 (closed) or after a first
+    /// inter-arrival time (open).
+    pub fn flow(&mut self, f: Flow) {
+        let i = self.flows.len();
+        match f.arrivals {
+            Arrivals::Closed { outstanding, .. } => {
+                for _ in 0..outstanding {
+                    self.push(0, Ev::Start(i));
+                }
+            }
+            Arrivals::Open { per_s } => {
+                let t = to_ps(self.rng.exp(1e9 / per_s));
+                self.push(t, Ev::Start(i));
+            }
+        }
+        self.flows.push(f);
+    }
+
+    fn push(&mut self, at: Ps, ev: Ev) {
+        self.seq += 1;
+        self.heap.push(Reverse((at, self.seq, ev)));
+    }
+
+    /// Runs until `until` picoseconds or until `max_completed` transactions completed,
+    /// whichever comes first; returns the tally.
+    pub fn run(mut self, until: Ps, max_completed: u64) -> Tally {
+        while let Some(Reverse((at, _, ev))) = self.heap.pop() {
+            if at > until || self.completed >= max_completed {
+                break;
+            }
+            self.now = at;
+            match ev {
+                Ev::Start(f) => self.start(f),
+                Ev::Ready(t) => self.ready(t),
+                Ev::Done(r) => self.done(r),
+            }
+        }
+        let end = self.now;
+        let resources = self
+            .res
+            .into_iter()
+            .map(|mut r| {
+                if let Some((job, started)) = r.running {
+                    // The running job's elapsed part is done, its rest still queued (a job
+                    // still spinning has done none of its work).
+                    let done = end.saturating_sub(started).min(job.ps);
+                    r.t.busy_ps[job.cat.idx()] += done;
+                    r.t.queued_ps += job.ps - done;
+                }
+                r.t.queued_ps += r.queue.iter().map(|j| j.ps).sum::<u64>();
+                r.t
+            })
+            .collect();
+        Tally {
+            end_ps: end,
+            completed: self.completed,
+            started: self.started,
+            bytes: self.bytes,
+            latencies_ps: self.latencies,
+            resources,
+        }
+    }
+
+    fn start(&mut self, f: usize) {
+        if let Arrivals::Open { per_s } = self.flows[f].arrivals {
+            let next = self.now + to_ps(self.rng.exp(1e9 / per_s)).max(1);
+            self.push(next, Ev::Start(f));
+        }
+        self.started += 1;
+        let txn = Txn {
+            flow: f,
+            step: 0,
+            start: self.now,
+        };
+        let t = match self.free.pop() {
+            Some(i) => {
+                self.txns[i] = txn;
+                i
+            }
+            None => {
+                self.txns.push(txn);
+                self.txns.len() - 1
+            }
+        };
+        self.ready(t);
+    }
+
+    fn ready(&mut self, t: usize) {
+        let (f, s) = (self.txns[t].flow, self.txns[t].step);
+        let flow = &self.flows[f];
+        let Some(&step) = flow.script.get(s) else {
+            // Completed.
+            self.completed += 1;
+            self.bytes += flow.bytes;
+            self.latencies.push(self.now - self.txns[t].start);
+            self.free.push(t);
+            if let Arrivals::Closed { think_ns, .. } = flow.arrivals {
+                let at = self.now + to_ps(think_ns);
+                self.push(at, Ev::Start(f));
+            }
+            return;
+        };
+        self.txns[t].step += 1;
+        match step.res {
+            None => {
+                let at = self.now + to_ps(step.ns);
+                self.push(at, Ev::Ready(t));
+            }
+            Some(r) => {
+                let ps = to_ps(step.ns / self.res[r].t.speed);
+                self.res[r].t.submitted_ps += ps;
+                self.res[r].queue.push_back(Job {
+                    txn: t,
+                    ps,
+                    cat: step.cat,
+                    enq: self.now,
+                    lock: step.lock,
+                });
+                if self.res[r].running.is_none() {
+                    self.serve_next(r);
+                }
+            }
+        }
+    }
+
+    fn serve_next(&mut self, r: usize) {
+        if let Some(job) = self.res[r].queue.pop_front() {
+            // With a lock: spin until it is free, then hold it for the work.
+            let start = match job.lock {
+                Some(l) => {
+                    let s = self.locks[l].max(self.now);
+                    self.locks[l] = s + job.ps;
+                    s
+                }
+                None => self.now,
+            };
+            let res = &mut self.res[r];
+            res.t.jobs += 1;
+            res.t.wait_ps += u128::from(self.now - job.enq);
+            res.t.spin_ps += start - self.now;
+            res.running = Some((job, start));
+            let at = start + job.ps;
+            self.push(at, Ev::Done(r));
+        }
+    }
+
+    fn done(&mut self, r: usize) {
+        let (job, _) = self.res[r].running.take().expect("a Done event has a job");
+        self.res[r].t.busy_ps[job.cat.idx()] += job.ps;
+        self.ready(job.txn);
+        if self.res[r].running.is_none() {
+            self.serve_next(r);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_closed_loop_over_two_cores_alternates_exactly() {
+        let mut d = Des::new(1);
+        let a = d.resource("a", Kind::HostCore, 1.0);
+        let b = d.resource("b", Kind::HostCore, 2.0);
+        d.flow(Flow {
+            script: vec![
+                Step {
+                    res: Some(a),
+                    ns: 100.0,
+                    cat: Cat::Stack,
+                    lock: None,
+                },
+                Step {
+                    res: None,
+                    ns: 50.0,
+                    cat: Cat::Wire,
+                    lock: None,
+                },
+                Step {
+                    res: Some(b),
+                    ns: 100.0,
+                    cat: Cat::App,
+                    lock: None,
+                },
+            ],
+            arrivals: Arrivals::Closed {
+                outstanding: 1,
+                think_ns: 0.0,
+            },
+            bytes: 10,
+        });
+        let t = d.run(u64::MAX, 10);
+        // 100 + 50 + 100/2 = 200 ns per transaction.
+        assert_eq!(t.completed, 10);
+        assert!(t.latencies_ps.iter().all(|&l| l == 200_000));
+        assert_eq!(t.resources[0].busy_ps[Cat::Stack.idx()], 10 * 100_000);
+        assert_eq!(t.resources[1].busy_ps[Cat::App.idx()], 10 * 50_000);
+        assert_eq!(t.bytes, 100);
+    }
+}

@@ -1,0 +1,909 @@
+//! Architectures as configurations and workloads as scripts: a [`Scenario`] becomes
+//! resources and flows of the discrete-event core ([`crate::des`]), and its tally an
+//! [`Outcome`].
+//!
+//! One message of `s` bytes from side A to side B is, in every architecture, the same
+//! sequence — A's application calls the stack, the payload is copied or lent, the stack
+//! sends it in segments, the medium carries them, B's side is notified, B's stack receives
+//! them, B's application is handed the data — and the architecture decides *where* each step
+//! runs and *what* it costs ([`Arch`]):
+//!
+//! | arch | API | copy | stack runs on | receive notification | hand-off to the app |
+//! |---|---|---|---|---|---|
+//! | kernel | system call | yes | host core (rx: the packet's core) | interrupt per packet | wake-up (cross-core if the rx core differs) |
+//! | library | library call | yes | host core (rx: the packet's core) | interrupt per packet | wake-up |
+//! | percore | library call | no (zero-copy) | the flow's core (RSS) | polling | polling loop turn |
+//! | offload[:E] | ring post | over the bus | E stack cores at `ratio`x | interrupt per *message* | wake-up |
+//! | daemon[:E] | ring post | over the bus (shared memory) | E stack cores at `ratio`x | event ring | polling loop turn |
+
+use crate::calib::{Calibration, StackCosts};
+use crate::des::{Arrivals, Cat, Des, Flow, Kind, Rng, Step, Tally};
+use serde::{Deserialize, Serialize};
+
+/// How the application reaches the stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Api {
+    /// A system call per socket operation.
+    Syscall,
+    /// A call into a library in the application's process.
+    Library,
+    /// A command posted to (or an event taken from) a shared-memory ring.
+    Ring,
+}
+
+/// How a receiving side learns that packets or messages arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Notify {
+    /// An interrupt per packet.
+    InterruptPerPacket,
+    /// The stack polls its queue (a loop turn).
+    Poll,
+}
+
+/// How a blocked application is handed data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Handoff {
+    /// It sleeps and is woken (on another core: plus the cross-core latency).
+    Wakeup,
+    /// Its loop polls (one loop turn, no wake-up).
+    Poll,
+}
+
+/// An architecture: where the stack runs and what crossing into it costs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Arch {
+    /// Its name.
+    pub name: String,
+    /// Whose stack costs: the kernel's (true) or flowstack's.
+    pub kernel_stack: bool,
+    /// How the application calls the stack.
+    pub api: Api,
+    /// Whether payload is copied between application and stack buffers.
+    pub copy: bool,
+    /// How received packets are noticed on the host.
+    pub notify: Notify,
+    /// How the application is handed received data.
+    pub handoff: Handoff,
+    /// Offload: this many stack cores (0: the stack runs on the host cores).
+    pub engines: usize,
+    /// Offload: the stack cores' clock relative to the calibration's.
+    pub engine_ratio: f64,
+    /// Whether connections serialise on a lock shared by all cores (the kernel's listen
+    /// socket and accept queue).
+    pub shared_conn_lock: bool,
+    /// Whether flows are steered so that a flow's packets are received on its
+    /// application's core (RSS with per-core listeners); otherwise the receive core is the
+    /// hash of the flow, independent of where the application thread runs.
+    pub flow_affinity: bool,
+}
+
+impl Arch {
+    /// The named architectures: `kernel`, `library`, `percore`, `offload`, `offload:E`
+    /// (E stack cores), `offload:E@R` (at R times the host clock, e.g. `offload:1@0.2` for a
+    /// 500 MHz NIC processor under a 2.5 GHz host) — a NIC that interrupts the host once per
+    /// message and wakes a blocked reader (seed 001) — and `daemon[:E[@R]]`, the same on
+    /// dedicated host cores whose event rings a busy application polls (flowstackd).
+    /// `offload:c/K` and `daemon:c/K` name `cores / K` stack cores (at least one) of a
+    /// machine of `cores` host cores.
+    pub fn parse_for(s: &str, cores: usize) -> Result<Arch, String> {
+        let (kind, rest) = match s.split_once(":c/") {
+            Some((k @ ("offload" | "daemon"), rest)) => (k, Some(rest)),
+            _ => ("", None),
+        };
+        if let Some(rest) = rest {
+            let (k, r) = rest.split_once('@').unwrap_or((rest, ""));
+            let k: usize = k
+                .parse()
+                .ok()
+                .filter(|&k| k >= 1)
+                .ok_or_else(|| format!("bad divisor in {s:?}"))?;
+            let e = (cores / k).max(1);
+            let mut a = Arch::parse(&if r.is_empty() {
+                format!("{kind}:{e}")
+            } else {
+                format!("{kind}:{e}@{r}")
+            })?;
+            a.name = s.to_string();
+            return Ok(a);
+        }
+        Arch::parse(s)
+    }
+
+    /// Parses one named architecture (see [`Arch::parse_for`] for the list).
+    pub fn parse(s: &str) -> Result<Arch, String> {
+        let base = |name: &str| Arch {
+            name: name.to_string(),
+            kernel_stack: false,
+            api: Api::Library,
+            copy: false,
+            notify: Notify::Poll,
+            handoff: Handoff::Poll,
+            engines: 0,
+            engine_ratio: 1.0,
+            shared_conn_lock: false,
+            flow_affinity: true,
+        };
+        let (head, tail) = s.split_once(':').unwrap_or((s, ""));
+        let a = match head {
+            "kernel" => Arch {
+                kernel_stack: true,
+                api: Api::Syscall,
+                copy: true,
+                notify: Notify::InterruptPerPacket,
+                handoff: Handoff::Wakeup,
+                shared_conn_lock: true,
+                flow_affinity: false,
+                ..base("kernel")
+            },
+            "library" => Arch {
+                api: Api::Library,
+                copy: true,
+                notify: Notify::InterruptPerPacket,
+                handoff: Handoff::Wakeup,
+                flow_affinity: false,
+                ..base("library")
+            },
+            "percore" => base("percore"),
+            "offload" | "daemon" => {
+                let (e, r) = tail.split_once('@').unwrap_or((tail, ""));
+                let engines = if e.is_empty() {
+                    1
+                } else {
+                    e.parse::<usize>()
+                        .ok()
+                        .filter(|&n| (1..=256).contains(&n))
+                        .ok_or_else(|| format!("bad engine count in {s:?} (1..=256)"))?
+                };
+                let ratio = if r.is_empty() {
+                    1.0
+                } else {
+                    r.parse::<f64>()
+                        .ok()
+                        .filter(|&x| x > 0.0 && x <= 100.0)
+                        .ok_or_else(|| format!("bad clock ratio in {s:?} (0 < R <= 100)"))?
+                };
+                Arch {
+                    api: Api::Ring,
+                    copy: true,
+                    notify: Notify::Poll,
+                    handoff: if head == "daemon" {
+                        Handoff::Poll
+                    } else {
+                        Handoff::Wakeup
+                    },
+                    engines,
+                    engine_ratio: ratio,
+                    ..base(s)
+                }
+            }
+            _ => {
+                return Err(format!(
+                    "unknown architecture {s:?} (kernel, library, percore, offload[:E[@R]], daemon[:E[@R]])"
+                ))
+            }
+        };
+        if head != "offload" && head != "daemon" && !tail.is_empty() {
+            return Err(format!("only offload and daemon take :E@R, not {s:?}"));
+        }
+        Ok(a)
+    }
+}
+
+/// What the clients do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Workload {
+    /// One-way bulk transfer of `size`-byte writes.
+    Stream,
+    /// Request and response of `size` bytes each on an open connection.
+    Rr,
+    /// Connect, request, response (`size` bytes each), close.
+    Crr,
+    /// A small request, then a file of `size` bytes back (read from the page cache).
+    File,
+}
+
+impl Workload {
+    /// Parses `stream`, `rr`, `crr`, `file`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "stream" => Workload::Stream,
+            "rr" => Workload::Rr,
+            "crr" => Workload::Crr,
+            "file" => Workload::File,
+            _ => return Err(format!("unknown workload {s:?} (stream, rr, crr, file)")),
+        })
+    }
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Stream => "stream",
+            Workload::Rr => "rr",
+            Workload::Crr => "crr",
+            Workload::File => "file",
+        }
+    }
+}
+
+/// Where the load generator runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Clients {
+    /// On other machines across the link; their own costs are not simulated.
+    Remote,
+    /// On the same cores as the server, as `flowstack bench --cores N` runs them: flow k's
+    /// client on core k mod N, both sides using the architecture, over loopback.
+    Colocated,
+    /// Two cores, client on core 0 and server on core 1 (`bench --kernel-placement split`).
+    Split,
+}
+
+/// One simulation.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Scenario {
+    /// The architecture.
+    pub arch: Arch,
+    /// The workload.
+    pub workload: Workload,
+    /// Message (or write, or file) size, bytes.
+    pub size: usize,
+    /// Host cores.
+    pub cores: usize,
+    /// Connections (closed loop) or clients (open loop).
+    pub conns: usize,
+    /// Open loop: offered transactions per second in all; `None`: closed loop.
+    pub load: Option<f64>,
+    /// Application work per request on the server, ns.
+    pub app_ns: f64,
+    /// Where the clients run.
+    pub clients: Clients,
+    /// Transactions to complete (the run also stops after `max_secs` simulated).
+    pub txns: u64,
+    /// Longest simulated time, seconds.
+    pub max_secs: f64,
+    /// The seed of every random choice (flow placement, arrivals, errors).
+    pub seed: u64,
+    /// The share of each host core this run gets (1: all of it; less when other processes
+    /// compete for the cores, as on a shared machine): host cores run at this speed.
+    #[serde(default = "one")]
+    pub host_share: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+impl Scenario {
+    /// A closed-loop scenario with remote clients and the defaults (one connection per
+    /// core, four for crr).
+    pub fn new(arch: Arch, workload: Workload, size: usize, cores: usize) -> Self {
+        Scenario {
+            arch,
+            workload,
+            size,
+            cores,
+            conns: cores.max(1) * if workload == Workload::Stream { 1 } else { 4 },
+            load: None,
+            app_ns: 0.0,
+            clients: Clients::Remote,
+            txns: 20_000,
+            max_secs: 10.0,
+            seed: 1,
+            host_share: 1.0,
+        }
+    }
+}
+
+/// What a simulation predicts.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Outcome {
+    /// Architecture name.
+    pub arch: String,
+    /// Workload name.
+    pub workload: String,
+    /// Size, bytes.
+    pub size: usize,
+    /// Host cores.
+    pub cores: usize,
+    /// Offered load (open loop), per s.
+    pub load: Option<f64>,
+    /// Completed transactions per second (connections/s for crr).
+    pub per_s: f64,
+    /// Payload throughput, Mbit/s.
+    pub mbps: f64,
+    /// Mean response time, µs.
+    pub mean_us: f64,
+    /// Median response time, µs.
+    pub p50_us: f64,
+    /// 99th percentile, µs.
+    pub p99_us: f64,
+    /// Host CPU busy, share of all host cores (0..1).
+    pub host_util: f64,
+    /// Host CPU time spent on protocol work per transaction, µs (everything but the
+    /// application's own work).
+    pub host_protocol_us_per_txn: f64,
+    /// Host CPU per transaction by category, µs.
+    pub host_us_by_cat: Vec<(String, f64)>,
+    /// Stack cores busy, share (offload; 0 otherwise).
+    pub engine_util: f64,
+    /// Link busy, share.
+    pub link_util: f64,
+    /// Simulated seconds.
+    pub sim_secs: f64,
+    /// Transactions completed.
+    pub completed: u64,
+}
+
+/// Places a script step runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Client,
+    Server,
+}
+
+/// The resources one flow touches.
+#[derive(Debug, Clone, Copy)]
+struct Places {
+    /// The client's application core (`None`: remote, not simulated).
+    c_app: Option<usize>,
+    /// The client's receive core.
+    c_rx: Option<usize>,
+    /// The server's application core.
+    s_app: usize,
+    /// The server's receive core.
+    s_rx: usize,
+    /// The flow's stack core (offload).
+    engine: Option<usize>,
+    link: Option<usize>,
+    bus: Option<usize>,
+    lock: Option<usize>,
+}
+
+struct Builder<'a> {
+    cal: &'a Calibration,
+    arch: &'a Arch,
+    stack: &'a StackCosts,
+    p: Places,
+    steps: Vec<Step>,
+    remote: bool,
+    error_rate: f64,
+}
+
+impl Builder<'_> {
+    fn on(&mut self, res: Option<usize>, ns: f64, cat: Cat) {
+        if ns > 0.0 {
+            if let Some(r) = res {
+                self.steps.push(Step {
+                    res: Some(r),
+                    ns,
+                    cat,
+                    lock: None,
+                });
+            }
+        }
+    }
+
+    fn delay(&mut self, ns: f64) {
+        if ns > 0.0 {
+            self.steps.push(Step {
+                res: None,
+                ns,
+                cat: Cat::Wire,
+                lock: None,
+            });
+        }
+    }
+
+    fn app(&self, side: Side) -> Option<usize> {
+        match side {
+            Side::Client => self.p.c_app,
+            Side::Server => Some(self.p.s_app),
+        }
+    }
+
+    fn rx(&self, side: Side) -> Option<usize> {
+        match side {
+            Side::Client => self.p.c_rx,
+            Side::Server => Some(self.p.s_rx),
+        }
+    }
+
+    /// Where `side`'s stack runs when it sends.
+    fn tx_stack(&self, side: Side) -> Option<usize> {
+        match self.p.engine {
+            Some(e) => match side {
+                Side::Server => Some(e),
+                // Remote clients cost nothing here.
+                Side::Client => (!self.remote).then_some(e),
+            },
+            None => self.app(side),
+        }
+    }
+
+    /// Where `to`'s stack receives what `from` sent.
+    fn rx_stack(&self, from: Side, to: Side) -> Option<usize> {
+        if let Some(e) = self.p.engine {
+            return (to == Side::Server || !self.remote).then_some(e);
+        }
+        if self.remote {
+            self.rx(to)
+        } else {
+            // Loopback: the receive processing runs on the sender's core (softirq on the
+            // sending CPU; a flowstack per-core pipe is turned by that core's loop).
+            self.app(from)
+        }
+    }
+
+    /// One application call into the stack on `side`.
+    fn api(&mut self, side: Side) {
+        let h = &self.cal.host;
+        let (ns, cat) = match self.arch.api {
+            Api::Syscall => (h.syscall_ns, Cat::Api),
+            Api::Library => (h.lib_call_ns, Cat::Api),
+            Api::Ring => (h.ring_ns, Cat::Api),
+        };
+        let r = self.app(side);
+        self.on(r, ns, cat);
+    }
+
+    fn packets(&self, bytes: usize) -> usize {
+        let seg = self.stack.max_segment.max(1);
+        let mtu = if self.remote { self.cal.link.mtu } else { seg };
+        let per_seg = seg.min(mtu.max(64));
+        bytes.div_ceil(per_seg).max(1)
+    }
+
+    fn segments(&self, bytes: usize) -> usize {
+        bytes.div_ceil(self.stack.max_segment.max(1)).max(1)
+    }
+
+    /// Carries `bytes` in `pkts` packets across the medium between the two sides.
+    fn medium(&mut self, bytes: usize, pkts: usize) {
+        if self.remote {
+            let l = &self.cal.link;
+            let wire = (bytes + pkts * l.header_bytes) as f64 * 8.0 / l.gbps;
+            let link = self.p.link;
+            self.on(link, wire, Cat::Wire);
+            self.delay(l.latency_ns);
+        }
+    }
+
+    /// Moves `bytes` over the bus between a host core and a stack core.
+    fn bus(&mut self, side: Side, bytes: usize) {
+        let b = &self.cal.bus;
+        let host = self.app(side);
+        let pio = bytes as f64 * b.host_per_byte_ns;
+        self.on(host, pio, Cat::Copy);
+        let b = &self.cal.bus;
+        let bus = self.p.bus;
+        self.on(bus, bytes as f64 * 8.0 / b.gbps, Cat::Wire);
+        self.delay(b.latency_ns);
+    }
+
+    /// Hands received data from the core that received it (`from_core`) to `to`'s
+    /// application.
+    fn handoff(&mut self, from_core: Option<usize>, to: Side) {
+        let target = self.app(to);
+        let h = &self.cal.host;
+        match self.arch.handoff {
+            Handoff::Poll => self.on(target, h.poll_turn_ns, Cat::Poll),
+            Handoff::Wakeup => {
+                if from_core.is_some() && target.is_some() && from_core != target {
+                    self.delay(h.cross_core_ns);
+                }
+                self.on(target, h.wakeup_ns, Cat::Wakeup);
+            }
+        }
+    }
+
+    /// One message of `s` bytes from `from` to `to` (`wake`: the receiver was blocked
+    /// waiting for it).
+    fn message(&mut self, from: Side, to: Side, s: usize, wake: bool) {
+        let h = self.cal.host.clone();
+        let st = self.stack.clone();
+        let segs = self.segments(s);
+        let pkts = self.packets(s);
+        // Inflation by corrupted packets: each is sent and received again (seed 001 eq. 5).
+        let again = 1.0 / (1.0 - self.error_rate.clamp(0.0, 0.99));
+        // Sender.
+        self.api(from);
+        let a = self.app(from);
+        if self.arch.copy && self.p.engine.is_none() {
+            self.on(a, s as f64 * h.copy_per_byte_ns, Cat::Copy);
+        }
+        if self.p.engine.is_some() && (from == Side::Server || !self.remote) {
+            self.bus(from, s);
+        }
+        let txs = self.tx_stack(from);
+        let send = segs as f64 * st.send_fixed_ns + s as f64 * st.send_per_byte_ns;
+        self.on(txs, send * again, Cat::Stack);
+        // Medium.
+        self.medium(s, pkts);
+        // Receiver.
+        let rxs = self.rx_stack(from, to);
+        if self.remote && self.arch.notify == Notify::InterruptPerPacket && self.p.engine.is_none()
+        {
+            self.on(rxs, pkts as f64 * h.interrupt_ns * again, Cat::Interrupt);
+        }
+        if self.arch.notify == Notify::Poll && self.p.engine.is_none() && rxs != a {
+            self.on(rxs, h.poll_turn_ns, Cat::Poll);
+        }
+        let recv = segs as f64 * st.recv_fixed_ns + s as f64 * st.recv_per_byte_ns;
+        self.on(rxs, recv * again, Cat::Stack);
+        let b = self.app(to);
+        if self.p.engine.is_some() {
+            if to == Side::Server || !self.remote {
+                self.bus(to, s);
+                // One notification per message (not per packet): an interrupt on a NIC,
+                // a ring event the application's wait picks up on a daemon.
+                match self.arch.handoff {
+                    // A NIC interrupts the host once per message; a blocked reader is woken.
+                    Handoff::Wakeup => {
+                        self.on(b, h.interrupt_ns, Cat::Interrupt);
+                        if wake {
+                            self.on(b, h.wakeup_ns, Cat::Wakeup);
+                        }
+                    }
+                    // A daemon's event ring, polled by the busy application.
+                    Handoff::Poll => self.on(b, h.poll_turn_ns, Cat::Poll),
+                }
+            }
+            self.api(to);
+        } else {
+            if wake {
+                self.handoff(rxs, to);
+            }
+            self.api(to);
+            if self.arch.copy {
+                self.on(b, s as f64 * h.copy_per_byte_ns, Cat::Copy);
+            }
+        }
+    }
+
+    /// A control segment (SYN, FIN, pure ACK) from `from` to `to`.
+    fn control(&mut self, from: Side, to: Side) {
+        let st = self.stack.clone();
+        let h = self.cal.host.clone();
+        let txs = self.tx_stack(from);
+        self.on(txs, st.ctrl_send_ns, Cat::Stack);
+        self.medium(0, 1);
+        let rxs = self.rx_stack(from, to);
+        if self.remote && self.arch.notify == Notify::InterruptPerPacket && self.p.engine.is_none()
+        {
+            self.on(rxs, h.interrupt_ns, Cat::Interrupt);
+        }
+        self.on(rxs, st.ctrl_recv_ns, Cat::Stack);
+    }
+
+    fn app_work(&mut self, ns: f64) {
+        let s = Some(self.p.s_app);
+        self.on(s, ns, Cat::App);
+    }
+
+    /// The connection's set-up and tear-down work beyond its segments.
+    fn conn_work(&mut self) {
+        let st = self.stack.clone();
+        let h = self.cal.host.clone();
+        let c = self.tx_stack(Side::Client);
+        self.on(c, st.conn_ns / 2.0, Cat::Stack);
+        let s = self.rx_stack(Side::Client, Side::Server);
+        if self.arch.shared_conn_lock && self.p.lock.is_some() {
+            // The server side's connection work runs under the lock all cores share (its
+            // time is counted as host CPU: some core holds the lock meanwhile).
+            let hold = h.shared_conn_ns.min(st.conn_ns / 2.0);
+            self.on(s, st.conn_ns / 2.0 - hold, Cat::Stack);
+            if let Some(core) = s {
+                self.steps.push(Step {
+                    res: Some(core),
+                    ns: hold + h.bounce_ns,
+                    cat: Cat::Lock,
+                    lock: self.p.lock,
+                });
+            }
+        } else {
+            self.on(s, st.conn_ns / 2.0, Cat::Stack);
+        }
+    }
+}
+
+fn hash(seed: u64, k: usize) -> u64 {
+    let mut r = Rng::new(seed.wrapping_mul(0x100_0000_01b3) ^ k as u64);
+    r.next_u64()
+}
+
+/// Builds the simulator for `sc` under `cal`.
+fn build(sc: &Scenario, cal: &Calibration) -> Result<(Des, Vec<usize>, Vec<usize>), String> {
+    if sc.cores == 0 || sc.conns == 0 || sc.size == 0 {
+        return Err("a scenario needs cores, connections and a size of at least 1".into());
+    }
+    if !(sc.host_share > 0.0 && sc.host_share <= 1.0) {
+        return Err("the host share must be in (0, 1]".into());
+    }
+    let a = &sc.arch;
+    let mut d = Des::new(sc.seed);
+    let host_cores = match sc.clients {
+        Clients::Split => 2,
+        _ => sc.cores,
+    };
+    let hosts: Vec<usize> = (0..host_cores)
+        .map(|i| d.resource(format!("host{i}"), Kind::HostCore, sc.host_share))
+        .collect();
+    let engines: Vec<usize> = (0..a.engines)
+        .map(|i| d.resource(format!("engine{i}"), Kind::StackCore, a.engine_ratio))
+        .collect();
+    let remote = sc.clients == Clients::Remote;
+    let link = remote.then(|| d.resource("link", Kind::Link, 1.0));
+    let bus = (!engines.is_empty()).then(|| d.resource("bus", Kind::Bus, 1.0));
+    let lock = (a.shared_conn_lock && sc.workload == Workload::Crr).then(|| d.lock());
+    let stack = if a.kernel_stack {
+        &cal.kernel
+    } else {
+        cal.flowstack()
+    };
+    // In a single-core run the lock's line never moves.
+    let mut cal2 = cal.clone();
+    if host_cores <= 1 {
+        cal2.host.bounce_ns = 0.0;
+    } else {
+        cal2.host.bounce_ns *= (host_cores - 1) as f64 / host_cores as f64;
+    }
+    let n = hosts.len();
+    for k in 0..sc.conns {
+        let h = hash(sc.seed, k);
+        let (c_app, s_app) = match sc.clients {
+            Clients::Remote => (None, hosts[k % n]),
+            Clients::Colocated => {
+                // Per-core listeners: flowstack's RSS-aware ports keep the server on the
+                // client's core; the kernel's SO_REUSEPORT hash picks any listener.
+                let s = if a.flow_affinity {
+                    k % n
+                } else {
+                    (h % n as u64) as usize
+                };
+                (Some(hosts[k % n]), hosts[s])
+            }
+            Clients::Split => (Some(hosts[0]), hosts[1]),
+        };
+        let s_rx = if a.flow_affinity || !remote {
+            s_app
+        } else {
+            hosts[((h >> 17) % n as u64) as usize]
+        };
+        let engine = (!engines.is_empty()).then(|| engines[(h % engines.len() as u64) as usize]);
+        let places = Places {
+            c_app,
+            c_rx: c_app,
+            s_app,
+            s_rx,
+            engine,
+            link,
+            bus,
+            lock,
+        };
+        let mut b = Builder {
+            cal: &cal2,
+            arch: a,
+            stack,
+            p: places,
+            steps: vec![],
+            remote,
+            error_rate: if remote { cal.link.error_rate } else { 0.0 },
+        };
+        let (arrivals, bytes) = script(&mut b, sc);
+        d.flow(Flow {
+            script: b.steps,
+            arrivals,
+            bytes,
+        });
+    }
+    Ok((d, hosts, engines))
+}
+
+fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
+    let s = sc.size;
+    let closed = |outstanding| Arrivals::Closed {
+        outstanding,
+        think_ns: 0.0,
+    };
+    let arrivals = |outstanding| match sc.load {
+        Some(l) => Arrivals::Open {
+            per_s: l / sc.conns as f64,
+        },
+        None => closed(outstanding),
+    };
+    match sc.workload {
+        Workload::Rr => {
+            b.message(Side::Client, Side::Server, s, true);
+            b.app_work(sc.app_ns);
+            b.message(Side::Server, Side::Client, s, true);
+            (arrivals(1), 2 * s as u64)
+        }
+        Workload::Crr => {
+            // Client: socket + connect; SYN, SYN-ACK, ACK.
+            b.api(Side::Client);
+            b.api(Side::Client);
+            b.control(Side::Client, Side::Server);
+            b.control(Side::Server, Side::Client);
+            b.control(Side::Client, Side::Server);
+            b.conn_work();
+            // The server's accept is woken.
+            let rx = b.rx_stack(Side::Client, Side::Server);
+            b.handoff(rx, Side::Server);
+            b.api(Side::Server);
+            b.message(Side::Client, Side::Server, s, false);
+            b.app_work(sc.app_ns);
+            b.message(Side::Server, Side::Client, s, true);
+            // close() on both ends: FIN, FIN, last ACK; the server is woken by the FIN.
+            b.api(Side::Client);
+            b.control(Side::Client, Side::Server);
+            let rx = b.rx_stack(Side::Client, Side::Server);
+            b.handoff(rx, Side::Server);
+            b.api(Side::Server);
+            b.api(Side::Server);
+            b.control(Side::Server, Side::Client);
+            b.control(Side::Client, Side::Server);
+            (arrivals(1), 2 * s as u64)
+        }
+        Workload::Stream => {
+            // One write per transaction, a window of writes in flight; a pure ACK per
+            // `segments_per_ack` segments; the receiver's reads and wake-ups amortised over
+            // 64 KiB (it reads what has arrived, up to its buffer).
+            let segs = b.segments(s) as f64;
+            let frac = (s as f64 / 65536.0).min(1.0);
+            let h = b.cal.host.clone();
+            let st = b.stack.clone();
+            let c_copy = b.arch.copy && b.p.engine.is_none();
+            // Sender.
+            b.api(Side::Client);
+            let a = b.app(Side::Client);
+            if c_copy {
+                b.on(a, s as f64 * h.copy_per_byte_ns, Cat::Copy);
+            }
+            if b.p.engine.is_some() && !b.remote {
+                b.bus(Side::Client, s);
+            }
+            let txs = b.tx_stack(Side::Client);
+            let again = 1.0 / (1.0 - b.error_rate.clamp(0.0, 0.99));
+            b.on(
+                txs,
+                (segs * st.send_fixed_ns + s as f64 * st.send_per_byte_ns) * again,
+                Cat::Stack,
+            );
+            let pkts = b.packets(s);
+            b.medium(s, pkts);
+            let rxs = b.rx_stack(Side::Client, Side::Server);
+            if b.remote && b.arch.notify == Notify::InterruptPerPacket && b.p.engine.is_none() {
+                b.on(rxs, pkts as f64 * h.interrupt_ns * again, Cat::Interrupt);
+            }
+            b.on(
+                rxs,
+                (segs * st.recv_fixed_ns + s as f64 * st.recv_per_byte_ns) * again,
+                Cat::Stack,
+            );
+            let acks = segs / st.segments_per_ack.max(1.0);
+            b.on(rxs, acks * st.ctrl_send_ns, Cat::Stack);
+            b.on(txs, acks * st.ctrl_recv_ns, Cat::Stack);
+            let srv = b.app(Side::Server);
+            if b.p.engine.is_some() {
+                b.bus(Side::Server, s);
+                if b.arch.handoff == Handoff::Wakeup {
+                    b.on(srv, frac * h.interrupt_ns, Cat::Interrupt);
+                }
+            }
+            match b.arch.handoff {
+                Handoff::Poll => b.on(srv, frac * h.poll_turn_ns, Cat::Poll),
+                Handoff::Wakeup => b.on(srv, frac * h.wakeup_ns, Cat::Wakeup),
+            }
+            let api = match b.arch.api {
+                Api::Syscall => h.syscall_ns,
+                Api::Library => h.lib_call_ns,
+                Api::Ring => h.ring_ns,
+            };
+            b.on(srv, frac * api, Cat::Api);
+            if c_copy {
+                b.on(srv, s as f64 * h.copy_per_byte_ns, Cat::Copy);
+            }
+            // A window of 1 MiB (the default socket buffers) in flight.
+            let window = (1usize << 20).div_ceil(s).clamp(1, 64);
+            (arrivals(window), s as u64)
+        }
+        Workload::File => {
+            b.message(Side::Client, Side::Server, 100, true);
+            if b.arch.copy {
+                let f = b.cal.host.file_per_byte_ns * s as f64;
+                b.app_work(0.0);
+                let srv = Some(b.p.s_app);
+                b.on(srv, f, Cat::Copy);
+            }
+            b.app_work(sc.app_ns);
+            b.message(Side::Server, Side::Client, s, true);
+            (arrivals(1), s as u64)
+        }
+    }
+}
+
+fn pct(sorted: &[u64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted[i] as f64 / 1e6
+}
+
+/// Runs one scenario.
+pub fn simulate(sc: &Scenario, cal: &Calibration) -> Result<Outcome, String> {
+    let (d, hosts, engines) = build(sc, cal)?;
+    let until = (sc.max_secs * 1e12) as u64;
+    let t = d.run(until, sc.txns);
+    Ok(outcome(sc, &t, &hosts, &engines))
+}
+
+/// Runs one scenario and returns the raw tally too (for tests of the accounting).
+pub fn simulate_tally(sc: &Scenario, cal: &Calibration) -> Result<Tally, String> {
+    let (d, _, _) = build(sc, cal)?;
+    Ok(d.run((sc.max_secs * 1e12) as u64, sc.txns))
+}
+
+fn outcome(sc: &Scenario, t: &Tally, hosts: &[usize], engines: &[usize]) -> Outcome {
+    let secs = (t.end_ps as f64 / 1e12).max(1e-12);
+    let mut lat = t.latencies_ps.clone();
+    lat.sort_unstable();
+    let n = t.completed.max(1) as f64;
+    let mut by_cat = vec![];
+    let mut protocol = 0u64;
+    let mut busy = 0u64;
+    for c in crate::des::CATS {
+        let ps: u64 = hosts
+            .iter()
+            .map(|&h| t.resources[h].busy_ps[c as usize])
+            .sum();
+        busy += ps;
+        if c.is_protocol_cpu() {
+            protocol += ps;
+        }
+        if ps > 0 {
+            by_cat.push((c.name().to_string(), ps as f64 / 1e6 / n));
+        }
+    }
+    // Spinning on a lock another core holds is host CPU too.
+    let spin: u64 = hosts.iter().map(|&h| t.resources[h].spin_ps).sum();
+    if spin > 0 {
+        busy += spin;
+        protocol += spin;
+        by_cat.push(("lock spin".to_string(), spin as f64 / 1e6 / n));
+    }
+    let engine_busy: u64 = engines.iter().map(|&e| t.resources[e].busy()).sum();
+    let link_busy: u64 = t
+        .resources
+        .iter()
+        .filter(|r| r.kind == Kind::Link)
+        .map(|r| r.busy())
+        .sum();
+    Outcome {
+        arch: sc.arch.name.clone(),
+        workload: sc.workload.name().into(),
+        size: sc.size,
+        cores: sc.cores,
+        load: sc.load,
+        per_s: t.completed as f64 / secs,
+        mbps: t.bytes as f64 * 8.0 / secs / 1e6,
+        mean_us: lat.iter().map(|&l| l as f64).sum::<f64>() / lat.len().max(1) as f64 / 1e6,
+        p50_us: pct(&lat, 0.5),
+        p99_us: pct(&lat, 0.99),
+        host_util: busy as f64 / (t.end_ps.max(1) as f64 * hosts.len() as f64),
+        host_protocol_us_per_txn: protocol as f64 / 1e6 / n,
+        host_us_by_cat: by_cat,
+        engine_util: if engines.is_empty() {
+            0.0
+        } else {
+            engine_busy as f64 / (t.end_ps.max(1) as f64 * engines.len() as f64)
+        },
+        link_util: link_busy as f64 / t.end_ps.max(1) as f64,
+        sim_secs: secs,
+        completed: t.completed,
+    }
+}

@@ -1,0 +1,214 @@
+//! The simulator's own checks: the same seed gives the same output; every resource's work
+//! is conserved to the picosecond; a single queue matches M/D/1's closed form; the fit
+//! reproduces the runs it was fitted to; seed 001's reduction is reproduced.
+
+use flowstack_prof::report::{from_json, BenchReport, ProfileReport};
+use flowstack_sim::calib::preset;
+use flowstack_sim::des::{Arrivals, Cat, Des, Flow, Kind, Step};
+use flowstack_sim::fit::{
+    calibrate, effective_share, predict_metric, workload_of, CalRun, CAL_CONFIGS,
+};
+use flowstack_sim::model::simulate_tally;
+use flowstack_sim::{seed001, simulate, Arch, Calibration, Clients, Scenario, Workload};
+
+fn vm() -> Calibration {
+    Calibration::from_json(preset("vm").unwrap()).unwrap()
+}
+
+fn seed001_cal() -> Calibration {
+    Calibration::from_json(preset("seed001").unwrap()).unwrap()
+}
+
+fn open_rr(arch: &str, seed: u64) -> Scenario {
+    let mut sc = Scenario::new(Arch::parse(arch).unwrap(), Workload::Rr, 512, 4);
+    sc.conns = 16;
+    sc.load = Some(200_000.0);
+    sc.txns = 5_000;
+    sc.seed = seed;
+    sc
+}
+
+#[test]
+fn the_same_seed_gives_the_same_output_and_another_seed_another() {
+    for arch in ["kernel", "library", "percore", "offload:2@0.5"] {
+        let a = serde_json::to_string(&simulate(&open_rr(arch, 7), &vm()).unwrap()).unwrap();
+        let b = serde_json::to_string(&simulate(&open_rr(arch, 7), &vm()).unwrap()).unwrap();
+        assert_eq!(a, b, "{arch}");
+        let c = serde_json::to_string(&simulate(&open_rr(arch, 8), &vm()).unwrap()).unwrap();
+        assert_ne!(a, c, "{arch}: Poisson arrivals depend on the seed");
+    }
+}
+
+#[test]
+fn work_in_equals_work_done_plus_work_queued_on_every_resource() {
+    let mut queued_somewhere = false;
+    for (arch, w) in [
+        ("kernel", Workload::Crr),
+        ("offload:2", Workload::Stream),
+        ("percore", Workload::Rr),
+        ("library", Workload::File),
+    ] {
+        let mut sc = Scenario::new(Arch::parse(arch).unwrap(), w, 4096, 4);
+        sc.conns = 32;
+        // Overloaded and cut short: work is left in the queues and in service.
+        sc.load = Some(3e5);
+        sc.max_secs = 0.01;
+        sc.txns = u64::MAX;
+        let t = simulate_tally(&sc, &vm()).unwrap();
+        assert!(t.completed > 0 && t.started >= t.completed, "{arch}");
+        for r in &t.resources {
+            assert_eq!(
+                r.submitted_ps,
+                r.busy() + r.queued_ps,
+                "{arch} {}: submitted = done + queued",
+                r.name
+            );
+            queued_somewhere |= r.queued_ps > 0;
+        }
+    }
+    assert!(queued_somewhere, "the check saw work still queued");
+}
+
+/// M/D/1: Poisson arrivals at λ, one server with deterministic service D (μ = 1/D):
+/// W_q = ρ / (2 μ (1 − ρ)).
+#[test]
+fn a_single_queue_matches_the_m_d_1_mean_waiting_time() {
+    for (rho, tol) in [(0.3, 0.04), (0.5, 0.04), (0.8, 0.06)] {
+        let d_ns = 1000.0;
+        let mu = 1e9 / d_ns;
+        let lambda = rho * mu;
+        let mut des = Des::new(42);
+        let q = des.resource("q", Kind::HostCore, 1.0);
+        des.flow(Flow {
+            script: vec![Step {
+                res: Some(q),
+                ns: d_ns,
+                cat: Cat::Stack,
+                lock: None,
+            }],
+            arrivals: Arrivals::Open { per_s: lambda },
+            bytes: 0,
+        });
+        let t = des.run(u64::MAX, 400_000);
+        let wq_ns = t.resources[q].mean_wait_ns();
+        let closed = rho / (2.0 * mu * (1.0 - rho)) * 1e9;
+        assert!(
+            (wq_ns - closed).abs() / closed < tol,
+            "rho {rho}: simulated W_q {wq_ns:.1} ns vs closed form {closed:.1} ns"
+        );
+        // And the server was busy ρ of the time.
+        let util = t.resources[q].busy() as f64 / t.end_ps as f64;
+        assert!((util - rho).abs() < 0.01, "utilisation {util} vs {rho}");
+    }
+}
+
+fn input(name: &str) -> String {
+    let p = format!(
+        "{}/../../presets/vm-inputs/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p}: {e}"))
+}
+
+#[test]
+fn the_fit_reproduces_the_runs_it_was_fitted_to() {
+    let profile: ProfileReport = from_json(&input("profile.json")).unwrap();
+    let shares: std::collections::BTreeMap<String, f64> =
+        serde_json::from_str(&input("shares.json")).unwrap();
+    let runs: Vec<CalRun> = CAL_CONFIGS
+        .iter()
+        .map(|c| CalRun {
+            report: from_json::<BenchReport>(&input(c.file)).unwrap(),
+            clients: c.clients,
+            share: shares[c.file],
+        })
+        .collect();
+    let cal = calibrate(&profile, &runs).unwrap();
+    // The shipped preset is this fit.
+    assert_eq!(
+        cal.host,
+        vm().host,
+        "presets/vm.json is the fit of presets/vm-inputs"
+    );
+    for r in &runs {
+        for (&peer, s) in &r.report.peers {
+            let cores = if r.clients == Clients::Split { 2 } else { 1 };
+            let p = predict_metric(
+                &cal,
+                effective_share(r),
+                peer,
+                workload_of(r.report.workload),
+                r.report.msg_size,
+                cores,
+                r.report.conns,
+                r.clients,
+            )
+            .unwrap();
+            let m = s.metric();
+            assert!(
+                (p - m).abs() / m < 0.03,
+                "{} {}: predicted {p} vs measured {m}",
+                peer.name(),
+                r.report.workload.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn seed_001_host_cpu_reduction_is_reproduced_within_ten_points() {
+    let r = seed001::reproduce(&seed001_cal()).unwrap();
+    assert!(r.within_band, "{r:?}");
+    let p = &r.points[0];
+    assert!(
+        p.host_us[2] < p.host_us[1] && p.host_us[1] <= p.host_us[0],
+        "{p:?}"
+    );
+    // Packet errors only add work where the host runs the stack.
+    let last = r.points.last().unwrap();
+    assert!(last.host_us[0] > p.host_us[0] * 1.05);
+    assert_eq!(last.host_us[2], p.host_us[2]);
+    assert!(last.reduction > p.reduction);
+}
+
+#[test]
+fn the_kernel_stops_scaling_on_crr_where_per_core_engines_do_not() {
+    let rate = |arch: &str, cores: usize| {
+        let mut sc = Scenario::new(Arch::parse(arch).unwrap(), Workload::Crr, 64, cores);
+        sc.txns = 20_000;
+        simulate(&sc, &vm()).unwrap().per_s
+    };
+    let (k8, k16) = (rate("kernel", 8), rate("kernel", 16));
+    let (p1, p8) = (rate("percore", 1), rate("percore", 8));
+    assert!(k16 < k8 * 1.1, "kernel: {k8} at 8 cores, {k16} at 16");
+    assert!(p8 > p1 * 7.0, "percore: {p1} at 1 core, {p8} at 8");
+}
+
+#[test]
+fn a_slower_nic_processor_lowers_offload_throughput() {
+    let mbps = |ratio: f64| {
+        let mut a = Arch::parse("offload:1").unwrap();
+        a.engine_ratio = ratio;
+        let mut sc = Scenario::new(a, Workload::Stream, 1448, 1);
+        sc.txns = 20_000;
+        simulate(&sc, &vm()).unwrap().mbps
+    };
+    let (slow, fast) = (mbps(0.1), mbps(1.0));
+    assert!(slow < fast * 0.5, "{slow} vs {fast}");
+}
+
+#[test]
+fn architectures_and_workloads_parse_and_misuse_is_refused() {
+    assert_eq!(Arch::parse("offload:4@0.25").unwrap().engines, 4);
+    assert_eq!(Arch::parse_for("offload:c/4", 16).unwrap().engines, 4);
+    assert_eq!(Arch::parse_for("offload:c/4", 2).unwrap().engines, 1);
+    for bad in ["nic", "kernel:2", "offload:0", "offload:1@0", "offload:x"] {
+        assert!(Arch::parse(bad).is_err(), "{bad}");
+    }
+    assert!(Workload::parse("udp").is_err());
+    let mut sc = Scenario::new(Arch::parse("kernel").unwrap(), Workload::Rr, 64, 0);
+    assert!(simulate(&sc, &vm()).is_err());
+    sc.cores = 1;
+    sc.host_share = 0.0;
+    assert!(simulate(&sc, &vm()).is_err());
+}
