@@ -61,6 +61,9 @@ pub const SOCK_SNDBUF: u64 = 256 * 1024;
 pub const SOCK_RCVBUF: u64 = 256 * 1024;
 /// First handle of accepted connections (listen/connect handles count up from 1).
 pub const ACCEPTED_BASE: u32 = 1 << 23;
+/// First handle the POSIX layer (`flowstack_client::posix`) chooses itself (socket, adopt);
+/// accepted connections stay below it.
+pub const POSIX_BASE: u32 = 3 << 22;
 
 #[cfg(test)]
 mod tests {

@@ -28,6 +28,7 @@
 #![warn(missing_docs)]
 
 pub mod layout;
+pub mod posix;
 
 use flowstack_api::record::{
     check_span, Command, CommandRecord, EventKind, EventRecord, Mode, RECORD_LEN,

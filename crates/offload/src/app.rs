@@ -1,21 +1,54 @@
-//! One registered application: its region, rings, sockets, and the commands it posts.
+//! Registered applications and the daemon-wide socket table.
+//!
+//! # Sockets are the daemon's, handles are the application's
+//! Every socket is a daemon-wide object ([`GSock`], keyed by a socket id). An application
+//! names a socket in its ring records by its own *handle*; the daemon maps (application,
+//! handle) to the socket id, so an application can name nothing but what it created, accepted
+//! or *attached* (proved possession of the placeholder). Handles of the native client
+//! ([`flowstack_api::Sockets`]) are counted on both sides from 1 (listen, connect) and from
+//! [`layout::ACCEPTED_BASE`] (accepted); the POSIX layer chooses its own from
+//! `flowstack_api::region::POSIX_BASE`.
+//!
+//! A socket's received bytes and events go to its *holder*: the application that created,
+//! accepted or last attached it. Bytes already delivered into a previous holder's receive
+//! area stay there (the first slice's limitation for a connection used by two processes at
+//! once; the usual case — fork, then one side closes — is exact).
+//!
+//! # Placeholders (the process-shared model of `flowstack_client::posix`)
+//! A socket created through `Attach{New}` has a placeholder pair (A, D); the daemon keeps D.
+//! - **Readable**: when the daemon makes the socket readable (data, end of stream, error, a
+//!   connection to accept, the kernel listener) and no token is outstanding, it writes one
+//!   token byte into D. On `TokenCleared` it writes a new one at once if the socket is still
+//!   readable *from the daemon's view*: bytes delivered and not consumed (the application's
+//!   `TcpConsume` precedes its `TokenCleared` in the ring), end of stream or error told, a
+//!   connection waiting — so no readiness is lost, at worst a spurious wake-up. (The
+//!   sequence number the record carries is informative only.)
+//! - **Writable**: on `WantWritable` the daemon empties D (filler the application wrote to
+//!   make A unwritable) as soon as send space returns or the connect ends.
+//! - **Last close**: D hanging up means every copy of A anywhere is closed: the socket is
+//!   closed as the kernel would (FIN after the queued bytes, RST with unread data). An
+//!   application exiting only detaches from such sockets; a socket without a placeholder
+//!   (native client) is closed with its application.
 //!
 //! Everything read from the region is untrusted: each command record is decoded and
 //! validated ([`CommandRecord::decode`]), each data span checked against its area
 //! ([`check_span`]), each index the application writes (`rx_freed`) checked against what the
-//! daemon itself knows. A handle is looked up in this application's own table only, so an
-//! application can name nothing but its own sockets.
+//! daemon itself knows.
 
 use crate::layout::{self, at, LAYOUT, RX_SIZE, SOCK_RCVBUF, SOCK_SNDBUF, TX_SIZE};
-use crate::loopback::Loopback;
+use crate::loopback::{is_loopback, Loopback};
 use flowstack_api::record::{
-    check_span, Command, CommandRecord, EventKind, EventRecord, Mode, RECORD_LEN,
+    check_span, AttachOp, Command, CommandRecord, EventKind, EventRecord, Mode, SockType,
+    RECORD_LEN, REPORT_KINDS,
 };
 use flowstack_api::SocketError;
-use flowstack_stack::TcpHandle;
+use flowstack_stack::{TcpConfig, TcpHandle};
+use flowstack_sys::placeholder;
 use flowstack_sys::ring::{Consumer, Producer};
 use flowstack_sys::SharedRegion;
 use std::collections::{HashMap, VecDeque};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -24,18 +57,21 @@ use std::sync::Arc;
 const CMD_BUDGET: usize = 256;
 /// Bytes moved from the engine per read.
 const RX_CHUNK: usize = 64 * 1024;
+/// Ephemeral ports the daemon gives to `bind(0)` and `listen` without `bind` (as Linux's
+/// `ip_local_port_range` default).
+pub const EPHEMERAL: std::ops::RangeInclusive<u16> = 32768..=60999;
 
-/// A connection owned by an application.
+/// A connection.
 #[derive(Debug)]
 pub(crate) struct Conn {
     pub eng: usize,
     pub h: TcpHandle,
     /// Bytes the application posted that the engine has not taken yet.
     pending_tx: VecDeque<u8>,
-    /// Delivered into the receive area and not yet consumed by the application.
+    /// Delivered into the holder's receive area and not yet consumed.
     outstanding: u64,
-    /// Sync connect waiting for the handshake.
-    connect_id: Option<u32>,
+    /// Sync connect waiting for the handshake: (application, request id).
+    connect_id: Option<(u64, u32)>,
     open_told: bool,
     /// End of stream reported (the application may still send).
     eof_told: bool,
@@ -45,7 +81,7 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    fn new(eng: usize, h: TcpHandle, connect_id: Option<u32>, open_told: bool) -> Self {
+    fn new(eng: usize, h: TcpHandle, connect_id: Option<(u64, u32)>, open_told: bool) -> Self {
         Self {
             eng,
             h,
@@ -60,34 +96,213 @@ impl Conn {
     }
 }
 
+/// What a socket is.
 #[derive(Debug)]
-pub(crate) enum Sock {
+pub(crate) enum Kind {
+    /// Created (`Attach{New}`), perhaps bound, neither listening nor connected.
+    Fresh {
+        ty: SockType,
+        bound: Option<SocketAddrV4>,
+    },
     Listener {
         port: u16,
-        hs: [TcpHandle; 2],
-        /// Sync accepts waiting for a connection (request ids).
-        waiting: VecDeque<u32>,
+        hs: Vec<TcpHandle>,
+        /// Sync accepts waiting for a connection: (application, request id, its handle).
+        waiting: VecDeque<(u64, u32, u32)>,
+        /// The kernel's listener on the same port (shim), watched for readiness.
+        kernel: Option<OwnedFd>,
     },
     Conn(Conn),
-    /// An async listen or connect that failed; its error was reported.
+    /// A listen or connect that failed; its error was reported.
     Failed(SocketError),
 }
 
-/// Daemon-wide state the applications share: the engines and the port namespace.
+/// The daemon's end of a placeholder pair.
+#[derive(Debug)]
+pub(crate) struct Placeholder {
+    pub d: OwnedFd,
+    ident: (u64, u64),
+    token_out: bool,
+    /// Readable events posted (informative, see the module docs).
+    seq: u32,
+    want_writable: bool,
+}
+
+impl Placeholder {
+    /// Token and filler actions wait until the events that explain them are in the ring
+    /// (see [`Shared::placeholder_actions`]), so an application woken by A finds them.
+    fn readable(&mut self) {
+        self.seq = self.seq.wrapping_add(1);
+        if !self.token_out {
+            self.token_out = placeholder::put_token(self.d.as_fd()).unwrap_or(false);
+        }
+    }
+    fn writable(&mut self) {
+        if self.want_writable {
+            self.want_writable = false;
+            let _ = placeholder::drain(self.d.as_fd());
+        }
+    }
+}
+
+/// One daemon-wide socket.
+#[derive(Debug)]
+pub(crate) struct GSock {
+    pub kind: Kind,
+    /// The application (and its handle) whose rings carry the socket's bytes and events.
+    pub holder: Option<(u64, u32)>,
+    /// Applications that may name it, with their handles.
+    pub owners: Vec<(u64, u32)>,
+    pub ph: Option<Placeholder>,
+    /// Closed by its applications; kept only to flush the bytes queued in the daemon.
+    pub closing: bool,
+}
+
+impl GSock {
+    fn new(kind: Kind, app: u64, handle: u32) -> Self {
+        Self {
+            kind,
+            holder: Some((app, handle)),
+            owners: vec![(app, handle)],
+            ph: None,
+            closing: false,
+        }
+    }
+}
+
+/// Daemon-wide counters (`flowstack stats`).
+#[derive(Debug, Default, Clone)]
+pub struct DaemonCounters {
+    /// Applications registered since start.
+    pub apps_registered: u64,
+    /// Registrations refused (too many applications, bad credentials).
+    pub apps_refused: u64,
+    /// Command records rejected, all applications.
+    pub bad_records: u64,
+    /// Calls refused by a limit (sockets, memory, send-buffer overrun).
+    pub limits_hit: u64,
+    /// Sockets closed because their last placeholder copy was closed.
+    pub last_closes: u64,
+    /// Fallbacks to the kernel reported by shims, by [`flowstack_api::record::ReportKind`]
+    /// code (index 0 unused).
+    pub fallbacks: [u64; REPORT_KINDS as usize + 1],
+}
+
+/// Daemon-wide state the applications share: the engines, the sockets, the port namespace.
 pub(crate) struct Shared {
     pub lo: Loopback,
-    /// Listening ports → owning application.
-    pub ports: HashMap<u16, u64>,
+    pub socks: HashMap<u32, GSock>,
+    next_gid: u32,
+    /// Placeholder identity (device, inode of A) → socket.
+    by_ident: HashMap<(u64, u64), u32>,
+    /// TCP ports bound or listening → socket.
+    pub ports: HashMap<u16, u32>,
+    next_port: u16,
     scratch: Vec<u8>,
+    pub counters: DaemonCounters,
+    /// Placeholder actions (socket, readable, writable) deferred until the events posted
+    /// in this turn are published.
+    ph_actions: Vec<(u32, bool, bool)>,
 }
 
 impl Shared {
     pub fn new() -> Self {
         Self {
-            lo: Loopback::new(),
+            lo: Loopback::new(1),
+            socks: HashMap::new(),
+            next_gid: 1,
+            by_ident: HashMap::new(),
             ports: HashMap::new(),
+            next_port: *EPHEMERAL.start(),
             scratch: vec![0; RX_CHUNK],
+            counters: DaemonCounters::default(),
+            ph_actions: Vec::new(),
         }
+    }
+
+    fn insert(&mut self, g: GSock) -> u32 {
+        let gid = self.next_gid;
+        self.next_gid = self.next_gid.wrapping_add(1).max(1);
+        self.socks.insert(gid, g);
+        gid
+    }
+
+    fn ephemeral_port(&mut self) -> Result<u16, SocketError> {
+        let span = (*EPHEMERAL.end() - *EPHEMERAL.start()) as u32 + 1;
+        for _ in 0..span {
+            let p = self.next_port;
+            self.next_port = if p >= *EPHEMERAL.end() {
+                *EPHEMERAL.start()
+            } else {
+                p + 1
+            };
+            if !self.ports.contains_key(&p) {
+                return Ok(p);
+            }
+        }
+        Err(SocketError::AddrInUse)
+    }
+
+    /// Writes tokens and empties placeholders as decided this turn; call after the
+    /// applications' events are published.
+    pub fn placeholder_actions(&mut self) -> bool {
+        let any = !self.ph_actions.is_empty();
+        for (gid, r, w) in self.ph_actions.drain(..) {
+            if let Some(ph) = self.socks.get_mut(&gid).and_then(|g| g.ph.as_mut()) {
+                if r {
+                    ph.readable();
+                }
+                if w {
+                    ph.writable();
+                }
+            }
+        }
+        any
+    }
+
+    /// Closes a socket for good (last close, or its native application left).
+    ///
+    /// A connection with bytes still queued in the daemon (and nothing unread) stays in the
+    /// table, nameless, until the engine took them all; then it is closed (FIN).
+    pub fn release(&mut self, gid: u32, died: bool) {
+        let Some(mut g) = self.socks.remove(&gid) else {
+            return;
+        };
+        if let Some(ph) = g.ph.take() {
+            self.by_ident.remove(&ph.ident);
+        }
+        self.ports.retain(|_, v| *v != gid);
+        if let Kind::Conn(c) = &mut g.kind {
+            let e = &self.lo.engines[c.eng];
+            let unread =
+                c.outstanding > 0 || e.tcp_conn(c.h).map(|k| k.recv_queue() > 0).unwrap_or(false);
+            if !died && !unread && !c.pending_tx.is_empty() && e.tcp_error(c.h).is_none() {
+                g.holder = None;
+                g.owners.clear();
+                g.closing = true;
+                c.shutdown_pending = false;
+                self.socks.insert(gid, g);
+                return;
+            }
+        }
+        release_kind(&mut self.lo, g.kind, died);
+    }
+
+    /// Sockets whose placeholder's D descriptors should be watched for last close.
+    pub fn placeholders(&self) -> impl Iterator<Item = (u32, std::os::fd::BorrowedFd<'_>)> {
+        self.socks
+            .iter()
+            .filter_map(|(&gid, g)| g.ph.as_ref().map(|p| (gid, p.d.as_fd())))
+    }
+
+    /// Kernel listeners (readable means a connection waits there).
+    pub fn kernel_listeners(&self) -> impl Iterator<Item = std::os::fd::BorrowedFd<'_>> {
+        self.socks.values().filter_map(|g| match &g.kind {
+            Kind::Listener {
+                kernel: Some(k), ..
+            } => Some(k.as_fd()),
+            _ => None,
+        })
     }
 }
 
@@ -103,7 +318,7 @@ pub struct AppStats {
 pub(crate) struct App {
     pub id: u64,
     pub pid: u32,
-    /// Recorded at registration (SO_PEERCRED) for `flowstack stats`, not built yet.
+    /// Recorded at registration (SO_PEERCRED), shown by `flowstack stats`.
     #[allow(dead_code)]
     pub uid: u32,
     pub stream: UnixStream,
@@ -112,7 +327,8 @@ pub(crate) struct App {
     evt: Producer,
     /// Events the ring had no room for yet.
     backlog: VecDeque<EventRecord>,
-    socks: HashMap<u32, Sock>,
+    /// This application's handles → socket ids.
+    pub handles: HashMap<u32, u32>,
     next_local: u32,
     next_accepted: u32,
     tx_freed: u64,
@@ -138,7 +354,7 @@ impl App {
             cmd,
             evt,
             backlog: VecDeque::new(),
-            socks: HashMap::new(),
+            handles: HashMap::new(),
             next_local: 1,
             next_accepted: layout::ACCEPTED_BASE,
             tx_freed: 0,
@@ -216,10 +432,27 @@ impl App {
                     self.stats.commands += 1;
                     self.execute(sh, rec);
                 }
-                Err(()) => self.stats.bad_records += 1,
+                Err(()) => {
+                    self.stats.bad_records += 1;
+                    sh.counters.bad_records += 1;
+                }
             }
         }
         n
+    }
+
+    fn gid(&self, handle: u32) -> Result<u32, SocketError> {
+        self.handles
+            .get(&handle)
+            .copied()
+            .ok_or(SocketError::InvalidHandle)
+    }
+
+    /// A new socket named `handle` here (counted handles of the native client).
+    fn new_sock(&mut self, sh: &mut Shared, handle: u32, kind: Kind) -> u32 {
+        let gid = sh.insert(GSock::new(kind, self.id, handle));
+        self.handles.insert(handle, gid);
+        gid
     }
 
     fn execute(&mut self, sh: &mut Shared, rec: CommandRecord) {
@@ -228,79 +461,47 @@ impl App {
             Command::TcpListen { port, backlog } => {
                 let h = self.next_local;
                 self.next_local += 1;
-                let r = if sh.ports.contains_key(&port) {
-                    Err(SocketError::AddrInUse)
-                } else {
-                    sh.lo.listen(port, (backlog as usize).clamp(1, 4096))
-                };
-                match r {
-                    Ok(hs) => {
-                        sh.ports.insert(port, self.id);
-                        self.socks.insert(
-                            h,
-                            Sock::Listener {
-                                port,
-                                hs,
-                                waiting: VecDeque::new(),
-                            },
-                        );
-                        self.complete(id, mode, h, Ok(h as u64));
-                    }
-                    Err(e) => {
-                        self.socks.insert(h, Sock::Failed(e));
-                        self.complete(id, mode, h, Err(e));
-                    }
+                let gid = self.new_sock(
+                    sh,
+                    h,
+                    Kind::Fresh {
+                        ty: SockType::Stream,
+                        bound: None,
+                    },
+                );
+                let r = bind(sh, gid, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port))
+                    .and_then(|_| listen(sh, gid, backlog));
+                if let Err(e) = r {
+                    set_failed(sh, gid, e);
                 }
+                self.complete(id, mode, h, r.map(|_| h as u64));
             }
             Command::TcpConnect { remote } => {
                 let h = self.next_local;
                 self.next_local += 1;
-                let r = Loopback::engine_for(&remote)
-                    .and_then(|i| sh.lo.engines[i].tcp_connect(remote).map(|c| (i, c)));
-                match r {
-                    Ok((i, c)) => {
-                        let wait = (mode == Mode::Sync).then_some(id);
-                        self.socks
-                            .insert(h, Sock::Conn(Conn::new(i, c, wait, false)));
-                        if mode == Mode::Async {
-                            // Handle known to the client already; the handshake is reported
-                            // by a Writable event.
-                        }
-                    }
-                    Err(e) => {
-                        self.socks.insert(h, Sock::Failed(e));
-                        self.complete(id, mode, h, Err(e));
-                    }
-                }
+                let gid = self.new_sock(
+                    sh,
+                    h,
+                    Kind::Fresh {
+                        ty: SockType::Stream,
+                        bound: None,
+                    },
+                );
+                self.connect(sh, id, mode, h, gid, remote);
             }
-            Command::TcpAccept { listener } => {
-                let r = match self.socks.get_mut(&listener) {
-                    Some(Sock::Listener { hs, .. }) => {
-                        let hs = *hs;
-                        try_accept(sh, hs)
-                    }
-                    Some(Sock::Failed(e)) => Some(Err(*e)),
-                    _ => Some(Err(SocketError::InvalidHandle)),
-                };
-                match r {
-                    Some(Ok((i, c))) => {
-                        let h = self.adopt(i, c);
-                        self.post(EventRecord::completion(id, listener, Ok(h as u64)));
-                    }
-                    Some(Err(e)) => self.post(EventRecord::completion(id, listener, Err(e))),
-                    None if mode == Mode::Sync => {
-                        if let Some(Sock::Listener { waiting, .. }) = self.socks.get_mut(&listener)
-                        {
-                            waiting.push_back(id);
-                        }
-                    }
-                    None => self.post(EventRecord::completion(
-                        id,
-                        listener,
-                        Err(SocketError::WouldBlock),
-                    )),
-                }
+            Command::Connect { handle, remote } => match self.gid(handle) {
+                Ok(gid) => self.connect(sh, id, mode, handle, gid, remote),
+                Err(e) => self.complete(id, mode, handle, Err(e)),
+            },
+            Command::Bind { handle, local } => {
+                let r = self.gid(handle).and_then(|g| bind(sh, g, local));
+                self.complete(id, mode, handle, r.map(|p| p as u64));
             }
+            Command::Listen { handle, backlog } => {
+                let r = self.gid(handle).and_then(|g| listen(sh, g, backlog));
+                self.complete(id, mode, handle, r.map(|p| p as u64));
+            }
+            Command::TcpAccept { listener } => self.accept(sh, id, mode, listener),
             Command::TcpSend {
                 handle,
                 offset,
@@ -310,6 +511,7 @@ impl App {
                 // counted by what we took, so a lying client only garbles its own bytes.
                 let Ok((off, len)) = check_span(offset, len, TX_SIZE) else {
                     self.stats.bad_records += 1;
+                    sh.counters.bad_records += 1;
                     return;
                 };
                 self.tx_freed += len as u64;
@@ -318,43 +520,53 @@ impl App {
                 if let Some(a) = self.region.atomic_u64(at::TX_FREED) {
                     a.store(self.tx_freed, Ordering::Release);
                 }
-                let r = match self.socks.get_mut(&handle) {
-                    Some(Sock::Conn(c)) if c.closed_told => Err(SocketError::BrokenPipe),
-                    Some(Sock::Conn(c)) => {
+                let gid = self.gid(handle);
+                let r = match gid.map(|g| sh.socks.get_mut(&g).map(|g| &mut g.kind)) {
+                    Ok(Some(Kind::Conn(c))) if c.closed_told => Err(SocketError::BrokenPipe),
+                    Ok(Some(Kind::Conn(c))) => {
                         c.pending_tx.extend(&buf);
                         if c.pending_tx.len() as u64 > 4 * SOCK_SNDBUF {
                             // Overran its send buffer fourfold: not our client library.
                             let _ = sh.lo.engines[c.eng].tcp_abort(c.h);
+                            sh.counters.limits_hit += 1;
                             Err(SocketError::LimitReached)
                         } else {
                             Ok(0)
                         }
                     }
-                    Some(Sock::Failed(e)) => Err(*e),
+                    Ok(Some(Kind::Failed(e))) => Err(*e),
+                    Ok(Some(_)) => Err(SocketError::NotConnected),
                     _ => Err(SocketError::InvalidHandle),
                 };
                 self.complete(id, mode, handle, r);
             }
             Command::TcpConsume { handle, len } => {
-                if let Some(Sock::Conn(c)) = self.socks.get_mut(&handle) {
+                if let Some(Kind::Conn(c)) = self.sock_kind(&mut sh.socks, handle) {
                     c.outstanding = c.outstanding.saturating_sub(len);
                 }
                 self.complete(id, mode, handle, Ok(0));
             }
             Command::TcpShutdown { handle } => {
-                let r = match self.socks.get_mut(&handle) {
-                    Some(Sock::Conn(c)) => {
+                let r = match self.sock_kind(&mut sh.socks, handle) {
+                    Some(Kind::Conn(c)) => {
                         c.shutdown_pending = true;
                         Ok(0)
                     }
-                    _ => Err(SocketError::InvalidHandle),
+                    Some(_) => Err(SocketError::NotConnected),
+                    None => Err(SocketError::InvalidHandle),
                 };
                 self.complete(id, mode, handle, r);
             }
-            Command::TcpClose { handle } => {
-                let r = match self.socks.remove(&handle) {
-                    Some(s) => {
-                        release(sh, self.id, s, false);
+            Command::TcpClose { handle } | Command::Forget { handle } => {
+                let r = match self.handles.remove(&handle) {
+                    Some(gid) => {
+                        detach(
+                            sh,
+                            gid,
+                            self.id,
+                            handle,
+                            !matches!(cmd, Command::Forget { .. }),
+                        );
                         Ok(0)
                     }
                     None => Err(SocketError::InvalidHandle),
@@ -362,8 +574,8 @@ impl App {
                 self.complete(id, mode, handle, r);
             }
             Command::TcpAbort { handle } => {
-                let r = match self.socks.get_mut(&handle) {
-                    Some(Sock::Conn(c)) => {
+                let r = match self.sock_kind(&mut sh.socks, handle) {
+                    Some(Kind::Conn(c)) => {
                         c.pending_tx.clear();
                         sh.lo.engines[c.eng].tcp_abort(c.h).map(|_| 0)
                     }
@@ -372,10 +584,12 @@ impl App {
                 self.complete(id, mode, handle, r);
             }
             Command::TcpSetNodelay { handle, on } => {
-                let r = match self.socks.get_mut(&handle) {
-                    Some(Sock::Conn(c)) => sh.lo.engines[c.eng].tcp_set_nodelay(c.h, on).map(|_| 0),
-                    Some(Sock::Failed(e)) => Err(*e),
-                    _ => Err(SocketError::InvalidHandle),
+                let r = match self.sock_kind(&mut sh.socks, handle) {
+                    Some(Kind::Conn(c)) => sh.lo.engines[c.eng].tcp_set_nodelay(c.h, on).map(|_| 0),
+                    Some(Kind::Failed(e)) => Err(*e),
+                    // Kept for the connection to come (as setsockopt before connect).
+                    Some(_) => Ok(0),
+                    None => Err(SocketError::InvalidHandle),
                 };
                 self.complete(id, mode, handle, r);
             }
@@ -386,22 +600,263 @@ impl App {
             Command::UdpClose { handle } => {
                 self.complete(id, mode, handle, Err(SocketError::InvalidHandle))
             }
+            Command::Attach { handle, op, ty } => {
+                let r = self.attach(sh, handle, op, ty);
+                if r.is_err() {
+                    sh.counters.bad_records += 1;
+                }
+                self.complete(id, mode, handle, r);
+            }
+            Command::TokenCleared { handle, .. } => {
+                if let Ok(gid) = self.gid(handle) {
+                    token_cleared(sh, gid);
+                }
+            }
+            Command::WantWritable { handle } => {
+                if let Ok(gid) = self.gid(handle) {
+                    want_writable(sh, gid);
+                }
+            }
+            Command::Carries { remote } => {
+                let yes = is_loopback(remote.ip())
+                    && sh.ports.get(&remote.port()).is_some_and(|g| {
+                        matches!(
+                            sh.socks.get(g).map(|g| &g.kind),
+                            Some(Kind::Listener { .. })
+                        )
+                    });
+                self.complete(id, mode, 0, Ok(yes as u64));
+            }
+            Command::GetAddr { handle, peer } => {
+                let r = self.gid(handle).and_then(|g| addr_of(sh, g, peer));
+                let r = r.map(|a| (u32::from(*a.ip()) as u64) << 16 | a.port() as u64);
+                self.complete(id, mode, handle, r);
+            }
+            Command::Report { kind, .. } => {
+                if let Some(c) = sh.counters.fallbacks.get_mut(kind as usize) {
+                    *c += 1;
+                }
+            }
         }
     }
 
-    fn adopt(&mut self, eng: usize, h: TcpHandle) -> u32 {
-        let id = self.next_accepted;
-        self.next_accepted = (self.next_accepted + 1).min(flowstack_api::record::MAX_HANDLE);
-        self.socks
-            .insert(id, Sock::Conn(Conn::new(eng, h, None, true)));
-        id
+    fn sock_kind<'a>(
+        &self,
+        socks: &'a mut HashMap<u32, GSock>,
+        handle: u32,
+    ) -> Option<&'a mut Kind> {
+        let gid = self.gid(handle).ok()?;
+        socks.get_mut(&gid).map(|g| &mut g.kind)
     }
 
-    /// Moves data and state between the engines and this application's sockets; true if
-    /// anything happened.
-    pub fn service(&mut self, sh: &mut Shared) -> bool {
-        // What the application released of its receive area; it can only move forward, up
-        // to what we delivered.
+    fn connect(
+        &mut self,
+        sh: &mut Shared,
+        id: u32,
+        mode: Mode,
+        handle: u32,
+        gid: u32,
+        remote: SocketAddrV4,
+    ) {
+        let r = match sh.socks.get(&gid).map(|g| &g.kind) {
+            Some(Kind::Fresh {
+                ty: SockType::Stream,
+                bound,
+            }) => {
+                let port = bound.map(|b| b.port()).unwrap_or(0);
+                sh.lo.engine_for(&remote, 0).and_then(|i| {
+                    let e = &mut sh.lo.engines[i];
+                    let c = if port == 0 {
+                        e.tcp_connect(remote)
+                    } else {
+                        e.tcp_connect_from(port, remote, TcpConfig::default())
+                    };
+                    c.map(|c| (i, c))
+                })
+            }
+            Some(Kind::Conn(c)) if c.open_told => Err(SocketError::InvalidState),
+            Some(Kind::Conn(_)) => Err(SocketError::WouldBlock),
+            Some(Kind::Failed(e)) => Err(*e),
+            Some(_) => Err(SocketError::InvalidState),
+            None => Err(SocketError::InvalidHandle),
+        };
+        match r {
+            Ok((i, c)) => {
+                let wait = (mode == Mode::Sync).then_some((self.id, id));
+                if let Some(g) = sh.socks.get_mut(&gid) {
+                    g.kind = Kind::Conn(Conn::new(i, c, wait, false));
+                }
+                // Async: the handshake is reported by a Writable event, a failure by Closed.
+            }
+            Err(e) => {
+                if matches!(
+                    sh.socks.get(&gid).map(|g| &g.kind),
+                    Some(Kind::Fresh { .. })
+                ) {
+                    set_failed(sh, gid, e);
+                }
+                self.complete(id, mode, handle, Err(e));
+            }
+        }
+    }
+
+    fn accept(&mut self, sh: &mut Shared, id: u32, mode: Mode, listener: u32) {
+        let gid = match self.gid(listener) {
+            Ok(g) => g,
+            Err(e) => return self.post(EventRecord::completion(id, listener, Err(e))),
+        };
+        let r = match sh.socks.get(&gid).map(|g| &g.kind) {
+            Some(Kind::Listener { hs, .. }) => try_accept(&mut sh.lo, hs),
+            Some(Kind::Failed(e)) => Some(Err(*e)),
+            Some(_) => Some(Err(SocketError::InvalidArgument)),
+            None => Some(Err(SocketError::InvalidHandle)),
+        };
+        match r {
+            Some(Ok((i, c))) => {
+                let h = self.adopt_accepted(sh, i, c);
+                self.post(EventRecord::completion(id, listener, Ok(h as u64)));
+            }
+            Some(Err(e)) => self.post(EventRecord::completion(id, listener, Err(e))),
+            None if mode == Mode::Sync => {
+                if let Some(Kind::Listener { waiting, .. }) =
+                    sh.socks.get_mut(&gid).map(|g| &mut g.kind)
+                {
+                    waiting.push_back((self.id, id, listener));
+                }
+            }
+            None => self.post(EventRecord::completion(
+                id,
+                listener,
+                Err(SocketError::WouldBlock),
+            )),
+        }
+    }
+
+    fn adopt_accepted(&mut self, sh: &mut Shared, eng: usize, h: TcpHandle) -> u32 {
+        let handle = self.next_accepted;
+        self.next_accepted = (self.next_accepted + 1).min(flowstack_api::region::POSIX_BASE - 1);
+        self.new_sock(sh, handle, Kind::Conn(Conn::new(eng, h, None, true)));
+        handle
+    }
+
+    /// Takes the descriptors of an `Attach` from the registration stream.
+    fn attach(
+        &mut self,
+        sh: &mut Shared,
+        handle: u32,
+        op: AttachOp,
+        ty: SockType,
+    ) -> Result<u64, SocketError> {
+        let mut byte = [0u8; 1];
+        let mut fds = Vec::new();
+        let n = flowstack_sys::fdpass::recv_fds(&self.stream, &mut byte, &mut fds)
+            .map_err(|_| SocketError::InvalidArgument)?;
+        if n != 1 || byte[0] != op.code() || fds.len() != op.fds() {
+            return Err(SocketError::InvalidArgument);
+        }
+        let fresh_handle = |app: &App| {
+            if app.handles.contains_key(&handle) || handle == 0 {
+                Err(SocketError::InvalidArgument)
+            } else {
+                Ok(())
+            }
+        };
+        match op {
+            AttachOp::New | AttachOp::Place => {
+                let a = fds.pop().expect("two descriptors");
+                let d = fds.pop().expect("two descriptors");
+                let ident =
+                    placeholder::identity(a.as_fd()).map_err(|_| SocketError::InvalidArgument)?;
+                drop(a);
+                if sh.by_ident.contains_key(&ident) {
+                    return Err(SocketError::InvalidArgument);
+                }
+                let ph = Placeholder {
+                    d,
+                    ident,
+                    token_out: false,
+                    seq: 0,
+                    want_writable: false,
+                };
+                let gid = if op == AttachOp::New {
+                    fresh_handle(self)?;
+                    if ty == SockType::Dgram {
+                        return Err(SocketError::InvalidState); // UDP: not yet
+                    }
+                    self.new_sock(sh, handle, Kind::Fresh { ty, bound: None })
+                } else {
+                    let gid = self.gid(handle)?;
+                    match sh.socks.get(&gid) {
+                        Some(g) if g.ph.is_none() => gid,
+                        _ => return Err(SocketError::InvalidArgument),
+                    }
+                };
+                sh.by_ident.insert(ident, gid);
+                let g = sh.socks.get_mut(&gid).expect("just found");
+                g.ph = Some(ph);
+                // A readable socket (accepted with data already in) gets its token now.
+                if readable_now(&sh.lo, &g.kind) {
+                    sh.ph_actions.push((gid, true, false));
+                }
+                Ok(handle as u64)
+            }
+            AttachOp::Adopt => {
+                fresh_handle(self)?;
+                let a = fds.pop().expect("one descriptor");
+                let ident =
+                    placeholder::identity(a.as_fd()).map_err(|_| SocketError::InvalidArgument)?;
+                let gid = *sh.by_ident.get(&ident).ok_or(SocketError::InvalidHandle)?;
+                let g = sh.socks.get_mut(&gid).ok_or(SocketError::InvalidHandle)?;
+                self.handles.insert(handle, gid);
+                g.owners.push((self.id, handle));
+                let kind = match &mut g.kind {
+                    Kind::Fresh { .. } => 1,
+                    Kind::Listener { .. } => 2,
+                    Kind::Conn(c) => {
+                        // Its bytes and events come here from now on.
+                        c.outstanding = 0;
+                        3
+                    }
+                    Kind::Failed(_) => 5,
+                };
+                g.holder = Some((self.id, handle));
+                Ok((kind as u64) << 32 | handle as u64)
+            }
+            AttachOp::KernelListener => {
+                let k = fds.pop().expect("one descriptor");
+                let gid = self.gid(handle)?;
+                match sh.socks.get_mut(&gid).map(|g| &mut g.kind) {
+                    Some(Kind::Listener { kernel, .. }) => {
+                        *kernel = Some(k);
+                        Ok(0)
+                    }
+                    _ => Err(SocketError::InvalidState),
+                }
+            }
+        }
+    }
+
+    /// Leaves every socket: native ones are closed (FIN, or RST where received bytes were
+    /// left unread, as the kernel does on exit); placeholder ones only lose this holder.
+    pub fn release_all(&mut self, sh: &mut Shared) {
+        for (h, gid) in std::mem::take(&mut self.handles) {
+            detach(sh, gid, self.id, h, true);
+        }
+        for g in sh.socks.values_mut() {
+            if let Kind::Listener { waiting, .. } = &mut g.kind {
+                waiting.retain(|w| w.0 != self.id);
+            }
+            if let Kind::Conn(c) = &mut g.kind {
+                if c.connect_id.is_some_and(|(a, _)| a == self.id) {
+                    c.connect_id = None;
+                }
+            }
+        }
+    }
+
+    /// Reads what the application released of its receive area (it only moves forward, up
+    /// to what was delivered).
+    fn read_rx_freed(&mut self) {
         let freed = self
             .region
             .atomic_u64(at::RX_FREED)
@@ -410,66 +865,262 @@ impl App {
         if freed >= self.rx_freed && freed <= self.rx_head {
             self.rx_freed = freed;
         }
-        let mut busy = false;
-        let mut evs = Vec::new();
-        let mut accepts = Vec::new();
-        for (&handle, s) in self.socks.iter_mut() {
-            match s {
-                Sock::Listener { hs, waiting, .. } => {
-                    while !waiting.is_empty() {
-                        match try_accept(sh, *hs) {
-                            Some(r) => {
-                                accepts.push((waiting.pop_front().expect("waiting"), handle, r))
-                            }
-                            None => break,
-                        }
-                    }
-                }
-                Sock::Conn(c) => {
-                    busy |= service_conn(
-                        sh,
-                        handle,
-                        c,
-                        &mut evs,
-                        &mut self.rx_head,
-                        self.rx_freed,
-                        &self.region,
-                    );
-                }
-                Sock::Failed(_) => {}
-            }
-        }
-        for (id, listener, r) in accepts {
-            busy = true;
-            match r {
-                Ok((i, c)) => {
-                    let h = self.adopt(i, c);
-                    self.post(EventRecord::completion(id, listener, Ok(h as u64)));
-                }
-                Err(e) => self.post(EventRecord::completion(id, listener, Err(e))),
-            }
-        }
-        for e in evs {
-            self.post(e);
-        }
-        busy
     }
+}
 
-    /// Closes every socket of a departed application: FIN, or RST where it left received
-    /// bytes unread (as the kernel does on close).
-    pub fn release_all(&mut self, sh: &mut Shared) {
-        for (_, s) in self.socks.drain() {
-            release(sh, self.id, s, true);
+/// Drops `app`'s name `handle` for `gid`; `close` (native close, or the application left):
+/// a socket without a placeholder is closed with it.
+fn detach(sh: &mut Shared, gid: u32, app: u64, handle: u32, close: bool) {
+    let Some(g) = sh.socks.get_mut(&gid) else {
+        return;
+    };
+    g.owners.retain(|&o| o != (app, handle));
+    if g.holder == Some((app, handle)) {
+        g.holder = None;
+    }
+    if g.ph.is_none() && (close || g.owners.is_empty()) {
+        sh.release(gid, false);
+    }
+}
+
+fn set_failed(sh: &mut Shared, gid: u32, e: SocketError) {
+    sh.ports.retain(|_, v| *v != gid);
+    if let Some(g) = sh.socks.get_mut(&gid) {
+        g.kind = Kind::Failed(e);
+        if g.ph.is_some() {
+            sh.ph_actions.push((gid, true, true));
         }
     }
 }
 
+/// `bind(2)` on the loopback: any 127/8 address or 0.0.0.0; port 0 picks an ephemeral one.
+fn bind(sh: &mut Shared, gid: u32, local: SocketAddrV4) -> Result<u16, SocketError> {
+    if !(local.ip().is_unspecified() || is_loopback(local.ip())) {
+        return Err(SocketError::AddrNotAvailable);
+    }
+    match sh.socks.get(&gid).map(|g| &g.kind) {
+        Some(Kind::Fresh { bound: None, .. }) => {}
+        Some(Kind::Fresh { .. }) => return Err(SocketError::InvalidArgument),
+        Some(_) => return Err(SocketError::InvalidArgument),
+        None => return Err(SocketError::InvalidHandle),
+    }
+    let port = match local.port() {
+        0 => sh.ephemeral_port()?,
+        p if sh.ports.contains_key(&p) => return Err(SocketError::AddrInUse),
+        p => p,
+    };
+    sh.ports.insert(port, gid);
+    if let Some(Kind::Fresh { bound, .. }) = sh.socks.get_mut(&gid).map(|g| &mut g.kind) {
+        *bound = Some(SocketAddrV4::new(*local.ip(), port));
+    }
+    Ok(port)
+}
+
+fn listen(sh: &mut Shared, gid: u32, backlog: u32) -> Result<u16, SocketError> {
+    let port = match sh.socks.get(&gid).map(|g| &g.kind) {
+        Some(Kind::Fresh {
+            ty: SockType::Stream,
+            bound,
+        }) => bound.map(|b| b.port()),
+        // listen(2) on a listener only changes the backlog.
+        Some(Kind::Listener { port, .. }) => return Ok(*port),
+        Some(Kind::Failed(e)) => return Err(*e),
+        Some(_) => return Err(SocketError::InvalidState),
+        None => return Err(SocketError::InvalidHandle),
+    };
+    let port = match port {
+        Some(p) => p,
+        None => {
+            let p = sh.ephemeral_port()?;
+            sh.ports.insert(p, gid);
+            p
+        }
+    };
+    let hs = sh.lo.listen(port, (backlog as usize).clamp(1, 4096))?;
+    if let Some(g) = sh.socks.get_mut(&gid) {
+        g.kind = Kind::Listener {
+            port,
+            hs,
+            waiting: VecDeque::new(),
+            kernel: None,
+        };
+    }
+    Ok(port)
+}
+
+fn addr_of(sh: &Shared, gid: u32, peer: bool) -> Result<SocketAddrV4, SocketError> {
+    let any = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
+    match sh.socks.get(&gid).map(|g| &g.kind) {
+        Some(Kind::Conn(c)) => {
+            let t = sh.lo.engines[c.eng].tcp_conn(c.h)?.tuple();
+            Ok(if peer {
+                SocketAddrV4::new(t.remote_ip.into(), t.remote_port)
+            } else {
+                SocketAddrV4::new(t.local_ip.into(), t.local_port)
+            })
+        }
+        _ if peer => Err(SocketError::NotConnected),
+        Some(Kind::Listener { port, .. }) => Ok(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, *port)),
+        Some(Kind::Fresh { bound, .. }) => Ok(bound.unwrap_or(any)),
+        Some(Kind::Failed(_)) => Ok(any),
+        None => Err(SocketError::InvalidHandle),
+    }
+}
+
+/// Readable from the daemon's view (see the module docs).
+fn readable_now(lo: &Loopback, k: &Kind) -> bool {
+    match k {
+        Kind::Conn(c) => c.outstanding > 0 || c.eof_told || c.closed_told,
+        Kind::Listener { hs, kernel, .. } => {
+            hs.iter().enumerate().any(|(i, &h)| {
+                lo.engines[i]
+                    .tcp_poll(h)
+                    .map(|r| r.readable)
+                    .unwrap_or(false)
+            }) || kernel.as_ref().is_some_and(|k| {
+                flowstack_sys::poll::wait_readable(k, std::time::Duration::ZERO).unwrap_or(false)
+            })
+        }
+        Kind::Failed(_) => true,
+        Kind::Fresh { .. } => false,
+    }
+}
+
+fn token_cleared(sh: &mut Shared, gid: u32) {
+    let Some(g) = sh.socks.get_mut(&gid) else {
+        return;
+    };
+    let again = readable_now(&sh.lo, &g.kind);
+    if let Some(ph) = &mut g.ph {
+        ph.token_out = false;
+        if again {
+            sh.ph_actions.push((gid, true, false));
+        }
+    }
+}
+
+fn want_writable(sh: &mut Shared, gid: u32) {
+    let Some(g) = sh.socks.get_mut(&gid) else {
+        return;
+    };
+    let now = match &g.kind {
+        Kind::Conn(c) => {
+            (c.open_told && (c.pending_tx.len() as u64) < SOCK_SNDBUF)
+                || c.closed_told
+                || sh.lo.engines[c.eng].tcp_error(c.h).is_some()
+        }
+        _ => true,
+    };
+    if let Some(ph) = &mut g.ph {
+        ph.want_writable = true;
+        if now {
+            sh.ph_actions.push((gid, false, true));
+        }
+    }
+}
+
+/// What an accept found: the engine and the connection.
+type Accepted = Result<(usize, TcpHandle), SocketError>;
+
+/// Moves data and state between the engines and the applications; true if anything
+/// happened. New connections for waiting sync accepts are handed out here too.
+pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
+    for a in apps.iter_mut() {
+        a.read_rx_freed();
+    }
+    let mut busy = false;
+    let mut accepts: Vec<(u64, u32, u32, Accepted)> = Vec::new();
+    let mut done: Vec<u32> = Vec::new();
+    let Shared {
+        lo,
+        socks,
+        scratch,
+        ph_actions,
+        ..
+    } = sh;
+    for (&gid, g) in socks.iter_mut() {
+        match &mut g.kind {
+            Kind::Listener { hs, waiting, .. } => {
+                while !waiting.is_empty() {
+                    match try_accept(lo, hs) {
+                        Some(r) => {
+                            let (app, id, l) = waiting.pop_front().expect("waiting");
+                            accepts.push((app, id, l, r));
+                        }
+                        None => break,
+                    }
+                }
+                if let Some(ph) = &g.ph {
+                    if !ph.token_out && readable_now(lo, &g.kind) {
+                        ph_actions.push((gid, true, false));
+                        busy = true;
+                    }
+                }
+            }
+            Kind::Conn(c) if g.closing => {
+                let out = service_conn(lo, scratch, 0, c, &mut Vec::new(), None);
+                busy |= out.busy;
+                let e = &mut lo.engines[c.eng];
+                if c.pending_tx.is_empty() || e.tcp_error(c.h).is_some() {
+                    let _ = e.tcp_close(c.h);
+                    done.push(gid);
+                }
+            }
+            Kind::Conn(c) => {
+                let holder = g
+                    .holder
+                    .and_then(|(app, h)| apps.iter().position(|a| a.id == app).map(|i| (i, h)));
+                let mut evs = Vec::new();
+                let out = match holder {
+                    Some((i, handle)) => {
+                        let a = &mut apps[i];
+                        service_conn(lo, scratch, handle, c, &mut evs, Some(&mut *a))
+                    }
+                    None => service_conn(lo, scratch, 0, c, &mut evs, None),
+                };
+                busy |= out.busy;
+                if let Some((i, _)) = holder {
+                    for e in evs {
+                        // A completion for a sync connect goes to the app that waited.
+                        apps[i].post(e);
+                    }
+                }
+                if g.ph.is_some() && (out.readable || out.writable) {
+                    ph_actions.push((gid, out.readable, out.writable));
+                }
+            }
+            Kind::Fresh { .. } | Kind::Failed(_) => {}
+        }
+    }
+    for gid in done {
+        sh.socks.remove(&gid);
+    }
+    for (app, id, listener, r) in accepts {
+        busy = true;
+        let Some(a) = apps.iter_mut().find(|a| a.id == app) else {
+            // Its application left: the connection is closed.
+            if let Ok((i, c)) = r {
+                let _ = sh.lo.engines[i].tcp_close(c);
+            }
+            continue;
+        };
+        match r {
+            Ok((i, c)) => {
+                let h = a.adopt_accepted(sh, i, c);
+                a.post(EventRecord::completion(id, listener, Ok(h as u64)));
+            }
+            Err(e) => a.post(EventRecord::completion(id, listener, Err(e))),
+        }
+    }
+    busy
+}
+
 fn try_accept(
-    sh: &mut Shared,
-    hs: [TcpHandle; 2],
+    lo: &mut Loopback,
+    hs: &[TcpHandle],
 ) -> Option<Result<(usize, TcpHandle), SocketError>> {
     for (i, &l) in hs.iter().enumerate() {
-        match sh.lo.engines[i].tcp_accept(l) {
+        match lo.engines[i].tcp_accept(l) {
             Ok(c) => return Some(Ok((i, c))),
             Err(SocketError::WouldBlock) => {}
             Err(e) => return Some(Err(e)),
@@ -478,26 +1129,23 @@ fn try_accept(
     None
 }
 
-fn release(sh: &mut Shared, app: u64, s: Sock, died: bool) {
-    match s {
-        Sock::Listener { port, hs, .. } => {
+fn release_kind(lo: &mut Loopback, k: Kind, died: bool) {
+    match k {
+        Kind::Listener { hs, .. } => {
             for (i, h) in hs.into_iter().enumerate() {
-                let _ = sh.lo.engines[i].tcp_close(h);
-            }
-            if sh.ports.get(&port) == Some(&app) {
-                sh.ports.remove(&port);
+                let _ = lo.engines[i].tcp_close(h);
             }
         }
-        Sock::Conn(c) => {
-            let e = &mut sh.lo.engines[c.eng];
+        Kind::Conn(c) => {
+            let e = &mut lo.engines[c.eng];
             let unread =
                 c.outstanding > 0 || e.tcp_conn(c.h).map(|k| k.recv_queue() > 0).unwrap_or(false);
             if unread || (died && !c.pending_tx.is_empty()) {
                 // RFC 2525 §2.17 / Linux: closing with unread data resets the connection.
                 let _ = e.tcp_abort(c.h);
             } else if !c.pending_tx.is_empty() {
-                // First slice: bytes still queued in the daemon are sent as the engine takes
-                // them; whatever it cannot take at once is lost with a reset.
+                // Bytes still queued in the daemon are sent as the engine takes them;
+                // whatever it cannot take at once is lost with a reset (first slice).
                 let (a, b) = c.pending_tx.as_slices();
                 let mut ok = true;
                 for part in [a, b] {
@@ -515,30 +1163,44 @@ fn release(sh: &mut Shared, app: u64, s: Sock, died: bool) {
             }
             let _ = e.tcp_close(c.h);
         }
-        Sock::Failed(_) => {}
+        Kind::Fresh { .. } | Kind::Failed(_) => {}
     }
 }
 
+#[derive(Default)]
+struct ConnOut {
+    busy: bool,
+    /// A readable event was posted (data, end, error).
+    readable: bool,
+    /// Send space returned, or the connect ended.
+    writable: bool,
+}
+
+/// One connection's turn. `app` is its holder (None: nobody holds it now — bytes still go
+/// out, received bytes wait in the engine).
 fn service_conn(
-    sh: &mut Shared,
+    lo: &mut Loopback,
+    scratch: &mut [u8],
     handle: u32,
     c: &mut Conn,
     evs: &mut Vec<EventRecord>,
-    rx_head: &mut u64,
-    rx_freed: u64,
-    region: &SharedRegion,
-) -> bool {
-    let mut busy = false;
-    let e = &mut sh.lo.engines[c.eng];
+    app: Option<&mut App>,
+) -> ConnOut {
+    let mut out = ConnOut::default();
+    let e = &mut lo.engines[c.eng];
     if c.closed_told {
-        return false;
+        return out;
     }
     let open = e.tcp_conn(c.h).map(|k| k.is_open()).unwrap_or(false);
     if let Some(err) = e.tcp_error(c.h) {
-        if let Some(id) = c.connect_id.take() {
-            evs.push(EventRecord::completion(id, handle, Err(err)));
+        if app.is_none() {
+            return out; // told to whoever attaches next (readable_now sees it then)
         }
-        // Deliver what was received before the error? The engine drops it on a reset.
+        if let Some((a, id)) = c.connect_id.take() {
+            if app.as_ref().is_some_and(|x| x.id == a) {
+                evs.push(EventRecord::completion(id, handle, Err(err)));
+            }
+        }
         evs.push(EventRecord {
             kind: EventKind::Closed,
             id: 0,
@@ -548,15 +1210,18 @@ fn service_conn(
             len: 0,
         });
         c.closed_told = true;
-        return true;
+        out.busy = true;
+        out.readable = true;
+        out.writable = true;
+        return out;
     }
-    if open && !c.open_told {
+    if open && !c.open_told && app.is_some() {
         c.open_told = true;
-        busy = true;
-        if let Some(id) = c.connect_id.take() {
-            evs.push(EventRecord::completion(id, handle, Ok(handle as u64)));
-        } else {
-            evs.push(writable(handle, 0));
+        out.busy = true;
+        out.writable = true;
+        match c.connect_id.take() {
+            Some((_, id)) => evs.push(EventRecord::completion(id, handle, Ok(handle as u64))),
+            None => evs.push(writable(handle, 0)),
         }
     }
     // Application bytes into the engine.
@@ -574,29 +1239,33 @@ fn service_conn(
             }
         }
         if taken > 0 {
-            busy = true;
+            out.busy = true;
+            out.writable = true;
             evs.push(writable(handle, taken));
         }
     }
     if c.shutdown_pending && c.pending_tx.is_empty() && c.open_told {
         c.shutdown_pending = false;
         let _ = e.tcp_shutdown(c.h);
-        busy = true;
+        out.busy = true;
     }
+    let Some(app) = app else {
+        return out;
+    };
     // Urgent delivery: received bytes straight into the application's receive area.
     while !c.eof_told {
-        let area_free = RX_SIZE as u64 - (*rx_head - rx_freed);
-        let pos = *rx_head % RX_SIZE as u64;
+        let area_free = RX_SIZE as u64 - (app.rx_head - app.rx_freed);
+        let pos = app.rx_head % RX_SIZE as u64;
         let to_end = RX_SIZE as u64 - pos;
         let room = SOCK_RCVBUF
             .saturating_sub(c.outstanding)
             .min(area_free)
             .min(to_end);
-        let chunk = (room as usize).min(sh.scratch.len());
+        let chunk = (room as usize).min(scratch.len());
         if chunk == 0 {
             break;
         }
-        match e.tcp_recv(c.h, &mut sh.scratch[..chunk]) {
+        match e.tcp_recv(c.h, &mut scratch[..chunk]) {
             Ok(0) => {
                 evs.push(EventRecord {
                     kind: EventKind::Closed,
@@ -607,11 +1276,15 @@ fn service_conn(
                     len: 0,
                 });
                 c.eof_told = true;
-                return true;
+                out.busy = true;
+                out.readable = true;
+                return out;
             }
             Ok(n) => {
-                let _ = region.write_at(LAYOUT.rx_off + pos as usize, &sh.scratch[..n]);
-                *rx_head += n as u64;
+                let _ = app
+                    .region
+                    .write_at(LAYOUT.rx_off + pos as usize, &scratch[..n]);
+                app.rx_head += n as u64;
                 c.outstanding += n as u64;
                 evs.push(EventRecord {
                     kind: EventKind::Data,
@@ -621,12 +1294,13 @@ fn service_conn(
                     offset: pos,
                     len: n as u64,
                 });
-                busy = true;
+                out.busy = true;
+                out.readable = true;
             }
             Err(_) => break,
         }
     }
-    busy
+    out
 }
 
 fn writable(handle: u32, len: u64) -> EventRecord {

@@ -29,7 +29,7 @@ mod app;
 pub mod layout;
 pub mod loopback;
 
-pub use app::AppStats;
+pub use app::{AppStats, DaemonCounters, EPHEMERAL};
 
 use app::{App, Shared};
 use flowstack_runtime::Clock;
@@ -186,6 +186,7 @@ impl Daemon {
         let mut apps: Vec<App> = Vec::new();
         let mut next_app = 1u64;
         let mut last_check = Instant::now();
+        let mut last_close_check = Instant::now();
         while !stop.load(Ordering::SeqCst) {
             let mut busy = false;
             busy |= self.accept_apps(&mut apps, &mut next_app);
@@ -195,15 +196,21 @@ impl Daemon {
             let now = clock.now();
             sh.lo.set_now(now);
             busy |= sh.lo.poll(now);
+            busy |= app::service(&mut sh, &mut apps);
             for a in apps.iter_mut() {
-                busy |= a.service(&mut sh);
                 busy |= a.flush_events();
             }
+            // Tokens and filler after the events that explain them are published.
+            busy |= sh.placeholder_actions();
             // Output the socket calls above produced.
             busy |= sh.lo.poll(clock.now());
             if last_check.elapsed() >= IDLE_CHECK {
                 last_check = Instant::now();
                 reap(&mut apps, &mut sh, true);
+            }
+            if busy && last_close_check.elapsed() >= LAST_CLOSE_CHECK {
+                last_close_check = Instant::now();
+                busy |= last_closes(&mut sh, &mut apps)?;
             }
             if busy {
                 continue;
@@ -226,17 +233,23 @@ impl Daemon {
                 .map(|d| Duration::from_nanos(d.as_nanos().min(u64::MAX as u128) as u64))
                 .unwrap_or(IDLE_CHECK)
                 .min(IDLE_CHECK);
-            let hangup = {
+            let (hangup, closed) = {
                 let mut fds = vec![self.listener.as_fd(), self.bell.as_fd()];
                 fds.extend(apps.iter().map(|a| a.stream.as_fd()));
-                flowstack_sys::poll::wait_any(&fds, Some(wait))?
+                fds.extend(sh.kernel_listeners());
+                let ds: Vec<_> = sh.placeholders().map(|(_, d)| d).collect();
+                let (r, h) = flowstack_sys::placeholder::poll_sets(&fds, &ds, Some(wait))?;
+                (r, h.iter().any(|&x| x))
             };
             for a in &apps {
                 a.set_sleeping(false);
             }
             let _ = self.bell.take();
-            if hangup.iter().skip(2).any(|&r| r) {
+            if hangup.iter().skip(2).take(apps.len()).any(|&r| r) {
                 reap(&mut apps, &mut sh, false);
+            }
+            if closed {
+                last_closes(&mut sh, &mut apps)?;
             }
         }
         for mut a in apps.drain(..) {
@@ -279,6 +292,42 @@ impl Daemon {
     }
 }
 
+/// How often a busy daemon looks for placeholders closed everywhere (an idle one is woken
+/// by them).
+pub const LAST_CLOSE_CHECK: Duration = Duration::from_millis(5);
+
+/// Closes every socket whose placeholder's last copy is gone; true if any.
+///
+/// Whatever an application posted before closing its last copy (sends, consumed bytes) is
+/// in its ring by then: every ring is drained first, so the close comes after it.
+fn last_closes(sh: &mut Shared, apps: &mut [App]) -> io::Result<bool> {
+    let (gids, ds): (Vec<u32>, Vec<_>) = sh.placeholders().unzip();
+    if ds.is_empty() {
+        return Ok(false);
+    }
+    let (_, h) = flowstack_sys::placeholder::poll_sets(&[], &ds, Some(Duration::ZERO))?;
+    let gone: Vec<u32> = gids
+        .into_iter()
+        .zip(h)
+        .filter_map(|(g, x)| x.then_some(g))
+        .collect();
+    if gone.is_empty() {
+        return Ok(false);
+    }
+    for a in apps.iter_mut() {
+        for _ in 0..64 {
+            if a.drain_commands(sh) == 0 {
+                break;
+            }
+        }
+    }
+    for &g in &gone {
+        sh.counters.last_closes += 1;
+        sh.release(g, false);
+    }
+    Ok(!gone.is_empty())
+}
+
 /// Drops applications that hung up, died or broke their rings.
 fn reap(apps: &mut Vec<App>, sh: &mut Shared, check_pids: bool) {
     let mut i = 0;
@@ -289,6 +338,15 @@ fn reap(apps: &mut Vec<App>, sh: &mut Shared, check_pids: bool) {
             || (check_pids && !flowstack_sys::process::is_alive(a.pid));
         if gone {
             let mut a = apps.swap_remove(i);
+            if !a.broken {
+                // What it posted before leaving still counts (consumed bytes above all: a
+                // socket closed with nothing unread ends with FIN, not RST).
+                for _ in 0..64 {
+                    if a.drain_commands(sh) == 0 {
+                        break;
+                    }
+                }
+            }
             a.release_all(sh);
         } else {
             i += 1;
@@ -297,14 +355,6 @@ fn reap(apps: &mut Vec<App>, sh: &mut Shared, check_pids: bool) {
 }
 
 fn hung_up(s: &UnixStream) -> bool {
-    use std::io::Read;
-    let mut b = [0u8; 64];
-    match (&*s).read(&mut b) {
-        Ok(0) => true,
-        Ok(_) => false, // applications send nothing after registering; ignore it
-        Err(e) => !matches!(
-            e.kind(),
-            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-        ),
-    }
+    // Peek only: the stream also carries the descriptors of `Attach` records.
+    flowstack_sys::placeholder::peer_closed(s.as_fd())
 }

@@ -1,19 +1,14 @@
 //! The daemon's own interface on 127.0.0.0/8: no privileges, no kernel.
 //!
 //! [`LoopbackDevice`] is the device a loopback interface wants: every frame transmitted comes
-//! back as a received frame. An engine on it cannot talk to itself today, though: the
-//! engine's router (`Iface::route` in `flowstack-stack`) refuses a destination equal to its
-//! own address (`NoRoute`), and its input accepts only its own address, not the whole
-//! 127.0.0.0/8 (see `engine_cannot_reach_itself` below, which pins this down).
+//! back as a received frame. Each engine is configured as a loopback interface
+//! (`IfaceConfig::loopback`): it owns the whole prefix, so a connection from 127.0.0.1:x to
+//! 127.0.0.1:y (or any 127/8 address) stays inside one engine, as on Linux's `lo`.
 //!
-//! **First-slice limitation**: [`Loopback`] therefore runs two engines, 127.0.0.1 and
-//! 127.0.0.2, joined by an in-process pipe. Every listener listens on both engines; a
-//! connection to 127.0.0.1 is opened from the 127.0.0.2 engine and vice versa, so either
-//! address reaches every listener. The engine change that would make one engine enough: a
-//! loopback flag in `IfaceConfig` under which `route` sends a datagram for any address of
-//! the prefix to our own MAC (no ARP) and `accepts` takes the whole prefix.
+//! [`Loopback`] holds one engine per daemon core (one today); a connection lives on the
+//! engine of the application that opened it, and every listener listens on every engine, so
+//! any engine's connections reach every listener.
 
-use flowstack_link::pipe::{pipe, PipeEnd};
 use flowstack_link::{Device, DeviceCaps, TxBatch};
 use flowstack_stack::{Engine, EngineConfig, IfaceConfig, SocketError, TcpHandle};
 use flowstack_wire::{ChecksumCaps, EthernetAddress, Instant, Ipv4Address, Ipv4Cidr};
@@ -77,51 +72,53 @@ pub const LINK_CAPS: DeviceCaps = DeviceCaps {
     queues: 1,
 };
 
-/// Address of engine `i` (0 → 127.0.0.1, 1 → 127.0.0.2).
-pub fn engine_ip(i: usize) -> Ipv4Addr {
-    Ipv4Addr::new(127, 0, 0, 1 + i as u8)
-}
+/// The loopback interface's own address (the prefix is 127.0.0.0/8).
+pub const LOOPBACK_IP: Ipv4Addr = Ipv4Addr::LOCALHOST;
 
 fn engine(i: usize) -> Engine {
     let mac = EthernetAddress([0x02, 0x66, 0x73, 0x7f, 0, 1 + i as u8]);
-    let ip = engine_ip(i);
-    let cfg = EngineConfig::new(IfaceConfig::new(
+    let cfg = EngineConfig::new(IfaceConfig::loopback(
         mac,
-        Ipv4Cidr::new(Ipv4Address::from(ip), 8),
+        Ipv4Cidr::new(Ipv4Address::from(LOOPBACK_IP), 8),
     ));
     Engine::new(cfg, LINK_CAPS)
 }
 
-/// Two engines (127.0.0.1 and 127.0.0.2) joined by a pipe: the daemon's 127.0.0.0/8.
+/// True if `ip` is on the daemon's loopback (127.0.0.0/8).
+pub fn is_loopback(ip: &Ipv4Addr) -> bool {
+    ip.octets()[0] == 127
+}
+
+/// The daemon's 127.0.0.0/8: one loopback engine per core, each with its own device.
 pub struct Loopback {
     /// The engines; a connection lives on one of them.
-    pub engines: [Engine; 2],
-    ends: [PipeEnd; 2],
+    pub engines: Vec<Engine>,
+    devs: Vec<LoopbackDevice>,
 }
 
 impl Default for Loopback {
     fn default() -> Self {
-        Self::new()
+        Self::new(1)
     }
 }
 
 impl Loopback {
-    /// Builds both engines and their cable.
-    pub fn new() -> Self {
-        let (a, b) = pipe(LINK_CAPS, flowstack_link::pipe::DEFAULT_CAPACITY);
+    /// Builds `n` (at least one) loopback engines.
+    pub fn new(n: usize) -> Self {
+        let n = n.max(1);
         Self {
-            engines: [engine(0), engine(1)],
-            ends: [a, b],
+            engines: (0..n).map(engine).collect(),
+            devs: (0..n).map(|_| LoopbackDevice::default()).collect(),
         }
     }
 
-    /// One turn of both engines; true if frames moved.
+    /// One turn of every engine; true if frames moved.
     pub fn poll(&mut self, now: Instant) -> bool {
         let mut moved = false;
-        // Twice, so frames one engine sent are taken by the other in the same turn.
+        // Twice, so frames an engine sent to itself are taken in the same turn.
         for _ in 0..2 {
-            for i in 0..2 {
-                moved |= self.engines[i].poll(now, &mut self.ends[i]);
+            for (e, d) in self.engines.iter_mut().zip(self.devs.iter_mut()) {
+                moved |= e.poll(now, d);
             }
         }
         moved
@@ -134,30 +131,36 @@ impl Loopback {
         }
     }
 
-    /// The earliest deadline of either engine.
+    /// The earliest deadline of any engine.
     pub fn poll_at(&self) -> Option<Instant> {
         self.engines.iter().filter_map(|e| e.poll_at()).min()
     }
 
-    /// The engine a connection to `remote` is opened from: the other one of the pair.
-    pub fn engine_for(remote: &SocketAddrV4) -> Result<usize, SocketError> {
-        match remote.ip().octets() {
-            [127, 0, 0, 1] => Ok(1),
-            [127, 0, 0, 2] => Ok(0),
-            _ => Err(SocketError::NoRoute),
+    /// The engine a connection to `remote` is opened from: `home` (the connecting
+    /// application's engine) if the destination is on the loopback.
+    pub fn engine_for(&self, remote: &SocketAddrV4, home: usize) -> Result<usize, SocketError> {
+        if is_loopback(remote.ip()) && !remote.ip().is_broadcast() {
+            Ok(home % self.engines.len())
+        } else {
+            Err(SocketError::NoRoute)
         }
     }
 
-    /// Listens on `port` on both engines (all or nothing).
-    pub fn listen(&mut self, port: u16, backlog: usize) -> Result<[TcpHandle; 2], SocketError> {
-        let a = self.engines[0].tcp_listen(port, backlog)?;
-        match self.engines[1].tcp_listen(port, backlog) {
-            Ok(b) => Ok([a, b]),
-            Err(e) => {
-                let _ = self.engines[0].tcp_close(a);
-                Err(e)
+    /// Listens on `port` on every engine (all or nothing).
+    pub fn listen(&mut self, port: u16, backlog: usize) -> Result<Vec<TcpHandle>, SocketError> {
+        let mut hs = Vec::with_capacity(self.engines.len());
+        for i in 0..self.engines.len() {
+            match self.engines[i].tcp_listen(port, backlog) {
+                Ok(h) => hs.push(h),
+                Err(e) => {
+                    for (j, h) in hs.into_iter().enumerate() {
+                        let _ = self.engines[j].tcp_close(h);
+                    }
+                    return Err(e);
+                }
             }
         }
+        Ok(hs)
     }
 }
 
@@ -177,37 +180,14 @@ mod tests {
         assert_eq!(got, vec![7]);
     }
 
-    /// Documents the engine change a one-engine loopback needs: today an engine refuses to
-    /// route to its own address.
+    /// One engine reaches itself on 127.0.0.1 and on another address of the prefix.
     #[test]
-    fn engine_cannot_reach_itself() {
-        let mut e = engine(0);
-        let mut dev = LoopbackDevice::default();
-        let l = e.tcp_listen(7, 8).unwrap();
-        let r = e.tcp_connect(SocketAddrV4::new(engine_ip(0), 7));
-        let mut t = Instant::ZERO;
-        for _ in 0..50 {
-            e.poll(t, &mut dev);
-            t += Duration::from_millis(10);
-        }
-        let refused = match r {
-            Err(_) => true,
-            Ok(h) => e.tcp_error(h).is_some() || !e.tcp_conn(h).unwrap().is_open(),
-        };
-        assert!(
-            refused,
-            "an engine reached its own address: collapse Loopback to one engine"
-        );
-        assert!(e.tcp_accept(l).is_err());
-    }
-
-    #[test]
-    fn two_engines_reach_each_other_both_ways() {
-        let mut lo = Loopback::new();
-        let [_, _] = lo.listen(80, 8).unwrap();
-        for ip in [engine_ip(0), engine_ip(1)] {
+    fn one_engine_reaches_itself() {
+        for ip in [LOOPBACK_IP, Ipv4Addr::new(127, 1, 2, 3)] {
+            let mut lo = Loopback::new(1);
+            let ls = lo.listen(80, 8).unwrap();
             let remote = SocketAddrV4::new(ip, 80);
-            let i = Loopback::engine_for(&remote).unwrap();
+            let i = lo.engine_for(&remote, 0).unwrap();
             let h = lo.engines[i].tcp_connect(remote).unwrap();
             let mut t = Instant::ZERO;
             for _ in 0..100 {
@@ -218,9 +198,11 @@ mod tests {
                 }
             }
             assert!(lo.engines[i].tcp_conn(h).unwrap().is_open(), "{ip}");
+            assert!(lo.engines[0].tcp_accept(ls[0]).is_ok(), "{ip}");
         }
+        let lo = Loopback::new(1);
         assert_eq!(
-            Loopback::engine_for(&SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 1)),
+            lo.engine_for(&SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 1), 0),
             Err(SocketError::NoRoute)
         );
     }

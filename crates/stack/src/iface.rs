@@ -28,6 +28,10 @@ pub struct IfaceConfig {
     pub icmp_errors_per_sec: u32,
     /// ICMP error burst size.
     pub icmp_burst: u32,
+    /// A loopback interface (as Linux's `lo`): every address of the prefix is ours. Input
+    /// accepts the whole prefix, and a datagram for any address of it is framed to our own
+    /// MAC without ARP, so the device hands it back to this engine.
+    pub loopback: bool,
 }
 
 impl IfaceConfig {
@@ -40,6 +44,15 @@ impl IfaceConfig {
             arp: ArpConfig::default(),
             icmp_errors_per_sec: 1000,
             icmp_burst: 50,
+            loopback: false,
+        }
+    }
+
+    /// A loopback interface on `addr` (e.g. 127.0.0.1/8): see [`IfaceConfig::loopback`].
+    pub fn loopback(mac: EthernetAddress, addr: Ipv4Cidr) -> Self {
+        Self {
+            loopback: true,
+            ..Self::new(mac, addr)
         }
     }
 }
@@ -68,6 +81,8 @@ pub(crate) struct Iface {
 enum NextHop {
     Broadcast,
     Unicast(Ipv4Address),
+    /// Back to this interface (loopback): framed to our own MAC, no ARP.
+    Local,
 }
 
 impl Iface {
@@ -151,7 +166,18 @@ impl Iface {
     /// True if `dst` of a received datagram is ours (unicast, limited or directed broadcast).
     #[inline]
     pub fn accepts(&self, dst: Ipv4Address) -> bool {
-        dst == self.ip() || dst.is_broadcast() || dst == self.cfg.addr.broadcast()
+        dst == self.ip()
+            || dst.is_broadcast()
+            || dst == self.cfg.addr.broadcast()
+            || (self.cfg.loopback && self.cfg.addr.contains(dst))
+    }
+
+    /// True if `dst` is a unicast address of ours: [`Iface::ip`], or on a loopback
+    /// interface any non-broadcast address of the prefix.
+    #[inline]
+    pub fn owns(&self, dst: Ipv4Address) -> bool {
+        dst == self.ip()
+            || (self.cfg.loopback && self.cfg.addr.contains(dst) && !self.is_broadcast(dst))
     }
 
     /// True if `dst` is a broadcast address on this link.
@@ -162,6 +188,10 @@ impl Iface {
     fn route(&self, dst: Ipv4Address) -> Result<NextHop, SocketError> {
         if self.is_broadcast(dst) {
             return Ok(NextHop::Broadcast);
+        }
+        // A loopback interface owns its whole prefix (as Linux's `lo` owns 127.0.0.0/8).
+        if self.cfg.loopback && self.cfg.addr.contains(dst) && !dst.is_unspecified() {
+            return Ok(NextHop::Local);
         }
         if dst == self.ip() || dst.is_unspecified() || dst.is_multicast() {
             return Err(SocketError::NoRoute);
@@ -194,6 +224,28 @@ impl Iface {
         dont_frag: bool,
         fill: &mut dyn FnMut(&mut [u8]),
     ) -> Result<(), SocketError> {
+        self.send_ip_from(now, self.ip(), dst, protocol, payload_len, dont_frag, fill)
+    }
+
+    /// [`Iface::send_ip`] from a chosen source address of ours: on a loopback interface a
+    /// connection accepted on 127.0.0.5 answers from 127.0.0.5. A source that is not ours
+    /// (only a loopback interface owns more than [`Iface::ip`]) is replaced by [`Iface::ip`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn send_ip_from(
+        &mut self,
+        now: Instant,
+        src: Ipv4Address,
+        dst: Ipv4Address,
+        protocol: IpProtocol,
+        payload_len: usize,
+        dont_frag: bool,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<(), SocketError> {
+        let src = if self.cfg.loopback && self.cfg.addr.contains(src) {
+            src
+        } else {
+            self.ip()
+        };
         let _p = flowstack_prof::enter(flowstack_prof::Layer::IpOutput);
         let hop = match self.route(dst) {
             Ok(h) => h,
@@ -202,7 +254,7 @@ impl Iface {
                 return Err(e);
             }
         };
-        let mut repr = Ipv4Repr::new(self.ip(), dst, protocol, payload_len);
+        let mut repr = Ipv4Repr::new(src, dst, protocol, payload_len);
         repr.dont_frag = dont_frag;
         repr.ident = self.ident;
         self.ident = self.ident.wrapping_add(1);
@@ -255,6 +307,7 @@ impl Iface {
         let mac = match *hop {
             NextHop::Broadcast => Some(EthernetAddress::BROADCAST),
             NextHop::Unicast(ip) => self.arp.lookup(now, ip),
+            NextHop::Local => Some(self.cfg.mac),
         };
         let csum = self.caps.checksum;
         match (mac, hop) {
@@ -281,7 +334,9 @@ impl Iface {
                     Enqueued::Dropped => self.counters.inc(Counter::ArpQueueDrops),
                 }
             }
-            (None, NextHop::Broadcast) => unreachable!("broadcast always has a MAC"),
+            (None, NextHop::Broadcast | NextHop::Local) => {
+                unreachable!("broadcast and local always have a MAC")
+            }
         }
     }
 

@@ -91,11 +91,19 @@ pub(crate) fn map_err(e: TcpError) -> SocketError {
 fn send_seg(now: Instant, iface: &mut Iface, t: &FourTuple, r: &TcpRepr) {
     let caps = iface.checksum();
     let (src, dst) = (t.local_ip, t.remote_ip);
-    let _ = iface.send_ip(now, dst, IpProtocol::Tcp, r.buffer_len(), true, &mut |b| {
-        // Header, options, payload copy and checksum: TCP output's work, done in the frame.
-        let _p = flowstack_prof::enter(flowstack_prof::Layer::TcpEmit);
-        r.emit(b, src, dst, caps)
-    });
+    let _ = iface.send_ip_from(
+        now,
+        src,
+        dst,
+        IpProtocol::Tcp,
+        r.buffer_len(),
+        true,
+        &mut |b| {
+            // Header, options, payload copy and checksum: TCP output's work, done in the frame.
+            let _p = flowstack_prof::enter(flowstack_prof::Layer::TcpEmit);
+            r.emit(b, src, dst, caps)
+        },
+    );
 }
 
 impl TcpSockets {
@@ -332,7 +340,7 @@ impl TcpSockets {
             self.after_input(i);
             return;
         }
-        if ip.dst != iface.ip() {
+        if !iface.owns(ip.dst) {
             return; // never answer TCP sent to a broadcast address
         }
         match self.listeners.get(&seg.dst_port).copied() {
@@ -352,7 +360,7 @@ impl TcpSockets {
         let Some(Some(Sock::Conn(c))) = self.socks.get(i) else {
             return None;
         };
-        if c.owned || ip.dst != iface.ip() || !self.listeners.contains_key(&seg.dst_port) {
+        if c.owned || !iface.owns(ip.dst) || !self.listeners.contains_key(&seg.dst_port) {
             return None;
         }
         c.conn.time_wait_reopen(seg)

@@ -12,6 +12,7 @@
 //! | [`file`](mod@file) | `pwritev` from a list of borrowed slices |
 //! | [`fdpass`] | send and receive file descriptors over a unix socket (`SCM_RIGHTS`) |
 //! | [`socket`] | socket options the tools set on kernel sockets (`TCP_QUICKACK`) |
+//! | [`placeholder`] | the socket pair that stands for an offloaded socket: tokens, filler, last close, inode |
 //! | [`process`] | is a process (the peer of a shared region) still alive? |
 //! | [`perf`] | hardware counters of the calling thread (`perf_event_open(2)`, their RDPMC metadata page) and its context switches and CPU, for the profiler |
 //!
@@ -19,7 +20,8 @@
 //! `rustix` for the calls whose arguments are values, descriptors and slices, `memmap2`'s
 //! `MmapRaw` for mapping (it hands out raw pointers only, so mapping needs no `unsafe`). What
 //! is left is ours: turning pointers into shared memory into atomics and slices ([`ring`],
-//! [`region`]), and `sysconf`, which `rustix` does not offer ([`affinity::cpu_count`]).
+//! [`region`]), `sysconf`, which `rustix` does not offer ([`affinity::cpu_count`]), and
+//! `fork`/`_exit` for tests of process-shared sockets ([`process::fork`]).
 //!
 //! Not here: the TSC and RDPMC instructions of the profiler's probes (`flowstack-prof`), and the
 //! link drivers' driver-specific `ioctl`/socket calls.
@@ -37,6 +39,7 @@ pub mod fdpass;
 pub mod file;
 pub mod futex;
 pub mod perf;
+pub mod placeholder;
 pub mod poll;
 pub mod process;
 pub mod region;

@@ -1,4 +1,5 @@
-//! Processes: is the peer of a shared region still there?
+//! Processes: is the peer of a shared region still there? And `fork` for tests of
+//! process-shared sockets.
 
 use rustix::process::{test_kill_process, Pid};
 
@@ -18,6 +19,60 @@ pub fn is_alive(pid: u32) -> bool {
     !matches!(test_kill_process(pid), Err(rustix::io::Errno::SRCH))
 }
 
+/// Which side of a [`fork`] we are on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forked {
+    /// The new process.
+    Child,
+    /// The caller, with the child's pid.
+    Parent(u32),
+}
+
+/// `fork(2)`. In a multi-threaded caller the child has only the calling thread: it must not
+/// wait for locks other threads held at the time (tests use it with that care, then leave
+/// with [`exit_now`]).
+#[allow(unsafe_code)]
+pub fn fork() -> std::io::Result<Forked> {
+    // SAFETY: fork(2) has no memory-safety preconditions; the child continues with a copy of
+    // this thread's state only, which the caller accounts for (documented above).
+    let pid = unsafe { libc::fork() };
+    match pid {
+        -1 => Err(std::io::Error::last_os_error()),
+        0 => Ok(Forked::Child),
+        p => Ok(Forked::Parent(p as u32)),
+    }
+}
+
+/// `_exit(2)`: leaves at once without running exit handlers (the way out of a forked child).
+#[allow(unsafe_code)]
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit takes a plain integer and never returns; no Rust state is used after it.
+    unsafe { libc::_exit(code) }
+}
+
+/// Waits for child `pid` and returns its exit code (or 128 + signal).
+pub fn wait_exit(pid: u32) -> std::io::Result<i32> {
+    let p = i32::try_from(pid)
+        .ok()
+        .and_then(Pid::from_raw)
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    loop {
+        match rustix::process::waitpid(Some(p), rustix::process::WaitOptions::empty()) {
+            Ok(Some((_, st))) => {
+                if let Some(c) = st.exit_status() {
+                    return Ok(c);
+                }
+                if let Some(s) = st.terminating_signal() {
+                    return Ok(128 + s);
+                }
+            }
+            Ok(None) => {}
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -33,6 +88,14 @@ mod tests {
         let pid = c.id();
         c.wait().unwrap();
         assert!(!is_alive(pid));
+    }
+
+    #[test]
+    fn a_forked_child_exits_with_its_code() {
+        match fork().unwrap() {
+            Forked::Child => exit_now(7),
+            Forked::Parent(pid) => assert_eq!(wait_exit(pid).unwrap(), 7),
+        }
     }
 
     #[test]

@@ -1,0 +1,964 @@
+//! The POSIX socket model over `flowstackd`, for the LD_PRELOAD shim (and anything that needs
+//! sockets that survive `fork`, `exec`, `dup` and fd passing).
+//!
+//! # The model
+//! - **A placeholder pair per socket.** [`Posix::socket`] creates a unix socket pair (A, D)
+//!   and returns A: the descriptor the program sees (its number comes from the kernel, so it
+//!   never collides with files, pipes or eventfds). D and a copy of A go to the daemon, which
+//!   keeps D and records A's inode as the socket's identity. When every copy of A anywhere is
+//!   closed, D hangs up and the daemon closes the socket as the kernel would.
+//! - **Readiness through the kernel.** A is readable when the daemon wrote a token (data,
+//!   end of stream, error, a connection to accept) and writable unless this layer filled it
+//!   because the socket's send buffer is full or a non-blocking connect is in progress; so
+//!   `poll`/`select`/`epoll` on A work, mixed with any other descriptors, edge-triggered too.
+//!   When this process's own view of a socket is unreadable it reads the tokens back and
+//!   tells the daemon ([`Command::TokenCleared`]), which writes a new token at once if the
+//!   socket became readable meanwhile. While a socket is busy no system call is made per
+//!   message.
+//! - **Handles.** A [`SockId`] is this process's name for a socket (the handle its ring
+//!   records carry). After `fork` the child registers anew on first use (the parent's
+//!   rings are single-producer and must not be touched: the pid change is detected) and
+//!   attaches inherited sockets with [`Posix::adopt`] (the daemon compares A's inode); after
+//!   `exec` the same call rediscovers them (a negative answer is cached by inode).
+//! - **Blocking calls** sleep in `poll(2)` on A in slices of at most
+//!   [`LIVENESS_CHECK`](crate::LIVENESS_CHECK); if the daemon dies, D closes, A hangs up and
+//!   the call fails with `ECONNRESET` (or `EPIPE` for a send) within a second.
+//! - **Kernel path of a listener**: [`Posix::listen`] may hand the daemon the kernel's
+//!   listener of the same port; its readability makes A readable too. The shim accepts from
+//!   the kernel listener itself (non-blocking `accept` on it after A became readable);
+//!   [`Posix::accept`] only takes flowstack connections and reports [`Path::Flowstack`].
+//!
+//! Nonblocking state belongs to the caller (the shim keeps `O_NONBLOCK` per open file
+//! description): every call that may wait takes `nonblock` (and a timeout).
+//!
+//! # Not yet (first slice of this module)
+//! UDP (`SOCK_DGRAM`: `socket` answers `EOPNOTSUPP`), `tcp_info` beyond the state, and
+//! options other than `TCP_NODELAY` are remembered and reported back but not applied.
+
+use crate::{Client, Sock, LIVENESS_CHECK};
+use flowstack_api::record::{AttachOp, Command, Mode, ReportKind, SockType};
+use flowstack_api::region::{POSIX_BASE, SOCK_RCVBUF, SOCK_SNDBUF};
+use flowstack_api::SocketError;
+use flowstack_sys::placeholder::{self, Tokens};
+use std::collections::{HashMap, HashSet};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+/// A kernel errno value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Errno(pub i32);
+
+impl Errno {
+    /// Interrupted.
+    pub const EINTR: Errno = Errno(4);
+    /// Bad descriptor / handle.
+    pub const EBADF: Errno = Errno(9);
+    /// Would block.
+    pub const EAGAIN: Errno = Errno(11);
+    /// Invalid argument.
+    pub const EINVAL: Errno = Errno(22);
+    /// Broken pipe.
+    pub const EPIPE: Errno = Errno(32);
+    /// Not a socket.
+    pub const ENOTSOCK: Errno = Errno(88);
+    /// Operation not supported.
+    pub const EOPNOTSUPP: Errno = Errno(95);
+    /// Address in use.
+    pub const EADDRINUSE: Errno = Errno(98);
+    /// Connection reset.
+    pub const ECONNRESET: Errno = Errno(104);
+    /// Already connected.
+    pub const EISCONN: Errno = Errno(106);
+    /// Not connected.
+    pub const ENOTCONN: Errno = Errno(107);
+    /// Timed out.
+    pub const ETIMEDOUT: Errno = Errno(110);
+    /// Connection refused.
+    pub const ECONNREFUSED: Errno = Errno(111);
+    /// A connect is already in progress.
+    pub const EALREADY: Errno = Errno(114);
+    /// Connect started, not finished.
+    pub const EINPROGRESS: Errno = Errno(115);
+}
+
+impl From<SocketError> for Errno {
+    fn from(e: SocketError) -> Self {
+        Errno(e.errno())
+    }
+}
+
+impl std::fmt::Display for Errno {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "errno {}", self.0)
+    }
+}
+
+impl std::error::Error for Errno {}
+
+/// This process's name for a socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SockId(pub u32);
+
+/// Socket type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Type {
+    /// TCP.
+    Stream,
+    /// UDP (not yet carried: `EOPNOTSUPP`).
+    Dgram,
+}
+
+/// Which path an accepted connection took.
+#[derive(Debug)]
+pub enum Path {
+    /// Through flowstack.
+    Flowstack,
+}
+
+/// `recv` flags.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RecvFlags {
+    /// `MSG_PEEK`.
+    pub peek: bool,
+    /// `MSG_WAITALL`.
+    pub waitall: bool,
+    /// `MSG_DONTWAIT` or `O_NONBLOCK`.
+    pub nonblock: bool,
+}
+
+/// `shutdown(2)`'s `how`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shutdown {
+    /// `SHUT_RD`.
+    Read,
+    /// `SHUT_WR`.
+    Write,
+    /// `SHUT_RDWR`.
+    Both,
+}
+
+/// Socket options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Opt {
+    /// `TCP_NODELAY` (applied).
+    NoDelay,
+    /// `SO_KEEPALIVE`.
+    KeepAlive,
+    /// `TCP_KEEPIDLE` (seconds).
+    KeepIdle,
+    /// `TCP_KEEPINTVL` (seconds).
+    KeepIntvl,
+    /// `TCP_KEEPCNT`.
+    KeepCnt,
+    /// `SO_LINGER` (seconds; negative: off).
+    Linger,
+    /// `SO_RCVBUF`.
+    RcvBuf,
+    /// `SO_SNDBUF`.
+    SndBuf,
+    /// `TCP_USER_TIMEOUT` (ms).
+    UserTimeout,
+    /// `TCP_CORK`.
+    Cork,
+    /// `SO_REUSEADDR`.
+    ReuseAddr,
+    /// `SO_REUSEPORT`.
+    ReusePort,
+}
+
+/// What `poll` would say, from this process's own view (no system call but the token check
+/// of a listener).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Readiness {
+    /// Data, end of stream, an error, or a connection to accept.
+    pub readable: bool,
+    /// Send space (connected).
+    pub writable: bool,
+    /// The peer closed (or the connection failed).
+    pub hup: bool,
+    /// A pending error (`SO_ERROR`).
+    pub error: Option<Errno>,
+}
+
+/// `TCP_INFO`'s common fields (first slice: the state only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TcpInfo {
+    /// Linux `TCP_*` state number (1 established, 2 syn-sent, 7 close, 10 listen).
+    pub state: u8,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Fresh,
+    Listening,
+    Connecting,
+    Connected,
+    Failed,
+}
+
+#[derive(Debug)]
+struct PSock {
+    /// Our own copy of A (close-on-exec), for tokens and filler; dropped by `forget`.
+    a: OwnedFd,
+    state: State,
+    shut_rd: bool,
+    opts: HashMap<Opt, i64>,
+}
+
+struct Inner {
+    client: Option<Client>,
+    pid: u32,
+    socks: HashMap<u32, PSock>,
+    next: u32,
+    /// Inodes known not to be placeholders of this daemon.
+    not_ours: HashSet<(u64, u64)>,
+}
+
+/// The process-wide POSIX layer (`Send + Sync`; one mutex inside, never held while a call
+/// sleeps).
+pub struct Posix {
+    path: PathBuf,
+    inner: Mutex<Inner>,
+}
+
+/// The default daemon socket: `$FLOWSTACK_SOCKET`, else `$XDG_RUNTIME_DIR/flowstack.sock`,
+/// else `/run/flowstack/flowstack.sock` as root, else `/tmp/flowstack-UID.sock` (the
+/// daemon's own default).
+pub fn default_socket_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("FLOWSTACK_SOCKET").filter(|p| !p.is_empty()) {
+        return PathBuf::from(p);
+    }
+    let uid = std::os::unix::net::UnixStream::pair()
+        .ok()
+        .and_then(|(a, _)| flowstack_sys::socket::peer_cred(&a).ok())
+        .map(|(_, uid, _)| uid)
+        .unwrap_or(u32::MAX);
+    if uid == 0 {
+        return PathBuf::from("/run/flowstack/flowstack.sock");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) if !d.is_empty() => FsPath::new(&d).join("flowstack.sock"),
+        _ => PathBuf::from(format!("/tmp/flowstack-{uid}.sock")),
+    }
+}
+
+fn sync_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+type Guard<'a> = MutexGuard<'a, Inner>;
+
+impl Posix {
+    /// Registers with the daemon at `path` (at once, so a missing daemon is an error here).
+    pub fn attach(path: impl AsRef<FsPath>) -> Result<Self, crate::ConnectError> {
+        let path = path.as_ref().to_path_buf();
+        let client = Client::connect(&path)?;
+        Ok(Self {
+            path,
+            inner: Mutex::new(Inner {
+                client: Some(client),
+                pid: std::process::id(),
+                socks: HashMap::new(),
+                next: POSIX_BASE,
+                not_ours: HashSet::new(),
+            }),
+        })
+    }
+
+    /// The process's instance on [`default_socket_path`], registered on first use.
+    pub fn global() -> Result<&'static Posix, crate::ConnectError> {
+        static G: OnceLock<Posix> = OnceLock::new();
+        if let Some(p) = G.get() {
+            return Ok(p);
+        }
+        let p = Posix::attach(default_socket_path())?;
+        Ok(G.get_or_init(|| p))
+    }
+
+    fn lock(&self) -> Result<Guard<'_>, Errno> {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let pid = std::process::id();
+        if g.pid != pid {
+            forked(&mut g, pid);
+        }
+        if g.client.is_none() {
+            g.client = Some(Client::connect(&self.path).map_err(|_| Errno::ECONNRESET)?);
+        }
+        Ok(g)
+    }
+
+    /// Call in a child after `fork` (also detected on any call): forgets the parent's rings
+    /// and sockets without touching them; the child registers on its next call and adopts
+    /// the sockets it inherited with [`Posix::adopt`].
+    pub fn after_fork(&self) {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let pid = std::process::id();
+        forked(&mut g, pid);
+    }
+
+    /// A new socket: returns A (the descriptor the program sees; close-on-exec as created, the
+    /// caller clears it where the program asks) and its id.
+    pub fn socket(&self, ty: Type) -> Result<(OwnedFd, SockId), Errno> {
+        if ty == Type::Dgram {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let (a, d) = placeholder::pair().map_err(|_| Errno(24))?;
+        let mine = a.try_clone().map_err(|_| Errno(24))?;
+        let mut g = self.lock()?;
+        let h = g.alloc();
+        let c = g.client.as_mut().expect("registered");
+        c.socks.insert(h, Sock::default());
+        let r = attach_fds(c, h, AttachOp::New, &[d.as_fd(), a.as_fd()]);
+        if let Err(e) = r {
+            c.socks.remove(&h);
+            return Err(e);
+        }
+        drop(d);
+        g.socks.insert(h, PSock::new(mine, State::Fresh));
+        Ok((a, SockId(h)))
+    }
+
+    /// Attaches an inherited or passed descriptor: `Ok(None)` if it is no placeholder of this
+    /// daemon (remembered by inode).
+    pub fn adopt(&self, fd: BorrowedFd<'_>) -> Result<Option<SockId>, Errno> {
+        if !placeholder::is_unix_stream(fd) {
+            return Ok(None);
+        }
+        let ident = placeholder::identity(fd).map_err(|_| Errno::EBADF)?;
+        let mut g = self.lock()?;
+        if g.not_ours.contains(&ident) {
+            return Ok(None);
+        }
+        let h = g.alloc();
+        let c = g.client.as_mut().expect("registered");
+        c.socks.insert(h, Sock::default());
+        let v = match attach_fds(c, h, AttachOp::Adopt, &[fd]) {
+            Ok(v) => v,
+            Err(e) => {
+                c.socks.remove(&h);
+                if e == Errno::EBADF {
+                    g.not_ours.insert(ident);
+                    return Ok(None);
+                }
+                return Err(e);
+            }
+        };
+        let state = match v >> 32 {
+            2 => State::Listening,
+            3 => State::Connected,
+            5 => State::Failed,
+            _ => State::Fresh,
+        };
+        let s = c.socks.get_mut(&h).expect("inserted");
+        s.listener = state == State::Listening;
+        s.open = state == State::Connected;
+        let mine = fd.try_clone_to_owned().map_err(|_| Errno(24))?;
+        g.socks.insert(h, PSock::new(mine, state));
+        Ok(Some(SockId(h)))
+    }
+
+    /// `bind(2)`; returns the port (chosen when 0).
+    pub fn bind(&self, id: SockId, addr: SocketAddrV4) -> Result<u16, Errno> {
+        let mut g = self.lock()?;
+        g.sock(id)?;
+        let c = g.client.as_mut().expect("registered");
+        sync(
+            c,
+            Command::Bind {
+                handle: id.0,
+                local: addr,
+            },
+        )
+        .map(|p| p as u16)
+    }
+
+    /// `listen(2)`, optionally with the kernel's listener of the same port (see the module
+    /// docs); returns the port.
+    pub fn listen(
+        &self,
+        id: SockId,
+        backlog: u32,
+        kernel_listener: Option<OwnedFd>,
+    ) -> Result<u16, Errno> {
+        let mut g = self.lock()?;
+        g.sock(id)?;
+        let c = g.client.as_mut().expect("registered");
+        let port = sync(
+            c,
+            Command::Listen {
+                handle: id.0,
+                backlog,
+            },
+        )? as u16;
+        if let Some(s) = c.socks.get_mut(&id.0) {
+            s.listener = true;
+        }
+        if let Some(k) = kernel_listener {
+            attach_fds(c, id.0, AttachOp::KernelListener, &[k.as_fd()])?;
+        }
+        g.sock(id)?.state = State::Listening;
+        Ok(port)
+    }
+
+    /// `accept(2)` of a flowstack connection: its A, id and peer.
+    pub fn accept(
+        &self,
+        id: SockId,
+        nonblock: bool,
+        timeout: Option<Duration>,
+    ) -> Result<(OwnedFd, SockId, SocketAddrV4, Path), Errno> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let mut g = self.lock()?;
+            if g.sock(id)?.state != State::Listening {
+                return Err(Errno::EINVAL);
+            }
+            let c = g.client.as_mut().expect("registered");
+            c.pump();
+            let got = match c.socks.get_mut(&id.0).and_then(|s| s.accepted.pop_front()) {
+                Some(h) => Ok(h),
+                None => {
+                    let aid = c
+                        .post(Mode::Async, Command::TcpAccept { listener: id.0 })
+                        .map_err(Errno::from)?;
+                    c.waiting.insert(aid);
+                    c.complete(aid, sync_timeout()).map(|(_, h)| h as u32)
+                }
+            };
+            match got {
+                Ok(h) => {
+                    let (a, d) = placeholder::pair().map_err(|_| Errno(24))?;
+                    let mine = a.try_clone().map_err(|_| Errno(24))?;
+                    let c = g.client.as_mut().expect("registered");
+                    attach_fds(c, h, AttachOp::Place, &[d.as_fd(), a.as_fd()])?;
+                    let peer =
+                        get_addr(c, h, true).unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
+                    g.socks.insert(h, PSock::new(mine, State::Connected));
+                    return Ok((a, SockId(h), peer, Path::Flowstack));
+                }
+                Err(SocketError::WouldBlock) => {
+                    clear_tokens(&mut g, id)?;
+                    if nonblock {
+                        return Err(Errno::EAGAIN);
+                    }
+                    let a = g.sock(id)?.a.try_clone().map_err(|_| Errno(24))?;
+                    drop(g);
+                    wait_on(&a, true, false, deadline)?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// `connect(2)`: `Ok` once connected (blocking), `EINPROGRESS` (non-blocking, started),
+    /// `EALREADY` (still in progress), `EISCONN` (connected since), or the failure once
+    /// (`ECONNREFUSED`, …; also kept for `SO_ERROR` until taken).
+    pub fn connect(
+        &self,
+        id: SockId,
+        addr: SocketAddrV4,
+        nonblock: bool,
+        timeout: Option<Duration>,
+    ) -> Result<(), Errno> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        {
+            let mut g = self.lock()?;
+            let state = g.sock(id)?.state;
+            match state {
+                State::Fresh => {
+                    let c = g.client.as_mut().expect("registered");
+                    c.post(
+                        Mode::Async,
+                        Command::Connect {
+                            handle: id.0,
+                            remote: addr,
+                        },
+                    )
+                    .map_err(Errno::from)?;
+                    let s = g.sock(id)?;
+                    s.state = State::Connecting;
+                    make_unwritable(&mut g, id)?;
+                    if nonblock {
+                        return Err(Errno::EINPROGRESS);
+                    }
+                }
+                State::Connecting => {
+                    let st = connect_state(&mut g, id)?;
+                    match st {
+                        Some(Ok(())) => return Err(Errno::EISCONN),
+                        Some(Err(e)) => return Err(e),
+                        None if nonblock => return Err(Errno::EALREADY),
+                        None => {}
+                    }
+                }
+                State::Connected => return Err(Errno::EISCONN),
+                State::Listening => return Err(Errno::EINVAL),
+                State::Failed => return Err(Errno::EINVAL),
+            }
+        }
+        loop {
+            let a = {
+                let mut g = self.lock()?;
+                match connect_state(&mut g, id)? {
+                    Some(r) => return r,
+                    None => g.sock(id)?.a.try_clone().map_err(|_| Errno(24))?,
+                }
+            };
+            wait_on(&a, false, true, deadline)?;
+        }
+    }
+
+    /// Would flowstack carry a connect or sendto to `addr`? (On the loopback: a flowstack
+    /// listener on that port.)
+    pub fn carries(&self, addr: SocketAddrV4) -> Result<bool, Errno> {
+        let mut g = self.lock()?;
+        let c = g.client.as_mut().expect("registered");
+        sync(c, Command::Carries { remote: addr }).map(|v| v == 1)
+    }
+
+    /// `send(2)`: bytes taken (at least one), `EAGAIN` when the send buffer is full and
+    /// `nonblock`.
+    pub fn send(
+        &self,
+        id: SockId,
+        data: &[u8],
+        nonblock: bool,
+        timeout: Option<Duration>,
+    ) -> Result<usize, Errno> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let a = {
+                let mut g = self.lock()?;
+                let st = g.sock(id)?.state;
+                match st {
+                    State::Connected | State::Connecting => {}
+                    State::Failed => return Err(Errno::EPIPE),
+                    _ => return Err(Errno::ENOTCONN),
+                }
+                let c = g.client.as_mut().expect("registered");
+                match crate::Sockets::tcp_send(c, tcp(id), data) {
+                    Ok(n) => return Ok(n),
+                    Err(SocketError::WouldBlock) => {}
+                    Err(SocketError::ConnectionReset) if c.dead => return Err(Errno::EPIPE),
+                    Err(e) => return Err(e.into()),
+                }
+                make_unwritable(&mut g, id).map_err(|e| {
+                    if e == Errno::ECONNRESET {
+                        Errno::EPIPE
+                    } else {
+                        e
+                    }
+                })?;
+                if nonblock {
+                    return Err(Errno::EAGAIN);
+                }
+                g.sock(id)?.a.try_clone().map_err(|_| Errno(24))?
+            };
+            wait_on(&a, false, true, deadline).map_err(|e| {
+                if e == Errno::ECONNRESET {
+                    Errno::EPIPE
+                } else {
+                    e
+                }
+            })?;
+        }
+    }
+
+    /// `recv(2)`: bytes copied; `Ok(0)` at end of stream (or for an empty `buf`).
+    pub fn recv(
+        &self,
+        id: SockId,
+        buf: &mut [u8],
+        flags: RecvFlags,
+        timeout: Option<Duration>,
+    ) -> Result<usize, Errno> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut got = 0;
+        loop {
+            let a = {
+                let mut g = self.lock()?;
+                let ps = g.sock(id)?;
+                if ps.shut_rd {
+                    return Ok(got);
+                }
+                if ps.state == State::Listening || ps.state == State::Fresh {
+                    return Err(Errno::ENOTCONN);
+                }
+                let c = g.client.as_mut().expect("registered");
+                c.pump();
+                let s = c.socks.get_mut(&id.0).ok_or(Errno::EBADF)?;
+                if !s.rx.is_empty() {
+                    let n = (buf.len() - got).min(s.rx.len());
+                    for (d, b) in buf[got..got + n].iter_mut().zip(s.rx.iter()) {
+                        *d = *b;
+                    }
+                    if !flags.peek {
+                        s.rx.drain(..n);
+                        s.unreported += n as u64;
+                        c.report_consumed(id.0, false);
+                    }
+                    got += n;
+                    if !flags.waitall || flags.peek || got == buf.len() {
+                        return Ok(got);
+                    }
+                    continue;
+                }
+                if buf.is_empty() {
+                    return Ok(0);
+                }
+                if let Some(e) = s.error.take() {
+                    s.error = Some(e); // SO_ERROR keeps it until taken
+                    return if got > 0 { Ok(got) } else { Err(e.into()) };
+                }
+                if s.eof {
+                    return Ok(got);
+                }
+                if c.dead {
+                    return Err(Errno::ECONNRESET);
+                }
+                clear_tokens(&mut g, id)?;
+                if flags.nonblock {
+                    return if got > 0 { Ok(got) } else { Err(Errno::EAGAIN) };
+                }
+                g.sock(id)?.a.try_clone().map_err(|_| Errno(24))?
+            };
+            match wait_on(&a, true, false, deadline) {
+                Ok(()) => {}
+                Err(e) if got > 0 && e == Errno::EAGAIN => return Ok(got),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// `shutdown(2)`.
+    pub fn shutdown(&self, id: SockId, how: Shutdown) -> Result<(), Errno> {
+        let mut g = self.lock()?;
+        let ps = g.sock(id)?;
+        if ps.state != State::Connected && ps.state != State::Connecting {
+            return Err(Errno::ENOTCONN);
+        }
+        if how != Shutdown::Write {
+            ps.shut_rd = true;
+        }
+        if how != Shutdown::Read {
+            let c = g.client.as_mut().expect("registered");
+            crate::Sockets::tcp_shutdown(c, tcp(id)).map_err(Errno::from)?;
+        }
+        Ok(())
+    }
+
+    /// `getsockname(2)`.
+    pub fn local_addr(&self, id: SockId) -> Result<SocketAddrV4, Errno> {
+        let mut g = self.lock()?;
+        g.sock(id)?;
+        get_addr(g.client.as_mut().expect("registered"), id.0, false)
+    }
+
+    /// `getpeername(2)`.
+    pub fn peer_addr(&self, id: SockId) -> Result<SocketAddrV4, Errno> {
+        let mut g = self.lock()?;
+        g.sock(id)?;
+        get_addr(g.client.as_mut().expect("registered"), id.0, true)
+    }
+
+    /// `SO_ERROR`: the pending error, cleared by reading it.
+    pub fn take_error(&self, id: SockId) -> Result<Option<Errno>, Errno> {
+        let mut g = self.lock()?;
+        g.sock(id)?;
+        let c = g.client.as_mut().expect("registered");
+        c.pump();
+        let s = c.socks.get_mut(&id.0).ok_or(Errno::EBADF)?;
+        Ok(s.error.take().map(Errno::from))
+    }
+
+    /// `setsockopt(2)` (see the module docs for what is applied).
+    pub fn set_option(&self, id: SockId, opt: Opt, value: i64) -> Result<(), Errno> {
+        let mut g = self.lock()?;
+        g.sock(id)?.opts.insert(opt, value);
+        if opt == Opt::NoDelay {
+            let c = g.client.as_mut().expect("registered");
+            c.post(
+                Mode::Async,
+                Command::TcpSetNodelay {
+                    handle: id.0,
+                    on: value != 0,
+                },
+            )
+            .map_err(Errno::from)?;
+        }
+        Ok(())
+    }
+
+    /// `getsockopt(2)`: what was set, else the default (buffers: the daemon's sizes).
+    pub fn get_option(&self, id: SockId, opt: Opt) -> Result<i64, Errno> {
+        let mut g = self.lock()?;
+        let ps = g.sock(id)?;
+        Ok(match (ps.opts.get(&opt), opt) {
+            (_, Opt::RcvBuf) => SOCK_RCVBUF as i64,
+            (_, Opt::SndBuf) => SOCK_SNDBUF as i64,
+            (Some(v), _) => *v,
+            (None, Opt::Linger) => -1,
+            (None, Opt::KeepIdle) => 7200,
+            (None, Opt::KeepIntvl) => 75,
+            (None, Opt::KeepCnt) => 9,
+            (None, _) => 0,
+        })
+    }
+
+    /// `TCP_INFO` (first slice: the state).
+    pub fn tcp_info(&self, id: SockId) -> Result<TcpInfo, Errno> {
+        let mut g = self.lock()?;
+        let st = g.sock(id)?.state;
+        Ok(TcpInfo {
+            state: match st {
+                State::Connected => 1,
+                State::Connecting => 2,
+                State::Listening => 10,
+                State::Fresh | State::Failed => 7,
+            },
+        })
+    }
+
+    /// `FIONREAD`.
+    pub fn readable_bytes(&self, id: SockId) -> Result<usize, Errno> {
+        let mut g = self.lock()?;
+        g.sock(id)?;
+        let c = g.client.as_mut().expect("registered");
+        c.pump();
+        Ok(c.socks.get(&id.0).map(|s| s.rx.len()).unwrap_or(0))
+    }
+
+    /// `SIOCOUTQ` (bytes posted and not yet taken by the stack).
+    pub fn unsent_bytes(&self, id: SockId) -> Result<usize, Errno> {
+        let mut g = self.lock()?;
+        g.sock(id)?;
+        let c = g.client.as_mut().expect("registered");
+        c.pump();
+        Ok(c.socks
+            .get(&id.0)
+            .map(|s| s.unflushed as usize)
+            .unwrap_or(0))
+    }
+
+    /// This process's own view of the socket.
+    pub fn poll_state(&self, id: SockId) -> Result<Readiness, Errno> {
+        let mut g = self.lock()?;
+        let ps = g.sock(id)?;
+        let (state, token) = (ps.state, ps.a.try_clone().ok());
+        let c = g.client.as_mut().expect("registered");
+        c.pump();
+        let s = c.socks.get(&id.0).ok_or(Errno::EBADF)?;
+        let error = s.error.map(Errno::from);
+        Ok(match state {
+            State::Listening => Readiness {
+                readable: !s.accepted.is_empty()
+                    || token.is_some_and(|a| {
+                        placeholder::wait_a(a.as_fd(), true, false, Duration::ZERO)
+                            .map(|r| r.0)
+                            .unwrap_or(false)
+                    }),
+                ..Readiness::default()
+            },
+            State::Connected | State::Connecting | State::Failed => Readiness {
+                readable: !s.rx.is_empty() || s.eof || s.error.is_some(),
+                writable: (s.open && s.unflushed < SOCK_SNDBUF) || s.error.is_some(),
+                hup: s.eof || s.error.is_some(),
+                error,
+            },
+            State::Fresh => Readiness {
+                writable: true,
+                ..Readiness::default()
+            },
+        })
+    }
+
+    /// This process dropped its last descriptor number for the socket: forget it here (the
+    /// daemon closes the socket when the last copy anywhere is closed).
+    pub fn forget(&self, id: SockId) -> Result<(), Errno> {
+        let mut g = self.lock()?;
+        g.socks.remove(&id.0).ok_or(Errno::EBADF)?;
+        let c = g.client.as_mut().expect("registered");
+        c.socks.remove(&id.0);
+        c.post(Mode::Async, Command::Forget { handle: id.0 })
+            .map_err(Errno::from)?;
+        Ok(())
+    }
+
+    /// Tells the daemon this process sent a socket to the kernel instead (`flowstack stats`).
+    pub fn report(&self, kind: ReportKind, dst: Option<SocketAddrV4>) -> Result<(), Errno> {
+        let mut g = self.lock()?;
+        let c = g.client.as_mut().expect("registered");
+        c.post(
+            Mode::Async,
+            Command::Report {
+                kind: kind as u32,
+                dst: dst.unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)),
+            },
+        )
+        .map_err(Errno::from)?;
+        Ok(())
+    }
+
+    /// The registered application's daemon id (changes after `fork`).
+    pub fn app_id(&self) -> Result<u64, Errno> {
+        Ok(self.lock()?.client.as_ref().expect("registered").app_id())
+    }
+}
+
+impl PSock {
+    fn new(a: OwnedFd, state: State) -> Self {
+        Self {
+            a,
+            state,
+            shut_rd: false,
+            opts: HashMap::new(),
+        }
+    }
+}
+
+impl Inner {
+    fn alloc(&mut self) -> u32 {
+        // Skips handles still in use (after a wrap).
+        loop {
+            let h = self.next;
+            self.next = if h >= flowstack_api::record::MAX_HANDLE {
+                POSIX_BASE
+            } else {
+                h + 1
+            };
+            if !self.socks.contains_key(&h) {
+                return h;
+            }
+        }
+    }
+
+    fn sock(&mut self, id: SockId) -> Result<&mut PSock, Errno> {
+        self.socks.get_mut(&id.0).ok_or(Errno::EBADF)
+    }
+}
+
+fn forked(g: &mut Inner, pid: u32) {
+    // The parent's rings are single-producer: never touch them here. Dropping our copies
+    // only unmaps and closes this process's descriptors.
+    g.client = None;
+    g.socks.clear();
+    g.pid = pid;
+}
+
+fn tcp(id: SockId) -> flowstack_api::TcpHandle {
+    flowstack_api::TcpHandle::from_raw(id.0 as usize)
+}
+
+fn sync(c: &mut Client, cmd: Command) -> Result<u64, Errno> {
+    let id = c.post(Mode::Sync, cmd).map_err(Errno::from)?;
+    c.complete(id, sync_timeout())
+        .map(|(_, v)| v)
+        .map_err(Errno::from)
+}
+
+/// Sends `fds` on the registration stream (one byte, the op) and the `Attach` record.
+fn attach_fds(c: &mut Client, h: u32, op: AttachOp, fds: &[BorrowedFd<'_>]) -> Result<u64, Errno> {
+    if c.dead {
+        return Err(Errno::ECONNRESET);
+    }
+    flowstack_sys::fdpass::send_fds(&c.stream, &[op.code()], fds).map_err(|_| Errno::ECONNRESET)?;
+    sync(
+        c,
+        Command::Attach {
+            handle: h,
+            op,
+            ty: SockType::Stream,
+        },
+    )
+}
+
+fn get_addr(c: &mut Client, h: u32, peer: bool) -> Result<SocketAddrV4, Errno> {
+    let v = sync(c, Command::GetAddr { handle: h, peer })?;
+    Ok(SocketAddrV4::new(
+        Ipv4Addr::from((v >> 16) as u32),
+        (v & 0xffff) as u16,
+    ))
+}
+
+/// The connect's outcome if known: `Some(Ok)` connected, `Some(Err)` failed (reported once).
+fn connect_state(g: &mut Inner, id: SockId) -> Result<Option<Result<(), Errno>>, Errno> {
+    let c = g.client.as_mut().expect("registered");
+    c.pump();
+    let s = c.socks.get_mut(&id.0).ok_or(Errno::EBADF)?;
+    let r = if let Some(e) = s.error.take() {
+        Some(Err(Errno::from(e)))
+    } else if s.open {
+        Some(Ok(()))
+    } else if c.dead {
+        Some(Err(Errno::ECONNRESET))
+    } else {
+        None
+    };
+    let ps = g.sock(id)?;
+    match r {
+        Some(Ok(())) => ps.state = State::Connected,
+        Some(Err(_)) => ps.state = State::Failed,
+        None => {}
+    }
+    Ok(r)
+}
+
+/// The socket's view here is unreadable: read the tokens back and tell the daemon.
+fn clear_tokens(g: &mut Inner, id: SockId) -> Result<(), Errno> {
+    let a = g.sock(id)?.a.try_clone().map_err(|_| Errno(24))?;
+    match placeholder::take_tokens(a.as_fd()) {
+        Ok(Tokens::Read(0)) => Ok(()), // none outstanding: nothing to tell
+        Ok(Tokens::Read(_)) => {
+            let c = g.client.as_mut().expect("registered");
+            c.post(
+                Mode::Async,
+                Command::TokenCleared {
+                    handle: id.0,
+                    seen: 0,
+                },
+            )
+            .map(|_| ())
+            .map_err(Errno::from)
+        }
+        Ok(Tokens::Closed) => {
+            g.client.as_mut().expect("registered").dead = true;
+            Err(Errno::ECONNRESET)
+        }
+        Err(_) => Err(Errno::EBADF),
+    }
+}
+
+/// Fills A (unwritable) and asks the daemon to empty it when send space returns.
+fn make_unwritable(g: &mut Inner, id: SockId) -> Result<(), Errno> {
+    let a = g.sock(id)?.a.try_clone().map_err(|_| Errno(24))?;
+    placeholder::fill(a.as_fd()).map_err(|_| Errno::ECONNRESET)?;
+    let c = g.client.as_mut().expect("registered");
+    c.post(Mode::Async, Command::WantWritable { handle: id.0 })
+        .map(|_| ())
+        .map_err(Errno::from)
+}
+
+/// Sleeps on A (readable and/or writable) until the deadline (`EAGAIN` when it passed, as
+/// `SO_RCVTIMEO` does), in slices so a dead daemon is noticed.
+fn wait_on(a: &OwnedFd, read: bool, write: bool, deadline: Option<Instant>) -> Result<(), Errno> {
+    let slice = match deadline {
+        Some(d) => {
+            let now = Instant::now();
+            if now >= d {
+                return Err(Errno::EAGAIN);
+            }
+            (d - now).min(LIVENESS_CHECK)
+        }
+        None => LIVENESS_CHECK,
+    };
+    let (_, _, hup) =
+        placeholder::wait_a(a.as_fd(), read, write, slice).map_err(|_| Errno::EBADF)?;
+    if hup {
+        // D closed: only the daemon's death closes it while we hold A.
+        return Err(Errno::ECONNRESET);
+    }
+    Ok(())
+}

@@ -1,0 +1,350 @@
+//! `flowstack_client::posix` over a daemon: the process-shared socket model the LD_PRELOAD
+//! shim uses. "Processes" are separate `Posix` instances (each its own registration), plus
+//! real `fork`s. Readiness is checked with `poll(2)` on the placeholder A. Every wait is
+//! bounded.
+
+use flowstack_client::posix::{Errno, Posix, RecvFlags, SockId, Type};
+use flowstack_offload::{Daemon, DaemonConfig, DaemonHandle};
+use flowstack_sys::placeholder::wait_a;
+use flowstack_sys::process::{exit_now, fork, wait_exit, Forked};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+use std::time::Duration;
+
+const T: Option<Duration> = Some(Duration::from_secs(20));
+const POLL: Duration = Duration::from_secs(10);
+
+fn daemon(name: &str) -> DaemonHandle {
+    let dir = std::env::temp_dir().join(format!("flowstack-posix-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    Daemon::spawn(&DaemonConfig {
+        socket: dir.join("d.sock"),
+    })
+    .unwrap()
+}
+
+fn lo(port: u16) -> SocketAddrV4 {
+    SocketAddrV4::new(Ipv4Addr::LOCALHOST, port)
+}
+
+const BLOCK: RecvFlags = RecvFlags {
+    peek: false,
+    waitall: false,
+    nonblock: false,
+};
+const NONBLOCK: RecvFlags = RecvFlags {
+    peek: false,
+    waitall: false,
+    nonblock: true,
+};
+
+struct Pair {
+    server: Posix,
+    client: Posix,
+    /// Server's accepted socket.
+    sa: OwnedFd,
+    sid: SockId,
+    /// Client's socket.
+    ca: OwnedFd,
+    cid: SockId,
+}
+
+/// A listener in one "process", a connection to it from another, accepted.
+fn connected(path: &PathBuf) -> Pair {
+    let server = Posix::attach(path).unwrap();
+    let client = Posix::attach(path).unwrap();
+    let (_la, lid) = server.socket(Type::Stream).unwrap();
+    let port = server.bind(lid, lo(0)).unwrap();
+    assert!(port >= 32768, "ephemeral port {port}");
+    assert_eq!(server.listen(lid, 16, None).unwrap(), port);
+    assert!(client.carries(lo(port)).unwrap());
+    assert!(!client.carries(lo(port + 1)).unwrap());
+    let (ca, cid) = client.socket(Type::Stream).unwrap();
+    client.connect(cid, lo(port), false, T).unwrap();
+    let (sa, sid, peer, _) = server.accept(lid, false, T).unwrap();
+    assert_eq!(peer, client.local_addr(cid).unwrap());
+    assert_eq!(client.peer_addr(cid).unwrap(), lo(port));
+    Pair {
+        server,
+        client,
+        sa,
+        sid,
+        ca,
+        cid,
+    }
+}
+
+fn pattern(i: usize) -> u8 {
+    (i.wrapping_mul(131) ^ (i >> 11)) as u8
+}
+
+#[test]
+fn echo_between_two_processes_byte_exact() {
+    let d = daemon("echo");
+    let p = connected(&d.path);
+    let len = 3 << 20;
+    let server = std::thread::spawn(move || {
+        let mut buf = vec![0u8; 50_000];
+        let mut total = 0;
+        loop {
+            let n = p.server.recv(p.sid, &mut buf, BLOCK, T).unwrap();
+            if n == 0 {
+                break;
+            }
+            let mut off = 0;
+            while off < n {
+                off += p.server.send(p.sid, &buf[off..n], false, T).unwrap();
+            }
+            total += n;
+        }
+        p.server
+            .shutdown(p.sid, flowstack_client::posix::Shutdown::Write)
+            .unwrap();
+        drop(p.sa);
+        p.server.forget(p.sid).unwrap();
+        total
+    });
+    let data: Vec<u8> = (0..len).map(pattern).collect();
+    let writer = {
+        // The same Posix is used by two threads: one sends, one receives.
+        let client = std::sync::Arc::new(p.client);
+        let c2 = client.clone();
+        let cid = p.cid;
+        let out = data.clone();
+        let w = std::thread::spawn(move || {
+            let mut off = 0;
+            while off < out.len() {
+                off += c2
+                    .send(cid, &out[off..(off + 70_000).min(out.len())], false, T)
+                    .unwrap();
+            }
+            c2.shutdown(cid, flowstack_client::posix::Shutdown::Write)
+                .unwrap();
+        });
+        let mut got = Vec::with_capacity(len);
+        let mut buf = vec![0u8; 65536];
+        loop {
+            let n = client.recv(cid, &mut buf, BLOCK, T).unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert!(got == data, "echo differs ({} of {} bytes)", got.len(), len);
+        w
+    };
+    writer.join().unwrap();
+    assert_eq!(server.join().unwrap(), len);
+    drop(p.ca);
+}
+
+#[test]
+fn nonblocking_connect_in_progress_then_connected_or_refused() {
+    let d = daemon("nbconnect");
+    let server = Posix::attach(&d.path).unwrap();
+    let client = Posix::attach(&d.path).unwrap();
+    let (_la, lid) = server.socket(Type::Stream).unwrap();
+    let port = server.bind(lid, lo(0)).unwrap();
+    server.listen(lid, 4, None).unwrap();
+    let (ca, cid) = client.socket(Type::Stream).unwrap();
+    assert_eq!(
+        client.connect(cid, lo(port), true, None),
+        Err(Errno::EINPROGRESS)
+    );
+    let again = client.connect(cid, lo(port), true, None);
+    assert!(
+        again == Err(Errno::EALREADY) || again == Err(Errno::EISCONN),
+        "{again:?}"
+    );
+    // A becomes writable exactly when the connect is done.
+    assert!(wait_a(ca.as_fd(), false, true, POLL).unwrap().1);
+    assert_eq!(
+        client.connect(cid, lo(port), true, None),
+        Err(Errno::EISCONN)
+    );
+    assert_eq!(client.take_error(cid).unwrap(), None);
+    // Nobody listens on port+1: refused, through poll and SO_ERROR-style reporting.
+    let (rb, rid) = client.socket(Type::Stream).unwrap();
+    assert_eq!(
+        client.connect(rid, lo(port + 1), true, None),
+        Err(Errno::EINPROGRESS)
+    );
+    assert!(wait_a(rb.as_fd(), false, true, POLL).unwrap().1);
+    assert_eq!(
+        client.connect(rid, lo(port + 1), true, None),
+        Err(Errno::ECONNREFUSED)
+    );
+    // Bind conflict across applications.
+    let (_x, xid) = client.socket(Type::Stream).unwrap();
+    assert_eq!(client.bind(xid, lo(port)), Err(Errno::EADDRINUSE));
+}
+
+#[test]
+fn readiness_through_poll_on_the_placeholder() {
+    let d = daemon("poll");
+    let p = connected(&d.path);
+    // Nothing to read yet: A not readable, and recv says EAGAIN.
+    assert!(!wait_a(p.sa.as_fd(), true, false, Duration::ZERO).unwrap().0);
+    let mut buf = [0u8; 16];
+    assert_eq!(
+        p.server.recv(p.sid, &mut buf, NONBLOCK, None),
+        Err(Errno::EAGAIN)
+    );
+    // Data: A readable; after reading everything, unreadable again.
+    assert_eq!(p.client.send(p.cid, b"ping", true, None).unwrap(), 4);
+    assert!(wait_a(p.sa.as_fd(), true, false, POLL).unwrap().0);
+    assert_eq!(p.server.recv(p.sid, &mut buf, BLOCK, T).unwrap(), 4);
+    assert_eq!(&buf[..4], b"ping");
+    assert_eq!(
+        p.server.recv(p.sid, &mut buf, NONBLOCK, None),
+        Err(Errno::EAGAIN)
+    );
+    assert!(!wait_a(p.sa.as_fd(), true, false, Duration::ZERO).unwrap().0);
+    // Send space: fill it while the server does not read; A unwritable; the server reads,
+    // A becomes writable again.
+    let chunk = vec![7u8; 65536];
+    let mut sent = 0;
+    loop {
+        match p.client.send(p.cid, &chunk, true, None) {
+            Ok(n) => sent += n,
+            Err(e) => {
+                assert_eq!(e, Errno::EAGAIN);
+                break;
+            }
+        }
+        assert!(sent < 64 << 20, "the send buffer never filled");
+    }
+    assert!(!wait_a(p.ca.as_fd(), false, true, Duration::ZERO).unwrap().1);
+    let mut got = 0;
+    let mut big = vec![0u8; 65536];
+    while got < sent {
+        got += p.server.recv(p.sid, &mut big, BLOCK, T).unwrap();
+    }
+    assert!(wait_a(p.ca.as_fd(), false, true, POLL).unwrap().1);
+    assert!(p.client.send(p.cid, b"more", true, None).unwrap() > 0);
+    // End of stream makes A readable.
+    p.client
+        .shutdown(p.cid, flowstack_client::posix::Shutdown::Write)
+        .unwrap();
+    loop {
+        assert!(wait_a(p.sa.as_fd(), true, false, POLL).unwrap().0);
+        if p.server.recv(p.sid, &mut big, NONBLOCK, None) == Ok(0) {
+            break;
+        }
+    }
+}
+
+#[test]
+fn last_close_across_a_dup() {
+    let d = daemon("dup");
+    let p = connected(&d.path);
+    let copy = p.ca.try_clone().unwrap();
+    drop(p.ca);
+    // One copy left: the connection is open, nothing arrives.
+    let mut buf = [0u8; 8];
+    assert_eq!(
+        p.server
+            .recv(p.sid, &mut buf, BLOCK, Some(Duration::from_millis(300))),
+        Err(Errno::EAGAIN)
+    );
+    // The program closes its last number: the shim forgets it, the kernel drops the last A.
+    p.client.forget(p.cid).unwrap();
+    drop(copy);
+    assert_eq!(
+        p.server.recv(p.sid, &mut buf, BLOCK, T),
+        Ok(0),
+        "FIN after last close"
+    );
+}
+
+#[test]
+fn a_forked_child_adopts_the_socket_and_last_close_waits_for_it() {
+    let d = daemon("fork");
+    let p = connected(&d.path);
+    match fork().unwrap() {
+        Forked::Child => {
+            // The child's Posix sees the pid change and registers anew; it attaches the
+            // inherited placeholder by inode.
+            let ok = (|| {
+                let id = p.client.adopt(p.ca.as_fd()).ok()??;
+                let msg = b"hello from the child";
+                let mut off = 0;
+                while off < msg.len() {
+                    off += p.client.send(id, &msg[off..], false, T).ok()?;
+                }
+                let mut buf = [0u8; 5];
+                let mut got = 0;
+                while got < 5 {
+                    let n = p.client.recv(id, &mut buf[got..], BLOCK, T).ok()?;
+                    if n == 0 {
+                        return None;
+                    }
+                    got += n;
+                }
+                (&buf == b"reply").then_some(())
+            })();
+            exit_now(if ok.is_some() { 0 } else { 1 });
+        }
+        Forked::Parent(pid) => {
+            // The parent drops its own copy at once: the child's keeps the socket open.
+            p.client.forget(p.cid).unwrap();
+            drop(p.ca);
+            let want = b"hello from the child";
+            let mut got = Vec::new();
+            let mut buf = [0u8; 64];
+            while got.len() < want.len() {
+                let n = p.server.recv(p.sid, &mut buf, BLOCK, T).unwrap();
+                assert!(n > 0, "EOF before the child wrote");
+                got.extend_from_slice(&buf[..n]);
+            }
+            assert_eq!(&got, want);
+            assert_eq!(p.server.send(p.sid, b"reply", false, T).unwrap(), 5);
+            assert_eq!(wait_exit(pid).unwrap(), 0, "child failed");
+            // The child exited: its copy is gone too, the last close sends FIN.
+            assert_eq!(p.server.recv(p.sid, &mut buf, BLOCK, T), Ok(0));
+        }
+    }
+}
+
+#[test]
+fn an_unrelated_descriptor_is_not_adopted() {
+    let d = daemon("notours");
+    let app = Posix::attach(&d.path).unwrap();
+    let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+    assert_eq!(app.adopt(a.as_fd()).unwrap(), None);
+    assert_eq!(app.adopt(a.as_fd()).unwrap(), None, "cached");
+    let f = std::fs::File::open("/dev/null").unwrap();
+    assert_eq!(app.adopt(f.as_fd()).unwrap(), None);
+}
+
+#[test]
+fn daemon_death_fails_a_blocked_recv() {
+    let d = daemon("death");
+    let p = connected(&d.path);
+    let waiter = std::thread::spawn(move || {
+        let mut buf = [0u8; 8];
+        // Far longer than the test waits: only the daemon's death can end it early.
+        let r = p
+            .server
+            .recv(p.sid, &mut buf, BLOCK, Some(Duration::from_secs(60)));
+        (r, p)
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    d.stop().unwrap();
+    let (r, p) = waiter.join().unwrap();
+    assert_eq!(r, Err(Errno::ECONNRESET));
+    // A sender finds out at the latest when its send buffer is full and it would wait.
+    let chunk = vec![1u8; 65536];
+    let mut r = Ok(0);
+    for _ in 0..100 {
+        r = p
+            .client
+            .send(p.cid, &chunk, false, Some(Duration::from_secs(60)));
+        if r.is_err() {
+            break;
+        }
+    }
+    assert_eq!(r, Err(Errno::EPIPE));
+}

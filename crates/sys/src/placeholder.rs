@@ -1,0 +1,254 @@
+//! The placeholder pair of an offloaded socket (the process-shared socket model of
+//! `flowstack_client::posix`).
+//!
+//! For each socket the application creates a unix stream socket pair (A, D). A is the file
+//! descriptor the program sees; D goes to the daemon. The pair carries no data, only state the
+//! kernel's own `poll`/`select`/`epoll` can see:
+//! - **readable**: the daemon writes one token byte into D ([`put_token`]) when the socket
+//!   becomes readable; the application reads the tokens back from A ([`take_tokens`]) when its
+//!   own view of the socket is unreadable again;
+//! - **writable**: A is writable except while the application has filled A's (small) send
+//!   buffer ([`fill`]) because the offloaded socket's send buffer is full; the daemon empties
+//!   D ([`drain`]) when send space returns;
+//! - **last close**: when every copy of A anywhere is closed, D reads end-of-file and polls
+//!   `POLLRDHUP` ([`poll_sets`]).
+//!
+//! A's identity across processes is its inode ([`identity`]).
+
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use rustix::net::{recv, send, sockopt, RecvFlags, SendFlags};
+use std::io;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+/// A's send buffer: small, so a few filler writes make A unwritable.
+pub const A_SNDBUF: usize = 4096;
+
+/// Creates a placeholder pair: (A for the program, D for the daemon). Both close-on-exec
+/// (the shim clears it on A when the program asks), A with a small send buffer.
+pub fn pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let (a, d) = UnixStream::pair()?;
+    sockopt::set_socket_send_buffer_size(&a, A_SNDBUF)?;
+    Ok((a.into(), d.into()))
+}
+
+/// The identity of a placeholder across processes: (device, inode) of the socket.
+pub fn identity(fd: BorrowedFd<'_>) -> io::Result<(u64, u64)> {
+    let st = rustix::fs::fstat(fd)?;
+    Ok((st.st_dev, st.st_ino))
+}
+
+/// True if `fd` is a unix stream socket (a candidate placeholder).
+pub fn is_unix_stream(fd: BorrowedFd<'_>) -> bool {
+    let unix = matches!(
+        rustix::net::getsockname(fd),
+        Ok(a) if a.address_family() == rustix::net::AddressFamily::UNIX
+    );
+    unix && matches!(
+        sockopt::socket_type(fd),
+        Ok(rustix::net::SocketType::STREAM)
+    )
+}
+
+/// Daemon side: writes one token byte into D. `Ok(false)` if D's buffer is full (a token is
+/// then surely pending) or the peer is gone.
+pub fn put_token(d: BorrowedFd<'_>) -> io::Result<bool> {
+    match send(d, b"r", SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
+        Ok(n) => Ok(n == 1),
+        Err(rustix::io::Errno::AGAIN | rustix::io::Errno::PIPE) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// What reading A found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tokens {
+    /// This many token bytes were read (possibly none).
+    Read(usize),
+    /// D is closed: the daemon is gone.
+    Closed,
+}
+
+/// Application side: reads every token waiting on A without blocking.
+pub fn take_tokens(a: BorrowedFd<'_>) -> io::Result<Tokens> {
+    let mut n = 0;
+    let mut buf = [0u8; 64];
+    loop {
+        match recv(a, &mut buf, RecvFlags::DONTWAIT) {
+            Ok((0, _)) => return Ok(Tokens::Closed),
+            Ok((k, _)) => n += k,
+            Err(rustix::io::Errno::AGAIN) => return Ok(Tokens::Read(n)),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Application side: writes filler into A until it is unwritable; returns the bytes written.
+pub fn fill(a: BorrowedFd<'_>) -> io::Result<usize> {
+    let junk = [0u8; 512];
+    let mut n = 0;
+    for _ in 0..1024 {
+        match send(a, &junk, SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
+            Ok(k) => n += k,
+            Err(rustix::io::Errno::AGAIN) => return Ok(n),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(io::Error::other("placeholder never filled"))
+}
+
+/// Daemon side: empties D (filler the application wrote), so A becomes writable. Returns
+/// false if the peer closed (every A is gone).
+pub fn drain(d: BorrowedFd<'_>) -> io::Result<bool> {
+    let mut buf = [0u8; 4096];
+    loop {
+        match recv(d, &mut buf, RecvFlags::DONTWAIT) {
+            Ok((0, _)) => return Ok(false),
+            Ok(_) => {}
+            Err(rustix::io::Errno::AGAIN) => return Ok(true),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// True if the peer of stream socket `fd` closed (end of file, or an error), looking without
+/// taking anything: bytes and descriptors waiting to be read stay there.
+pub fn peer_closed(fd: BorrowedFd<'_>) -> bool {
+    let mut b = [0u8; 1];
+    loop {
+        match recv(fd, &mut b, RecvFlags::PEEK | RecvFlags::DONTWAIT) {
+            Ok((0, _)) => return true,
+            Ok(_) => return false,
+            Err(rustix::io::Errno::AGAIN) => return false,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => return true,
+        }
+    }
+}
+
+/// Waits up to `timeout` (`None`: forever; millisecond granularity, at least 1 ms unless
+/// zero) until one of `readable` becomes readable (or hangs up) or one of `hangup` reports
+/// `POLLRDHUP`/`POLLHUP` (its peer closed; filler waiting to be read does not count).
+/// Returns the flags of both sets; an interrupted wait returns all false.
+pub fn poll_sets(
+    readable: &[BorrowedFd<'_>],
+    hangup: &[BorrowedFd<'_>],
+    timeout: Option<Duration>,
+) -> io::Result<(Vec<bool>, Vec<bool>)> {
+    let ts = timeout.map(|t| {
+        let ms = (t.as_millis().min(i32::MAX as u128) as i64).max(if t.is_zero() { 0 } else { 1 });
+        Timespec {
+            tv_sec: ms / 1000,
+            tv_nsec: (ms % 1000) * 1_000_000,
+        }
+    });
+    let mut pfds: Vec<PollFd<'_>> = readable
+        .iter()
+        .map(|f| PollFd::new(f, PollFlags::IN))
+        .chain(hangup.iter().map(|f| PollFd::new(f, PollFlags::RDHUP)))
+        .collect();
+    match poll(&mut pfds, ts.as_ref()) {
+        Ok(_) => {
+            let r = pfds[..readable.len()]
+                .iter()
+                .map(|p| {
+                    p.revents().intersects(
+                        PollFlags::IN | PollFlags::HUP | PollFlags::ERR | PollFlags::NVAL,
+                    )
+                })
+                .collect();
+            let h = pfds[readable.len()..]
+                .iter()
+                .map(|p| {
+                    p.revents().intersects(
+                        PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR | PollFlags::NVAL,
+                    )
+                })
+                .collect();
+            Ok((r, h))
+        }
+        Err(rustix::io::Errno::INTR) => {
+            Ok((vec![false; readable.len()], vec![false; hangup.len()]))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Application side: waits up to `timeout` for A to become readable (`POLLIN`) and/or
+/// writable (`POLLOUT`); returns (readable, writable, hung up).
+pub fn wait_a(
+    a: BorrowedFd<'_>,
+    read: bool,
+    write: bool,
+    timeout: Duration,
+) -> io::Result<(bool, bool, bool)> {
+    let mut ev = PollFlags::empty();
+    if read {
+        ev |= PollFlags::IN;
+    }
+    if write {
+        ev |= PollFlags::OUT;
+    }
+    let ms = (timeout.as_millis().min(i32::MAX as u128) as i64).max(if timeout.is_zero() {
+        0
+    } else {
+        1
+    });
+    let ts = Timespec {
+        tv_sec: ms / 1000,
+        tv_nsec: (ms % 1000) * 1_000_000,
+    };
+    let mut p = [PollFd::new(&a, ev)];
+    match poll(&mut p, Some(&ts)) {
+        Ok(_) => {
+            let r = p[0].revents();
+            Ok((
+                r.contains(PollFlags::IN),
+                r.contains(PollFlags::OUT),
+                r.intersects(PollFlags::HUP | PollFlags::ERR),
+            ))
+        }
+        Err(rustix::io::Errno::INTR) => Ok((false, false, false)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn tokens_fill_drain_and_last_close() {
+        let (a, d) = pair().unwrap();
+        let z = Some(Duration::ZERO);
+        // Nothing to read on A; A writable.
+        assert_eq!(
+            wait_a(a.as_fd(), true, true, Duration::ZERO).unwrap(),
+            (false, true, false)
+        );
+        assert!(put_token(d.as_fd()).unwrap());
+        assert!(wait_a(a.as_fd(), true, false, Duration::ZERO).unwrap().0);
+        assert_eq!(take_tokens(a.as_fd()).unwrap(), Tokens::Read(1));
+        assert!(!wait_a(a.as_fd(), true, false, Duration::ZERO).unwrap().0);
+        // Filled: A unwritable until D is drained; filler does not look like a hang-up.
+        assert!(fill(a.as_fd()).unwrap() > 0);
+        assert!(!wait_a(a.as_fd(), false, true, Duration::ZERO).unwrap().1);
+        assert_eq!(poll_sets(&[], &[d.as_fd()], z).unwrap().1, vec![false]);
+        assert!(drain(d.as_fd()).unwrap());
+        assert!(wait_a(a.as_fd(), false, true, Duration::ZERO).unwrap().1);
+        // Same inode seen through a dup; last close seen on D only after every copy is gone.
+        let a2 = a.try_clone().unwrap();
+        assert_eq!(identity(a.as_fd()).unwrap(), identity(a2.as_fd()).unwrap());
+        assert!(is_unix_stream(a.as_fd()));
+        drop(a);
+        assert_eq!(poll_sets(&[], &[d.as_fd()], z).unwrap().1, vec![false]);
+        drop(a2);
+        assert_eq!(poll_sets(&[], &[d.as_fd()], z).unwrap().1, vec![true]);
+        assert!(!drain(d.as_fd()).unwrap());
+    }
+}
