@@ -78,13 +78,222 @@ pub trait Backend: Sync {
     fn forget(&self, id: SockId);
     /// In the child of a fork, before anything else.
     fn after_fork(&self);
-    /// One line of the per-process summary for `flowstack stats`.
-    fn report(&self, line: &str);
+    /// Tells the daemon a socket went to the kernel and why (`flowstack stats`).
+    fn report(&self, why: crate::addr::Reason, dst: Option<SocketAddrV4>);
 }
 
-/// The daemon API this build links, or why there is none.
+/// The daemon API: `flowstack_client::posix` on the daemon named by `FLOWSTACK_SOCKET`
+/// (or the default path), registered now; `Err` says why not.
 pub fn connect() -> Result<&'static dyn Backend, String> {
-    Err("this build has no daemon API for unmodified programs \
-         (flowstack_client::posix is not there yet)"
-        .into())
+    match Posix::global() {
+        Ok(p) => {
+            static ADAPTER: std::sync::OnceLock<PosixBackend> = std::sync::OnceLock::new();
+            Ok(ADAPTER.get_or_init(|| PosixBackend {
+                p,
+                scratch: std::sync::Mutex::new(None),
+            }))
+        }
+        Err(e) => Err(format!("{e} ({})", posix::default_socket_path().display())),
+    }
+}
+
+use flowstack_client::posix::{self, Opt, Posix, RecvFlags, Shutdown};
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+/// [`Backend`] over `flowstack_client::posix`, always non-blocking (the shim sleeps itself).
+struct PosixBackend {
+    p: &'static Posix,
+    /// A kernel TCP socket that answers options flowstack does not know, as the kernel
+    /// would (value checks, defaults, `ENOPROTOOPT`).
+    scratch: std::sync::Mutex<Option<OwnedFd>>,
+}
+
+fn opt_of(level: i32, name: i32) -> Option<Opt> {
+    Some(match (level, name) {
+        (libc::IPPROTO_TCP, libc::TCP_NODELAY) => Opt::NoDelay,
+        (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => Opt::KeepAlive,
+        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE) => Opt::KeepIdle,
+        (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL) => Opt::KeepIntvl,
+        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT) => Opt::KeepCnt,
+        (libc::SOL_SOCKET, libc::SO_LINGER) => Opt::Linger,
+        (libc::SOL_SOCKET, libc::SO_RCVBUF) => Opt::RcvBuf,
+        (libc::SOL_SOCKET, libc::SO_SNDBUF) => Opt::SndBuf,
+        (libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT) => Opt::UserTimeout,
+        (libc::IPPROTO_TCP, libc::TCP_CORK) => Opt::Cork,
+        (libc::SOL_SOCKET, libc::SO_REUSEADDR) => Opt::ReuseAddr,
+        (libc::SOL_SOCKET, libc::SO_REUSEPORT) => Opt::ReusePort,
+        _ => return None,
+    })
+}
+
+impl PosixBackend {
+    /// Runs `f` on the scratch kernel socket (created on first use).
+    fn on_scratch(&self, f: impl FnOnce(i32) -> i32) -> Result<(), Errno> {
+        use std::os::fd::FromRawFd;
+        let mut g = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_none() {
+            // SAFETY: a new kernel socket, owned by the OwnedFd at once.
+            let k = unsafe { crate::real::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+            if k < 0 {
+                return Err(crate::real::errno());
+            }
+            // SAFETY: `k` is ours and open.
+            *g = Some(unsafe { OwnedFd::from_raw_fd(k) });
+        }
+        let fd = g.as_ref().map(|k| k.as_raw_fd()).unwrap_or(-1);
+        if f(fd) < 0 {
+            Err(crate::real::errno())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+fn e(x: posix::Errno) -> Errno {
+    x.0
+}
+
+fn int_of(val: &[u8]) -> Result<i64, Errno> {
+    let b: [u8; 4] = val.get(..4).and_then(|b| b.try_into().ok()).ok_or(libc::EINVAL)?;
+    Ok(i32::from_ne_bytes(b) as i64)
+}
+
+impl Backend for PosixBackend {
+    fn socket(&self, dgram: bool) -> Result<(OwnedFd, SockId), Errno> {
+        let ty = if dgram { posix::Type::Dgram } else { posix::Type::Stream };
+        self.p.socket(ty).map(|(fd, id)| (fd, id.0)).map_err(e)
+    }
+    fn adopt(&self, fd: i32) -> Option<SockId> {
+        // SAFETY: `fd` is open for the duration of this call (the caller just received or
+        // inherited it).
+        let b = unsafe { BorrowedFd::borrow_raw(fd) };
+        self.p.adopt(b).ok().flatten().map(|id| id.0)
+    }
+    fn carries(&self, dst: SocketAddrV4) -> bool {
+        self.p.carries(dst).unwrap_or(false)
+    }
+    fn bind(&self, id: SockId, a: SocketAddrV4) -> Result<(), Errno> {
+        self.p.bind(posix::SockId(id), a).map(|_| ()).map_err(e)
+    }
+    fn listen(&self, id: SockId, backlog: i32, kernel: Option<OwnedFd>) -> Result<(), Errno> {
+        let backlog = backlog.clamp(1, 65535) as u32;
+        self.p.listen(posix::SockId(id), backlog, kernel).map(|_| ()).map_err(e)
+    }
+    fn accept(&self, id: SockId) -> Result<Accepted, Errno> {
+        self.p
+            .accept(posix::SockId(id), true, None)
+            .map(|(fd, nid, peer, _)| Accepted::Flowstack(fd, nid.0, peer))
+            .map_err(e)
+    }
+    fn connect(&self, id: SockId, a: SocketAddrV4) -> Result<(), Errno> {
+        self.p.connect(posix::SockId(id), a, true, None).map_err(e)
+    }
+    fn sendto(&self, id: SockId, buf: &[u8], _flags: i32, dst: Option<SocketAddrV4>) -> Result<usize, Errno> {
+        if dst.is_some() {
+            // A destination on a stream socket is ignored, as Linux does for TCP.
+        }
+        self.p.send(posix::SockId(id), buf, true, None).map_err(e)
+    }
+    fn recvfrom(&self, id: SockId, buf: &mut [u8], flags: i32) -> Result<(usize, Option<SocketAddrV4>), Errno> {
+        let f = RecvFlags {
+            peek: flags & libc::MSG_PEEK != 0,
+            waitall: false,
+            nonblock: true,
+        };
+        self.p.recv(posix::SockId(id), buf, f, None).map(|n| (n, None)).map_err(e)
+    }
+    fn shutdown(&self, id: SockId, how: i32) -> Result<(), Errno> {
+        let how = match how {
+            libc::SHUT_RD => Shutdown::Read,
+            libc::SHUT_WR => Shutdown::Write,
+            libc::SHUT_RDWR => Shutdown::Both,
+            _ => return Err(libc::EINVAL),
+        };
+        self.p.shutdown(posix::SockId(id), how).map_err(e)
+    }
+    fn local_addr(&self, id: SockId) -> Result<SocketAddrV4, Errno> {
+        self.p.local_addr(posix::SockId(id)).map_err(e)
+    }
+    fn peer_addr(&self, id: SockId) -> Result<SocketAddrV4, Errno> {
+        self.p.peer_addr(posix::SockId(id)).map_err(e)
+    }
+    fn take_error(&self, id: SockId) -> Errno {
+        match self.p.take_error(posix::SockId(id)) {
+            Ok(Some(x)) => x.0,
+            Ok(None) => 0,
+            Err(x) => x.0,
+        }
+    }
+    fn set_option(&self, id: SockId, level: i32, name: i32, val: &[u8]) -> Result<(), Errno> {
+        // The kernel's checks first (length, range), on the scratch socket.
+        self.on_scratch(|k| {
+            // SAFETY: `val` is readable for its length; `k` is the scratch socket.
+            unsafe { crate::real::setsockopt(k, level, name, val.as_ptr().cast(), val.len() as _) }
+        })?;
+        let Some(o) = opt_of(level, name) else {
+            crate::state::count_unknown_option();
+            return Ok(());
+        };
+        let v = if o == Opt::Linger {
+            let on = int_of(val)?;
+            let secs = val.get(4..8).map(|b| i32::from_ne_bytes(b.try_into().unwrap_or([0; 4])) as i64).unwrap_or(0);
+            if on != 0 { secs } else { -1 }
+        } else {
+            int_of(val)?
+        };
+        self.p.set_option(posix::SockId(id), o, v).map_err(e)
+    }
+    fn get_option(&self, id: SockId, level: i32, name: i32, out: &mut [u8]) -> Result<usize, Errno> {
+        if (level, name) == (libc::IPPROTO_TCP, libc::TCP_INFO) {
+            let info = self.p.tcp_info(posix::SockId(id)).map_err(e)?;
+            out.iter_mut().for_each(|b| *b = 0);
+            if let Some(b) = out.first_mut() {
+                *b = info.state;
+            }
+            return Ok(out.len().min(std::mem::size_of::<libc::tcp_info>()));
+        }
+        let Some(o) = opt_of(level, name) else {
+            crate::state::count_unknown_option();
+            let mut len = out.len() as libc::socklen_t;
+            self.on_scratch(|k| {
+                // SAFETY: `out` is writable for `len` bytes.
+                unsafe { crate::real::getsockopt(k, level, name, out.as_mut_ptr().cast(), &mut len) }
+            })?;
+            return Ok(len as usize);
+        };
+        let v = self.p.get_option(posix::SockId(id), o).map_err(e)?;
+        let bytes: Vec<u8> = if o == Opt::Linger {
+            let (on, secs) = if v < 0 { (0i32, 0i32) } else { (1, v as i32) };
+            [on.to_ne_bytes(), secs.to_ne_bytes()].concat()
+        } else {
+            (v as i32).to_ne_bytes().to_vec()
+        };
+        let n = out.len().min(bytes.len());
+        out[..n].copy_from_slice(&bytes[..n]);
+        Ok(n)
+    }
+    fn readable_bytes(&self, id: SockId) -> usize {
+        self.p.readable_bytes(posix::SockId(id)).unwrap_or(0)
+    }
+    fn unsent_bytes(&self, id: SockId) -> usize {
+        self.p.unsent_bytes(posix::SockId(id)).unwrap_or(0)
+    }
+    fn forget(&self, id: SockId) {
+        let _ = self.p.forget(posix::SockId(id));
+    }
+    fn after_fork(&self) {
+        self.p.after_fork();
+    }
+    fn report(&self, why: crate::addr::Reason, dst: Option<SocketAddrV4>) {
+        use crate::addr::Reason;
+        use flowstack_api::record::ReportKind;
+        let kind = match why {
+            Reason::NotCarried => ReportKind::NotCarried,
+            Reason::Ipv6 | Reason::V6Only => ReportKind::Ipv6,
+            Reason::NoDaemon => ReportKind::NoDaemon,
+            Reason::OtherType | Reason::FdTooHigh | Reason::Refused => ReportKind::Unsupported,
+            _ => ReportKind::Other,
+        };
+        let _ = self.p.report(kind, dst);
+    }
 }

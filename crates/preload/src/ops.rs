@@ -10,7 +10,7 @@ use crate::real;
 use crate::state::{signals, State};
 use crate::table::{opt, Entry, MAX_FDS};
 use std::net::SocketAddrV4;
-use std::os::fd::IntoRawFd;
+use std::os::fd::{AsRawFd, IntoRawFd};
 use std::time::{Duration, Instant};
 
 /// Whether the placeholder is non-blocking: the cached flag, confirmed with the kernel (the
@@ -26,8 +26,9 @@ fn nonblocking(fd: i32, e: &Entry, flags: i32) -> bool {
 
 /// Sleeps until `fd` shows `events` (or hang-up/error), the timeout passes (`EAGAIN`, as the
 /// kernel answers for SO_RCVTIMEO/SO_SNDTIMEO) or a signal interrupts (`EINTR`, unless every
-/// handler asked for `SA_RESTART` and no timeout is set: signal(7)).
-fn wait(fd: i32, events: i16, deadline: Option<Instant>) -> Result<(), Errno> {
+/// handler asked for `SA_RESTART` and no timeout is set: signal(7)). `Ok(true)`: the
+/// placeholder hung up — the daemon's end is gone.
+fn wait(fd: i32, events: i16, deadline: Option<Instant>) -> Result<bool, Errno> {
     loop {
         let ms = match deadline {
             None => -1,
@@ -47,7 +48,7 @@ fn wait(fd: i32, events: i16, deadline: Option<Instant>) -> Result<(), Errno> {
         // SAFETY: one valid pollfd on the stack.
         let r = unsafe { real::poll(&mut p, 1, ms) };
         if r > 0 {
-            return Ok(());
+            return Ok(p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0);
         }
         if r == 0 {
             continue;
@@ -75,9 +76,12 @@ fn blocking<T>(
     mut op: impl FnMut() -> Result<T, Errno>,
 ) -> Result<T, Errno> {
     let dl = deadline(timeo_ms);
+    let mut hup = false;
     loop {
         match op() {
-            Err(libc::EAGAIN) if !nonblocking(fd, e, flags) => wait(fd, events, dl)?,
+            // The daemon is gone and the call still has nothing: fail rather than spin.
+            Err(libc::EAGAIN) if hup => return Err(libc::ECONNRESET),
+            Err(libc::EAGAIN) if !nonblocking(fd, e, flags) => hup = wait(fd, events, dl)?,
             r => return r,
         }
     }
@@ -287,13 +291,14 @@ pub fn connect(
     let (_, timeo) = st.table.timeouts(fd);
     let dl = deadline(timeo);
     loop {
-        match wait(fd, libc::POLLOUT, dl) {
+        let hup = match wait(fd, libc::POLLOUT, dl) {
             Err(libc::EAGAIN) => return Err(libc::EINPROGRESS),
             Err(err) => return Err(err),
-            Ok(()) => {}
-        }
+            Ok(h) => h,
+        };
         match b.connect(e.id, dst) {
             Ok(()) | Err(libc::EISCONN) => return Ok(()),
+            Err(libc::EALREADY | libc::EINPROGRESS) if hup => return Err(libc::ECONNRESET),
             Err(libc::EALREADY | libc::EINPROGRESS) => continue,
             Err(err) => return Err(err),
         }
@@ -310,7 +315,12 @@ pub fn accept(
     flags: i32,
 ) -> Result<(i32, Option<SocketAddrV4>), Errno> {
     let (timeo, _) = st.table.timeouts(fd);
-    let got = blocking(fd, e, 0, libc::POLLIN, timeo, || b.accept(e.id))?;
+    let kernel = st.table.aux(fd);
+    let got = blocking(fd, e, 0, libc::POLLIN, timeo, || match b.accept(e.id) {
+        // Nothing through flowstack: an ordinary client on the kernel side?
+        Err(libc::EAGAIN) if kernel.is_some() => kernel_accept(kernel.unwrap_or(-1)),
+        r => r,
+    })?;
     let cloexec = flags & libc::SOCK_CLOEXEC != 0;
     let nonblock = flags & libc::SOCK_NONBLOCK != 0;
     let (nfd, peer) = match got {
@@ -352,6 +362,20 @@ pub fn accept(
         real::fcntl(nfd, libc::F_SETFL, fl as usize);
     }
     Ok((nfd, peer))
+}
+
+fn kernel_accept(k: i32) -> Result<Accepted, Errno> {
+    use std::os::fd::FromRawFd;
+    let flags = libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
+    // SAFETY: accept on the shim's kernel listener; no address is asked for.
+    let n = unsafe { real::accept4(k, std::ptr::null_mut(), std::ptr::null_mut(), flags) };
+    if n < 0 {
+        let err = real::errno();
+        // Connections that died while queued look like "try again" to the application.
+        return Err(if err == libc::ECONNABORTED { libc::EAGAIN } else { err });
+    }
+    // SAFETY: `n` is a new descriptor we own.
+    Ok(Accepted::Kernel(unsafe { std::os::fd::OwnedFd::from_raw_fd(n) }))
 }
 
 /// Replaces the placeholder `fd` with a kernel socket of the same family and type, keeping
@@ -447,7 +471,7 @@ pub fn bind(b: &dyn Backend, st: &State, fd: i32, e: &Entry, a: Addr) -> Result<
 
 /// listen(2), with the kernel listener on the same port unless FLOWSTACK_KERNEL_LISTEN=0.
 pub fn listen(b: &dyn Backend, st: &State, fd: i32, e: &Entry, backlog: i32) -> Result<(), Errno> {
-    let kernel = if st.cfg.kernel_listen && !e.dgram {
+    let kernel = if st.cfg.kernel_listen && !e.dgram && !e.listening {
         b.local_addr(e.id)
             .ok()
             .filter(|a| a.port() != 0)
@@ -455,8 +479,23 @@ pub fn listen(b: &dyn Backend, st: &State, fd: i32, e: &Entry, backlog: i32) -> 
     } else {
         None
     };
-    b.listen(e.id, backlog, kernel)?;
+    // The shim keeps its own copy to accept ordinary clients from.
+    // SAFETY: F_DUPFD_CLOEXEC of a descriptor we own.
+    let mine = kernel
+        .as_ref()
+        .map(|k| unsafe { real::fcntl(k.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) })
+        .filter(|&k| k >= 0);
+    if let Err(err) = b.listen(e.id, backlog, kernel) {
+        if let Some(k) = mine {
+            // SAFETY: our copy, not handed out.
+            unsafe { real::close(k) };
+        }
+        return Err(err);
+    }
     st.table.update(fd, |x| x.listening = true);
+    if mine.is_some() {
+        st.table.set_aux(fd, mine);
+    }
     Ok(())
 }
 

@@ -52,10 +52,12 @@ fn run<R: Fail>(f: impl FnOnce() -> Result<R, Errno>) -> R {
 #[inline]
 fn placeholder(fd: c_int) -> Option<(&'static State, &'static dyn Backend, Entry)> {
     let st = state::get()?;
-    let e = st.table.get(fd)?;
+    st.table.get(fd)?;
     if is_inside() {
         return None;
     }
+    state::readopt_if_forked(st);
+    let e = st.table.get(fd)?;
     Some((st, st.connected()?, e))
 }
 
@@ -647,8 +649,14 @@ pub unsafe extern "C" fn sendfile64(out: c_int, inp: c_int, off: *mut off_t, n: 
 /// daemon API forgets its socket at the last descriptor.
 fn forget_fd(fd: c_int) {
     if let Some(st) = state::get() {
+        let aux = st.table.aux(fd);
         if let Some(e) = st.table.clear(fd) {
-            st.release(e.id);
+            if st.release(e.id) {
+                if let Some(k) = aux {
+                    // SAFETY: the shim's own copy of the kernel listener, closed once.
+                    unsafe { real::close(k) };
+                }
+            }
         }
     }
 }
@@ -694,8 +702,8 @@ pub unsafe extern "C" fn closefrom(lo: c_int) {
 /// After the kernel made `new` a copy of `old`: the table follows.
 fn dup_done(old: c_int, new: c_int) {
     if let Some(st) = state::get() {
-        if let Some(e) = st.table.clear(new) {
-            st.release(e.id);
+        if st.table.get(new).is_some() {
+            forget_fd(new);
         }
         st.table.copy(old, new);
         if let Some(e) = st.table.get(new) {
@@ -974,10 +982,8 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn fork() -> pid_t {
     let pid = real::fork();
-    if pid == 0 {
-        if let Some(b) = state::get().and_then(|s| s.connected()) {
-            inside(|| b.after_fork());
-        }
+    if pid == 0 && state::get().is_some_and(|s| s.connected().is_some()) {
+        state::mark_forked();
     }
     pid
 }

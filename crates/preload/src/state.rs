@@ -141,8 +141,9 @@ impl State {
         *m.entry(id).or_insert(0) += 1;
     }
 
-    /// One descriptor fewer for `id`; the daemon API forgets the socket at the last one.
-    pub fn release(&self, id: SockId) {
+    /// One descriptor fewer for `id`; the daemon API forgets the socket at the last one
+    /// (then true).
+    pub fn release(&self, id: SockId) -> bool {
         let last = {
             let mut m = self.refs.lock().unwrap_or_else(|p| p.into_inner());
             match m.get_mut(&id) {
@@ -161,6 +162,7 @@ impl State {
                 inside(|| b.forget(id));
             }
         }
+        last
     }
 
     /// Records that a socket went through flowstack (`how`: socket, accept, adopt).
@@ -169,19 +171,22 @@ impl State {
         self.emit(fd, "flowstack", how);
     }
 
-    /// Records that a socket is on the kernel and why (`moved`: it was a placeholder first).
+    /// Records that a socket is on the kernel and why (`moved`: it was a placeholder first);
+    /// the daemon hears of it for `flowstack stats`.
     pub fn note_kernel(&self, fd: i32, why: Reason, moved: bool) {
         if let Some(c) = self.via_kernel.get(why as usize) {
             c.fetch_add(1, Ordering::Relaxed);
+        }
+        if let (Some(b), Reason::NotCarried | Reason::Ipv6 | Reason::V6Only) =
+            (self.connected(), why)
+        {
+            inside(|| b.report(why, None));
         }
         self.emit(fd, if moved { "moved" } else { "kernel" }, why.name());
     }
 
     fn emit(&self, fd: i32, path: &str, why: &str) {
         let Some(file) = &self.cfg.report else {
-            if let Some(b) = self.connected() {
-                inside(|| b.report(&format!("{fd} {path} {why}")));
-            }
             return;
         };
         inside(|| {
@@ -206,10 +211,63 @@ impl State {
                     real::close(fd as i32);
                 }
             }
-            if let Some(b) = self.connected() {
-                b.report(line.trim_end());
-            }
         });
+    }
+}
+
+static UNKNOWN_OPTIONS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts a socket option flowstack does not know (answered by a kernel socket instead).
+pub fn count_unknown_option() {
+    UNKNOWN_OPTIONS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Socket options answered by the kernel's scratch socket so far.
+pub fn unknown_options() -> u64 {
+    UNKNOWN_OPTIONS.load(Ordering::Relaxed)
+}
+
+/// Set in the child of a fork: the daemon API's socket ids are the parent's until the
+/// placeholders are adopted again (done on the next placeholder call).
+static STALE: AtomicBool = AtomicBool::new(false);
+
+/// Marks this (child) process's ids stale.
+pub fn mark_forked() {
+    STALE.store(true, Ordering::Release);
+}
+
+/// After a fork: adopts every placeholder of the table under its new id (once).
+#[inline]
+pub fn readopt_if_forked(st: &State) {
+    if STALE.load(Ordering::Acquire) && STALE.swap(false, Ordering::AcqRel) {
+        inside(|| st.readopt());
+    }
+}
+
+impl State {
+    fn readopt(&self) {
+        self.refs.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        let Some(b) = self.connected() else { return };
+        b.after_fork();
+        let all: Vec<(i32, crate::table::Entry)> =
+            self.table.in_range(0, crate::table::MAX_FDS as u32).collect();
+        let mut ids: HashMap<SockId, SockId> = HashMap::new();
+        for (fd, e) in all {
+            let id = match ids.get(&e.id) {
+                Some(&id) => Some(id),
+                None => b.adopt(fd),
+            };
+            match id {
+                Some(id) => {
+                    ids.insert(e.id, id);
+                    self.table.set(fd, crate::table::Entry { id, ..e });
+                    self.hold(id);
+                }
+                None => {
+                    self.table.clear(fd);
+                }
+            }
+        }
     }
 }
 

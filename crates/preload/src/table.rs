@@ -132,6 +132,8 @@ pub struct Table {
     rcv_timeo: Box<[AtomicU32]>,
     /// SO_SNDTIMEO in milliseconds (0: none), per descriptor.
     snd_timeo: Box<[AtomicU32]>,
+    /// The shim's copy of a listener's kernel side, plus one (0: none), per descriptor.
+    aux: Box<[AtomicU32]>,
 }
 
 impl Default for Table {
@@ -161,6 +163,7 @@ impl Table {
             slots: zeroed64(MAX_FDS),
             rcv_timeo: zeroed32(MAX_FDS),
             snd_timeo: zeroed32(MAX_FDS),
+            aux: zeroed32(MAX_FDS),
         }
     }
 
@@ -198,6 +201,7 @@ impl Table {
         let old = Entry::unpack(self.slot(fd)?.swap(0, Ordering::AcqRel));
         if old.is_some() {
             self.set_timeouts(fd, 0, 0);
+            self.set_aux(fd, None);
         }
         old
     }
@@ -209,6 +213,7 @@ impl Table {
                 let (r, s) = self.timeouts(from);
                 if self.set(to, e) {
                     self.set_timeouts(to, r, s);
+                    self.set_aux(to, self.aux(from));
                 }
             }
             None => {
@@ -229,6 +234,19 @@ impl Table {
         span.iter().enumerate().filter_map(move |(i, s)| {
             Entry::unpack(s.load(Ordering::Acquire)).map(|e| ((lo + i) as i32, e))
         })
+    }
+
+    /// The kernel listener the shim keeps for listening placeholder `fd`.
+    pub fn aux(&self, fd: i32) -> Option<i32> {
+        let v = self.aux.get(usize::try_from(fd).ok()?)?.load(Ordering::Acquire);
+        (v != 0).then(|| v as i32 - 1)
+    }
+
+    /// Sets (or clears) [`Table::aux`] of `fd`.
+    pub fn set_aux(&self, fd: i32, k: Option<i32>) {
+        if let Some(a) = usize::try_from(fd).ok().and_then(|i| self.aux.get(i)) {
+            a.store(k.map(|k| k as u32 + 1).unwrap_or(0), Ordering::Release);
+        }
     }
 
     /// (SO_RCVTIMEO, SO_SNDTIMEO) of `fd` in milliseconds, 0 meaning none.
@@ -290,6 +308,7 @@ mod tests {
         assert_eq!(t.clear(5).map(|e| e.id), Some(3));
         assert_eq!(t.get(5), None);
         assert_eq!(t.timeouts(5), (0, 0), "timeouts go with the socket");
+        assert_eq!(t.aux(5), None);
         assert_eq!(t.clear(5), None);
     }
 
@@ -298,9 +317,11 @@ mod tests {
         let t = Table::new();
         t.set(4, Entry::new(9, false, false, true));
         t.set_timeouts(4, 5, 6);
+        t.set_aux(4, Some(0));
         t.copy(4, 10);
         assert_eq!(t.get(10), t.get(4));
         assert_eq!(t.timeouts(10), (5, 6));
+        assert_eq!(t.aux(10), Some(0), "descriptor 0 is a valid kernel listener");
         // dup2(file, 10): 10 is no longer a socket.
         t.copy(3, 10);
         assert_eq!(t.get(10), None);
