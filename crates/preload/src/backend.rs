@@ -200,7 +200,20 @@ impl Backend for PosixBackend {
             waitall: false,
             nonblock: true,
         };
-        self.p.recv(posix::SockId(id), buf, f, None).map(|n| (n, None)).map_err(e)
+        let id = posix::SockId(id);
+        let n = self.p.recv(id, buf, f, None).map_err(e)?;
+        if !f.peek && n > 0 && n < buf.len() {
+            // Probably drained: a peek that finds nothing takes the readiness tokens back
+            // now, so level-triggered poll/epoll stop saying readable (as the kernel does
+            // once the data is read) instead of waking the program for an EAGAIN.
+            let mut one = [0u8; 1];
+            let peek = RecvFlags {
+                peek: true,
+                ..f
+            };
+            let _ = self.p.recv(id, &mut one, peek, None);
+        }
+        Ok((n, None))
     }
     fn shutdown(&self, id: SockId, how: i32) -> Result<(), Errno> {
         let how = match how {

@@ -46,7 +46,7 @@ fn wait(fd: i32, events: i16, deadline: Option<Instant>) -> Result<bool, Errno> 
             revents: 0,
         };
         // SAFETY: one valid pollfd on the stack.
-        let r = unsafe { real::poll(&mut p, 1, ms) };
+        let r = crate::state::outside(|| unsafe { real::poll(&mut p, 1, ms) });
         if r > 0 {
             return Ok(p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0);
         }

@@ -102,12 +102,26 @@ pub fn is_inside() -> bool {
     INSIDE.with(|c| c.get())
 }
 
-/// Runs `f` with interposition off for this thread.
+/// Runs `f` with interposition off for this thread (restored on unwind too).
 pub fn inside<R>(f: impl FnOnce() -> R) -> R {
-    let was = INSIDE.with(|c| c.replace(true));
-    let r = f();
-    INSIDE.with(|c| c.set(was));
-    r
+    with_inside(true, f)
+}
+
+/// Runs `f` with interposition on: the shim's sleeps, where a signal handler may run (and
+/// may even `longjmp` out, leaving the flag as the application expects it).
+pub fn outside<R>(f: impl FnOnce() -> R) -> R {
+    with_inside(false, f)
+}
+
+fn with_inside<R>(on: bool, f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            INSIDE.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(INSIDE.with(|c| c.replace(on)));
+    f()
 }
 
 impl State {
@@ -265,6 +279,12 @@ impl State {
                 }
                 None => {
                     self.table.clear(fd);
+                    say(&format!(
+                        "flowstack: pid {}: descriptor {fd} inherited from the parent is no \
+                         longer a flowstack socket here (cannot attach to the daemon after \
+                         fork: is its socket reachable by this user?)",
+                        std::process::id()
+                    ));
                 }
             }
         }
