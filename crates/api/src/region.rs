@@ -55,6 +55,11 @@ pub mod at {
 pub const HEADER_BYTES: usize = 4096;
 /// The first bytes the daemon sends with the descriptors (memfd, eventfd) at registration.
 pub const HELLO: &[u8; 8] = b"FSDHELO1";
+/// What an application writes first on a new connection to the daemon's unix socket.
+pub const REGISTER: &[u8; 8] = b"FSDREG02";
+/// What `flowstack stats` writes first instead: the daemon answers with its stats (JSON) and
+/// closes.
+pub const STATS_REQUEST: &[u8; 8] = b"FSDSTAT1";
 /// Per-connection limit of bytes posted by the application and not yet taken by the engine.
 pub const SOCK_SNDBUF: u64 = 256 * 1024;
 /// Per-connection limit of bytes delivered to the application and not yet consumed by it.

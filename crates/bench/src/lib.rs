@@ -18,6 +18,7 @@
 pub mod cores;
 pub mod flowstack;
 pub mod kernel;
+pub mod offload;
 pub mod profile;
 pub mod run;
 pub mod smol;

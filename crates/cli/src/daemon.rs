@@ -13,6 +13,9 @@ pub struct DaemonArgs {
     /// /run/flowstack/flowstack.sock as root].
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
+    /// Most sockets one application may have at once (more: ENOBUFS, counted in stats).
+    #[arg(long, value_name = "N", default_value_t = 65536, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_sockets_per_app: u32,
 }
 
 /// Runs the daemon until it is killed.
@@ -21,6 +24,7 @@ pub fn run(a: DaemonArgs) -> ExitCode {
     if let Some(p) = a.socket {
         cfg.socket = p;
     }
+    cfg.max_sockets_per_app = a.max_sockets_per_app as usize;
     let d = match Daemon::bind(&cfg) {
         Ok(d) => d,
         Err(e) => {
@@ -29,7 +33,7 @@ pub fn run(a: DaemonArgs) -> ExitCode {
         }
     };
     println!(
-        "flowstackd: serving 127.0.0.1 and 127.0.0.2 (loopback, 127.0.0.0/8) for applications on {}",
+        "flowstackd: serving 127.0.0.0/8 (its own loopback interface) for applications on {}",
         d.path().display()
     );
     let stop = AtomicBool::new(false);

@@ -10,6 +10,7 @@ mod profile;
 mod run;
 mod serve;
 mod serve_cores;
+mod stats;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -61,7 +62,7 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// The offload daemon (flowstackd): the stack as a service for applications on this host.
     ///
-    /// Serves TCP on its own loopback interface (127.0.0.1 and 127.0.0.2) to applications that
+    /// Serves TCP on its own loopback interface (127.0.0.0/8) to applications that
     /// register on a unix socket with the flowstack client library; needs no privileges.
     Daemon(daemon::DaemonArgs),
     /// Run an unmodified program on flowstack: flowstack run [--socket PATH] [-v] -- CMD ARGS...
@@ -70,6 +71,10 @@ enum Cmd {
     /// (LD_PRELOAD) and runs it; the exit status is CMD's. IPv4 TCP sockets go through the
     /// daemon, everything else stays on the kernel; -v prints per process which and why.
     Run(run::RunArgs),
+    /// Sockets and counters of a running daemon, as `ss` and `nstat` show them.
+    ///
+    /// Example: flowstack stats --watch 1
+    Stats(stats::StatsArgs),
     /// (internal) the server process of `flowstack bench`.
     #[command(name = "__bench-server", hide = true)]
     BenchServer(bench::ServerArgs),
@@ -121,6 +126,7 @@ fn main() -> ExitCode {
         Cmd::Bench(a) => bench::run(a),
         Cmd::Daemon(a) => daemon::run(a),
         Cmd::Run(a) => run::run(a),
+        Cmd::Stats(a) => stats::run(a),
         Cmd::BenchServer(a) => bench::serve(a),
     }
 }

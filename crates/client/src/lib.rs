@@ -163,6 +163,7 @@ impl Client {
     pub fn connect(path: impl AsRef<Path>) -> Result<Self, ConnectError> {
         let stream = UnixStream::connect(path)?;
         stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        std::io::Write::write_all(&mut &stream, layout::REGISTER)?;
         let mut buf = [0u8; 8];
         let mut fds = Vec::new();
         let n = flowstack_sys::fdpass::recv_fds(&stream, &mut buf, &mut fds)?;

@@ -28,6 +28,7 @@
 mod app;
 pub mod layout;
 pub mod loopback;
+pub mod stats;
 
 pub use app::{AppStats, DaemonCounters, EPHEMERAL};
 
@@ -75,12 +76,16 @@ fn rustix_uid() -> u32 {
 pub struct DaemonConfig {
     /// Unix socket applications register on.
     pub socket: PathBuf,
+    /// Most sockets one application may name at once; more are refused with `ENOBUFS`
+    /// and counted (`FlowstackdLimitsHit`).
+    pub max_sockets_per_app: usize,
 }
 
 impl Default for DaemonConfig {
     fn default() -> Self {
         Self {
             socket: default_socket_path(),
+            max_sockets_per_app: 65536,
         }
     }
 }
@@ -88,6 +93,7 @@ impl Default for DaemonConfig {
 /// A bound daemon, ready to [`run`](Daemon::run).
 pub struct Daemon {
     listener: UnixListener,
+    max_sockets_per_app: usize,
     path: PathBuf,
     bell: EventFd,
 }
@@ -95,6 +101,7 @@ pub struct Daemon {
 /// A daemon running on its own thread ([`Daemon::spawn`]); stops and joins on drop.
 pub struct DaemonHandle {
     stop: Arc<AtomicBool>,
+    tid: Arc<std::sync::atomic::AtomicU32>,
     thread: Option<std::thread::JoinHandle<io::Result<()>>>,
     bell_fd: Option<std::os::fd::OwnedFd>,
     /// Where applications register.
@@ -102,6 +109,11 @@ pub struct DaemonHandle {
 }
 
 impl DaemonHandle {
+    /// The daemon thread's kernel id (for its CPU time in `/proc`), once it runs.
+    pub fn thread_id(&self) -> Option<u32> {
+        Some(self.tid.load(Ordering::SeqCst)).filter(|&t| t != 0)
+    }
+
     /// Stops the daemon and waits for its thread.
     pub fn stop(mut self) -> io::Result<()> {
         self.shutdown()
@@ -150,6 +162,7 @@ impl Daemon {
         listener.set_nonblocking(true)?;
         Ok(Self {
             listener,
+            max_sockets_per_app: cfg.max_sockets_per_app.max(1),
             path,
             bell: EventFd::new()?,
         })
@@ -167,11 +180,17 @@ impl Daemon {
         let bell_fd = d.bell.as_fd().try_clone_to_owned()?;
         let path = d.path.clone();
         let s = stop.clone();
+        let tid = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let t = tid.clone();
         let thread = std::thread::Builder::new()
             .name("flowstackd".into())
-            .spawn(move || d.run(&s))?;
+            .spawn(move || {
+                t.store(flowstack_sys::process::thread_id(), Ordering::SeqCst);
+                d.run(&s)
+            })?;
         Ok(DaemonHandle {
             stop,
+            tid,
             thread: Some(thread),
             bell_fd: Some(bell_fd),
             path,
@@ -183,13 +202,18 @@ impl Daemon {
     pub fn run(self, stop: &AtomicBool) -> io::Result<()> {
         let clock = Clock::start();
         let mut sh = Shared::new();
+        sh.max_sockets_per_app = self.max_sockets_per_app;
         let mut apps: Vec<App> = Vec::new();
         let mut next_app = 1u64;
+        let mut pending: Vec<(UnixStream, Instant)> = Vec::new();
         let mut last_check = Instant::now();
         let mut last_close_check = Instant::now();
         while !stop.load(Ordering::SeqCst) {
             let mut busy = false;
-            busy |= self.accept_apps(&mut apps, &mut next_app);
+            busy |= self.accept_conns(&mut pending);
+            if !pending.is_empty() {
+                busy |= self.serve_pending(&mut pending, &mut apps, &mut sh, &mut next_app);
+            }
             for a in apps.iter_mut() {
                 busy |= a.drain_commands(&mut sh) > 0;
             }
@@ -237,6 +261,7 @@ impl Daemon {
                 let mut fds = vec![self.listener.as_fd(), self.bell.as_fd()];
                 fds.extend(apps.iter().map(|a| a.stream.as_fd()));
                 fds.extend(sh.kernel_listeners());
+                fds.extend(pending.iter().map(|p| p.0.as_fd()));
                 let ds: Vec<_> = sh.placeholders().map(|(_, d)| d).collect();
                 let (r, h) = flowstack_sys::placeholder::poll_sets(&fds, &ds, Some(wait))?;
                 (r, h.iter().any(|&x| x))
@@ -260,37 +285,105 @@ impl Daemon {
         Ok(())
     }
 
-    fn accept_apps(&self, apps: &mut Vec<App>, next_app: &mut u64) -> bool {
+    /// Accepts connections on the unix socket; each waits in `pending` for its first 8
+    /// bytes ([`stats::REGISTER`] or [`stats::STATS_REQUEST`]).
+    fn accept_conns(&self, pending: &mut Vec<(UnixStream, Instant)>) -> bool {
         let mut any = false;
         loop {
-            let stream = match self.listener.accept() {
-                Ok((s, _)) => s,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return any,
+            match self.listener.accept() {
+                Ok((s, _)) => {
+                    any = true;
+                    if pending.len() < MAX_APPS && s.set_nonblocking(true).is_ok() {
+                        pending.push((s, Instant::now()));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => return any,
-            };
-            any = true;
-            if apps.len() >= MAX_APPS {
-                continue; // dropped: the client sees the socket close
-            }
-            let Ok((pid, uid, _)) = flowstack_sys::socket::peer_cred(&stream) else {
-                continue;
-            };
-            let id = *next_app;
-            *next_app += 1;
-            let Ok(app) = App::new(id, pid, uid, stream) else {
-                continue;
-            };
-            let sent = flowstack_sys::fdpass::send_fds(
-                &app.stream,
-                layout::HELLO,
-                &[app.region.fd(), self.bell.as_fd()],
-            );
-            if sent.is_ok() && app.stream.set_nonblocking(true).is_ok() {
-                apps.push(app);
             }
         }
     }
+
+    /// Serves connections whose first bytes arrived: registration or a stats query.
+    fn serve_pending(
+        &self,
+        pending: &mut Vec<(UnixStream, Instant)>,
+        apps: &mut Vec<App>,
+        sh: &mut Shared,
+        next_app: &mut u64,
+    ) -> bool {
+        use std::io::Read;
+        let mut any = false;
+        let mut i = 0;
+        while i < pending.len() {
+            let mut tag = [0u8; 8];
+            // Tags are written in one call; a connection that sends fewer bytes is dropped
+            // (at its timeout, or now if it sent something else).
+            let r = flowstack_sys::placeholder::peek_len(pending[i].0.as_fd(), &mut tag);
+            let expired = pending[i].1.elapsed() >= PENDING_TIMEOUT;
+            match r {
+                Some(8) => {}
+                Some(0) => {
+                    pending.swap_remove(i); // it hung up
+                    continue;
+                }
+                _ if !expired => {
+                    i += 1;
+                    continue;
+                }
+                _ => {
+                    pending.swap_remove(i);
+                    continue;
+                }
+            }
+            let (mut s, _) = pending.swap_remove(i);
+            any = true;
+            let _ = s.read_exact(&mut tag);
+            if &tag == stats::STATS_REQUEST {
+                let json = serde_json::to_vec(&app::snapshot(sh, apps)).unwrap_or_default();
+                let _ = s.set_nonblocking(false);
+                let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+                let _ = std::io::Write::write_all(&mut s, &json);
+            } else if &tag == stats::REGISTER {
+                self.register(s, apps, sh, next_app);
+            }
+        }
+        any
+    }
+
+    fn register(
+        &self,
+        stream: UnixStream,
+        apps: &mut Vec<App>,
+        sh: &mut Shared,
+        next_app: &mut u64,
+    ) {
+        if apps.len() >= MAX_APPS {
+            sh.counters.apps_refused += 1;
+            return; // dropped: the client sees the socket close
+        }
+        let Ok((pid, uid, _)) = flowstack_sys::socket::peer_cred(&stream) else {
+            sh.counters.apps_refused += 1;
+            return;
+        };
+        let id = *next_app;
+        *next_app += 1;
+        let Ok(app) = App::new(id, pid, uid, stream) else {
+            return;
+        };
+        let sent = flowstack_sys::fdpass::send_fds(
+            &app.stream,
+            layout::HELLO,
+            &[app.region.fd(), self.bell.as_fd()],
+        );
+        if sent.is_ok() {
+            sh.counters.apps_registered += 1;
+            apps.push(app);
+        }
+    }
 }
+
+/// How long a new connection may take to say what it wants.
+pub const PENDING_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How often a busy daemon looks for placeholders closed everywhere (an idle one is woken
 /// by them).

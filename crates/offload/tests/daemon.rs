@@ -21,6 +21,7 @@ fn sock_path(name: &str) -> PathBuf {
 fn daemon(name: &str) -> DaemonHandle {
     Daemon::spawn(&DaemonConfig {
         socket: sock_path(name),
+        ..DaemonConfig::default()
     })
     .unwrap()
 }
@@ -199,7 +200,8 @@ fn garbage_in_one_apps_rings_hurts_nobody_else() {
     echo_through_partial(&mut good, c, 10_000);
     // A hostile application registers by hand and scribbles over its whole region.
     for round in 0..3u64 {
-        let s = std::os::unix::net::UnixStream::connect(&d.path).unwrap();
+        let mut s = std::os::unix::net::UnixStream::connect(&d.path).unwrap();
+        std::io::Write::write_all(&mut s, flowstack_api::region::REGISTER).unwrap();
         let mut buf = [0u8; 8];
         let mut fds = Vec::new();
         flowstack_sys::fdpass::recv_fds(&s, &mut buf, &mut fds).unwrap();

@@ -21,6 +21,7 @@ fn daemon(name: &str) -> DaemonHandle {
     std::fs::create_dir_all(&dir).unwrap();
     Daemon::spawn(&DaemonConfig {
         socket: dir.join("d.sock"),
+        ..DaemonConfig::default()
     })
     .unwrap()
 }
@@ -347,4 +348,59 @@ fn daemon_death_fails_a_blocked_recv() {
         }
     }
     assert_eq!(r, Err(Errno::EPIPE));
+}
+
+#[test]
+fn stats_show_sockets_owners_and_reported_fallbacks() {
+    use flowstack_api::record::ReportKind;
+    let d = daemon("stats");
+    let p = connected(&d.path);
+    p.client
+        .report(
+            ReportKind::NotCarried,
+            Some(SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 53), 53)),
+        )
+        .unwrap();
+    // A sync call after the async report: the daemon has taken it.
+    assert!(!p.client.carries(lo(9)).unwrap());
+    let s = flowstack_offload::stats::query(&d.path).unwrap();
+    let me = std::process::id();
+    let estab: Vec<_> = s.sockets.iter().filter(|r| r.state == "ESTAB").collect();
+    assert_eq!(estab.len(), 2, "{:#?}", s.sockets);
+    assert!(estab
+        .iter()
+        .all(|r| r.pids == vec![me] && r.placeholder && r.path == "flowstack"));
+    let local = p.client.local_addr(p.cid).unwrap().to_string();
+    assert!(estab.iter().any(|r| r.local == local));
+    assert_eq!(s.sockets.iter().filter(|r| r.state == "LISTEN").count(), 1);
+    assert_eq!(s.counters["FlowstackdFallbackNotCarried"], 1);
+    assert_eq!(s.counters["FlowstackdApps"], 2);
+    assert!(s.counters["TcpActiveOpens"] >= 1);
+    assert_eq!(s.apps.len(), 2);
+    assert!(s.table().contains("ESTAB"));
+}
+
+#[test]
+fn the_per_application_socket_limit_refuses_with_enobufs_and_counts() {
+    let dir = std::env::temp_dir().join(format!("flowstack-posix-{}-limit", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = Daemon::spawn(&DaemonConfig {
+        socket: dir.join("d.sock"),
+        max_sockets_per_app: 3,
+    })
+    .unwrap();
+    let app = Posix::attach(&d.path).unwrap();
+    let other = Posix::attach(&d.path).unwrap();
+    let mut socks: Vec<_> = (0..3).map(|_| app.socket(Type::Stream).unwrap()).collect();
+    assert_eq!(app.socket(Type::Stream).err(), Some(Errno(105)));
+    // Another application has its own allowance.
+    assert!(other.socket(Type::Stream).is_ok());
+    // Forgetting one makes room again.
+    let (a, id) = socks.pop().unwrap();
+    app.forget(id).unwrap();
+    drop(a);
+    assert!(app.socket(Type::Stream).is_ok());
+    let s = flowstack_offload::stats::query(&d.path).unwrap();
+    assert_eq!(s.counters["FlowstackdLimitsHit"], 1);
 }

@@ -130,6 +130,18 @@ pub fn peer_closed(fd: BorrowedFd<'_>) -> bool {
     }
 }
 
+/// Peeks at up to `buf.len()` waiting bytes without taking them: `Some(n)` bytes seen
+/// (`Some(0)`: the peer closed), `None` if nothing waits yet.
+pub fn peek_len(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Option<usize> {
+    loop {
+        match recv(fd, &mut *buf, RecvFlags::PEEK | RecvFlags::DONTWAIT) {
+            Ok((n, _)) => return Some(n),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => return None,
+        }
+    }
+}
+
 /// Waits up to `timeout` (`None`: forever; millisecond granularity, at least 1 ms unless
 /// zero) until one of `readable` becomes readable (or hangs up) or one of `hangup` reports
 /// `POLLRDHUP`/`POLLHUP` (its peer closed; filler waiting to be read does not count).

@@ -19,6 +19,36 @@ pub fn is_alive(pid: u32) -> bool {
     !matches!(test_kill_process(pid), Err(rustix::io::Errno::SRCH))
 }
 
+/// The calling thread's kernel id (`gettid(2)`).
+pub fn thread_id() -> u32 {
+    rustix::thread::gettid().as_raw_nonzero().get() as u32
+}
+
+/// CPU time (user + system) of process `pid`, or of its thread `tid`, from `/proc` (10 ms
+/// resolution: `USER_HZ` is 100 on every Linux architecture).
+pub fn cpu_time(pid: u32, tid: Option<u32>) -> std::io::Result<std::time::Duration> {
+    let path = match tid {
+        Some(t) => format!("/proc/{pid}/task/{t}/stat"),
+        None => format!("/proc/{pid}/stat"),
+    };
+    let s = std::fs::read_to_string(path)?;
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let rest = s
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .ok_or_else(|| std::io::Error::other("unreadable stat"))?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // rest starts at field 3 (state); utime and stime are fields 14 and 15.
+    let tick = |i: usize| -> std::io::Result<u64> {
+        f.get(i - 3)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| std::io::Error::other("unreadable stat"))
+    };
+    Ok(std::time::Duration::from_millis(
+        (tick(14)? + tick(15)?) * 10,
+    ))
+}
+
 /// Which side of a [`fork`] we are on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Forked {
@@ -88,6 +118,21 @@ mod tests {
         let pid = c.id();
         c.wait().unwrap();
         assert!(!is_alive(pid));
+    }
+
+    #[test]
+    fn cpu_time_of_this_thread_grows_with_work() {
+        let me = (std::process::id(), Some(thread_id()));
+        let t0 = cpu_time(me.0, me.1).unwrap();
+        let start = std::time::Instant::now();
+        let mut x = 1u64;
+        while cpu_time(me.0, me.1).unwrap() < t0 + std::time::Duration::from_millis(20) {
+            for i in 0..100_000u64 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(i);
+            }
+            assert!(start.elapsed().as_secs() < 30, "no CPU time counted ({x})");
+        }
+        assert!(cpu_time(me.0, None).unwrap() >= cpu_time(me.0, me.1).unwrap());
     }
 
     #[test]

@@ -45,6 +45,10 @@ pub enum PeerSel {
     Smoltcp,
     /// flowstack and the kernel, compared.
     Both,
+    /// The client library over flowstackd's loopback, and the kernel over 127.0.0.1, in the
+    /// same run: throughput, latency, application and stack CPU per request (rr, crr,
+    /// stream; one connection).
+    Offload,
 }
 
 /// The link between flowstack's two engines.
@@ -157,7 +161,7 @@ impl BenchArgs {
                 PeerSel::Flowstack => flowstack_bench::PeerSel::Flowstack,
                 PeerSel::Kernel => flowstack_bench::PeerSel::Kernel,
                 PeerSel::Smoltcp => flowstack_bench::PeerSel::Smoltcp,
-                PeerSel::Both => flowstack_bench::PeerSel::Both,
+                PeerSel::Both | PeerSel::Offload => flowstack_bench::PeerSel::Both,
             },
             link: match self.link {
                 LinkSel::Shm => BenchLink::Shm,
@@ -208,6 +212,9 @@ pub fn run(a: BenchArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if a.peer == PeerSel::Offload {
+        return offload(&a, &spec);
+    }
     print::header(&spec);
     let bar = print::Progress::new(&spec);
     let result = flowstack_bench::run(&spec, &mut |ev| match ev {
@@ -228,6 +235,31 @@ pub fn run(a: BenchArgs) -> ExitCode {
     print::summary(&report);
     if let Some(p) = &a.json {
         if let Err(e) = std::fs::write(p, report::to_json(&report)) {
+            eprintln!("flowstack: cannot write {}: {e}", p.display());
+            return ExitCode::from(1);
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// `--peer offload`: the daemon's client library against the kernel, same run.
+fn offload(a: &BenchArgs, spec: &BenchSpec) -> ExitCode {
+    let o = flowstack_bench::offload::OffloadSpec {
+        workload: spec.workload,
+        msg: spec.msg_size(),
+        duration: spec.duration,
+        runs: spec.runs,
+    };
+    let r = match flowstack_bench::offload::run(&o) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("flowstack: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    print!("{}", r.table());
+    if let Some(p) = &a.json {
+        if let Err(e) = std::fs::write(p, r.to_json()) {
             eprintln!("flowstack: cannot write {}: {e}", p.display());
             return ExitCode::from(1);
         }

@@ -1,0 +1,468 @@
+//! `flowstack bench rr|crr|stream --peer offload`: the client library over a daemon's
+//! loopback against kernel sockets over 127.0.0.1, in the same run (issue 15's evidence,
+//! seed 001's measurement).
+//!
+//! Both peers run their client and server as two threads of this process (two registered
+//! applications for the offload peer; two kernel sockets for the kernel peer). The offload
+//! peer's daemon runs on a third thread of this process (`Daemon::spawn`), so its CPU is
+//! that thread's (`/proc/self/task/TID/stat`) and the *applications'* CPU is the process's
+//! minus the daemon's. For the kernel peer the stack's CPU is inside the applications'
+//! (system time), so `stack_cpu_us_per_req` is 0 there and `app_cpu_us_per_req` holds both.
+//! Per request: per transaction (rr, crr) or per message (stream).
+
+use flowstack_api::{Sockets, TcpHandle};
+use flowstack_client::Client;
+use flowstack_offload::{Daemon, DaemonConfig};
+use flowstack_prof::report::Workload;
+use flowstack_sys::process::cpu_time;
+use serde::{Deserialize, Serialize};
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct OffloadSpec {
+    /// rr, crr or stream.
+    pub workload: Workload,
+    /// Bytes per request and response (rr, crr) or per write (stream).
+    pub msg: usize,
+    /// Seconds per run.
+    pub duration: f64,
+    /// Runs per peer (medians reported).
+    pub runs: usize,
+}
+
+/// One peer's medians.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OffloadPeer {
+    /// `offload` or `kernel`.
+    pub peer: String,
+    /// Transactions (rr, crr) or messages (stream) per second.
+    pub per_sec: f64,
+    /// Payload throughput, Gbit/s (one direction).
+    pub gbit_s: f64,
+    /// Median latency of a transaction, µs (rr, crr; 0 for stream).
+    pub p50_us: f64,
+    /// 99th percentile, µs.
+    pub p99_us: f64,
+    /// The applications' CPU per request, µs.
+    pub app_cpu_us_per_req: f64,
+    /// The stack's (daemon's) CPU per request, µs (0: inside the applications').
+    pub stack_cpu_us_per_req: f64,
+    /// Every run's `per_sec`.
+    pub runs_per_sec: Vec<f64>,
+}
+
+/// The comparison.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OffloadReport {
+    /// Workload name.
+    pub workload: String,
+    /// Message size.
+    pub msg: usize,
+    /// Seconds per run.
+    pub duration: f64,
+    /// Offload first, then kernel.
+    pub peers: Vec<OffloadPeer>,
+    /// Offload's `per_sec` over the kernel's.
+    pub speedup: f64,
+    /// Offload's application CPU per request over the kernel's (goal ≤ 0.30).
+    pub app_cpu_ratio: f64,
+}
+
+impl OffloadReport {
+    /// One line per peer, then the ratios.
+    pub fn table(&self) -> String {
+        use std::fmt::Write as _;
+        let mut o = String::new();
+        let _ = writeln!(
+            o,
+            "{} msg {} B, {} s per run, medians of {} runs",
+            self.workload,
+            self.msg,
+            self.duration,
+            self.peers
+                .first()
+                .map(|p| p.runs_per_sec.len())
+                .unwrap_or(0)
+        );
+        let _ = writeln!(
+            o,
+            "{:<8} {:>12} {:>9} {:>9} {:>9} {:>12} {:>14}",
+            "peer", "req/s", "Gbit/s", "p50_us", "p99_us", "app_cpu_us", "stack_cpu_us"
+        );
+        for p in &self.peers {
+            let _ = writeln!(
+                o,
+                "{:<8} {:>12.0} {:>9.3} {:>9.1} {:>9.1} {:>12.2} {:>14.2}",
+                p.peer,
+                p.per_sec,
+                p.gbit_s,
+                p.p50_us,
+                p.p99_us,
+                p.app_cpu_us_per_req,
+                p.stack_cpu_us_per_req
+            );
+        }
+        let _ = writeln!(
+            o,
+            "speedup (offload/kernel req/s) {:.2}; app CPU per request offload/kernel {:.2} (goal <= 0.30)",
+            self.speedup, self.app_cpu_ratio
+        );
+        o
+    }
+
+    /// The `--json` document.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+}
+
+struct Run {
+    reqs: u64,
+    secs: f64,
+    lat_ns: Vec<u64>,
+    app_cpu: Duration,
+    stack_cpu: Duration,
+}
+
+fn pct(v: &mut [u64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_unstable();
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i] as f64 / 1000.0
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// Runs both peers `spec.runs` times, alternating, and reports medians.
+pub fn run(spec: &OffloadSpec) -> Result<OffloadReport, String> {
+    if spec.msg == 0 {
+        return Err("message size must be positive".into());
+    }
+    let mut runs: [Vec<Run>; 2] = [vec![], vec![]];
+    for _ in 0..spec.runs.max(1) {
+        runs[0].push(offload_run(spec)?);
+        runs[1].push(kernel_run(spec)?);
+    }
+    let peers: Vec<OffloadPeer> = ["offload", "kernel"]
+        .iter()
+        .zip(runs)
+        .map(|(name, rs)| summarize(name, spec, rs))
+        .collect();
+    let speedup = peers[0].per_sec / peers[1].per_sec.max(1e-9);
+    let app_cpu_ratio = peers[0].app_cpu_us_per_req / peers[1].app_cpu_us_per_req.max(1e-9);
+    Ok(OffloadReport {
+        workload: format!("{:?}", spec.workload).to_lowercase(),
+        msg: spec.msg,
+        duration: spec.duration,
+        peers,
+        speedup,
+        app_cpu_ratio,
+    })
+}
+
+fn summarize(name: &str, spec: &OffloadSpec, rs: Vec<Run>) -> OffloadPeer {
+    let per = |r: &Run, d: Duration| d.as_secs_f64() * 1e6 / r.reqs.max(1) as f64;
+    let per_sec: Vec<f64> = rs.iter().map(|r| r.reqs as f64 / r.secs).collect();
+    let mut p50 = vec![];
+    let mut p99 = vec![];
+    for r in &rs {
+        let mut l = r.lat_ns.clone();
+        p50.push(pct(&mut l, 0.5));
+        p99.push(pct(&mut l, 0.99));
+    }
+    let ps = median(per_sec.clone());
+    OffloadPeer {
+        peer: name.into(),
+        per_sec: ps,
+        gbit_s: ps * spec.msg as f64 * 8.0 / 1e9,
+        p50_us: median(p50),
+        p99_us: median(p99),
+        app_cpu_us_per_req: median(rs.iter().map(|r| per(r, r.app_cpu)).collect()),
+        stack_cpu_us_per_req: median(rs.iter().map(|r| per(r, r.stack_cpu)).collect()),
+        runs_per_sec: per_sec,
+    }
+}
+
+fn me() -> u32 {
+    std::process::id()
+}
+
+fn proc_cpu() -> Duration {
+    cpu_time(me(), None).unwrap_or_default()
+}
+
+const T: Duration = Duration::from_secs(10);
+const PORT: u16 = 7000;
+
+fn offload_run(spec: &OffloadSpec) -> Result<Run, String> {
+    let dir = std::env::temp_dir().join(format!("flowstack-bench-offload-{}", me()));
+    let _ = std::fs::create_dir_all(&dir);
+    let d = Daemon::spawn(&DaemonConfig {
+        socket: dir.join("d.sock"),
+        ..DaemonConfig::default()
+    })
+    .map_err(|e| format!("daemon: {e}"))?;
+    let path = d.path.clone();
+    let e = |e: flowstack_api::SocketError| format!("offload: {e:?}");
+    let mut srv = Client::connect(&path).map_err(|e| e.to_string())?;
+    let mut cli = Client::connect(&path).map_err(|e| e.to_string())?;
+    let l = srv.tcp_listen(PORT, 64).map_err(e)?;
+    let (w, msg) = (spec.workload, spec.msg);
+    let stop = Arc::new(AtomicBool::new(false));
+    let st = stop.clone();
+    let server = std::thread::spawn(move || offload_server(&mut srv, l, w, msg, &st));
+    let duration = Duration::from_secs_f64(spec.duration);
+    let tid = loop {
+        if let Some(t) = d.thread_id() {
+            break t;
+        }
+        std::thread::yield_now();
+    };
+    let (c0, s0) = (proc_cpu(), cpu_time(me(), Some(tid)).unwrap_or_default());
+    let start = Instant::now();
+    let r = offload_client(&mut cli, w, msg, duration);
+    let secs = start.elapsed().as_secs_f64();
+    let (c1, s1) = (proc_cpu(), cpu_time(me(), Some(tid)).unwrap_or_default());
+    drop(cli);
+    stop.store(true, Ordering::SeqCst);
+    let _ = server.join();
+    let _ = d.stop();
+    let (reqs, lat_ns) = r?;
+    let stack = s1.saturating_sub(s0);
+    Ok(Run {
+        reqs,
+        secs,
+        lat_ns,
+        app_cpu: (c1.saturating_sub(c0)).saturating_sub(stack),
+        stack_cpu: stack,
+    })
+}
+
+fn offload_server(app: &mut Client, l: TcpHandle, w: Workload, msg: usize, stop: &AtomicBool) {
+    let mut buf = vec![0u8; msg.max(65536)];
+    loop {
+        let c = match app.accept(l, Duration::from_millis(50)) {
+            Ok(c) => c,
+            Err(flowstack_api::SocketError::TimedOut) if !stop.load(Ordering::SeqCst) => continue,
+            Err(_) => return,
+        };
+        let _ = app.tcp_set_nodelay(c, true);
+        'conn: loop {
+            if w == Workload::Stream {
+                match app.recv(c, &mut buf, T) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => continue,
+                }
+            }
+            let mut got = 0;
+            while got < msg {
+                match app.recv(c, &mut buf[got..msg], T) {
+                    Ok(0) | Err(_) => break 'conn,
+                    Ok(n) => got += n,
+                }
+            }
+            if app.send_all(c, &buf[..msg], T).is_err() {
+                break;
+            }
+        }
+        let _ = app.close(c, T);
+        if w != Workload::Crr {
+            return;
+        }
+    }
+}
+
+fn offload_client(
+    app: &mut Client,
+    w: Workload,
+    msg: usize,
+    duration: Duration,
+) -> Result<(u64, Vec<u64>), String> {
+    let e = |e: flowstack_api::SocketError| format!("offload client: {e:?}");
+    let dst = SocketAddrV4::new(Ipv4Addr::LOCALHOST, PORT);
+    let data = vec![0x17u8; msg];
+    let mut buf = vec![0u8; msg];
+    let mut lat = Vec::new();
+    let mut n = 0u64;
+    let start = Instant::now();
+    let rr = |app: &mut Client, c: TcpHandle, buf: &mut [u8]| -> Result<(), String> {
+        app.send_all(c, &data, T).map_err(e)?;
+        let mut got = 0;
+        while got < msg {
+            match app.recv(c, &mut buf[got..], T).map_err(e)? {
+                0 => return Err("offload: early end of stream".into()),
+                k => got += k,
+            }
+        }
+        Ok(())
+    };
+    match w {
+        Workload::Rr => {
+            let c = app.connect_to(dst, T).map_err(e)?;
+            app.tcp_set_nodelay(c, true).map_err(e)?;
+            while start.elapsed() < duration {
+                let t = Instant::now();
+                rr(app, c, &mut buf)?;
+                lat.push(t.elapsed().as_nanos() as u64);
+                n += 1;
+            }
+            let _ = app.close(c, T);
+        }
+        Workload::Crr => {
+            while start.elapsed() < duration {
+                let t = Instant::now();
+                let c = app.connect_to(dst, T).map_err(e)?;
+                app.tcp_set_nodelay(c, true).map_err(e)?;
+                rr(app, c, &mut buf)?;
+                app.close(c, T).map_err(e)?;
+                lat.push(t.elapsed().as_nanos() as u64);
+                n += 1;
+            }
+        }
+        Workload::Stream => {
+            let c = app.connect_to(dst, T).map_err(e)?;
+            while start.elapsed() < duration {
+                app.send_all(c, &data, T).map_err(e)?;
+                n += 1;
+            }
+            app.tcp_shutdown(c).map_err(e)?;
+            let _ = app.close(c, T);
+        }
+    }
+    Ok((n, lat))
+}
+
+fn kernel_run(spec: &OffloadSpec) -> Result<Run, String> {
+    let e = |e: std::io::Error| format!("kernel: {e}");
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(e)?;
+    let port = l.local_addr().map_err(e)?.port();
+    let (w, msg) = (spec.workload, spec.msg);
+    let stop = Arc::new(AtomicBool::new(false));
+    let st = stop.clone();
+    let server = std::thread::spawn(move || kernel_server(l, w, msg, &st));
+    let duration = Duration::from_secs_f64(spec.duration);
+    let c0 = proc_cpu();
+    let start = Instant::now();
+    let r = kernel_client(port, w, msg, duration);
+    let secs = start.elapsed().as_secs_f64();
+    let c1 = proc_cpu();
+    stop.store(true, Ordering::SeqCst);
+    if w == Workload::Crr {
+        // Wakes the accept so the server sees the stop.
+        drop(TcpStream::connect((Ipv4Addr::LOCALHOST, port)));
+    }
+    let _ = server.join();
+    let (reqs, lat_ns) = r?;
+    Ok(Run {
+        reqs,
+        secs,
+        lat_ns,
+        app_cpu: c1.saturating_sub(c0),
+        stack_cpu: Duration::ZERO,
+    })
+}
+
+fn kernel_server(l: TcpListener, w: Workload, msg: usize, stop: &AtomicBool) {
+    let mut buf = vec![0u8; msg.max(65536)];
+    loop {
+        let Ok((mut s, _)) = l.accept() else { return };
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let _ = s.set_nodelay(true);
+        loop {
+            let ok = match w {
+                Workload::Stream => matches!(s.read(&mut buf), Ok(1..)),
+                _ => s.read_exact(&mut buf[..msg]).is_ok() && s.write_all(&buf[..msg]).is_ok(),
+            };
+            if !ok {
+                break;
+            }
+        }
+        if w != Workload::Crr {
+            return;
+        }
+    }
+}
+
+fn kernel_client(
+    port: u16,
+    w: Workload,
+    msg: usize,
+    duration: Duration,
+) -> Result<(u64, Vec<u64>), String> {
+    let e = |e: std::io::Error| format!("kernel client: {e}");
+    let data = vec![0x17u8; msg];
+    let mut buf = vec![0u8; msg];
+    let mut lat = Vec::new();
+    let mut n = 0u64;
+    let start = Instant::now();
+    match w {
+        Workload::Rr => {
+            let mut s = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).map_err(e)?;
+            s.set_nodelay(true).map_err(e)?;
+            while start.elapsed() < duration {
+                let t = Instant::now();
+                s.write_all(&data).map_err(e)?;
+                s.read_exact(&mut buf).map_err(e)?;
+                lat.push(t.elapsed().as_nanos() as u64);
+                n += 1;
+            }
+        }
+        Workload::Crr => {
+            while start.elapsed() < duration {
+                let t = Instant::now();
+                let mut s = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).map_err(e)?;
+                s.set_nodelay(true).map_err(e)?;
+                s.write_all(&data).map_err(e)?;
+                s.read_exact(&mut buf).map_err(e)?;
+                drop(s);
+                lat.push(t.elapsed().as_nanos() as u64);
+                n += 1;
+            }
+        }
+        Workload::Stream => {
+            let mut s = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).map_err(e)?;
+            while start.elapsed() < duration {
+                s.write_all(&data).map_err(e)?;
+                n += 1;
+            }
+        }
+    }
+    Ok((n, lat))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A short rr comparison completes and reports both peers (numbers are not judged here:
+    /// speed goals live in the bench itself).
+    #[test]
+    fn a_short_rr_comparison_reports_both_peers() {
+        let r = run(&OffloadSpec {
+            workload: Workload::Rr,
+            msg: 64,
+            duration: 0.2,
+            runs: 1,
+        })
+        .unwrap();
+        assert_eq!(r.peers.len(), 2);
+        assert!(
+            r.peers.iter().all(|p| p.per_sec > 0.0 && p.p50_us > 0.0),
+            "{r:?}"
+        );
+        let j = serde_json::to_string(&r).unwrap();
+        assert_eq!(serde_json::from_str::<OffloadReport>(&j).unwrap(), r);
+    }
+}
