@@ -50,19 +50,19 @@ HZ=$(getconf CLK_TCK)
 # wrap MODE: the command prefix for a mode.
 wrap() { if [ "$1" = flowstack ]; then echo "$FS run --socket $SOCK --"; fi; }
 
-port=20000
-next_port() { port=$((port + 1)); echo $port; }
+port=$((20000 + RANDOM % 20000))
+next_port() { port=$((port + 1)); }
 wait_port() { for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.05; done; return 1; }
 
 declare -A RES
 record() { RES["$1|$2"]+="$3 "; }
 
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {if (NR==0) print "-"; else print a[int((NR+1)/2)]}'; }
+median() { tr ' ' '\n' | { grep -v '^$' || true; } | sort -g | awk '{a[NR]=$1} END {if (NR==0) print "-"; else printf "%.2f\n", a[int((NR+1)/2)]}'; }
 
 bench_redis() {
   local mode=$1 p out srv t0 t1 d0 d1 rps
   command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null || return 0
-  p=$(next_port)
+  next_port; p=$port
   $(wrap "$mode") redis-server --port "$p" --bind 127.0.0.1 --save '' --appendonly no \
     --dir "$TMP" >/dev/null 2>&1 &
   PIDS+=($!)
@@ -70,7 +70,7 @@ bench_redis() {
   srv=$(pids_of "redis-server.*:$p")
   t0=$(cpu_ticks $srv); d0=$(cpu_ticks $DAEMON)
   local c0; c0=$(awk '{print $16+$17}' /proc/$$/stat)
-  out=$( $(wrap "$mode") redis-benchmark -q -p "$p" -n 100000 -c 50 -t get 2>/dev/null | tr '\r' '\n' | grep 'GET:' | tail -1)
+  out=$( ($(wrap "$mode") redis-benchmark -q -p "$p" -n 100000 -c 50 -t get 2>/dev/null || true) | tr '\r' '\n' | grep 'GET:' | tail -1 || true)
   local c1; c1=$(awk '{print $16+$17}' /proc/$$/stat)
   t1=$(cpu_ticks $srv); d1=$(cpu_ticks $DAEMON)
   rps=$(echo "$out" | awk '{print $2}')
@@ -79,6 +79,7 @@ bench_redis() {
   record redis_cpu "$mode" "$(echo "($t1-$t0+$c1-$c0)*1000000/$HZ/100000" | bc -l)"
   [ "$mode" = flowstack ] && record redis_daemon_cpu "$mode" "$(echo "($d1-$d0)*1000000/$HZ/100000" | bc -l)"
   kill $srv 2>/dev/null || true
+  sleep 0.2
 }
 
 nginx_start() {
@@ -101,32 +102,33 @@ EOF
 bench_nginx() {
   local mode=$1 p srv t0 t1 c0 c1 out n rps
   command -v nginx >/dev/null || return 0
-  p=$(next_port)
+  next_port; p=$port
   nginx_start "$mode" "$p"
   local master; master=$(pids_of "nginx.*nginx-$p")
   srv="$master $(for m in $master; do pgrep -P "$m" || true; done)"
   if command -v wrk >/dev/null; then
     t0=$(cpu_ticks $srv); c0=$(awk '{print $16+$17}' /proc/$$/stat)
-    out=$($(wrap "$mode") wrk -t1 -c20 -d5s "http://127.0.0.1:$p/index.html" 2>&1)
+    out=$($(wrap "$mode") wrk -t1 -c20 -d5s "http://127.0.0.1:$p/index.html" 2>&1 || true)
     c1=$(awk '{print $16+$17}' /proc/$$/stat); t1=$(cpu_ticks $srv)
     rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
     n=$(echo "$out" | awk '/requests in/ {print $1}')
     record wrk "$mode" "$rps"
     [ -n "$n" ] && [ "$n" -gt 0 ] && record wrk_cpu "$mode" "$(echo "($t1-$t0+$c1-$c0)*1000000/$HZ/$n" | bc -l)"
-    echo "$out" | grep -q 'Socket errors' && echo "bench-apps: wrk ($mode): $(echo "$out" | grep 'Socket errors')" >&2
+    echo "$out" | grep -q 'Socket errors\|unable' && echo "bench-apps: wrk ($mode): $(echo "$out" | grep 'Socket errors\|unable')" >&2
   fi
   if command -v ab >/dev/null; then
-    out=$($(wrap "$mode") ab -q -n 20000 -c 20 "http://127.0.0.1:$p/index.html" 2>&1)
+    out=$($(wrap "$mode") ab -q -n 20000 -c 20 "http://127.0.0.1:$p/index.html" 2>&1 || true)
     record ab "$mode" "$(echo "$out" | awk '/Requests per second/ {print $4}')"
-    echo "$out" | grep -q 'Failed requests:        0' || echo "bench-apps: ab ($mode): $(echo "$out" | grep 'Failed')" >&2
+    echo "$out" | grep -q 'Failed requests:        0' || echo "bench-apps: ab ($mode): $(echo "$out" | tail -3)" >&2
   fi
   kill $srv 2>/dev/null || true
+  sleep 0.2
 }
 
 bench_iperf3() {
   local mode=$1 p out
   command -v iperf3 >/dev/null || return 0
-  p=$(next_port)
+  next_port; p=$port
   $(wrap "$mode") iperf3 -s -p "$p" -1 >/dev/null 2>&1 &
   PIDS+=($!)
   sleep 0.5
