@@ -133,7 +133,9 @@ impl PosixBackend {
         let mut g = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
         if g.is_none() {
             // SAFETY: a new kernel socket, owned by the OwnedFd at once.
-            let k = unsafe { crate::real::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+            let k = unsafe {
+                crate::real::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0)
+            };
             if k < 0 {
                 return Err(crate::real::errno());
             }
@@ -154,13 +156,20 @@ fn e(x: posix::Errno) -> Errno {
 }
 
 fn int_of(val: &[u8]) -> Result<i64, Errno> {
-    let b: [u8; 4] = val.get(..4).and_then(|b| b.try_into().ok()).ok_or(libc::EINVAL)?;
+    let b: [u8; 4] = val
+        .get(..4)
+        .and_then(|b| b.try_into().ok())
+        .ok_or(libc::EINVAL)?;
     Ok(i32::from_ne_bytes(b) as i64)
 }
 
 impl Backend for PosixBackend {
     fn socket(&self, dgram: bool) -> Result<(OwnedFd, SockId), Errno> {
-        let ty = if dgram { posix::Type::Dgram } else { posix::Type::Stream };
+        let ty = if dgram {
+            posix::Type::Dgram
+        } else {
+            posix::Type::Stream
+        };
         self.p.socket(ty).map(|(fd, id)| (fd, id.0)).map_err(e)
     }
     fn adopt(&self, fd: i32) -> Option<SockId> {
@@ -177,7 +186,10 @@ impl Backend for PosixBackend {
     }
     fn listen(&self, id: SockId, backlog: i32, kernel: Option<OwnedFd>) -> Result<(), Errno> {
         let backlog = backlog.clamp(1, 65535) as u32;
-        self.p.listen(posix::SockId(id), backlog, kernel).map(|_| ()).map_err(e)
+        self.p
+            .listen(posix::SockId(id), backlog, kernel)
+            .map(|_| ())
+            .map_err(e)
     }
     fn accept(&self, id: SockId) -> Result<Accepted, Errno> {
         self.p
@@ -188,13 +200,24 @@ impl Backend for PosixBackend {
     fn connect(&self, id: SockId, a: SocketAddrV4) -> Result<(), Errno> {
         self.p.connect(posix::SockId(id), a, true, None).map_err(e)
     }
-    fn sendto(&self, id: SockId, buf: &[u8], _flags: i32, dst: Option<SocketAddrV4>) -> Result<usize, Errno> {
+    fn sendto(
+        &self,
+        id: SockId,
+        buf: &[u8],
+        _flags: i32,
+        dst: Option<SocketAddrV4>,
+    ) -> Result<usize, Errno> {
         if dst.is_some() {
             // A destination on a stream socket is ignored, as Linux does for TCP.
         }
         self.p.send(posix::SockId(id), buf, true, None).map_err(e)
     }
-    fn recvfrom(&self, id: SockId, buf: &mut [u8], flags: i32) -> Result<(usize, Option<SocketAddrV4>), Errno> {
+    fn recvfrom(
+        &self,
+        id: SockId,
+        buf: &mut [u8],
+        flags: i32,
+    ) -> Result<(usize, Option<SocketAddrV4>), Errno> {
         let f = RecvFlags {
             peek: flags & libc::MSG_PEEK != 0,
             waitall: false,
@@ -207,10 +230,7 @@ impl Backend for PosixBackend {
             // now, so level-triggered poll/epoll stop saying readable (as the kernel does
             // once the data is read) instead of waking the program for an EAGAIN.
             let mut one = [0u8; 1];
-            let peek = RecvFlags {
-                peek: true,
-                ..f
-            };
+            let peek = RecvFlags { peek: true, ..f };
             let _ = self.p.recv(id, &mut one, peek, None);
         }
         Ok((n, None))
@@ -249,14 +269,27 @@ impl Backend for PosixBackend {
         };
         let v = if o == Opt::Linger {
             let on = int_of(val)?;
-            let secs = val.get(4..8).map(|b| i32::from_ne_bytes(b.try_into().unwrap_or([0; 4])) as i64).unwrap_or(0);
-            if on != 0 { secs } else { -1 }
+            let secs = val
+                .get(4..8)
+                .map(|b| i32::from_ne_bytes(b.try_into().unwrap_or([0; 4])) as i64)
+                .unwrap_or(0);
+            if on != 0 {
+                secs
+            } else {
+                -1
+            }
         } else {
             int_of(val)?
         };
         self.p.set_option(posix::SockId(id), o, v).map_err(e)
     }
-    fn get_option(&self, id: SockId, level: i32, name: i32, out: &mut [u8]) -> Result<usize, Errno> {
+    fn get_option(
+        &self,
+        id: SockId,
+        level: i32,
+        name: i32,
+        out: &mut [u8],
+    ) -> Result<usize, Errno> {
         if (level, name) == (libc::IPPROTO_TCP, libc::TCP_INFO) {
             let info = self.p.tcp_info(posix::SockId(id)).map_err(e)?;
             out.iter_mut().for_each(|b| *b = 0);
@@ -270,7 +303,9 @@ impl Backend for PosixBackend {
             let mut len = out.len() as libc::socklen_t;
             self.on_scratch(|k| {
                 // SAFETY: `out` is writable for `len` bytes.
-                unsafe { crate::real::getsockopt(k, level, name, out.as_mut_ptr().cast(), &mut len) }
+                unsafe {
+                    crate::real::getsockopt(k, level, name, out.as_mut_ptr().cast(), &mut len)
+                }
             })?;
             return Ok(len as usize);
         };

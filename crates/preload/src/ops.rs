@@ -372,10 +372,16 @@ fn kernel_accept(k: i32) -> Result<Accepted, Errno> {
     if n < 0 {
         let err = real::errno();
         // Connections that died while queued look like "try again" to the application.
-        return Err(if err == libc::ECONNABORTED { libc::EAGAIN } else { err });
+        return Err(if err == libc::ECONNABORTED {
+            libc::EAGAIN
+        } else {
+            err
+        });
     }
     // SAFETY: `n` is a new descriptor we own.
-    Ok(Accepted::Kernel(unsafe { std::os::fd::OwnedFd::from_raw_fd(n) }))
+    Ok(Accepted::Kernel(unsafe {
+        std::os::fd::OwnedFd::from_raw_fd(n)
+    }))
 }
 
 /// Replaces the placeholder `fd` with a kernel socket of the same family and type, keeping

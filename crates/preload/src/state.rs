@@ -263,8 +263,10 @@ impl State {
         self.refs.lock().unwrap_or_else(|p| p.into_inner()).clear();
         let Some(b) = self.connected() else { return };
         b.after_fork();
-        let all: Vec<(i32, crate::table::Entry)> =
-            self.table.in_range(0, crate::table::MAX_FDS as u32).collect();
+        let all: Vec<(i32, crate::table::Entry)> = self
+            .table
+            .in_range(0, crate::table::MAX_FDS as u32)
+            .collect();
         let mut ids: HashMap<SockId, SockId> = HashMap::new();
         for (fd, e) in all {
             let id = match ids.get(&e.id) {

@@ -238,7 +238,10 @@ impl Table {
 
     /// The kernel listener the shim keeps for listening placeholder `fd`.
     pub fn aux(&self, fd: i32) -> Option<i32> {
-        let v = self.aux.get(usize::try_from(fd).ok()?)?.load(Ordering::Acquire);
+        let v = self
+            .aux
+            .get(usize::try_from(fd).ok()?)?
+            .load(Ordering::Acquire);
         (v != 0).then(|| v as i32 - 1)
     }
 
@@ -321,7 +324,11 @@ mod tests {
         t.copy(4, 10);
         assert_eq!(t.get(10), t.get(4));
         assert_eq!(t.timeouts(10), (5, 6));
-        assert_eq!(t.aux(10), Some(0), "descriptor 0 is a valid kernel listener");
+        assert_eq!(
+            t.aux(10),
+            Some(0),
+            "descriptor 0 is a valid kernel listener"
+        );
         // dup2(file, 10): 10 is no longer a socket.
         t.copy(3, 10);
         assert_eq!(t.get(10), None);
