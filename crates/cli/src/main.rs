@@ -7,6 +7,7 @@ mod get;
 mod net;
 mod ping;
 mod profile;
+mod run;
 mod serve;
 mod serve_cores;
 mod stats;
@@ -66,6 +67,12 @@ enum Cmd {
     /// Serves TCP on its own loopback interface (127.0.0.0/8) to applications that
     /// register on a unix socket with the flowstack client library; needs no privileges.
     Daemon(daemon::DaemonArgs),
+    /// Run an unmodified program on flowstack: flowstack run [--socket PATH] [-v] -- CMD ARGS...
+    ///
+    /// Starts the daemon on the socket if none answers, loads libflowstack_preload.so into CMD
+    /// (LD_PRELOAD) and runs it; the exit status is CMD's. IPv4 TCP sockets go through the
+    /// daemon, everything else stays on the kernel; -v prints per process which and why.
+    Run(run::RunArgs),
     /// Sockets and counters of a running daemon, as `ss` and `nstat` show them.
     ///
     /// Example: flowstack stats --watch 1
@@ -128,6 +135,7 @@ fn main() -> ExitCode {
         Cmd::Profile(a) => profile::run(a),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Daemon(a) => daemon::run(a),
+        Cmd::Run(a) => run::run(a),
         Cmd::Stats(a) => stats::run(a),
         Cmd::Simnet(a) => simnet::run(a),
         Cmd::Sim(a) => sim::run(a),

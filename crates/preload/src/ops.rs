@@ -1,0 +1,534 @@
+//! The socket operations on placeholders, in Rust terms: blocking built from a non-blocking
+//! call plus `poll(2)` on the placeholder, moving a socket to the kernel, and the data path.
+//!
+//! Every function here runs with interposition off for the thread (`state::inside`), so the
+//! daemon API's own calls on placeholders go to the C library.
+
+use crate::addr::{self, Addr, Reason};
+use crate::backend::{Accepted, Backend, Errno};
+use crate::real;
+use crate::state::{signals, State};
+use crate::table::{opt, Entry, MAX_FDS};
+use std::net::SocketAddrV4;
+use std::os::fd::{AsRawFd, IntoRawFd};
+use std::time::{Duration, Instant};
+
+/// Whether the placeholder is non-blocking: the cached flag, confirmed with the kernel (the
+/// owner of the open file description) before the caller would sleep.
+fn nonblocking(fd: i32, e: &Entry, flags: i32) -> bool {
+    if e.nonblock || flags & libc::MSG_DONTWAIT != 0 {
+        return true;
+    }
+    // SAFETY: F_GETFL on a descriptor number; no memory is passed.
+    let fl = unsafe { real::fcntl(fd, libc::F_GETFL, 0) };
+    fl >= 0 && fl & libc::O_NONBLOCK != 0
+}
+
+/// Sleeps until `fd` shows `events` (or hang-up/error), the timeout passes (`EAGAIN`, as the
+/// kernel answers for SO_RCVTIMEO/SO_SNDTIMEO) or a signal interrupts (`EINTR`, unless every
+/// handler asked for `SA_RESTART` and no timeout is set: signal(7)). `Ok(true)`: the
+/// placeholder hung up — the daemon's end is gone.
+fn wait(fd: i32, events: i16, deadline: Option<Instant>) -> Result<bool, Errno> {
+    loop {
+        let ms = match deadline {
+            None => -1,
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(libc::EAGAIN);
+                }
+                left.as_millis().clamp(1, i32::MAX as u128) as i32
+            }
+        };
+        let mut p = libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd on the stack.
+        let r = crate::state::outside(|| unsafe { real::poll(&mut p, 1, ms) });
+        if r > 0 {
+            return Ok(p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0);
+        }
+        if r == 0 {
+            continue;
+        }
+        let e = real::errno();
+        if e == libc::EINTR && deadline.is_none() && signals::restart() {
+            continue;
+        }
+        return Err(e);
+    }
+}
+
+fn deadline(ms: u32) -> Option<Instant> {
+    (ms != 0).then(|| Instant::now() + Duration::from_millis(ms as u64))
+}
+
+/// Runs the non-blocking `op` until it stops answering `EAGAIN`, sleeping on `events` between
+/// tries unless the socket (or `flags`) is non-blocking.
+fn blocking<T>(
+    fd: i32,
+    e: &Entry,
+    flags: i32,
+    events: i16,
+    timeo_ms: u32,
+    mut op: impl FnMut() -> Result<T, Errno>,
+) -> Result<T, Errno> {
+    let dl = deadline(timeo_ms);
+    let mut hup = false;
+    loop {
+        match op() {
+            // The daemon is gone and the call still has nothing: fail rather than spin.
+            Err(libc::EAGAIN) if hup => return Err(libc::ECONNRESET),
+            Err(libc::EAGAIN) if !nonblocking(fd, e, flags) => hup = wait(fd, events, dl)?,
+            r => return r,
+        }
+    }
+}
+
+/// Raises SIGPIPE on the calling thread for a write to a reset/shut connection, as the kernel
+/// does unless `MSG_NOSIGNAL` (an ignored SIGPIPE is discarded by the kernel itself).
+fn sigpipe(r: Result<usize, Errno>, flags: i32) -> Result<usize, Errno> {
+    if r == Err(libc::EPIPE) && flags & libc::MSG_NOSIGNAL == 0 {
+        // SAFETY: tgkill to this very thread with a valid signal number.
+        unsafe {
+            real::sys(
+                libc::SYS_tgkill,
+                [
+                    libc::getpid() as usize,
+                    real::sys(libc::SYS_gettid, [0; 6]) as usize,
+                    libc::SIGPIPE as usize,
+                    0,
+                    0,
+                    0,
+                ],
+            );
+        }
+    }
+    r
+}
+
+/// Receives into `bufs` (scattered), honouring MSG_PEEK, MSG_DONTWAIT, MSG_WAITALL and
+/// SO_RCVTIMEO. Returns the byte count and, for datagrams, the source.
+pub fn recv(
+    b: &dyn Backend,
+    st: &State,
+    fd: i32,
+    e: &Entry,
+    bufs: &mut [&mut [u8]],
+    flags: i32,
+) -> Result<(usize, Option<SocketAddrV4>), Errno> {
+    let (timeo, _) = st.table.timeouts(fd);
+    let id = e.id;
+    let pass = flags & !(libc::MSG_WAITALL | libc::MSG_DONTWAIT);
+    if bufs.len() > 1 || (e.dgram && bufs.len() != 1) {
+        // Scatter through one buffer: a datagram is one message, a peek must not consume.
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        let mut tmp = vec![0u8; total];
+        let (n, src) = recv(b, st, fd, e, &mut [&mut tmp[..]], flags)?;
+        let mut at = 0;
+        for buf in bufs.iter_mut() {
+            let k = buf.len().min(n - at);
+            buf[..k].copy_from_slice(&tmp[at..at + k]);
+            at += k;
+        }
+        return Ok((n, src));
+    }
+    let Some(buf) = bufs.first_mut() else {
+        return Ok((0, None));
+    };
+    if buf.is_empty() {
+        return b.recvfrom(id, buf, pass).or(Ok((0, None)));
+    }
+    let (mut got, src) = blocking(fd, e, flags, libc::POLLIN, timeo, || {
+        b.recvfrom(id, buf, pass)
+    })?;
+    // MSG_WAITALL on a stream: keep going until full, end of stream, an error or a signal.
+    let waitall = flags & libc::MSG_WAITALL != 0 && !e.dgram && flags & libc::MSG_PEEK == 0;
+    while waitall && got != 0 && got < buf.len() {
+        let rest = &mut buf[got..];
+        match blocking(fd, e, flags, libc::POLLIN, timeo, || {
+            b.recvfrom(id, rest, pass)
+        }) {
+            Ok((0, _)) | Err(_) => break,
+            Ok((n, _)) => got += n,
+        }
+    }
+    Ok((got, src))
+}
+
+/// Sends the gathered `bufs`, honouring MSG_DONTWAIT, MSG_NOSIGNAL and SO_SNDTIMEO: a blocking
+/// stream send queues everything unless interrupted (then the partial count).
+pub fn send(
+    b: &dyn Backend,
+    st: &State,
+    fd: i32,
+    e: &Entry,
+    bufs: &[&[u8]],
+    flags: i32,
+    dst: Option<SocketAddrV4>,
+) -> Result<usize, Errno> {
+    let (_, timeo) = st.table.timeouts(fd);
+    let id = e.id;
+    let pass = flags & !libc::MSG_DONTWAIT;
+    if e.dgram {
+        let one: Vec<u8>;
+        let data: &[u8] = if bufs.len() == 1 {
+            bufs[0]
+        } else {
+            one = bufs.concat();
+            &one
+        };
+        let r = blocking(fd, e, flags, libc::POLLOUT, timeo, || {
+            b.sendto(id, data, pass, dst)
+        });
+        return sigpipe(r, flags);
+    }
+    let mut sent = 0usize;
+    for part in bufs {
+        let mut off = 0;
+        while off < part.len() {
+            let r = blocking(fd, e, flags, libc::POLLOUT, timeo, || {
+                b.sendto(id, &part[off..], pass, None)
+            });
+            match r {
+                Ok(n) => {
+                    off += n;
+                    sent += n;
+                }
+                Err(err) if sent > 0 => {
+                    let _ = err;
+                    return Ok(sent);
+                }
+                Err(err) => return sigpipe(Err(err), flags),
+            }
+            if nonblocking(fd, e, flags) && off < part.len() {
+                return Ok(sent);
+            }
+        }
+    }
+    Ok(sent)
+}
+
+/// Sends `count` bytes of file `in_fd` (from `*off`, or its file position) through the
+/// placeholder: read into a buffer and send (the zero-copy file send is the daemon's).
+pub fn sendfile(
+    b: &dyn Backend,
+    st: &State,
+    fd: i32,
+    e: &Entry,
+    in_fd: i32,
+    off: Option<&mut i64>,
+    count: usize,
+) -> Result<usize, Errno> {
+    let mut buf = vec![0u8; count.clamp(1, 64 * 1024)];
+    let mut pos = off.as_ref().map(|o| **o);
+    let mut total = 0usize;
+    while total < count {
+        let want = buf.len().min(count - total);
+        // SAFETY: `buf` has `want` writable bytes.
+        let n = unsafe {
+            match pos {
+                Some(p) => real::pread(in_fd, buf.as_mut_ptr().cast(), want, p),
+                None => real::read(in_fd, buf.as_mut_ptr().cast(), want),
+            }
+        };
+        if n < 0 {
+            if total == 0 {
+                return Err(real::errno());
+            }
+            break;
+        }
+        if n == 0 {
+            break;
+        }
+        let n = n as usize;
+        let flags = if total > 0 { libc::MSG_DONTWAIT } else { 0 };
+        let r = send(b, st, fd, e, &[&buf[..n]], flags | libc::MSG_NOSIGNAL, None);
+        let s = match r {
+            Ok(s) => s,
+            Err(err) => {
+                if pos.is_none() {
+                    // SAFETY: rewinds the file position by the bytes read but not sent.
+                    unsafe { libc::lseek(in_fd, -(n as i64), libc::SEEK_CUR) };
+                }
+                if total == 0 {
+                    return sigpipe(Err(err), 0);
+                }
+                break;
+            }
+        };
+        total += s;
+        if let Some(p) = pos.as_mut() {
+            *p += s as i64;
+        } else if s < n {
+            // SAFETY: as above, for the unsent tail.
+            unsafe { libc::lseek(in_fd, -((n - s) as i64), libc::SEEK_CUR) };
+        }
+        if s < n {
+            break;
+        }
+    }
+    if let (Some(o), Some(p)) = (off, pos) {
+        *o = p;
+    }
+    Ok(total)
+}
+
+/// Connects, blocking unless non-blocking: `EINPROGRESS` → wait writable → result.
+pub fn connect(
+    b: &dyn Backend,
+    st: &State,
+    fd: i32,
+    e: &Entry,
+    dst: SocketAddrV4,
+) -> Result<(), Errno> {
+    match b.connect(e.id, dst) {
+        Err(libc::EINPROGRESS) if !nonblocking(fd, e, 0) => {}
+        r => return r,
+    }
+    let (_, timeo) = st.table.timeouts(fd);
+    let dl = deadline(timeo);
+    loop {
+        let hup = match wait(fd, libc::POLLOUT, dl) {
+            Err(libc::EAGAIN) => return Err(libc::EINPROGRESS),
+            Err(err) => return Err(err),
+            Ok(h) => h,
+        };
+        match b.connect(e.id, dst) {
+            Ok(()) | Err(libc::EISCONN) => return Ok(()),
+            Err(libc::EALREADY | libc::EINPROGRESS) if hup => return Err(libc::ECONNRESET),
+            Err(libc::EALREADY | libc::EINPROGRESS) => continue,
+            Err(err) => return Err(err),
+        }
+    }
+}
+
+/// Accepts one connection (blocking unless non-blocking): the descriptor and the peer (None
+/// for a kernel connection: the caller asks the kernel).
+pub fn accept(
+    b: &dyn Backend,
+    st: &State,
+    fd: i32,
+    e: &Entry,
+    flags: i32,
+) -> Result<(i32, Option<SocketAddrV4>), Errno> {
+    let (timeo, _) = st.table.timeouts(fd);
+    let kernel = st.table.aux(fd);
+    let got = blocking(fd, e, 0, libc::POLLIN, timeo, || match b.accept(e.id) {
+        // Nothing through flowstack: an ordinary client on the kernel side?
+        Err(libc::EAGAIN) if kernel.is_some() => kernel_accept(kernel.unwrap_or(-1)),
+        r => r,
+    })?;
+    let cloexec = flags & libc::SOCK_CLOEXEC != 0;
+    let nonblock = flags & libc::SOCK_NONBLOCK != 0;
+    let (nfd, peer) = match got {
+        Accepted::Flowstack(ofd, id, peer) => {
+            let nfd = ofd.into_raw_fd();
+            if nfd as usize >= MAX_FDS {
+                // SAFETY: our own new descriptor; the daemon sees its hang-up.
+                unsafe { real::close(nfd) };
+                b.forget(id);
+                return Err(libc::EMFILE);
+            }
+            st.table.set(nfd, Entry::new(id, e.inet6, false, nonblock));
+            st.hold(id);
+            st.note_flowstack(nfd, "accept");
+            (nfd, Some(peer))
+        }
+        Accepted::Kernel(ofd) => {
+            let nfd = ofd.into_raw_fd();
+            if st.table.clear(nfd).is_some() {
+                // A number the table still had: its socket was closed behind our back.
+            }
+            st.note_kernel(nfd, Reason::KernelListener, false);
+            (nfd, None)
+        }
+    };
+    // SAFETY: flag changes on the descriptor just created.
+    unsafe {
+        real::fcntl(
+            nfd,
+            libc::F_SETFD,
+            if cloexec { libc::FD_CLOEXEC } else { 0 } as usize,
+        );
+        let fl = real::fcntl(nfd, libc::F_GETFL, 0).max(0);
+        let fl = if nonblock {
+            fl | libc::O_NONBLOCK
+        } else {
+            fl & !libc::O_NONBLOCK
+        };
+        real::fcntl(nfd, libc::F_SETFL, fl as usize);
+    }
+    Ok((nfd, peer))
+}
+
+fn kernel_accept(k: i32) -> Result<Accepted, Errno> {
+    use std::os::fd::FromRawFd;
+    let flags = libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
+    // SAFETY: accept on the shim's kernel listener; no address is asked for.
+    let n = unsafe { real::accept4(k, std::ptr::null_mut(), std::ptr::null_mut(), flags) };
+    if n < 0 {
+        let err = real::errno();
+        // Connections that died while queued look like "try again" to the application.
+        return Err(if err == libc::ECONNABORTED {
+            libc::EAGAIN
+        } else {
+            err
+        });
+    }
+    // SAFETY: `n` is a new descriptor we own.
+    Ok(Accepted::Kernel(unsafe {
+        std::os::fd::OwnedFd::from_raw_fd(n)
+    }))
+}
+
+/// Replaces the placeholder `fd` with a kernel socket of the same family and type, keeping
+/// the descriptor number, its flags and the options set so far; the daemon forgets the
+/// socket. The caller then makes the kernel call.
+pub fn to_kernel(st: &State, fd: i32, e: &Entry, why: Reason) -> Result<(), Errno> {
+    let family = if e.inet6 {
+        libc::AF_INET6
+    } else {
+        libc::AF_INET
+    };
+    let ty = if e.dgram {
+        libc::SOCK_DGRAM
+    } else {
+        libc::SOCK_STREAM
+    };
+    let local = if e.bound {
+        st.connected().and_then(|b| b.local_addr(e.id).ok())
+    } else {
+        None
+    };
+    // SAFETY: plain descriptor calls; option values point at locals that outlive the calls.
+    unsafe {
+        let k = real::socket(family, ty | libc::SOCK_CLOEXEC, 0);
+        if k < 0 {
+            return Err(real::errno());
+        }
+        let on: libc::c_int = 1;
+        let set = |lv, nm| {
+            real::setsockopt(k, lv, nm, (&on as *const libc::c_int).cast(), 4);
+        };
+        if e.opts & opt::REUSEADDR != 0 {
+            set(libc::SOL_SOCKET, libc::SO_REUSEADDR);
+        }
+        if e.opts & opt::REUSEPORT != 0 {
+            set(libc::SOL_SOCKET, libc::SO_REUSEPORT);
+        }
+        if e.opts & opt::NODELAY != 0 {
+            set(libc::IPPROTO_TCP, libc::TCP_NODELAY);
+        }
+        if e.opts & opt::KEEPALIVE != 0 {
+            set(libc::SOL_SOCKET, libc::SO_KEEPALIVE);
+        }
+        if e.v6only {
+            set(libc::IPPROTO_IPV6, libc::IPV6_V6ONLY);
+        }
+        let (r, s) = st.table.timeouts(fd);
+        for (ms, nm) in [(r, libc::SO_RCVTIMEO), (s, libc::SO_SNDTIMEO)] {
+            if ms != 0 {
+                let tv = libc::timeval {
+                    tv_sec: (ms / 1000) as _,
+                    tv_usec: ((ms % 1000) * 1000) as _,
+                };
+                let p = (&tv as *const libc::timeval).cast();
+                real::setsockopt(k, libc::SOL_SOCKET, nm, p, 16);
+            }
+        }
+        if let Some(a) = local {
+            let (bytes, n) = addr::write_addr(a, e.inet6);
+            real::bind(k, bytes.as_ptr().cast(), n as _);
+        }
+        if e.nonblock {
+            real::fcntl(k, libc::F_SETFL, libc::O_NONBLOCK as usize);
+        }
+        let cloexec = real::fcntl(fd, libc::F_GETFD, 0) > 0;
+        let r = real::dup3(k, fd, if cloexec { libc::O_CLOEXEC } else { 0 });
+        let err = real::errno();
+        real::close(k);
+        if r < 0 {
+            return Err(err);
+        }
+    }
+    st.table.clear(fd);
+    st.release(e.id);
+    st.note_kernel(fd, why, true);
+    Ok(())
+}
+
+/// Where `bind` goes, after reading the application's address.
+pub fn bind(b: &dyn Backend, st: &State, fd: i32, e: &Entry, a: Addr) -> Result<bool, Errno> {
+    match addr::bind_route(a, e.v6only) {
+        Ok(v4) => {
+            b.bind(e.id, v4)?;
+            st.table.update(fd, |x| x.bound = true);
+            Ok(true)
+        }
+        Err(why) => {
+            to_kernel(st, fd, e, why)?;
+            Ok(false)
+        }
+    }
+}
+
+/// listen(2), with the kernel listener on the same port unless FLOWSTACK_KERNEL_LISTEN=0.
+pub fn listen(b: &dyn Backend, st: &State, fd: i32, e: &Entry, backlog: i32) -> Result<(), Errno> {
+    let kernel = if st.cfg.kernel_listen && !e.dgram && !e.listening {
+        b.local_addr(e.id)
+            .ok()
+            .filter(|a| a.port() != 0)
+            .and_then(|a| kernel_listener(a, e.inet6, backlog))
+    } else {
+        None
+    };
+    // The shim keeps its own copy to accept ordinary clients from.
+    // SAFETY: F_DUPFD_CLOEXEC of a descriptor we own.
+    let mine = kernel
+        .as_ref()
+        .map(|k| unsafe { real::fcntl(k.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) })
+        .filter(|&k| k >= 0);
+    if let Err(err) = b.listen(e.id, backlog, kernel) {
+        if let Some(k) = mine {
+            // SAFETY: our copy, not handed out.
+            unsafe { real::close(k) };
+        }
+        return Err(err);
+    }
+    st.table.update(fd, |x| x.listening = true);
+    if mine.is_some() {
+        st.table.set_aux(fd, mine);
+    }
+    Ok(())
+}
+
+fn kernel_listener(a: SocketAddrV4, inet6: bool, backlog: i32) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let family = if inet6 { libc::AF_INET6 } else { libc::AF_INET };
+    // SAFETY: a new kernel socket we own until handed over; option and address buffers are
+    // locals that outlive the calls.
+    unsafe {
+        let k = real::socket(family, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if k < 0 {
+            return None;
+        }
+        let owned = std::os::fd::OwnedFd::from_raw_fd(k);
+        let on: libc::c_int = 1;
+        real::setsockopt(
+            k,
+            libc::SOL_SOCKET,
+            libc::SO_REUSEADDR,
+            (&on as *const i32).cast(),
+            4,
+        );
+        let (bytes, n) = addr::write_addr(a, inet6);
+        if real::bind(k, bytes.as_ptr().cast(), n as _) != 0 || real::listen(k, backlog) != 0 {
+            return None;
+        }
+        real::fcntl(k, libc::F_SETFL, libc::O_NONBLOCK as usize);
+        Some(owned)
+    }
+}

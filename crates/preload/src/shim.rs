@@ -1,0 +1,1192 @@
+//! The C library's socket surface, interposed. Each entry point looks the descriptor up in the
+//! table (one atomic load): not a placeholder → the C library's own function; a placeholder →
+//! the operation in `ops`, inside `catch_unwind` so that no Rust panic reaches C (a panic
+//! becomes `EIO`).
+//!
+//! Not interposed because placeholders are real descriptors: poll, ppoll, select, pselect,
+//! epoll_* and their FORTIFY variants — the kernel's own readiness covers mixed sets.
+#![allow(clippy::missing_safety_doc)]
+
+use crate::addr::{self, Reason};
+use crate::backend::{Backend, Errno};
+use crate::ops;
+use crate::real;
+use crate::state::{self, inside, is_inside, signals, State};
+use crate::table::{opt, Entry, MAX_FDS};
+use libc::{
+    c_char, c_int, c_long, c_uint, c_ulong, c_void, iovec, mmsghdr, msghdr, off_t, pid_t, size_t,
+    sockaddr, socklen_t, ssize_t,
+};
+use std::net::SocketAddrV4;
+use std::os::fd::IntoRawFd;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// The failure value of a C return type.
+trait Fail {
+    const FAIL: Self;
+}
+impl Fail for c_int {
+    const FAIL: Self = -1;
+}
+impl Fail for ssize_t {
+    const FAIL: Self = -1;
+}
+
+/// Runs a placeholder operation: interposition off for the thread, panics caught, errors to
+/// `errno`.
+fn run<R: Fail>(f: impl FnOnce() -> Result<R, Errno>) -> R {
+    match catch_unwind(AssertUnwindSafe(|| inside(f))) {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => {
+            real::set_errno(e);
+            R::FAIL
+        }
+        Err(_) => {
+            real::set_errno(libc::EIO);
+            R::FAIL
+        }
+    }
+}
+
+/// The placeholder behind `fd`, if it is one and this thread is not inside the shim.
+#[inline]
+fn placeholder(fd: c_int) -> Option<(&'static State, &'static dyn Backend, Entry)> {
+    let st = state::get()?;
+    st.table.get(fd)?;
+    if is_inside() {
+        return None;
+    }
+    state::readopt_if_forked(st);
+    let e = st.table.get(fd)?;
+    Some((st, st.connected()?, e))
+}
+
+unsafe fn buf_mut<'a>(p: *mut c_void, n: size_t) -> Result<&'a mut [u8], Errno> {
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    if p.is_null() {
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: the caller of the C function promises `n` writable bytes at `p`.
+    Ok(std::slice::from_raw_parts_mut(p.cast(), n))
+}
+
+unsafe fn buf<'a>(p: *const c_void, n: size_t) -> Result<&'a [u8], Errno> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: the caller of the C function promises `n` readable bytes at `p`.
+    Ok(std::slice::from_raw_parts(p.cast(), n))
+}
+
+unsafe fn iovs_mut<'a>(v: *const iovec, n: c_int) -> Result<Vec<&'a mut [u8]>, Errno> {
+    if !(0..=libc::UIO_MAXIOV).contains(&n) {
+        return Err(libc::EINVAL);
+    }
+    if n > 0 && v.is_null() {
+        return Err(libc::EFAULT);
+    }
+    (0..n as usize)
+        .map(|i| {
+            // SAFETY: `v` holds `n` iovecs (the C contract).
+            let io = &*v.add(i);
+            buf_mut(io.iov_base, io.iov_len)
+        })
+        .collect()
+}
+
+unsafe fn iovs<'a>(v: *const iovec, n: c_int) -> Result<Vec<&'a [u8]>, Errno> {
+    Ok(iovs_mut(v, n)?.into_iter().map(|b| &*b).collect())
+}
+
+unsafe fn read_sockaddr<'a>(a: *const sockaddr, l: socklen_t) -> Option<&'a [u8]> {
+    // SAFETY: the caller promises `l` readable bytes at `a`.
+    (!a.is_null()).then(|| std::slice::from_raw_parts(a.cast::<u8>(), l as usize))
+}
+
+/// Writes `a` into the application's (addr, len) pair with the kernel's truncation rule:
+/// at most `*len` bytes copied, `*len` set to the full size.
+unsafe fn put_sockaddr(a: SocketAddrV4, inet6: bool, out: *mut sockaddr, len: *mut socklen_t) {
+    if out.is_null() || len.is_null() {
+        return;
+    }
+    let (bytes, n) = addr::write_addr(a, inet6);
+    // SAFETY: `len` is the caller's; `out` has `*len` writable bytes.
+    let room = (*len as usize).min(n);
+    std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.cast::<u8>(), room);
+    *len = n as socklen_t;
+}
+
+unsafe fn put_int(v: c_int, out: *mut c_void, len: *mut socklen_t) -> Result<c_int, Errno> {
+    if out.is_null() || len.is_null() {
+        return Err(libc::EFAULT);
+    }
+    let b = v.to_ne_bytes();
+    let n = (*len as usize).min(4);
+    std::ptr::copy_nonoverlapping(b.as_ptr(), out.cast::<u8>(), n);
+    *len = n as socklen_t;
+    Ok(0)
+}
+
+// ---- creating sockets ---------------------------------------------------------------------
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int {
+    if is_inside() {
+        return real::socket(domain, ty, proto);
+    }
+    let kind = match addr::socket_kind(domain, ty, proto) {
+        Ok(k) => k,
+        Err(why) => {
+            let fd = real::socket(domain, ty, proto);
+            if fd >= 0 {
+                if let Some(st) = state::get() {
+                    st.table.clear(fd);
+                    if st.cfg.report.is_some() {
+                        st.note_kernel(fd, why, false);
+                    }
+                }
+            }
+            return fd;
+        }
+    };
+    let st = state::state();
+    let kernel = |why: Reason| {
+        let fd = real::socket(domain, ty, proto);
+        if fd >= 0 {
+            st.table.clear(fd);
+            st.note_kernel(fd, why, false);
+        }
+        fd
+    };
+    if st.cfg.disabled {
+        return kernel(Reason::Disabled);
+    }
+    let b = match st.backend() {
+        Ok(b) => b,
+        Err(_) if st.cfg.fail_without_daemon => {
+            real::set_errno(libc::EAFNOSUPPORT);
+            return -1;
+        }
+        Err(_) => return kernel(Reason::NoDaemon),
+    };
+    let made = catch_unwind(AssertUnwindSafe(|| inside(|| b.socket(kind.dgram))));
+    let (ofd, id) = match made {
+        Ok(Ok(x)) => x,
+        Ok(Err(e)) if st.cfg.fail_without_daemon => {
+            real::set_errno(e);
+            return -1;
+        }
+        _ => return kernel(Reason::Refused),
+    };
+    let fd = ofd.into_raw_fd();
+    if fd as usize >= MAX_FDS {
+        real::close(fd);
+        inside(|| b.forget(id));
+        return kernel(Reason::FdTooHigh);
+    }
+    real::fcntl(
+        fd,
+        libc::F_SETFD,
+        if kind.cloexec { libc::FD_CLOEXEC } else { 0 } as usize,
+    );
+    if kind.nonblock {
+        real::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK as usize);
+    }
+    st.table
+        .set(fd, Entry::new(id, kind.inet6, kind.dgram, kind.nonblock));
+    st.hold(id);
+    inside(|| st.note_flowstack(fd, "socket"));
+    fd
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn bind(fd: c_int, a: *const sockaddr, l: socklen_t) -> c_int {
+    let Some((st, b, e)) = placeholder(fd) else {
+        return real::bind(fd, a, l);
+    };
+    let moved = run(|| {
+        let addr = addr::read_addr(read_sockaddr(a, l), e.inet6)?;
+        ops::bind(b, st, fd, &e, addr).map(|fs| if fs { 0 } else { 1 })
+    });
+    match moved {
+        1 => real::bind(fd, a, l),
+        r => r,
+    }
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
+    match placeholder(fd) {
+        None => real::listen(fd, backlog),
+        Some((st, b, e)) => run(|| ops::listen(b, st, fd, &e, backlog).map(|_| 0)),
+    }
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn accept(fd: c_int, a: *mut sockaddr, l: *mut socklen_t) -> c_int {
+    accept4(fd, a, l, 0)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn accept4(
+    fd: c_int,
+    a: *mut sockaddr,
+    l: *mut socklen_t,
+    flags: c_int,
+) -> c_int {
+    let Some((st, b, e)) = placeholder(fd) else {
+        let n = real::accept4(fd, a, l, flags);
+        if n >= 0 {
+            if let Some(st) = state::get() {
+                st.table.clear(n);
+            }
+        }
+        return n;
+    };
+    run(|| {
+        let (nfd, peer) = ops::accept(b, st, fd, &e, flags)?;
+        match peer {
+            Some(p) => put_sockaddr(p, e.inet6, a, l),
+            None if !a.is_null() && !l.is_null() => {
+                real::getpeername(nfd, a, l);
+            }
+            None => {}
+        }
+        Ok(nfd)
+    })
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn connect(fd: c_int, a: *const sockaddr, l: socklen_t) -> c_int {
+    let Some((st, b, e)) = placeholder(fd) else {
+        return real::connect(fd, a, l);
+    };
+    let r = run(|| {
+        let addr = addr::read_addr(read_sockaddr(a, l), e.inet6)?;
+        match addr::connect_route(addr, e.v6only, |d| b.carries(d)) {
+            Ok(dst) => ops::connect(b, st, fd, &e, dst).map(|_| 0),
+            Err(why) => ops::to_kernel(st, fd, &e, why).map(|_| 1),
+        }
+    });
+    match r {
+        1 => real::connect(fd, a, l),
+        r => r,
+    }
+}
+
+// ---- data -----------------------------------------------------------------------------------
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn read(fd: c_int, p: *mut c_void, n: size_t) -> ssize_t {
+    match placeholder(fd) {
+        None => real::read(fd, p, n),
+        Some((st, b, e)) => run(|| {
+            let mut s = [buf_mut(p, n)?];
+            ops::recv(b, st, fd, &e, &mut s, 0).map(|r| r.0 as ssize_t)
+        }),
+    }
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn __read_chk(fd: c_int, p: *mut c_void, n: size_t, room: size_t) -> ssize_t {
+    if n > room {
+        libc::abort();
+    }
+    read(fd, p, n)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn write(fd: c_int, p: *const c_void, n: size_t) -> ssize_t {
+    match placeholder(fd) {
+        None => real::write(fd, p, n),
+        Some((st, b, e)) => {
+            run(|| ops::send(b, st, fd, &e, &[buf(p, n)?], 0, None).map(|n| n as ssize_t))
+        }
+    }
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn readv(fd: c_int, v: *const iovec, n: c_int) -> ssize_t {
+    match placeholder(fd) {
+        None => real::readv(fd, v, n),
+        Some((st, b, e)) => run(|| {
+            let mut s = iovs_mut(v, n)?;
+            ops::recv(b, st, fd, &e, &mut s, 0).map(|r| r.0 as ssize_t)
+        }),
+    }
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn writev(fd: c_int, v: *const iovec, n: c_int) -> ssize_t {
+    match placeholder(fd) {
+        None => real::writev(fd, v, n),
+        Some((st, b, e)) => {
+            run(|| ops::send(b, st, fd, &e, &iovs(v, n)?, 0, None).map(|n| n as ssize_t))
+        }
+    }
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn recv(fd: c_int, p: *mut c_void, n: size_t, flags: c_int) -> ssize_t {
+    match placeholder(fd) {
+        None => real::recv(fd, p, n, flags),
+        Some((st, b, e)) => run(|| {
+            let mut s = [buf_mut(p, n)?];
+            ops::recv(b, st, fd, &e, &mut s, flags).map(|r| r.0 as ssize_t)
+        }),
+    }
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn __recv_chk(
+    fd: c_int,
+    p: *mut c_void,
+    n: size_t,
+    room: size_t,
+    flags: c_int,
+) -> ssize_t {
+    if n > room {
+        libc::abort();
+    }
+    recv(fd, p, n, flags)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn recvfrom(
+    fd: c_int,
+    p: *mut c_void,
+    n: size_t,
+    flags: c_int,
+    a: *mut sockaddr,
+    l: *mut socklen_t,
+) -> ssize_t {
+    match placeholder(fd) {
+        None => real::recvfrom(fd, p, n, flags, a, l),
+        Some((st, b, e)) => run(|| {
+            let mut s = [buf_mut(p, n)?];
+            let (got, src) = ops::recv(b, st, fd, &e, &mut s, flags)?;
+            match src {
+                Some(src) => put_sockaddr(src, e.inet6, a, l),
+                None if !l.is_null() && !e.dgram => {
+                    if let Ok(peer) = b.peer_addr(e.id) {
+                        put_sockaddr(peer, e.inet6, a, l);
+                    }
+                }
+                None => {}
+            }
+            Ok(got as ssize_t)
+        }),
+    }
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn __recvfrom_chk(
+    fd: c_int,
+    p: *mut c_void,
+    n: size_t,
+    room: size_t,
+    flags: c_int,
+    a: *mut sockaddr,
+    l: *mut socklen_t,
+) -> ssize_t {
+    if n > room {
+        libc::abort();
+    }
+    recvfrom(fd, p, n, flags, a, l)
+}
+
+/// Descriptors received with SCM_RIGHTS: placeholders of another process become ours.
+unsafe fn adopt_received(m: *const msghdr) {
+    let Some(st) = state::get() else { return };
+    let Some(b) = st.connected() else { return };
+    let m = &*m;
+    if m.msg_control.is_null() || m.msg_controllen == 0 {
+        return;
+    }
+    let mut c = libc::CMSG_FIRSTHDR(m);
+    while !c.is_null() {
+        if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+            let data = libc::CMSG_DATA(c) as *const c_int;
+            let n = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / 4;
+            for i in 0..n {
+                let fd = data.add(i).read_unaligned();
+                st.table.clear(fd);
+                if let Some(id) = inside(|| b.adopt(fd)) {
+                    let fl = real::fcntl(fd, libc::F_GETFL, 0);
+                    let nb = fl >= 0 && fl & libc::O_NONBLOCK != 0;
+                    if st.table.set(fd, Entry::new(id, false, false, nb)) {
+                        st.hold(id);
+                        inside(|| st.note_flowstack(fd, "received"));
+                    }
+                }
+            }
+        }
+        c = libc::CMSG_NXTHDR(m, c);
+    }
+}
+
+unsafe fn recvmsg_ours(
+    st: &State,
+    b: &dyn Backend,
+    fd: c_int,
+    e: &Entry,
+    m: *mut msghdr,
+    flags: c_int,
+) -> Result<usize, Errno> {
+    if m.is_null() {
+        return Err(libc::EFAULT);
+    }
+    let m = &mut *m;
+    let mut s = iovs_mut(m.msg_iov, m.msg_iovlen as c_int)?;
+    let (got, src) = ops::recv(b, st, fd, e, &mut s, flags)?;
+    match src {
+        Some(src) if !m.msg_name.is_null() => {
+            let mut l = m.msg_namelen;
+            put_sockaddr(src, e.inet6, m.msg_name.cast(), &mut l);
+            m.msg_namelen = l;
+        }
+        _ => m.msg_namelen = 0,
+    }
+    m.msg_controllen = 0;
+    m.msg_flags = 0;
+    Ok(got)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn recvmsg(fd: c_int, m: *mut msghdr, flags: c_int) -> ssize_t {
+    match placeholder(fd) {
+        None => {
+            let r = real::recvmsg(fd, m, flags);
+            if r >= 0 && !m.is_null() && !is_inside() {
+                adopt_received(m);
+            }
+            r
+        }
+        Some((st, b, e)) => run(|| recvmsg_ours(st, b, fd, &e, m, flags).map(|n| n as ssize_t)),
+    }
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn recvmmsg(
+    fd: c_int,
+    v: *mut mmsghdr,
+    n: c_uint,
+    flags: c_int,
+    t: *mut libc::timespec,
+) -> c_int {
+    let Some((st, b, e)) = placeholder(fd) else {
+        return real::recvmmsg(fd, v, n, flags, t);
+    };
+    // Deviation: the timeout argument is not applied (the kernel's is checked only between
+    // datagrams, too).
+    run(|| {
+        let mut done = 0u32;
+        while done < n {
+            let f = if done == 0 || flags & libc::MSG_WAITFORONE == 0 {
+                flags & !libc::MSG_WAITFORONE
+            } else {
+                (flags & !libc::MSG_WAITFORONE) | libc::MSG_DONTWAIT
+            };
+            let f = if done > 0 { f | libc::MSG_DONTWAIT } else { f };
+            let h = &mut *v.add(done as usize);
+            match recvmsg_ours(st, b, fd, &e, &mut h.msg_hdr, f) {
+                Ok(k) => h.msg_len = k as c_uint,
+                Err(err) if done == 0 => return Err(err),
+                Err(_) => break,
+            }
+            done += 1;
+        }
+        Ok(done as c_int)
+    })
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn send(fd: c_int, p: *const c_void, n: size_t, flags: c_int) -> ssize_t {
+    match placeholder(fd) {
+        None => real::send(fd, p, n, flags),
+        Some((st, b, e)) => {
+            run(|| ops::send(b, st, fd, &e, &[buf(p, n)?], flags, None).map(|n| n as ssize_t))
+        }
+    }
+}
+
+/// sendto's destination for a datagram socket: flowstack's, or the socket moves to the kernel.
+unsafe fn dgram_dst(
+    st: &State,
+    b: &dyn Backend,
+    fd: c_int,
+    e: &Entry,
+    a: *const sockaddr,
+    l: socklen_t,
+) -> Result<Option<SocketAddrV4>, Errno> {
+    if a.is_null() || !e.dgram {
+        return Ok(None);
+    }
+    let addr = addr::read_addr(read_sockaddr(a, l), e.inet6)?;
+    match addr::connect_route(addr, e.v6only, |d| b.carries(d)) {
+        Ok(d) => Ok(Some(d)),
+        Err(why) => {
+            ops::to_kernel(st, fd, e, why)?;
+            Err(-1)
+        }
+    }
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn sendto(
+    fd: c_int,
+    p: *const c_void,
+    n: size_t,
+    flags: c_int,
+    a: *const sockaddr,
+    l: socklen_t,
+) -> ssize_t {
+    let Some((st, b, e)) = placeholder(fd) else {
+        return real::sendto(fd, p, n, flags, a, l);
+    };
+    let mut moved = false;
+    let r = run(|| match dgram_dst(st, b, fd, &e, a, l) {
+        Err(-1) => {
+            moved = true;
+            Ok(0)
+        }
+        Err(err) => Err(err),
+        Ok(dst) => ops::send(b, st, fd, &e, &[buf(p, n)?], flags, dst).map(|n| n as ssize_t),
+    });
+    if moved {
+        return real::sendto(fd, p, n, flags, a, l);
+    }
+    r
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn sendmsg(fd: c_int, m: *const msghdr, flags: c_int) -> ssize_t {
+    let Some((st, b, e)) = placeholder(fd) else {
+        return real::sendmsg(fd, m, flags);
+    };
+    if m.is_null() {
+        real::set_errno(libc::EFAULT);
+        return -1;
+    }
+    let h = &*m;
+    let mut moved = false;
+    let r = run(
+        || match dgram_dst(st, b, fd, &e, h.msg_name.cast(), h.msg_namelen) {
+            Err(-1) => {
+                moved = true;
+                Ok(0)
+            }
+            Err(err) => Err(err),
+            Ok(dst) => {
+                let s = iovs(h.msg_iov, h.msg_iovlen as c_int)?;
+                ops::send(b, st, fd, &e, &s, flags, dst).map(|n| n as ssize_t)
+            }
+        },
+    );
+    if moved {
+        return real::sendmsg(fd, m, flags);
+    }
+    r
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn sendmmsg(fd: c_int, v: *mut mmsghdr, n: c_uint, flags: c_int) -> c_int {
+    if placeholder(fd).is_none() {
+        return real::sendmmsg(fd, v, n, flags);
+    }
+    let mut done = 0u32;
+    while done < n {
+        let h = &mut *v.add(done as usize);
+        let f = if done > 0 {
+            flags | libc::MSG_DONTWAIT
+        } else {
+            flags
+        };
+        let r = sendmsg(fd, &h.msg_hdr, f);
+        if r < 0 {
+            if done == 0 {
+                return -1;
+            }
+            break;
+        }
+        h.msg_len = r as c_uint;
+        done += 1;
+    }
+    done as c_int
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn sendfile(out: c_int, inp: c_int, off: *mut off_t, n: size_t) -> ssize_t {
+    if let Some(st) = state::get() {
+        if st.table.get(inp).is_some() && !is_inside() {
+            // Linux: in_fd must support mmap-like operations; a socket does not.
+            real::set_errno(libc::EINVAL);
+            return -1;
+        }
+    }
+    match placeholder(out) {
+        None => real::sendfile(out, inp, off, n),
+        Some((st, b, e)) => run(|| {
+            let o = (!off.is_null()).then(|| &mut *off);
+            ops::sendfile(b, st, out, &e, inp, o, n).map(|n| n as ssize_t)
+        }),
+    }
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn sendfile64(out: c_int, inp: c_int, off: *mut off_t, n: size_t) -> ssize_t {
+    sendfile(out, inp, off, n)
+}
+
+// ---- closing and duplicating ---------------------------------------------------------------
+
+/// Bookkeeping before the kernel closes `fd` (or replaces it): the table forgets it and the
+/// daemon API forgets its socket at the last descriptor.
+fn forget_fd(fd: c_int) {
+    if let Some(st) = state::get() {
+        let aux = st.table.aux(fd);
+        if let Some(e) = st.table.clear(fd) {
+            if st.release(e.id) {
+                if let Some(k) = aux {
+                    // SAFETY: the shim's own copy of the kernel listener, closed once.
+                    unsafe { real::close(k) };
+                }
+            }
+        }
+    }
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    if !is_inside() {
+        forget_fd(fd);
+    }
+    real::close(fd)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn close_range(lo: c_uint, hi: c_uint, flags: c_int) -> c_int {
+    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
+        if let Some(st) = state::get() {
+            let fds: Vec<c_int> = st.table.in_range(lo, hi).map(|(fd, _)| fd).collect();
+            for fd in fds {
+                forget_fd(fd);
+            }
+        }
+    }
+    real::close_range(lo, hi, flags)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn closefrom(lo: c_int) {
+    let lo = lo.max(0) as c_uint;
+    if close_range(lo, c_uint::MAX, 0) == 0 {
+        return;
+    }
+    // Kernels without close_range: close what the table knows and the rest one by one.
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl);
+    for fd in lo..(rl.rlim_cur.min(1 << 20) as c_uint) {
+        real::close(fd as c_int);
+    }
+}
+
+/// After the kernel made `new` a copy of `old`: the table follows.
+fn dup_done(old: c_int, new: c_int) {
+    if let Some(st) = state::get() {
+        if st.table.get(new).is_some() {
+            forget_fd(new);
+        }
+        st.table.copy(old, new);
+        if let Some(e) = st.table.get(new) {
+            st.hold(e.id);
+        }
+    }
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    let n = real::dup(fd);
+    if n >= 0 && !is_inside() {
+        dup_done(fd, n);
+    }
+    n
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    if old == new {
+        // dup2 of a descriptor onto itself only checks that it is open.
+        return if real::fcntl(old, libc::F_GETFD, 0) < 0 {
+            -1
+        } else {
+            new
+        };
+    }
+    dup3(old, new, 0)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    let n = real::dup3(old, new, flags);
+    if n >= 0 && !is_inside() {
+        dup_done(old, n);
+    }
+    n
+}
+
+// ---- descriptor control --------------------------------------------------------------------
+
+/// Records O_NONBLOCK for a placeholder after the kernel accepted the change.
+fn learn_nonblock(fd: c_int, on: bool) {
+    if let Some(st) = state::get() {
+        st.table.update(fd, |e| e.nonblock = on);
+    }
+}
+
+// fcntl and ioctl are variadic in C; on x86-64 and arm64 Linux the optional argument arrives
+// in the register a fixed third parameter is read from, so the fixed signature is the ABI.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+    let r = real::fcntl(fd, cmd, arg);
+    if r < 0 || is_inside() {
+        return r;
+    }
+    match cmd {
+        libc::F_SETFL => learn_nonblock(fd, arg as c_int & libc::O_NONBLOCK != 0),
+        libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => dup_done(fd, r),
+        _ => {}
+    }
+    r
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+    fcntl(fd, cmd, arg)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: usize) -> c_int {
+    let Some((_, b, e)) = placeholder(fd) else {
+        return real::ioctl(fd, req, arg);
+    };
+    match req {
+        libc::FIONBIO => {
+            let r = real::ioctl(fd, req, arg);
+            if r == 0 && arg != 0 {
+                learn_nonblock(fd, *(arg as *const c_int) != 0);
+            }
+            r
+        }
+        libc::FIONREAD | libc::TIOCOUTQ => run(|| {
+            if arg == 0 {
+                return Err(libc::EFAULT);
+            }
+            let n = if req == libc::FIONREAD {
+                b.readable_bytes(e.id)
+            } else {
+                b.unsent_bytes(e.id)
+            };
+            *(arg as *mut c_int) = n.min(c_int::MAX as usize) as c_int;
+            Ok(0)
+        }),
+        _ => {
+            real::set_errno(libc::ENOTTY);
+            -1
+        }
+    }
+}
+
+// ---- options and names --------------------------------------------------------------------
+
+const SOL_SOCKET: c_int = libc::SOL_SOCKET;
+
+unsafe fn timeval_ms(v: *const c_void, l: socklen_t) -> Result<u32, Errno> {
+    if (l as usize) < std::mem::size_of::<libc::timeval>() {
+        return Err(libc::EINVAL);
+    }
+    if v.is_null() {
+        return Err(libc::EFAULT);
+    }
+    let tv = (v as *const libc::timeval).read_unaligned();
+    if tv.tv_sec < 0 || !(0..1_000_000).contains(&tv.tv_usec) {
+        return Err(libc::EDOM);
+    }
+    let ms = (tv.tv_sec as u64) * 1000 + (tv.tv_usec as u64).div_ceil(1000);
+    Ok(ms.min(u32::MAX as u64) as u32)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn setsockopt(
+    fd: c_int,
+    level: c_int,
+    name: c_int,
+    v: *const c_void,
+    l: socklen_t,
+) -> c_int {
+    let Some((st, b, e)) = placeholder(fd) else {
+        return real::setsockopt(fd, level, name, v, l);
+    };
+    run(|| {
+        let int = || -> Result<c_int, Errno> {
+            if (l as usize) < 4 {
+                return Err(libc::EINVAL);
+            }
+            if v.is_null() {
+                return Err(libc::EFAULT);
+            }
+            Ok((v as *const c_int).read_unaligned())
+        };
+        match (level, name) {
+            (SOL_SOCKET, libc::SO_RCVTIMEO | libc::SO_SNDTIMEO) => {
+                let ms = timeval_ms(v, l)?;
+                let (r, s) = st.table.timeouts(fd);
+                let (r, s) = if name == libc::SO_RCVTIMEO {
+                    (ms, s)
+                } else {
+                    (r, ms)
+                };
+                st.table.set_timeouts(fd, r, s);
+                return Ok(0);
+            }
+            (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) if e.inet6 => {
+                let on = int()? != 0;
+                st.table.update(fd, |x| x.v6only = on);
+                return Ok(0);
+            }
+            (libc::IPPROTO_IPV6, _) if !e.inet6 => return Err(libc::ENOPROTOOPT),
+            _ => {}
+        }
+        let bit = match (level, name) {
+            (SOL_SOCKET, libc::SO_REUSEADDR) => opt::REUSEADDR,
+            (SOL_SOCKET, libc::SO_REUSEPORT) => opt::REUSEPORT,
+            (SOL_SOCKET, libc::SO_KEEPALIVE) => opt::KEEPALIVE,
+            (libc::IPPROTO_TCP, libc::TCP_NODELAY) => opt::NODELAY,
+            _ => 0,
+        };
+        let val = buf(v, l as size_t)?;
+        b.set_option(e.id, level, name, val)?;
+        if bit != 0 {
+            let on = int()? != 0;
+            st.table
+                .update(fd, |x| if on { x.opts |= bit } else { x.opts &= !bit });
+        }
+        Ok(0)
+    })
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn getsockopt(
+    fd: c_int,
+    level: c_int,
+    name: c_int,
+    v: *mut c_void,
+    l: *mut socklen_t,
+) -> c_int {
+    let Some((st, b, e)) = placeholder(fd) else {
+        return real::getsockopt(fd, level, name, v, l);
+    };
+    run(|| {
+        if l.is_null() || v.is_null() {
+            return Err(libc::EFAULT);
+        }
+        let answer = match (level, name) {
+            (SOL_SOCKET, libc::SO_ERROR) => Some(b.take_error(e.id)),
+            (SOL_SOCKET, libc::SO_TYPE) => Some(if e.dgram {
+                libc::SOCK_DGRAM
+            } else {
+                libc::SOCK_STREAM
+            }),
+            (SOL_SOCKET, libc::SO_DOMAIN) => Some(if e.inet6 {
+                libc::AF_INET6
+            } else {
+                libc::AF_INET
+            }),
+            (SOL_SOCKET, libc::SO_PROTOCOL) => Some(if e.dgram {
+                libc::IPPROTO_UDP
+            } else {
+                libc::IPPROTO_TCP
+            }),
+            (SOL_SOCKET, libc::SO_ACCEPTCONN) => Some(e.listening as c_int),
+            (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) if e.inet6 => Some(e.v6only as c_int),
+            _ => None,
+        };
+        if let Some(x) = answer {
+            return put_int(x, v, l);
+        }
+        if level == SOL_SOCKET && (name == libc::SO_RCVTIMEO || name == libc::SO_SNDTIMEO) {
+            let (r, s) = st.table.timeouts(fd);
+            let ms = if name == libc::SO_RCVTIMEO { r } else { s };
+            let tv = libc::timeval {
+                tv_sec: (ms / 1000) as _,
+                tv_usec: ((ms % 1000) * 1000) as _,
+            };
+            let n = (*l as usize).min(std::mem::size_of::<libc::timeval>());
+            std::ptr::copy_nonoverlapping((&tv as *const libc::timeval).cast::<u8>(), v.cast(), n);
+            *l = n as socklen_t;
+            return Ok(0);
+        }
+        let out = buf_mut(v, *l as size_t)?;
+        let n = b.get_option(e.id, level, name, out)?;
+        *l = n as socklen_t;
+        Ok(0)
+    })
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn getsockname(fd: c_int, a: *mut sockaddr, l: *mut socklen_t) -> c_int {
+    match placeholder(fd) {
+        None => real::getsockname(fd, a, l),
+        Some((_, b, e)) => run(|| {
+            if a.is_null() || l.is_null() {
+                return Err(libc::EFAULT);
+            }
+            put_sockaddr(b.local_addr(e.id)?, e.inet6, a, l);
+            Ok(0)
+        }),
+    }
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn getpeername(fd: c_int, a: *mut sockaddr, l: *mut socklen_t) -> c_int {
+    match placeholder(fd) {
+        None => real::getpeername(fd, a, l),
+        Some((_, b, e)) => run(|| {
+            if a.is_null() || l.is_null() {
+                return Err(libc::EFAULT);
+            }
+            put_sockaddr(b.peer_addr(e.id)?, e.inet6, a, l);
+            Ok(0)
+        }),
+    }
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
+    match placeholder(fd) {
+        None => real::shutdown(fd, how),
+        Some((_, b, e)) => run(|| b.shutdown(e.id, how).map(|_| 0)),
+    }
+}
+
+// ---- processes -----------------------------------------------------------------------------
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn fork() -> pid_t {
+    let pid = real::fork();
+    if pid == 0 && state::get().is_some_and(|s| s.connected().is_some()) {
+        state::mark_forked();
+    }
+    pid
+}
+
+/// vfork as fork: the shim's wrapper frame cannot be shared with a child that returns from
+/// it, and fork semantics are a valid vfork.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn vfork() -> pid_t {
+    fork()
+}
+
+/// The environment an exec'd program gets: the caller's, plus the shim's own variables if
+/// it dropped them, plus `FLOWSTACK_FDS` naming the placeholders that survive exec.
+unsafe fn exec_env(envp: *const *const c_char) -> (Vec<std::ffi::CString>, Vec<*const c_char>) {
+    let mut own: Vec<std::ffi::CString> = Vec::new();
+    let mut given: Vec<*const c_char> = Vec::new();
+    let envp = if envp.is_null() {
+        extern "C" {
+            static environ: *const *const c_char;
+        }
+        environ
+    } else {
+        envp
+    };
+    let mut i = 0;
+    while !envp.is_null() && !(*envp.add(i)).is_null() {
+        let p = *envp.add(i);
+        let s = std::ffi::CStr::from_ptr(p).to_bytes();
+        if !s.starts_with(b"FLOWSTACK_FDS=") {
+            given.push(p);
+        }
+        i += 1;
+    }
+    let st = state::state();
+    for kv in &st.cfg.keep_env {
+        let k = kv.as_bytes().split(|&c| c == b'=').next().unwrap_or(b"");
+        let present = given.iter().any(|&p| {
+            let s = std::ffi::CStr::from_ptr(p).to_bytes();
+            s.len() > k.len() && s.starts_with(k) && s[k.len()] == b'='
+        });
+        if !present {
+            own.push(kv.clone());
+        }
+    }
+    let fds: Vec<String> = st
+        .table
+        .in_range(0, MAX_FDS as u32)
+        .filter(|(fd, _)| real::fcntl(*fd, libc::F_GETFD, 0) == 0)
+        .map(|(fd, e)| format!("{fd}:{}", crate::inherit::encode(&e)))
+        .collect();
+    if !fds.is_empty() {
+        if let Ok(c) = std::ffi::CString::new(format!("FLOWSTACK_FDS={}", fds.join(","))) {
+            own.push(c);
+        }
+    }
+    let mut all = given;
+    all.extend(own.iter().map(|c| c.as_ptr()));
+    all.push(std::ptr::null());
+    (own, all)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn execve(
+    p: *const c_char,
+    a: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    let (_keep, env) = inside(|| exec_env(envp));
+    real::execve(p, a, env.as_ptr())
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn execv(p: *const c_char, a: *const *const c_char) -> c_int {
+    execve(p, a, std::ptr::null())
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn execvpe(
+    p: *const c_char,
+    a: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    let (_keep, env) = inside(|| exec_env(envp));
+    real::execvpe(p, a, env.as_ptr())
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn execvp(p: *const c_char, a: *const *const c_char) -> c_int {
+    execvpe(p, a, std::ptr::null())
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn fexecve(
+    fd: c_int,
+    a: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    let (_keep, env) = inside(|| exec_env(envp));
+    real::fexecve(fd, a, env.as_ptr())
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn posix_spawn(
+    pid: *mut pid_t,
+    p: *const c_char,
+    fa: *const libc::posix_spawn_file_actions_t,
+    at: *const libc::posix_spawnattr_t,
+    a: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    let (_keep, env) = inside(|| exec_env(envp.cast()));
+    real::posix_spawn(pid, p, fa, at, a, env.as_ptr().cast())
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn posix_spawnp(
+    pid: *mut pid_t,
+    p: *const c_char,
+    fa: *const libc::posix_spawn_file_actions_t,
+    at: *const libc::posix_spawnattr_t,
+    a: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    let (_keep, env) = inside(|| exec_env(envp.cast()));
+    real::posix_spawnp(pid, p, fa, at, a, env.as_ptr().cast())
+}
+
+// ---- signals -------------------------------------------------------------------------------
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn sigaction(
+    sig: c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> c_int {
+    let r = real::sigaction(sig, act, old);
+    if r == 0 && !act.is_null() {
+        let h = (*act).sa_sigaction;
+        let handler = h != libc::SIG_DFL && h != libc::SIG_IGN;
+        signals::learn(sig, handler, (*act).sa_flags & libc::SA_RESTART != 0);
+    }
+    r
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
+    let r = real::signal(sig, h);
+    if r != libc::SIG_ERR {
+        // glibc's signal() has BSD semantics: SA_RESTART.
+        signals::learn(sig, h != libc::SIG_DFL && h != libc::SIG_IGN, true);
+    }
+    r
+}
+
+// ---- syscall() -----------------------------------------------------------------------------
+
+/// `syscall(2)`: socket calls made by number go through the shim; `io_uring_setup` answers
+/// `ENOSYS` so that programs fall back to calls the shim sees. Variadic in C; on x86-64 and
+/// arm64 the six fixed parameters are where the arguments arrive.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn syscall(
+    n: c_long,
+    a1: usize,
+    a2: usize,
+    a3: usize,
+    a4: usize,
+    a5: usize,
+    a6: usize,
+) -> c_long {
+    let (i, p) = (a1 as c_int, a2 as *mut c_void);
+    match n {
+        libc::SYS_io_uring_setup => {
+            real::set_errno(libc::ENOSYS);
+            -1
+        }
+        libc::SYS_socket => socket(i, a2 as c_int, a3 as c_int) as c_long,
+        libc::SYS_bind => bind(i, p.cast(), a3 as socklen_t) as c_long,
+        libc::SYS_listen => listen(i, a2 as c_int) as c_long,
+        libc::SYS_accept => accept(i, p.cast(), a3 as *mut socklen_t) as c_long,
+        libc::SYS_accept4 => accept4(i, p.cast(), a3 as *mut socklen_t, a4 as c_int) as c_long,
+        libc::SYS_connect => connect(i, p.cast(), a3 as socklen_t) as c_long,
+        libc::SYS_read => read(i, p, a3) as c_long,
+        libc::SYS_write => write(i, p, a3) as c_long,
+        libc::SYS_readv => readv(i, p.cast(), a3 as c_int) as c_long,
+        libc::SYS_writev => writev(i, p.cast(), a3 as c_int) as c_long,
+        libc::SYS_recvfrom => recvfrom(i, p, a3, a4 as c_int, a5 as *mut _, a6 as *mut _) as c_long,
+        libc::SYS_sendto => sendto(i, p, a3, a4 as c_int, a5 as *const _, a6 as _) as c_long,
+        libc::SYS_recvmsg => recvmsg(i, p.cast(), a3 as c_int) as c_long,
+        libc::SYS_sendmsg => sendmsg(i, p.cast(), a3 as c_int) as c_long,
+        libc::SYS_shutdown => shutdown(i, a2 as c_int) as c_long,
+        libc::SYS_close => close(i) as c_long,
+        libc::SYS_dup => dup(i) as c_long,
+        libc::SYS_dup3 => dup3(i, a2 as c_int, a3 as c_int) as c_long,
+        libc::SYS_close_range => close_range(a1 as c_uint, a2 as c_uint, a3 as c_int) as c_long,
+        libc::SYS_getsockname => getsockname(i, p.cast(), a3 as *mut _) as c_long,
+        libc::SYS_getpeername => getpeername(i, p.cast(), a3 as *mut _) as c_long,
+        libc::SYS_setsockopt => {
+            setsockopt(i, a2 as c_int, a3 as c_int, a4 as *const _, a5 as _) as c_long
+        }
+        libc::SYS_getsockopt => {
+            getsockopt(i, a2 as c_int, a3 as c_int, a4 as *mut _, a5 as *mut _) as c_long
+        }
+        libc::SYS_sendfile => sendfile(i, a2 as c_int, a3 as *mut _, a4) as c_long,
+        _ => real::syscall6(n, [a1, a2, a3, a4, a5, a6]),
+    }
+}
