@@ -10,8 +10,8 @@ pub fn run(a: &BenchArgs) -> ExitCode {
         PeerSel::Flowstack => FilePeers::Flowstack,
         PeerSel::Kernel => FilePeers::Kernel,
         PeerSel::Both => FilePeers::Both,
-        PeerSel::Smoltcp => {
-            eprintln!("flowstack: bench file compares flowstack and the kernel; --peer smoltcp is for stream");
+        PeerSel::Smoltcp | PeerSel::Offload => {
+            eprintln!("flowstack: bench file compares flowstack and the kernel; --peer smoltcp and --peer offload are for stream/rr/crr");
             return ExitCode::from(2);
         }
     };
