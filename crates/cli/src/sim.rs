@@ -17,8 +17,9 @@ use std::process::ExitCode;
 /// Options of `flowstack sim`.
 #[derive(Args, Debug)]
 pub struct SimArgs {
-    /// Architectures, comma-separated: kernel, library, percore, offload, offload:E (E stack
-    /// cores), offload:E@R (at R times the host clock), offload:c/K (cores/K stack cores).
+    /// Architectures, comma-separated: kernel, library, percore, offload (a NIC processor:
+    /// interrupt per message), daemon (stack cores whose rings the application polls); with
+    /// :E (E stack cores), :E@R (at R times the host clock) or :c/K (cores/K stack cores).
     #[arg(long, value_delimiter = ',', default_value = "kernel,percore,offload")]
     arch: Vec<String>,
     /// Workloads, comma-separated: stream, rr, crr, file.
@@ -37,8 +38,8 @@ pub struct SimArgs {
     /// Offload stack cores' clock relative to the host's, comma-separated (overrides @R).
     #[arg(long, value_delimiter = ',')]
     nic_ratio: Vec<f64>,
-    /// Connections (closed loop) or clients (open loop) [default: one per core, four per
-    /// core for crr].
+    /// Connections (closed loop) or clients (open loop) [default: four per core, one per
+    /// core for stream].
     #[arg(long, value_name = "N")]
     conns: Option<usize>,
     /// Server application work per request, microseconds.

@@ -278,8 +278,8 @@ fn one() -> f64 {
 }
 
 impl Scenario {
-    /// A closed-loop scenario with remote clients and the defaults (one connection per
-    /// core, four for crr).
+    /// A closed-loop scenario with remote clients and the defaults (four connections per
+    /// core, one per core for stream).
     pub fn new(arch: Arch, workload: Workload, size: usize, cores: usize) -> Self {
         Scenario {
             arch,
