@@ -57,9 +57,11 @@ const BLOCK_SIZE: u32 = 1 << 22;
 const BLOCK_NR: u32 = 8;
 const FRAME_SIZE: u32 = 1 << 17;
 // TPACKET_V2: fixed slots of 68 KiB (a 64 KiB coalesced frame, its headers and the vnet
-// header fit), one slot per block.
+// header fit), one slot per block; 256 slots (17 MiB). The price of per-frame hand-over: a
+// burst of small frames fills slots as fast as large ones (V3 packs them), so a burst of
+// more than 256 frames while the engine is not reading is dropped (and counted by the kernel).
 const V2_FRAME_SIZE: u32 = 17 * 4096;
-const V2_FRAME_NR: u32 = 128;
+const V2_FRAME_NR: u32 = 256;
 /// Size of `struct tpacket2_hdr`, already a multiple of TPACKET_ALIGNMENT (16).
 const V2_HDR: usize = 32;
 
