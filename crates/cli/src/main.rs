@@ -10,9 +10,9 @@ mod profile;
 mod run;
 mod serve;
 mod serve_cores;
-mod stats;
-mod simnet;
 mod sim;
+mod simnet;
+mod stats;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
