@@ -388,6 +388,7 @@ fn the_per_application_socket_limit_refuses_with_enobufs_and_counts() {
     let d = Daemon::spawn(&DaemonConfig {
         socket: dir.join("d.sock"),
         max_sockets_per_app: 3,
+        ..DaemonConfig::default()
     })
     .unwrap();
     let app = Posix::attach(&d.path).unwrap();
