@@ -239,7 +239,8 @@ impl Daemon {
         while !stop.load(Ordering::SeqCst) {
             let mut busy = false;
             // An accept(2) per turn would be a system call per message; registrations wait
-            // at most ACCEPT_CHECK while the daemon is awake.
+            // at most ACCEPT_CHECK while the daemon is awake (a sleeping daemon polls the
+            // listener, so a registration wakes it and is taken on the first turn).
             if !matches!(last_accept, Some(t) if t.elapsed() < ACCEPT_CHECK) {
                 last_accept = Some(Instant::now());
                 busy |= self.accept_conns(&mut pending);
@@ -281,10 +282,6 @@ impl Daemon {
                 continue;
             }
             idle_since = None;
-            // Look for registrations once more before sleeping (poll covers later ones).
-            if self.accept_conns(&mut pending) {
-                continue;
-            }
             // Sleep: announce it, then look once more (see the module docs).
             for a in &apps {
                 a.set_sleeping(true);
