@@ -62,14 +62,30 @@ impl Placement {
     fn describe(p: Option<Self>) -> String {
         match p {
             Some(p) => format!(
-                "placement: offload daemon on cpu {np}, offload client+server apps on cpu {app}; \
+                "placement: offload daemon on cpu {np} (spins {spin} µs before sleeping), \
+                 offload client+server apps on cpu {app} (spin {aspin}); \
                  kernel server on cpu {np}, kernel client on cpu {app}",
+                spin = flowstack_offload::DEFAULT_SPIN.as_micros(),
+                aspin = match app_spin(Some(p)) {
+                    Some(d) => format!("{} µs", d.as_micros()),
+                    None => "FLOWSTACK_SPIN_US µs".into(),
+                },
                 np = p.np,
                 app = p.app
             ),
             None => "placement: one CPU allowed, nothing pinned".into(),
         }
     }
+}
+
+/// The applications' spin: both share one core when pinned, so a spinning one only delays
+/// the other; they sleep at once unless `FLOWSTACK_SPIN_US` says otherwise (`None`: the
+/// client library's own default).
+fn app_spin(place: Option<Placement>) -> Option<Duration> {
+    if std::env::var_os("FLOWSTACK_SPIN_US").is_some() || place.is_none() {
+        return None;
+    }
+    Some(Duration::ZERO)
 }
 
 fn pin(cpu: Option<usize>) {
@@ -273,16 +289,20 @@ fn offload_run(spec: &OffloadSpec, place: Option<Placement>) -> Result<Run, Stri
     let e = |e: flowstack_api::SocketError| format!("offload: {e:?}");
     let mut srv = Client::connect(&path).map_err(|e| e.to_string())?;
     let mut cli = Client::connect(&path).map_err(|e| e.to_string())?;
+    if let Some(spin) = app_spin(place) {
+        srv.set_spin(spin);
+        cli.set_spin(spin);
+    }
     let l = srv.tcp_listen(PORT, 64).map_err(e)?;
     let (w, msg) = (spec.workload, spec.msg);
     let stop = Arc::new(AtomicBool::new(false));
     let st = stop.clone();
     let app_cpu = place.map(|p| p.app);
     pin(app_cpu);
-    let server = std::thread::spawn(move || {
+    let server = std::thread::Builder::new().name("offload-server".into()).spawn(move || {
         pin(app_cpu);
         offload_server(&mut srv, l, w, msg, &st)
-    });
+    }).map_err(|e| e.to_string())?;
     let duration = Duration::from_secs_f64(spec.duration);
     let tid = loop {
         if let Some(t) = d.thread_id() {
@@ -413,10 +433,10 @@ fn kernel_run(spec: &OffloadSpec, place: Option<Placement>) -> Result<Run, Strin
     let st = stop.clone();
     pin(place.map(|p| p.app));
     let np = place.map(|p| p.np);
-    let server = std::thread::spawn(move || {
+    let server = std::thread::Builder::new().name("kernel-server".into()).spawn(move || {
         pin(np);
         kernel_server(l, w, msg, &st)
-    });
+    }).map_err(|e| e.to_string())?;
     let duration = Duration::from_secs_f64(spec.duration);
     let c0 = proc_cpu();
     let start = Instant::now();
