@@ -299,10 +299,13 @@ fn offload_run(spec: &OffloadSpec, place: Option<Placement>) -> Result<Run, Stri
     let st = stop.clone();
     let app_cpu = place.map(|p| p.app);
     pin(app_cpu);
-    let server = std::thread::Builder::new().name("offload-server".into()).spawn(move || {
-        pin(app_cpu);
-        offload_server(&mut srv, l, w, msg, &st)
-    }).map_err(|e| e.to_string())?;
+    let server = std::thread::Builder::new()
+        .name("offload-server".into())
+        .spawn(move || {
+            pin(app_cpu);
+            offload_server(&mut srv, l, w, msg, &st)
+        })
+        .map_err(|e| e.to_string())?;
     let duration = Duration::from_secs_f64(spec.duration);
     let tid = loop {
         if let Some(t) = d.thread_id() {
@@ -433,10 +436,13 @@ fn kernel_run(spec: &OffloadSpec, place: Option<Placement>) -> Result<Run, Strin
     let st = stop.clone();
     pin(place.map(|p| p.app));
     let np = place.map(|p| p.np);
-    let server = std::thread::Builder::new().name("kernel-server".into()).spawn(move || {
-        pin(np);
-        kernel_server(l, w, msg, &st)
-    }).map_err(|e| e.to_string())?;
+    let server = std::thread::Builder::new()
+        .name("kernel-server".into())
+        .spawn(move || {
+            pin(np);
+            kernel_server(l, w, msg, &st)
+        })
+        .map_err(|e| e.to_string())?;
     let duration = Duration::from_secs_f64(spec.duration);
     let c0 = proc_cpu();
     let start = Instant::now();
