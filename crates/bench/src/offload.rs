@@ -9,6 +9,12 @@
 //! minus the daemon's. For the kernel peer the stack's CPU is inside the applications'
 //! (system time), so `stack_cpu_us_per_req` is 0 there and `app_cpu_us_per_req` holds both.
 //! Per request: per transaction (rr, crr) or per message (stream).
+//!
+//! Placement (printed with the table): with two or more allowed CPUs, the daemon is the
+//! "network processor" and owns the first one (`DaemonConfig::cpu`; it spins there before it
+//! sleeps), and both offload applications (client and server threads) are pinned to the
+//! second; the kernel peer gets the same two cores, its client pinned to the second and its
+//! server to the first. With one CPU nothing is pinned.
 
 use flowstack_api::{Sockets, TcpHandle};
 use flowstack_client::Client;
@@ -33,6 +39,59 @@ pub struct OffloadSpec {
     pub duration: f64,
     /// Runs per peer (medians reported).
     pub runs: usize,
+}
+
+/// Which CPUs the threads run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Placement {
+    /// The daemon's core (offload) and the kernel peer's server core.
+    np: usize,
+    /// The applications' core (offload client and server; kernel client).
+    app: usize,
+}
+
+impl Placement {
+    fn detect() -> Option<Self> {
+        let cpus = flowstack_sys::affinity::allowed_cpus().ok()?;
+        match cpus.as_slice() {
+            [np, app, ..] => Some(Self { np: *np, app: *app }),
+            _ => None,
+        }
+    }
+
+    fn describe(p: Option<Self>) -> String {
+        match p {
+            Some(p) => format!(
+                "placement: offload daemon on cpu {np} (spins {spin} µs before sleeping), \
+                 offload client+server apps on cpu {app} (spin {aspin}); \
+                 kernel server on cpu {np}, kernel client on cpu {app}",
+                spin = flowstack_offload::DEFAULT_SPIN.as_micros(),
+                aspin = match app_spin(Some(p)) {
+                    Some(d) => format!("{} µs", d.as_micros()),
+                    None => "FLOWSTACK_SPIN_US µs".into(),
+                },
+                np = p.np,
+                app = p.app
+            ),
+            None => "placement: one CPU allowed, nothing pinned".into(),
+        }
+    }
+}
+
+/// The applications' spin: both share one core when pinned, so a spinning one only delays
+/// the other; they sleep at once unless `FLOWSTACK_SPIN_US` says otherwise (`None`: the
+/// client library's own default).
+fn app_spin(place: Option<Placement>) -> Option<Duration> {
+    if std::env::var_os("FLOWSTACK_SPIN_US").is_some() || place.is_none() {
+        return None;
+    }
+    Some(Duration::ZERO)
+}
+
+fn pin(cpu: Option<usize>) {
+    if let Some(c) = cpu {
+        let _ = flowstack_sys::affinity::pin_to_cpu(c);
+    }
 }
 
 /// One peer's medians.
@@ -71,6 +130,9 @@ pub struct OffloadReport {
     pub speedup: f64,
     /// Offload's application CPU per request over the kernel's (goal ≤ 0.30).
     pub app_cpu_ratio: f64,
+    /// Which threads ran on which CPUs.
+    #[serde(default)]
+    pub placement: String,
 }
 
 impl OffloadReport {
@@ -89,6 +151,7 @@ impl OffloadReport {
                 .map(|p| p.runs_per_sec.len())
                 .unwrap_or(0)
         );
+        let _ = writeln!(o, "{}", self.placement);
         let _ = writeln!(
             o,
             "{:<8} {:>12} {:>9} {:>9} {:>9} {:>12} {:>14}",
@@ -148,11 +211,19 @@ pub fn run(spec: &OffloadSpec) -> Result<OffloadReport, String> {
     if spec.msg == 0 {
         return Err("message size must be positive".into());
     }
+    let place = Placement::detect();
     let mut runs: [Vec<Run>; 2] = [vec![], vec![]];
-    for _ in 0..spec.runs.max(1) {
-        runs[0].push(offload_run(spec)?);
-        runs[1].push(kernel_run(spec)?);
+    let r = (|| {
+        for _ in 0..spec.runs.max(1) {
+            runs[0].push(offload_run(spec, place)?);
+            runs[1].push(kernel_run(spec, place)?);
+        }
+        Ok::<(), String>(())
+    })();
+    if place.is_some() {
+        let _ = flowstack_sys::affinity::unpin();
     }
+    r?;
     let peers: Vec<OffloadPeer> = ["offload", "kernel"]
         .iter()
         .zip(runs)
@@ -167,6 +238,7 @@ pub fn run(spec: &OffloadSpec) -> Result<OffloadReport, String> {
         peers,
         speedup,
         app_cpu_ratio,
+        placement: Placement::describe(place),
     })
 }
 
@@ -204,11 +276,12 @@ fn proc_cpu() -> Duration {
 const T: Duration = Duration::from_secs(10);
 const PORT: u16 = 7000;
 
-fn offload_run(spec: &OffloadSpec) -> Result<Run, String> {
+fn offload_run(spec: &OffloadSpec, place: Option<Placement>) -> Result<Run, String> {
     let dir = std::env::temp_dir().join(format!("flowstack-bench-offload-{}", me()));
     let _ = std::fs::create_dir_all(&dir);
     let d = Daemon::spawn(&DaemonConfig {
         socket: dir.join("d.sock"),
+        cpu: place.map(|p| p.np),
         ..DaemonConfig::default()
     })
     .map_err(|e| format!("daemon: {e}"))?;
@@ -216,11 +289,23 @@ fn offload_run(spec: &OffloadSpec) -> Result<Run, String> {
     let e = |e: flowstack_api::SocketError| format!("offload: {e:?}");
     let mut srv = Client::connect(&path).map_err(|e| e.to_string())?;
     let mut cli = Client::connect(&path).map_err(|e| e.to_string())?;
+    if let Some(spin) = app_spin(place) {
+        srv.set_spin(spin);
+        cli.set_spin(spin);
+    }
     let l = srv.tcp_listen(PORT, 64).map_err(e)?;
     let (w, msg) = (spec.workload, spec.msg);
     let stop = Arc::new(AtomicBool::new(false));
     let st = stop.clone();
-    let server = std::thread::spawn(move || offload_server(&mut srv, l, w, msg, &st));
+    let app_cpu = place.map(|p| p.app);
+    pin(app_cpu);
+    let server = std::thread::Builder::new()
+        .name("offload-server".into())
+        .spawn(move || {
+            pin(app_cpu);
+            offload_server(&mut srv, l, w, msg, &st)
+        })
+        .map_err(|e| e.to_string())?;
     let duration = Duration::from_secs_f64(spec.duration);
     let tid = loop {
         if let Some(t) = d.thread_id() {
@@ -342,14 +427,22 @@ fn offload_client(
     Ok((n, lat))
 }
 
-fn kernel_run(spec: &OffloadSpec) -> Result<Run, String> {
+fn kernel_run(spec: &OffloadSpec, place: Option<Placement>) -> Result<Run, String> {
     let e = |e: std::io::Error| format!("kernel: {e}");
     let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(e)?;
     let port = l.local_addr().map_err(e)?.port();
     let (w, msg) = (spec.workload, spec.msg);
     let stop = Arc::new(AtomicBool::new(false));
     let st = stop.clone();
-    let server = std::thread::spawn(move || kernel_server(l, w, msg, &st));
+    pin(place.map(|p| p.app));
+    let np = place.map(|p| p.np);
+    let server = std::thread::Builder::new()
+        .name("kernel-server".into())
+        .spawn(move || {
+            pin(np);
+            kernel_server(l, w, msg, &st)
+        })
+        .map_err(|e| e.to_string())?;
     let duration = Duration::from_secs_f64(spec.duration);
     let c0 = proc_cpu();
     let start = Instant::now();

@@ -16,6 +16,13 @@ pub struct DaemonArgs {
     /// Most sockets one application may have at once (more: ENOBUFS, counted in stats).
     #[arg(long, value_name = "N", default_value_t = 65536, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_sockets_per_app: u32,
+    /// Microseconds the daemon keeps polling after a turn found nothing, before it sleeps
+    /// (0: sleep at once; it owns its core in offload mode).
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub spin_us: u64,
+    /// Pin the daemon to this CPU (its "network processor" core).
+    #[arg(long, value_name = "CPU")]
+    pub cpu: Option<usize>,
 }
 
 /// Runs the daemon until it is killed.
@@ -25,6 +32,8 @@ pub fn run(a: DaemonArgs) -> ExitCode {
         cfg.socket = p;
     }
     cfg.max_sockets_per_app = a.max_sockets_per_app as usize;
+    cfg.spin = std::time::Duration::from_micros(a.spin_us);
+    cfg.cpu = a.cpu;
     let d = match Daemon::bind(&cfg) {
         Ok(d) => d,
         Err(e) => {

@@ -48,8 +48,17 @@ use std::time::{Duration, Instant};
 
 /// Longest single sleep of a waiting call: the daemon's liveness is checked at least this often.
 pub const LIVENESS_CHECK: Duration = Duration::from_millis(100);
-/// Spin before sleeping on the event ring.
-const SPIN: Duration = Duration::from_micros(20);
+/// Default spin before sleeping on the event ring ([`Client::set_spin`], `FLOWSTACK_SPIN_US`).
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(20);
+
+/// The spin from `FLOWSTACK_SPIN_US` (microseconds), else [`DEFAULT_SPIN`].
+fn spin_from_env() -> Duration {
+    std::env::var("FLOWSTACK_SPIN_US")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_micros)
+        .unwrap_or(DEFAULT_SPIN)
+}
 /// Events drained per pass.
 const EVENT_BUDGET: usize = 1024;
 
@@ -127,6 +136,10 @@ pub struct Client {
     /// follow the completion in the same batch (data already received) are handled.
     accept_ids: HashSet<u32>,
     dead: bool,
+    /// Bounded spin on the event ring before a waiting call sleeps on its futex.
+    spin: Duration,
+    /// When the daemon's liveness was last checked (a read on the registration socket).
+    last_liveness: Instant,
     zc_tokens: HashMap<u32, VecDeque<u64>>,
     next_token: u64,
 }
@@ -218,6 +231,8 @@ impl Client {
             evt,
             bell,
             stream,
+            spin: spin_from_env(),
+            last_liveness: Instant::now(),
             app_id,
             tx_off,
             tx_size,
@@ -440,13 +455,26 @@ impl Client {
             return Err(SocketError::TimedOut);
         }
         let slice = (deadline - now).min(LIVENESS_CHECK);
-        self.evt.wait(SPIN, slice);
-        self.check_daemon();
+        self.evt.wait(self.spin, slice);
+        // An event that arrived (while spinning or by a wake-up) shows the daemon at work;
+        // a dead one posts no more, so the next wait ends empty and checks. No read(2) per
+        // message, and still at least one check per LIVENESS_CHECK.
+        if !self.evt.pending() || self.last_liveness.elapsed() >= LIVENESS_CHECK {
+            self.last_liveness = Instant::now();
+            self.check_daemon();
+        }
         if self.dead {
             return Err(SocketError::ConnectionReset);
         }
         self.pump();
         Ok(())
+    }
+
+    /// Sets how long a waiting call spins on the event ring before it sleeps on the futex
+    /// (default `FLOWSTACK_SPIN_US` or [`DEFAULT_SPIN`]; zero sleeps at once). A spin catches
+    /// an answer without a system call, at the price of the CPU it burns meanwhile.
+    pub fn set_spin(&mut self, spin: Duration) {
+        self.spin = spin;
     }
 
     /// Waits up to `timeout` for the daemon to post anything (data, readiness, completions);

@@ -347,6 +347,10 @@ pub(crate) struct App {
     pub stats: AppStats,
     /// The rings hold a value no honest client writes: the application is dropped.
     pub broken: bool,
+    /// Reused per turn: the decoded command records (no allocation per message).
+    recs: Vec<Result<CommandRecord, ()>>,
+    /// Reused per `TcpSend`: the bytes read out of the transmit area.
+    tx_scratch: Vec<u8>,
 }
 
 impl App {
@@ -373,6 +377,8 @@ impl App {
             rx_freed: 0,
             stats: AppStats::default(),
             broken: false,
+            recs: Vec::new(),
+            tx_scratch: Vec::new(),
         })
     }
 
@@ -426,7 +432,8 @@ impl App {
 
     /// Takes and executes up to a budget of commands; returns how many records were read.
     pub fn drain_commands(&mut self, sh: &mut Shared) -> usize {
-        let mut recs: Vec<Result<CommandRecord, ()>> = Vec::new();
+        let mut recs = std::mem::take(&mut self.recs);
+        recs.clear();
         let r = self.cmd.recv(CMD_BUDGET, |b| {
             let rec = <&[u8; RECORD_LEN]>::try_from(b)
                 .map_err(|_| ())
@@ -437,7 +444,7 @@ impl App {
             self.broken = true;
         }
         let n = recs.len();
-        for rec in recs {
+        for rec in recs.drain(..) {
             match rec {
                 Ok(rec) => {
                     self.stats.commands += 1;
@@ -449,6 +456,7 @@ impl App {
                 }
             }
         }
+        self.recs = recs;
         n
     }
 
@@ -542,7 +550,9 @@ impl App {
                     return;
                 };
                 self.tx_freed += len as u64;
-                let mut buf = vec![0u8; len];
+                let mut buf = std::mem::take(&mut self.tx_scratch);
+                buf.clear();
+                buf.resize(len, 0);
                 let _ = self.region.read_at(LAYOUT.tx_off + off, &mut buf);
                 if let Some(a) = self.region.atomic_u64(at::TX_FREED) {
                     a.store(self.tx_freed, Ordering::Release);
@@ -565,6 +575,7 @@ impl App {
                     Ok(Some(_)) => Err(SocketError::NotConnected),
                     _ => Err(SocketError::InvalidHandle),
                 };
+                self.tx_scratch = buf;
                 self.complete(id, mode, handle, r);
             }
             Command::TcpConsume { handle, len } => {
@@ -1068,6 +1079,8 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
     let mut busy = false;
     let mut accepts: Vec<(u64, u32, u32, Accepted)> = Vec::new();
     let mut done: Vec<u32> = Vec::new();
+    // One event buffer for every connection of the turn (allocated once per turn at most).
+    let mut evs = Vec::new();
     let Shared {
         lo,
         socks,
@@ -1107,7 +1120,7 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
                 let holder = g
                     .holder
                     .and_then(|(app, h)| apps.iter().position(|a| a.id == app).map(|i| (i, h)));
-                let mut evs = Vec::new();
+                evs.clear();
                 let out = match holder {
                     Some((i, handle)) => {
                         let a = &mut apps[i];
@@ -1117,7 +1130,7 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
                 };
                 busy |= out.busy;
                 if let Some((i, _)) = holder {
-                    for e in evs {
+                    for e in evs.drain(..) {
                         // A completion for a sync connect goes to the app that waited.
                         apps[i].post(e);
                     }

@@ -80,13 +80,29 @@ pub struct DaemonConfig {
     /// Most sockets one application may name at once; more are refused with `ENOBUFS`
     /// and counted (`FlowstackdLimitsHit`).
     pub max_sockets_per_app: usize,
+    /// How long the daemon keeps polling (busy) after a turn found nothing before it
+    /// announces that it sleeps (`--spin-us`); zero sleeps at once. In offload mode the daemon
+    /// owns its core, so spinning costs no application any CPU and saves a wake-up per
+    /// message; the spin is bounded, so an idle daemon still sleeps (0% CPU).
+    pub spin: Duration,
+    /// CPU to pin the daemon's thread to (`--cpu`); `None` leaves it unpinned.
+    pub cpu: Option<usize>,
 }
+
+/// Default of [`DaemonConfig::spin`].
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+
+/// While the daemon is busy (or spinning) it looks for new registrations at most this often;
+/// a sleeping daemon is woken by the listener at once.
+const ACCEPT_CHECK: Duration = Duration::from_millis(1);
 
 impl Default for DaemonConfig {
     fn default() -> Self {
         Self {
             socket: default_socket_path(),
             max_sockets_per_app: 65536,
+            spin: DEFAULT_SPIN,
+            cpu: None,
         }
     }
 }
@@ -95,6 +111,8 @@ impl Default for DaemonConfig {
 pub struct Daemon {
     listener: UnixListener,
     max_sockets_per_app: usize,
+    spin: Duration,
+    cpu: Option<usize>,
     path: PathBuf,
     bell: EventFd,
 }
@@ -164,6 +182,8 @@ impl Daemon {
         Ok(Self {
             listener,
             max_sockets_per_app: cfg.max_sockets_per_app.max(1),
+            spin: cfg.spin,
+            cpu: cfg.cpu,
             path,
             bell: EventFd::new()?,
         })
@@ -201,6 +221,9 @@ impl Daemon {
     /// Runs until `stop` is set (checked at least every [`IDLE_CHECK`]); removes the socket
     /// file on the way out.
     pub fn run(self, stop: &AtomicBool) -> io::Result<()> {
+        if let Some(cpu) = self.cpu {
+            flowstack_sys::affinity::pin_to_cpu(cpu)?;
+        }
         let clock = Clock::start();
         let mut sh = Shared::new();
         sh.max_sockets_per_app = self.max_sockets_per_app;
@@ -209,9 +232,19 @@ impl Daemon {
         let mut pending: Vec<(UnixStream, Instant)> = Vec::new();
         let mut last_check = Instant::now();
         let mut last_close_check = Instant::now();
+        // When the daemon last looked for registrations (`None`: look now, e.g. it just woke).
+        let mut last_accept: Option<Instant> = None;
+        // When the current run of empty turns began (the spin before sleeping).
+        let mut idle_since: Option<Instant> = None;
         while !stop.load(Ordering::SeqCst) {
             let mut busy = false;
-            busy |= self.accept_conns(&mut pending);
+            // An accept(2) per turn would be a system call per message; registrations wait
+            // at most ACCEPT_CHECK while the daemon is awake (a sleeping daemon polls the
+            // listener, so a registration wakes it and is taken on the first turn).
+            if !matches!(last_accept, Some(t) if t.elapsed() < ACCEPT_CHECK) {
+                last_accept = Some(Instant::now());
+                busy |= self.accept_conns(&mut pending);
+            }
             if !pending.is_empty() {
                 busy |= self.serve_pending(&mut pending, &mut apps, &mut sh, &mut next_app);
             }
@@ -238,8 +271,17 @@ impl Daemon {
                 busy |= last_closes(&mut sh, &mut apps)?;
             }
             if busy {
+                idle_since = None;
                 continue;
             }
+            // Spin (bounded) before sleeping: a command posted within `spin` is taken without
+            // a doorbell (the applications see `daemon_sleeping` clear and make no call).
+            let since = *idle_since.get_or_insert_with(Instant::now);
+            if since.elapsed() < self.spin {
+                std::hint::spin_loop();
+                continue;
+            }
+            idle_since = None;
             // Sleep: announce it, then look once more (see the module docs).
             for a in &apps {
                 a.set_sleeping(true);
@@ -274,6 +316,7 @@ impl Daemon {
             for a in &apps {
                 a.set_sleeping(false);
             }
+            last_accept = None;
             let _ = self.bell.take();
             let pidfds = apps.iter().filter(|a| a.pidfd.is_some()).count();
             if hangup.iter().skip(2).take(apps.len() + pidfds).any(|&r| r) {

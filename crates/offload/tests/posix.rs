@@ -388,6 +388,7 @@ fn the_per_application_socket_limit_refuses_with_enobufs_and_counts() {
     let d = Daemon::spawn(&DaemonConfig {
         socket: dir.join("d.sock"),
         max_sockets_per_app: 3,
+        ..DaemonConfig::default()
     })
     .unwrap();
     let app = Posix::attach(&d.path).unwrap();
@@ -529,8 +530,10 @@ fn a_kernel_listener_next_to_a_flowstack_listener_makes_the_placeholder_readable
     let d = daemon("kernlisten");
     let app = Posix::attach(&d.path).unwrap();
     let (la, lid) = app.socket(Type::Stream).unwrap();
-    let port = app.bind(lid, lo(0)).unwrap();
-    let k = std::net::TcpListener::bind(lo(port)).expect("kernel listener on the same port");
+    // The kernel chooses a port free in the kernel; flowstack binds the same one.
+    let k = std::net::TcpListener::bind(lo(0)).unwrap();
+    let port = k.local_addr().unwrap().port();
+    assert_eq!(app.bind(lid, lo(port)).unwrap(), port);
     k.set_nonblocking(true).unwrap();
     let kfd: OwnedFd = k.try_clone().unwrap().into();
     app.listen(lid, 8, Some(kfd)).unwrap();

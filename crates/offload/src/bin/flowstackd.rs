@@ -5,7 +5,7 @@ use flowstack_offload::{Daemon, DaemonConfig};
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 
-const USAGE: &str = "usage: flowstackd [--socket PATH]\n\
+const USAGE: &str = "usage: flowstackd [--socket PATH] [--spin-us N] [--cpu CPU]\n\
 serves TCP on 127.0.0.0/8 to applications that register on the unix socket\n\
 (default: $XDG_RUNTIME_DIR/flowstack.sock, or /run/flowstack/flowstack.sock as root)";
 
@@ -18,6 +18,20 @@ fn main() -> ExitCode {
                 Some(p) => cfg.socket = p.into(),
                 None => {
                     eprintln!("flowstackd: --socket needs a path");
+                    return ExitCode::from(2);
+                }
+            },
+            "--spin-us" => match args.next().and_then(|v| v.parse::<u64>().ok()) {
+                Some(us) => cfg.spin = std::time::Duration::from_micros(us),
+                None => {
+                    eprintln!("flowstackd: --spin-us needs a number of microseconds");
+                    return ExitCode::from(2);
+                }
+            },
+            "--cpu" => match args.next().and_then(|v| v.parse::<usize>().ok()) {
+                Some(c) => cfg.cpu = Some(c),
+                None => {
+                    eprintln!("flowstackd: --cpu needs a CPU number");
                     return ExitCode::from(2);
                 }
             },
