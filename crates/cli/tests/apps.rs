@@ -74,11 +74,13 @@ fn have(prog: &str) -> bool {
     ok
 }
 
-/// A child killed (and reaped) when dropped.
+/// A child killed (and reaped) when dropped, with its process group (nginx's workers).
 struct Proc(Child);
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        let group = format!("-{}", self.0.id());
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -135,8 +137,10 @@ impl World {
     }
 
     fn spawn(&self, argv: &[&str], what: &'static str) -> Proc {
+        use std::os::unix::process::CommandExt;
         let c = self
             .run(argv)
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(

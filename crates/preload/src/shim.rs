@@ -155,6 +155,8 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int
         }
     };
     let st = state::state();
+    // In a forked child, the inherited sockets are re-attached before new ones exist.
+    state::readopt_if_forked(st);
     let kernel = |why: Reason| {
         let fd = real::socket(domain, ty, proto);
         if fd >= 0 {
