@@ -203,6 +203,9 @@ counters! {
     TcpExtTCPBadOptions,
     /// Connections refused because the connection table was full.
     TcpExtTCPConnLimit,
+    /// TIME-WAIT entries dropped early to make room for a new connection in a full table
+    /// (Linux: "time wait bucket table overflow").
+    TcpExtTCPTimeWaitOverflow,
     // ---- hardening (issue 19) ----
     /// Datagrams with a loose or strict source-route option, dropped (as Linux by default).
     IpExtInSrcRouteDrops,

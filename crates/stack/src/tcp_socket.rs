@@ -53,6 +53,8 @@ struct ConnSock {
     listener: Option<usize>,
     /// The application holds a handle.
     owned: bool,
+    /// Listed in `TcpSockets::time_wait` (set once it was seen in TIME-WAIT unowned).
+    tw_listed: bool,
 }
 
 enum Sock {
@@ -73,6 +75,9 @@ pub(crate) struct TcpSockets {
     ready: Vec<usize>,
     /// Timer deadlines (nanoseconds, slot); entries may be stale and are re-checked.
     timers: BinaryHeap<Reverse<(u64, usize)>>,
+    /// Slots seen entering TIME-WAIT without an owner, oldest first: what a full table gives
+    /// up first. Entries can be stale (the slot expired or was reused) and are re-checked.
+    time_wait: VecDeque<usize>,
     /// TCP's counters (kept apart from the interface's so a connection can count while the
     /// interface is busy sending its segments; the engine merges them when read).
     counters: Counters,
@@ -119,6 +124,7 @@ impl TcpSockets {
             count: 0,
             ready: Vec::new(),
             timers: BinaryHeap::new(),
+            time_wait: VecDeque::new(),
             counters: Counters::default(),
         }
     }
@@ -242,7 +248,7 @@ impl TcpSockets {
         tuple: FourTuple,
         cfg: TcpConfig,
     ) -> Result<TcpHandle, SocketError> {
-        if self.count >= self.limits.max_connections {
+        if self.count >= self.limits.max_connections && !self.evict_time_wait() {
             self.counters.inc(Counter::TcpExtTCPConnLimit);
             return Err(SocketError::LimitReached);
         }
@@ -263,6 +269,7 @@ impl TcpSockets {
             scheduled: None,
             listener: None,
             owned: true,
+            tw_listed: false,
         })));
         self.conns.insert(tuple, i);
         self.count += 1;
@@ -491,7 +498,7 @@ impl TcpSockets {
             self.counters.inc(Counter::TcpExtListenDrops);
             return;
         }
-        if self.count >= self.limits.max_connections {
+        if self.count >= self.limits.max_connections && !self.evict_time_wait() {
             self.counters.inc(Counter::TcpExtTCPConnLimit);
             self.counters.inc(Counter::TcpExtListenDrops);
             return;
@@ -538,6 +545,7 @@ impl TcpSockets {
             scheduled: None,
             listener,
             owned: false,
+            tw_listed: false,
         })));
         self.conns.insert(t, i);
         self.count += 1;
@@ -584,6 +592,13 @@ impl TcpSockets {
             send_seg(now, iface, &t, r)
         });
         let closed = c.conn.state() == State::Closed;
+        if !c.owned && !c.tw_listed && c.conn.state() == State::TimeWait {
+            c.tw_listed = true;
+            self.list_time_wait(i);
+        }
+        let Some(Some(Sock::Conn(c))) = self.socks.get(i) else {
+            return;
+        };
         let in_accept_q_or_half_open = c.listener.is_some();
         if closed && !c.owned && !in_accept_q_or_half_open && !self.queued(i) {
             self.remove(i);
@@ -597,6 +612,34 @@ impl TcpSockets {
             Some(Sock::Listener(l)) => l.accept_q.contains(&i),
             _ => false,
         })
+    }
+
+    /// Remembers that slot `i` holds an orphaned TIME-WAIT connection, dropping stale
+    /// entries from the front so the list stays about as long as the TIME-WAIT population.
+    fn list_time_wait(&mut self, i: usize) {
+        while let Some(&f) = self.time_wait.front() {
+            if self.is_reusable(f) && self.time_wait.len() <= 2 * self.limits.max_connections {
+                break;
+            }
+            self.time_wait.pop_front();
+        }
+        self.time_wait.push_back(i);
+    }
+
+    /// A full table makes room by ending the oldest orphaned TIME-WAIT connection early, as
+    /// Linux does when its TIME-WAIT buckets overflow: the 2·MSL wait (RFC 9293 §3.6.1)
+    /// guards against old duplicates, and PAWS and the clock-driven ISN (RFC 6191) cover a
+    /// reopened 4-tuple; refusing every new connection instead would let a burst of short
+    /// connections lock the table for a whole minute. False if there is none.
+    fn evict_time_wait(&mut self) -> bool {
+        while let Some(i) = self.time_wait.pop_front() {
+            if self.is_reusable(i) {
+                self.remove(i);
+                self.counters.inc(Counter::TcpExtTCPTimeWaitOverflow);
+                return true;
+            }
+        }
+        false
     }
 
     fn remove(&mut self, i: usize) {
