@@ -181,7 +181,6 @@ fn ephemeral_port(
 impl Engine {
     /// Builds an engine for a device with capabilities `caps`.
     pub fn new(cfg: EngineConfig, caps: DeviceCaps) -> Self {
-        let seed = u16::from_be_bytes([cfg.iface.mac.0[4], cfg.iface.mac.0[5]]);
         let secret = cfg.secret.unwrap_or_else(|| {
             let mut k = [0u8; 16];
             // RFC 6528 §3: the secret should be random. Without an OS RNG (never on Linux)
@@ -191,6 +190,12 @@ impl Engine {
             }
             k
         });
+        // RFC 6056 §3.1: ephemeral ports should not be predictable, and two processes
+        // started alike must not walk the same sequence (they would collide with each
+        // other's TIME-WAIT at a common peer). The walk starts at a point drawn from the
+        // secret — random, or fixed by the configuration for reproducible simulations.
+        let seed = u16::from_le_bytes([secret[14], secret[15]])
+            ^ u16::from_be_bytes([cfg.iface.mac.0[4], cfg.iface.mac.0[5]]);
         Self {
             tcp: TcpSockets::new(cfg.tcp, secret),
             iface: Iface::new(cfg.iface, caps),
