@@ -4,6 +4,8 @@
 //! These tests need root (CI runs as root). Without root they are skipped with a message,
 //! unless `CI` is set, in which case they fail.
 
+mod common;
+use common::{have_root, run};
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -13,26 +15,6 @@ use std::time::{Duration, Instant};
 
 const FLOWSTACK: &str = env!("CARGO_BIN_EXE_flowstack");
 const BIG: usize = 50 * 1024 * 1024;
-
-fn have_root() -> bool {
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false);
-    if !root {
-        if std::env::var_os("CI").is_some() {
-            panic!("interop tests need root in CI");
-        }
-        eprintln!("skipped: interop tests need root (network namespaces, TAP)");
-    }
-    root
-}
-
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    out
-}
 
 fn sh(args: &[&str]) {
     let out = run(Command::new(args[0]).args(&args[1..]));

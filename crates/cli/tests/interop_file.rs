@@ -4,31 +4,14 @@
 //! (`flowstack get -o`, which receives with `recv_to_file`, is checked against the kernel in
 //! `interop.rs`.) Root only: skipped with a message otherwise, failing if `CI` is set.
 
+mod common;
+use common::{have_root, run};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 const FLOWSTACK: &str = env!("CARGO_BIN_EXE_flowstack");
-
-fn have_root() -> bool {
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false);
-    if !root {
-        if std::env::var_os("CI").is_some() {
-            panic!("interop tests need root in CI");
-        }
-        eprintln!("skipped: interop tests need root (network namespaces, TAP)");
-    }
-    root
-}
-
-fn run(cmd: &mut Command) -> Output {
-    cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
-}
 
 /// A namespace with a TAP `fsr0` (kernel side 10.79.0.1/24), removed with its processes on
 /// drop.
