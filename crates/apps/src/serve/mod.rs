@@ -2,7 +2,8 @@
 //!
 //! A [`Server`] listens on one port, accepts every waiting connection on each turn and
 //! advances each as far as its buffers allow: the HTTP service streams files (never loaded
-//! whole) as the send buffer drains, echo sends back what it reads, sink discards it.
+//! whole, except small ones kept in its [`FileCache`]) as the send buffer drains, echo sends
+//! back what it reads, sink discards it.
 //! Nothing blocks; the drive loop sleeps when a turn moved nothing.
 
 mod files;
