@@ -2,12 +2,10 @@
 //! the input buffer), heads parsed by `httparse`, file bodies streamed as the send buffer
 //! drains.
 
-use super::files::{content_type, resolve};
+use super::files::FileCache;
 use super::FileBody;
 use super::{flush_out, read_in, Conn, Totals, MAX_REQUEST_HEAD};
 use flowstack_api::{FileError, SocketError, Sockets};
-use std::fs::File;
-use std::path::Path;
 
 /// Most header lines a request may carry (Apache's default limit is 100).
 const MAX_HEADERS: usize = 128;
@@ -16,7 +14,7 @@ const MAX_HEADERS: usize = 128;
 pub(super) fn step<S: Sockets + ?Sized>(
     s: &mut S,
     c: &mut Conn,
-    root: &Path,
+    files: &mut FileCache,
     buf: &mut [u8],
     t: &mut Totals,
 ) -> bool {
@@ -35,7 +33,7 @@ pub(super) fn step<S: Sockets + ?Sized>(
         Ok(httparse::Status::Complete((head, n))) => {
             t.requests += 1;
             c.inbuf.drain(..n);
-            let code = answer(c, root, &head);
+            let code = answer(c, files, &head);
             tracing::debug!(
                 conn = c.h.index(),
                 method = head.method,
@@ -157,7 +155,7 @@ fn parse(buf: &[u8]) -> Result<httparse::Status<(Head, usize)>, httparse::Error>
 }
 
 /// Queues the answer to one request; returns its status code.
-fn answer(c: &mut Conn, root: &Path, head: &Head) -> u16 {
+fn answer(c: &mut Conn, files: &mut FileCache, head: &Head) -> u16 {
     let (method, target, close) = (head.method.as_str(), head.target.as_str(), head.close);
     if method != "GET" && method != "HEAD" {
         c.out.extend_from_slice(b"HTTP/1.1 405 Method Not Allowed\r\nAllow: GET, HEAD\r\nContent-Length: 0\r\nServer: flowstack\r\n\r\n");
@@ -168,27 +166,21 @@ fn answer(c: &mut Conn, root: &Path, head: &Head) -> u16 {
         simple(c, 404, "Not Found", "not found\n", close);
         404
     };
-    let path = match resolve(root, target) {
-        Ok(p) => p,
+    let f = match files.get(target) {
+        Ok(f) => f,
         Err(400) => {
             simple(c, 400, "Bad Request", "bad path\n", close);
             return 400;
         }
         Err(_) => return not_found(c),
     };
-    let Ok(file) = File::open(&path) else {
-        return not_found(c);
-    };
-    let len = match file.metadata() {
-        Ok(m) if m.is_file() => m.len(),
-        _ => return not_found(c),
-    };
+    let len = f.len;
     let conn = if close {
         "Connection: close\r\n"
     } else {
         "Connection: keep-alive\r\n"
     };
-    let ctype = content_type(&path);
+    let ctype = f.ctype;
     let (code, offset, body_len) = match head.range.as_deref().map(|r| byte_range(r, len)) {
         None | Some(RangeAnswer::Ignore) => {
             c.out.extend_from_slice(
@@ -222,11 +214,20 @@ fn answer(c: &mut Conn, root: &Path, head: &Head) -> u16 {
         }
     };
     if method == "GET" && body_len > 0 {
-        c.file = Some(FileBody {
-            file,
-            offset,
-            left: body_len,
-        });
+        match (&f.bytes, &f.file) {
+            // A small file goes out with its head, in one send.
+            (Some(b), _) => c
+                .out
+                .extend_from_slice(&b[offset as usize..(offset + body_len) as usize]),
+            (None, Some(file)) => {
+                c.file = Some(FileBody {
+                    file: file.clone(),
+                    offset,
+                    left: body_len,
+                })
+            }
+            (None, None) => {}
+        }
     }
     c.close_after = close;
     code

@@ -2,13 +2,16 @@
 //!
 //! A [`Server`] listens on one port, accepts every waiting connection on each turn and
 //! advances each as far as its buffers allow: the HTTP service streams files (never loaded
-//! whole) as the send buffer drains, echo sends back what it reads, sink discards it.
+//! whole, except small ones kept in its [`FileCache`]) as the send buffer drains, echo sends
+//! back what it reads, sink discards it.
 //! Nothing blocks; the drive loop sleeps when a turn moved nothing.
 
 mod files;
 mod http;
 
-pub use files::{content_type, resolve};
+pub use files::{
+    content_type, resolve, CachedFile, FileCache, FILE_CACHE_ENTRIES, FILE_CACHE_VALID, SMALL_FILE,
+};
 
 use flowstack_api::app::{App, Progress};
 use flowstack_api::{SocketError, Sockets, TcpHandle};
@@ -16,6 +19,7 @@ use flowstack_wire::Instant;
 use std::fmt;
 use std::fs::File;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Largest request head the HTTP service waits for; a longer incomplete head is answered
 /// with 400.
@@ -118,7 +122,7 @@ struct Conn {
 /// A file body (or a range of one) being sent.
 #[derive(Debug)]
 struct FileBody {
-    file: File,
+    file: Arc<File>,
     /// Next file offset to send.
     offset: u64,
     /// Bytes of the body left.
@@ -148,6 +152,8 @@ pub struct Server {
     conns: Vec<Conn>,
     totals: Totals,
     buf: Vec<u8>,
+    /// HTTP: the open files answered from.
+    files: Option<FileCache>,
 }
 
 impl Server {
@@ -177,10 +183,18 @@ impl Server {
         Ok(Self {
             listener,
             port: spec.port,
-            service,
             conns: Vec::new(),
             totals: Totals::default(),
             buf: vec![0; CHUNK],
+            files: match &service {
+                Service::Http { root } => Some(FileCache::new(
+                    root.clone(),
+                    FILE_CACHE_ENTRIES,
+                    FILE_CACHE_VALID,
+                )),
+                _ => None,
+            },
+            service,
         })
     }
 
@@ -197,6 +211,18 @@ impl Server {
     /// The port listened on.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// HTTP: the file cache (see [`FileCache`]).
+    pub fn file_cache(&self) -> Option<&FileCache> {
+        self.files.as_ref()
+    }
+
+    /// HTTP: replaces the file cache's bounds (`capacity` 0: open the file on every request).
+    pub fn set_file_cache(&mut self, capacity: usize, valid: std::time::Duration) {
+        if let Service::Http { root } = &self.service {
+            self.files = Some(FileCache::new(root.clone(), capacity, valid));
+        }
     }
 
     /// Connections open now.
@@ -228,13 +254,14 @@ impl<S: Sockets + ?Sized> App<S> for Server {
             conns,
             totals,
             buf,
+            files,
             ..
         } = self;
         for c in conns.iter_mut() {
-            moved |= match service {
-                Service::Http { root } => http::step(s, c, root, buf, totals),
-                Service::Echo => echo_step(s, c, buf, totals),
-                Service::Sink => sink_step(s, c, buf, totals),
+            moved |= match (&*service, files.as_mut()) {
+                (Service::Http { .. }, Some(files)) => http::step(s, c, files, buf, totals),
+                (Service::Echo, _) => echo_step(s, c, buf, totals),
+                _ => sink_step(s, c, buf, totals),
             };
             if c.done {
                 tracing::debug!(conn = c.h.index(), "connection closed");
