@@ -639,7 +639,6 @@ fn redis_benchmark_and_a_10_mb_value_byte_exact() {
 // ---- iperf3 ----------------------------------------------------------------------------------
 
 #[test]
-#[ignore = "iperf3's data streams do not start over the daemon yet (0 bytes; see the shim's report)"]
 fn iperf3_forward_reverse_and_parallel() {
     if !have("iperf3") {
         return;
@@ -660,6 +659,15 @@ fn iperf3_forward_reverse_and_parallel() {
         let s = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "iperf3 {extra:?}: {s}");
         assert!(s.contains("\"sum_received\""), "{s}");
+        // The data streams ran: the receiver counted bytes (it was 0 while they never started).
+        let rx = &s[s.rfind("\"sum_received\"").unwrap()..];
+        let bytes: f64 = rx
+            .split("\"bytes\":")
+            .nth(1)
+            .and_then(|t| t.split(|c: char| c == ',' || c.is_whitespace()).find(|t| !t.is_empty()))
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0.0);
+        assert!(bytes > 0.0, "iperf3 {extra:?}: no bytes received: {s}");
         assert!(!s.contains("\"error\""), "{s}");
         fallback |= w.shim_without_daemon_api(&out.stderr);
     }
