@@ -608,9 +608,11 @@ impl Posix {
                         c.report_consumed(id.0, false);
                     }
                     got += n;
-                    let drained = c.socks.get(&id.0).is_some_and(|s| {
-                        s.rx.is_empty() && !s.eof && s.error.is_none()
-                    }) && !c.dead;
+                    let drained = c
+                        .socks
+                        .get(&id.0)
+                        .is_some_and(|s| s.rx.is_empty() && !s.eof && s.error.is_none())
+                        && !c.dead;
                     if !flags.waitall || flags.peek || got == buf.len() {
                         if drained && !flags.peek {
                             // Not readable any more: take the token back now, so that a
