@@ -962,8 +962,12 @@ fn bind(sh: &mut Shared, gid: u32, local: SocketAddrV4) -> Result<u16, SocketErr
                 let closed = sh.socks.get(&old).is_some_and(|g| {
                     !matches!(g.kind, Kind::Conn(_))
                         && g.ph.as_ref().is_some_and(|ph| {
-                            placeholder::poll_sets(&[], &[ph.d.as_fd()], Some(std::time::Duration::ZERO))
-                                .is_ok_and(|(_, h)| h.first() == Some(&true))
+                            placeholder::poll_sets(
+                                &[],
+                                &[ph.d.as_fd()],
+                                Some(std::time::Duration::ZERO),
+                            )
+                            .is_ok_and(|(_, h)| h.first() == Some(&true))
                         })
                 });
                 if closed {
