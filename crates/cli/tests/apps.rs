@@ -645,14 +645,24 @@ fn iperf3_forward_reverse_and_parallel() {
     }
     let w = World::new("iperf3");
     let ip = Ipv4Addr::new(127, 0, 0, 1);
-    let port = free_port(ip);
-    let ps = port.to_string();
-    let _server = w.spawn(&["iperf3", "-s", "-p", &ps], "iperf3-s");
-    wait_listening(ip, port);
-    // The probe above used one of the server's accepts; give it time to reset its control.
-    std::thread::sleep(Duration::from_millis(300));
+    // The kernel listener the shim opens next to the flowstack one says the server is up
+    // (a probe connection would take the only accept of `-s -1`).
+    let listening = |port: u16| {
+        Command::new("ss")
+            .args(["-Hltn", &format!("sport = :{port}")])
+            .output()
+            .is_ok_and(|o| !o.stdout.is_empty())
+    };
     let mut fallback = false;
+    // One `-s -1` server per run: between tests `iperf3 -s` closes its listener and opens a
+    // new one, and a client arriving then is refused now and then (see the branch report).
     for extra in [&[][..], &["-R"][..], &["-P", "4"][..]] {
+        let port = free_port(ip);
+        let ps = port.to_string();
+        let _server = w.spawn(&["iperf3", "-s", "-1", "-p", &ps], "iperf3-s");
+        wait_until(Duration::from_secs(20), "iperf3 -s to listen", || {
+            listening(port)
+        });
         let mut argv = vec!["iperf3", "-c", "127.0.0.1", "-p", &ps, "-t", "2", "-J"];
         argv.extend_from_slice(extra);
         let out = w.output(&argv, Duration::from_secs(60));
