@@ -437,6 +437,13 @@ impl Posix {
                     let peer =
                         get_addr(c, h, true).unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
                     g.socks.insert(h, PSock::new(mine, State::Connected));
+                    let c = g.client.as_mut().expect("registered");
+                    let more = c.socks.get(&id.0).is_some_and(|s| !s.accepted.is_empty());
+                    if !more {
+                        // As in recv: no stale token on the listener after the last accept
+                        // (a blocking accept after select would wait for the next one).
+                        let _ = clear_tokens(&mut g, id);
+                    }
                     return Ok((a, SockId(h), peer, Path::Flowstack));
                 }
                 Err(SocketError::WouldBlock) => {
@@ -601,7 +608,18 @@ impl Posix {
                         c.report_consumed(id.0, false);
                     }
                     got += n;
+                    let drained = c
+                        .socks
+                        .get(&id.0)
+                        .is_some_and(|s| s.rx.is_empty() && !s.eof && s.error.is_none())
+                        && !c.dead;
                     if !flags.waitall || flags.peek || got == buf.len() {
+                        if drained && !flags.peek {
+                            // Not readable any more: take the token back now, so that a
+                            // select/poll after this recv does not report readiness that a
+                            // blocking read would then wait on (iperf3's control socket).
+                            let _ = clear_tokens(&mut g, id);
+                        }
                         return Ok(got);
                     }
                     continue;
@@ -908,8 +926,8 @@ fn connect_state(g: &mut Inner, id: SockId) -> Result<Option<Result<(), Errno>>,
 
 /// The socket's view here is unreadable: read the tokens back and tell the daemon.
 fn clear_tokens(g: &mut Inner, id: SockId) -> Result<(), Errno> {
-    let a = g.sock(id)?.a.try_clone().map_err(|_| Errno(24))?;
-    match placeholder::take_tokens(a.as_fd()) {
+    let taken = placeholder::take_tokens(g.sock(id)?.a.as_fd());
+    match taken {
         Ok(Tokens::Read(0)) => Ok(()), // none outstanding: nothing to tell
         Ok(Tokens::Read(_)) => {
             let c = g.client.as_mut().expect("registered");

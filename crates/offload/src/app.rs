@@ -954,8 +954,32 @@ fn bind(sh: &mut Shared, gid: u32, local: SocketAddrV4) -> Result<u16, SocketErr
     }
     let port = match local.port() {
         0 => sh.ephemeral_port()?,
-        p if sh.ports.contains_key(&p) => return Err(SocketError::AddrInUse),
-        p => p,
+        p => {
+            if let Some(&old) = sh.ports.get(&p) {
+                // The program closed its listener and binds the port again at once (iperf3 -s
+                // between tests): its last close, if every placeholder copy is gone, is taken
+                // now rather than at the next periodic check, which the bind would beat.
+                let closed = sh.socks.get(&old).is_some_and(|g| {
+                    !matches!(g.kind, Kind::Conn(_))
+                        && g.ph.as_ref().is_some_and(|ph| {
+                            placeholder::poll_sets(
+                                &[],
+                                &[ph.d.as_fd()],
+                                Some(std::time::Duration::ZERO),
+                            )
+                            .is_ok_and(|(_, h)| h.first() == Some(&true))
+                        })
+                });
+                if closed {
+                    sh.counters.last_closes += 1;
+                    sh.release(old, false);
+                }
+            }
+            if sh.ports.contains_key(&p) {
+                return Err(SocketError::AddrInUse);
+            }
+            p
+        }
     };
     sh.ports.insert(port, gid);
     if let Some(Kind::Fresh { bound, .. }) = sh.socks.get_mut(&gid).map(|g| &mut g.kind) {

@@ -558,3 +558,52 @@ fn a_kernel_listener_next_to_a_flowstack_listener_makes_the_placeholder_readable
     assert!(wait_a(la.as_fd(), true, false, POLL).unwrap().0);
     assert!(app.accept(lid, true, None).is_ok());
 }
+
+/// iperf3's pattern on blocking sockets: `select` says readable, then one blocking `read` or
+/// `accept`. Once a recv drained the socket (or an accept took the last connection), its
+/// placeholder must not stay readable — a stale token made iperf3 block in `read` on its
+/// control socket (or `accept`) while the event it waited for was elsewhere.
+#[test]
+fn a_drained_socket_or_listener_is_unreadable_right_after_recv_or_accept() {
+    let d = daemon("stale");
+    let server = Posix::attach(&d.path).unwrap();
+    let client = Posix::attach(&d.path).unwrap();
+    let (la, lid) = server.socket(Type::Stream).unwrap();
+    let port = server.bind(lid, lo(0)).unwrap();
+    server.listen(lid, 16, None).unwrap();
+    let mut conns = Vec::new();
+    for round in 0..3u8 {
+        let (ca, cid) = client.socket(Type::Stream).unwrap();
+        client.connect(cid, lo(port), false, T).unwrap();
+        // Written right after the blocking connect, before the server accepted (the cookie).
+        assert_eq!(client.send(cid, &[round; 37], false, T).unwrap(), 37);
+        assert!(wait_a(la.as_fd(), true, false, POLL).unwrap().0);
+        let (sa, sid, _, _) = server.accept(lid, false, T).unwrap();
+        assert!(
+            !wait_a(la.as_fd(), true, false, Duration::ZERO).unwrap().0,
+            "listener still readable after its only connection was accepted"
+        );
+        // The bytes that arrived before the accept make the new socket readable...
+        assert!(wait_a(sa.as_fd(), true, false, POLL).unwrap().0);
+        let mut buf = [0u8; 64];
+        let mut got = 0;
+        while got < 37 {
+            got += server.recv(sid, &mut buf[got..], BLOCK, T).unwrap();
+        }
+        assert_eq!(&buf[..37], &[round; 37]);
+        // ...and drained, it is not, without an EAGAIN recv first.
+        assert!(
+            !wait_a(sa.as_fd(), true, false, Duration::ZERO).unwrap().0,
+            "socket still readable after recv drained it"
+        );
+        // One message at a time, as a control channel: each wakes the poll exactly once.
+        for m in 0..3u8 {
+            assert_eq!(client.send(cid, &[m], false, T).unwrap(), 1);
+            assert!(wait_a(sa.as_fd(), true, false, POLL).unwrap().0);
+            assert_eq!(server.recv(sid, &mut buf, BLOCK, T).unwrap(), 1);
+            assert_eq!(buf[0], m);
+            assert!(!wait_a(sa.as_fd(), true, false, Duration::ZERO).unwrap().0);
+        }
+        conns.push((ca, cid, sa, sid));
+    }
+}

@@ -320,7 +320,35 @@ pub fn accept(
         // Nothing through flowstack: an ordinary client on the kernel side?
         Err(libc::EAGAIN) if kernel.is_some() => kernel_accept(kernel.unwrap_or(-1)),
         r => r,
-    })?;
+    });
+    let got = match got {
+        Err(err) if daemon_gone(fd) => {
+            // The placeholder would stay readable (end of stream) forever and every accept
+            // fail: an event loop would spin. Give the number a kernel description instead.
+            return match retire_listener(st, fd, e)? {
+                true => {
+                    // The kernel listener now: accept there (blocking unless non-blocking).
+                    // SAFETY: accept on the caller's descriptor; no address asked for here.
+                    let n = unsafe {
+                        real::accept4(fd, std::ptr::null_mut(), std::ptr::null_mut(), flags)
+                    };
+                    if n < 0 {
+                        Err(real::errno())
+                    } else {
+                        st.table.clear(n);
+                        st.note_kernel(n, Reason::KernelListener, false);
+                        Ok((n, None))
+                    }
+                }
+                false => Err(if err == libc::EAGAIN {
+                    libc::ECONNABORTED
+                } else {
+                    err
+                }),
+            };
+        }
+        r => r?,
+    };
     let cloexec = flags & libc::SOCK_CLOEXEC != 0;
     let nonblock = flags & libc::SOCK_NONBLOCK != 0;
     let (nfd, peer) = match got {
@@ -362,6 +390,74 @@ pub fn accept(
         real::fcntl(nfd, libc::F_SETFL, fl as usize);
     }
     Ok((nfd, peer))
+}
+
+/// The daemon is gone: the placeholder's other end (which only the daemon holds) hung up.
+fn daemon_gone(fd: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: one pollfd on the stack, no waiting.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n == 1 && p.revents & libc::POLLHUP != 0
+}
+
+/// Replaces listening placeholder `fd`, whose daemon died, by a kernel description under the
+/// same number (`dup3`, keeping `FD_CLOEXEC` and `O_NONBLOCK`): the shim's kernel listener
+/// when it has one (true: later accepts take the kernel path), else an unconnected datagram
+/// socket, which is never readable nor hung up (false: accept then fails with `EOPNOTSUPP`).
+///
+/// Why `dup3` onto the number: the program keeps using the number it knows (select/poll
+/// sets, blocking accept). An epoll registration names the open file description, not the
+/// number: the old placeholder's registration goes away when its last copy is closed (the
+/// shim drops its own copy here), so the loop stops being woken for it — it does not spin;
+/// it is not woken for the kernel listener either until it registers the number again.
+fn retire_listener(st: &State, fd: i32, e: &Entry) -> Result<bool, Errno> {
+    let kernel = st.table.aux(fd);
+    // SAFETY: plain descriptor calls on the caller's descriptor and on ones we own.
+    unsafe {
+        let cloexec = real::fcntl(fd, libc::F_GETFD, 0) > 0;
+        let nonblock = real::fcntl(fd, libc::F_GETFL, 0).max(0) & libc::O_NONBLOCK;
+        let (src, own) = match kernel {
+            Some(k) => (k, false),
+            None => {
+                let u = real::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+                if u < 0 {
+                    return Err(real::errno());
+                }
+                (u, true)
+            }
+        };
+        let r = real::dup3(src, fd, if cloexec { libc::O_CLOEXEC } else { 0 });
+        let err = real::errno();
+        if own {
+            real::close(src);
+        }
+        if r < 0 {
+            return Err(err);
+        }
+        st.table.set_aux(fd, None);
+        st.table.clear(fd);
+        let last = st.release(e.id);
+        if let (true, Some(k)) = (last, kernel) {
+            // The shim's own copy of the kernel listener (fd is a dup of it now).
+            real::close(k);
+        }
+        // O_NONBLOCK belongs to the description: set it only once the shim's own copy (which
+        // other numbers of this listener still use, non-blocking) is gone.
+        if last || kernel.is_none() {
+            let fl = real::fcntl(fd, libc::F_GETFL, 0).max(0);
+            real::fcntl(
+                fd,
+                libc::F_SETFL,
+                ((fl & !libc::O_NONBLOCK) | nonblock) as usize,
+            );
+        }
+    }
+    st.note_kernel(fd, Reason::KernelListener, true);
+    Ok(kernel.is_some())
 }
 
 fn kernel_accept(k: i32) -> Result<Accepted, Errno> {
