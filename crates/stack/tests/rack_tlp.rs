@@ -43,5 +43,9 @@ fn dupack_mode_repairs_a_tail_loss_with_a_timeout() {
     let net = run(|c| c.tcp.defaults.loss_detection = LossDetection::DupAck);
     let c = net.a.counters();
     assert_eq!(c.get(Counter::TcpExtTCPLossProbes), 0);
-    assert_eq!(c.get(Counter::TcpExtTCPTimeouts), 1, "the tail costs an RTO");
+    assert_eq!(
+        c.get(Counter::TcpExtTCPTimeouts),
+        1,
+        "the tail costs an RTO"
+    );
 }

@@ -1041,7 +1041,11 @@ fn rack_tail_loss_is_repaired_by_a_probe_without_a_timeout() {
         }
     }
     assert_eq!(f.ctr.get(Counter::TcpExtTCPLossProbes), 1);
-    assert_eq!(f.ctr.get(Counter::TcpExtTCPTimeouts), 0, "the probe came first");
+    assert_eq!(
+        f.ctr.get(Counter::TcpExtTCPTimeouts),
+        0,
+        "the probe came first"
+    );
     assert_eq!(
         probe.iter().map(|o| (o.seq, o.len)).collect::<Vec<_>>(),
         vec![(SeqNum(OUR_ISN + 1) + 4 * SEG, SEG)],

@@ -22,6 +22,9 @@ use std::collections::VecDeque;
 /// segment is in flight (the receiver may hold its ACK that long).
 const WC_DEL_ACK: Duration = Duration::from_millis(200);
 
+/// The shortest PTO (Linux: `TCP_TIMEOUT_MIN`-based 10 ms floor).
+const TLP_MIN: Duration = Duration::from_millis(10);
+
 /// One sent segment (RFC 8985 §5.2 "per-segment variables").
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SegMeta {
@@ -192,7 +195,13 @@ impl Connection {
                 if s.start >= high {
                     break;
                 }
-                if !s.sacked && self.rec.sack.sacked_until(s.start).is_some_and(|e| e >= s.end) {
+                if !s.sacked
+                    && self
+                        .rec
+                        .sack
+                        .sacked_until(s.start)
+                        .is_some_and(|e| e >= s.end)
+                {
                     self.rec.rack.segs[i].sacked = true;
                     self.rec.rack.segs[i].lost = false;
                     self.rec.rack.on_delivered(now, &s);
@@ -315,7 +324,9 @@ impl Connection {
         if self.snd.max - self.snd.una <= self.full_seg() {
             pto += WC_DEL_ACK;
         }
-        let mut at = now + pto.max(Duration::from_millis(1));
+        // As Linux (tcp_schedule_loss_probe): at least 10 ms, so scheduling jitter on a
+        // microsecond RTT does not fire needless probes.
+        let mut at = now + pto.max(TLP_MIN);
         // §7.2: "if the time at which an RTO would fire ... is sooner than the computed time
         // for the PTO, then the sender schedules a TLP to be sent at that RTO time". The
         // probe takes the RTO's place; the RTO stays armed one RTO later as a backstop
@@ -360,8 +371,12 @@ impl Connection {
             used
         } else {
             let last = self.rec.rack.segs.back().copied();
+            // One segment: the last MSS of the highest record (a TSO record is larger).
             let (seq, len) = match last {
-                Some(s) => (s.start, s.end - s.start),
+                Some(s) => {
+                    let start = s.start.max(s.end - (s.end - s.start).min(full));
+                    (start, s.end - start)
+                }
                 None => {
                     let len = (self.snd.max - self.snd.una).min(full);
                     (self.snd.max - len, len)
