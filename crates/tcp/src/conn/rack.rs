@@ -290,14 +290,29 @@ impl Connection {
                 break;
             };
             let s = self.rec.rack.segs[k];
-            let used = self.emit_range(now, s.start, s.end - s.start, c, emit);
-            if used == 0 {
-                break;
-            }
-            // `emit_range` cleared `lost` on every record it covered.
+            // `emit_range` clears `lost` on every record it covers.
             self.rec.rack.segs[k].lost = false;
-            self.rec.high_rxt = self.rec.high_rxt.max(s.start + used);
-            n += 1;
+            // The record's parts the receiver has not SACKed (a TSO record spans several
+            // segments, of which only some may be lost), as many segments as they take.
+            let mut pos = s.start;
+            while pos < s.end {
+                if let Some(e) = self.rec.sack.sacked_until(pos) {
+                    pos = e;
+                    continue;
+                }
+                let hole_end = self
+                    .rec
+                    .sack
+                    .next_sacked_after(pos)
+                    .map_or(s.end, |b| b.min(s.end));
+                let used = self.emit_range(now, pos, hole_end - pos, c, emit);
+                if used == 0 {
+                    return n;
+                }
+                pos += used;
+                self.rec.high_rxt = self.rec.high_rxt.max(pos);
+                n += 1;
+            }
             i = k + 1;
         }
         n
