@@ -257,6 +257,13 @@ counters! {
     /// Segments with SYN+RST or SYN+FIN on a synchronized connection (answered with a
     /// challenge ACK).
     TcpExtTCPBadSynFlags,
+    // ---- RACK-TLP (issue 19) ----
+    /// Tail loss probes sent (RFC 8985 §7).
+    TcpExtTCPLossProbes,
+    /// Losses repaired through a tail loss probe instead of a retransmission timeout.
+    TcpExtTCPLossProbeRecovery,
+    /// Segments marked lost by RACK's time-based detection (RFC 8985 §6.2).
+    TcpExtTCPRackLoss,
 }
 
 /// The engine's counters.

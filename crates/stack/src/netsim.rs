@@ -70,7 +70,13 @@ pub struct NetConfig {
     pub tune: fn(&mut EngineConfig),
     /// A narrower hop on the path from A to B (a router with a smaller MTU), if any.
     pub path_mtu: Option<PathMtu>,
+    /// Drops chosen TCP segments A sends: called with each segment's payload length, its
+    /// FIN flag and a counter it may keep (starts at 0); returns true to drop the segment.
+    pub drop_a: Option<DropFn>,
 }
+
+/// See [`NetConfig::drop_a`].
+pub type DropFn = fn(payload_len: usize, fin: bool, state: &mut u32) -> bool;
 
 /// A hop with a smaller MTU between A and B, as a router on the path would be: A's IPv4
 /// datagrams longer than `mtu` are dropped there, and with `icmp` the router answers each
@@ -107,6 +113,8 @@ struct PathDev {
     /// ICMP messages for A, delivered before the cable's frames.
     back: VecDeque<Vec<u8>>,
     pass: TxBatch,
+    drop: Option<DropFn>,
+    drop_state: u32,
 }
 
 impl PathDev {
@@ -123,6 +131,11 @@ impl PathDev {
         if ip.protocol() == ipv4::IpProtocol::Tcp {
             if let Ok(t) = tcp::Packet::new_checked(ip.payload()) {
                 st.max_tcp_payload = st.max_tcp_payload.max(t.payload().len());
+                if let Some(d) = self.drop {
+                    if d(t.payload().len(), t.flags().fin(), &mut self.drop_state) {
+                        return false;
+                    }
+                }
             }
         }
         let pass = match self.hop {
@@ -220,6 +233,7 @@ impl Default for NetConfig {
             capacity: DEFAULT_CAPACITY,
             tune: |_| {},
             path_mtu: None,
+            drop_a: None,
         }
     }
 }
@@ -246,6 +260,8 @@ impl Net {
             stats: stats.clone(),
             back: VecDeque::new(),
             pass: TxBatch::new(),
+            drop: cfg.drop_a,
+            drop_state: 0,
         };
         let ib = Impaired::new(pb, cfg.impair, cfg.seed.wrapping_add(1));
         let (dev_a, shared): (Box<dyn Device>, _) = match pcap {

@@ -64,6 +64,18 @@ pub struct TcpConfig {
     /// Black-hole detection (RFC 4821 §7.7, Linux `tcp_mtu_probing=1`): lower the MSS after
     /// repeated timeouts of full-sized segments.
     pub mtu_probing: bool,
+    /// How losses are detected with SACK: RACK-TLP (RFC 8985, time-based, with tail loss
+    /// probes) or duplicate-ACK counting (RFC 6675 / RFC 5681).
+    pub loss_detection: LossDetection,
+}
+
+/// Loss detection algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LossDetection {
+    /// RFC 8985 RACK-TLP (used when SACK is negotiated; duplicate ACKs otherwise).
+    Rack,
+    /// RFC 6675 SACK scoreboard / RFC 5681 duplicate ACKs, with RFC 5827 early retransmit.
+    DupAck,
 }
 
 /// Keepalive parameters (RFC 1122 §4.2.3.6).
@@ -116,6 +128,7 @@ impl Default for TcpConfig {
             mtu_probing: true,
             user_timeout: None,
             zero_window_timeout: Some(Duration::from_secs(600)),
+            loss_detection: LossDetection::Rack,
         }
     }
 }

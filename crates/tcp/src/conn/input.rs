@@ -276,7 +276,8 @@ impl Connection {
                 .sack
                 .update(self.snd.una, self.snd.max, seg.options.sack_blocks());
         let window = (seg.window as usize) << self.opt.snd_wscale;
-        if seg.ack > self.snd.una {
+        let ack_advanced = seg.ack > self.snd.una;
+        if ack_advanced {
             self.ack_advanced(now, seg, c);
         } else if seg.ack == self.snd.una
             && self.snd.max > self.snd.una
@@ -292,6 +293,9 @@ impl Connection {
         self.detect_loss(c);
         if sack_news {
             self.lost_retransmission(c);
+        }
+        if self.rack_on() && sack_news && !ack_advanced {
+            self.rack_on_ack(now, seg, c);
         }
         // Window update (RFC 9293 §3.10.7.4: SND.WL1/SND.WL2 rule).
         if self.snd.update_window(seg.seq, seg.ack, window) {

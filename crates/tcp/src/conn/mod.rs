@@ -28,6 +28,7 @@ mod input;
 mod options;
 mod output;
 mod pmtu;
+mod rack;
 mod recovery;
 mod recv;
 mod send;

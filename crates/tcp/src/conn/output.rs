@@ -44,10 +44,18 @@ impl Connection {
             _ => {}
         }
         if self.state.is_synchronized() {
-            if self.rec.in_recovery {
+            if self.rec.in_recovery || self.rack_on() {
                 n += self.send_recovery(now, c, emit);
             }
-            n += self.send_data(now, c, emit);
+            if self.rec.rack.tlp_now {
+                n += self.send_tlp(now, c, emit);
+            }
+            let sent = self.send_data(now, c, emit);
+            if sent > 0 {
+                // RFC 8985 §7.2: (re)arm the PTO when new data is sent.
+                self.arm_tlp(now);
+            }
+            n += sent;
             if self.timers.probe_now {
                 self.timers.probe_now = false;
                 self.send_probe(now, c, emit);
@@ -222,6 +230,7 @@ impl Connection {
             self.snd.rtt_probe = Some((seq, now));
         }
         let end = seq + occupied;
+        self.rack_on_send(now, seq, end, self.snd.max);
         if end > self.snd.max {
             self.snd.max = end;
         }

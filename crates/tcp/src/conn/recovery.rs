@@ -38,6 +38,8 @@ pub(crate) struct Recovery {
     /// Armed by the first timeout of an episode (with timestamps): the congestion state
     /// before it and the TSval of the retransmission, for Eifel detection (RFC 3522).
     pub(crate) rto_undo: Option<RtoUndo>,
+    /// RACK-TLP state (RFC 8985).
+    pub(crate) rack: super::rack::Rack,
 }
 
 /// What a spurious timeout restores (RFC 3522 detection, RFC 4015 response).
@@ -61,6 +63,7 @@ impl Recovery {
             rexmit_mark: None,
             sack: Scoreboard::new(cfg.max_ofo_ranges),
             rto_undo: None,
+            rack: super::rack::Rack::new(iss),
         }
     }
 
@@ -138,6 +141,9 @@ impl Connection {
     /// as the evidence is SACK, not duplicate ACKs. This is the part of RFC 8985 (RACK) that
     /// needs no per-segment send times: transmission order stands in for time.
     pub(crate) fn lost_retransmission(&mut self, c: &mut Counters) {
+        if self.rack_on() {
+            return; // RACK detects lost retransmissions by their send times.
+        }
         let (Some(mark), Some(high)) = (self.rec.rexmit_mark, self.rec.sack.high()) else {
             return;
         };
@@ -164,6 +170,9 @@ impl Connection {
     /// §3.2) or, with SACK, once the scoreboard declares the segment at SND.UNA lost
     /// (RFC 6675 IsLost), unless the previous recovery forbids it.
     pub(crate) fn detect_loss(&mut self, c: &mut Counters) {
+        if self.rack_on() {
+            return; // RFC 8985 decides (`rack_detect_loss`).
+        }
         if !self.rec.in_recovery
             && self.snd.max > self.snd.una
             && (self.rec.dupacks as usize >= self.dup_thresh()
@@ -221,7 +230,10 @@ impl Connection {
     /// Bytes considered in the network (RFC 6675 "pipe" when SACK recovery is running).
     pub(super) fn pipe(&self) -> usize {
         let flight = self.snd.flight();
-        if self.rec.in_recovery && self.opt.sack {
+        if self.rack_on() {
+            // RFC 8985 with RFC 6675's pipe: what is neither SACKed nor marked lost.
+            flight.saturating_sub(self.rec.sack.sacked_bytes() + self.rec.rack.lost_bytes())
+        } else if self.rec.in_recovery && self.opt.sack {
             let lost = self
                 .rec
                 .sack
@@ -240,6 +252,11 @@ impl Connection {
         c: &mut Counters,
         emit: &mut dyn FnMut(&TcpRepr),
     ) -> usize {
+        if self.rack_on() {
+            // RACK marked what to resend; the head is among it if it is lost.
+            self.rec.rexmit_head = false;
+            return self.send_rack_lost(now, c, emit);
+        }
         let mut n = 0;
         if self.rec.rexmit_head {
             self.rec.rexmit_head = false;

@@ -152,6 +152,9 @@ impl Connection {
         // RFC 6298 §5.2/5.3: restart the timer if data remains, stop it otherwise.
         let rto = (self.snd.max > self.snd.una).then(|| now + self.snd.rtt.rto());
         self.timers.update(Timer::Rto, rto);
+        if self.rack_on() {
+            self.rack_on_ack(now, seg, c);
+        }
         if fin_acked {
             match self.state {
                 State::FinWait1 => {

@@ -21,11 +21,15 @@ pub(crate) enum Timer {
     Lifetime,
     /// SO_LINGER: the deadline of a graceful close.
     Linger,
+    /// RACK reordering timer (RFC 8985 §6.3).
+    Reorder,
+    /// Tail loss probe timeout, PTO (RFC 8985 §7.2).
+    Tlp,
 }
 
 impl Timer {
-    /// Size of the table (`Linger` is the last variant).
-    const COUNT: usize = Timer::Linger as usize + 1;
+    /// Size of the table (`Tlp` is the last variant).
+    const COUNT: usize = Timer::Tlp as usize + 1;
 }
 
 /// A small table of deadlines indexed by [`Timer`], and the counters the timers keep.
@@ -65,6 +69,11 @@ impl Timers {
     /// True if `t` is armed.
     pub(crate) fn is_armed(&self, t: Timer) -> bool {
         self.at[t as usize].is_some()
+    }
+
+    /// When `t` fires, if armed.
+    pub(crate) fn deadline(&self, t: Timer) -> Option<Instant> {
+        self.at[t as usize]
     }
 
     /// Arms `t` for `at` (re-arms it if it was set).
@@ -112,7 +121,11 @@ impl Connection {
     /// [`Connection::poll_transmit`]: `Now` if a segment is owed (an ACK, a reset or a
     /// probe), else the earliest timer, else `Idle` (only input can give it work).
     pub fn poll_at(&self) -> PollAt {
-        if self.rcv.ack_now || self.pending_rst.is_some() || self.timers.probe_now {
+        if self.rcv.ack_now
+            || self.pending_rst.is_some()
+            || self.timers.probe_now
+            || self.rec.rack.tlp_now
+        {
             return PollAt::Now;
         }
         self.timers.next().into()
@@ -133,6 +146,12 @@ impl Connection {
         }
         if self.timers.take_due(Timer::Rto, now) {
             self.on_rto(now, c);
+        }
+        if self.timers.take_due(Timer::Reorder, now) {
+            self.on_reorder_timeout(now, c);
+        }
+        if self.timers.take_due(Timer::Tlp, now) {
+            self.on_tlp_timeout(c);
         }
         if self.timers.take_due(Timer::Persist, now) {
             self.on_persist(now, c);
@@ -294,6 +313,7 @@ impl Connection {
         if self.timers.retries >= 2 {
             self.rec.sack.clear();
         }
+        self.rack_on_rto(self.timers.retries >= 2);
         // Go back N: resend from the oldest unacknowledged byte (or the SYN).
         self.snd.nxt = self.snd.una;
         self.timers.set(Timer::Rto, now + self.snd.rtt.rto());
