@@ -1,0 +1,261 @@
+//! The record codec's tests: round trips, rejections, and mutated or random records.
+use super::*;
+
+fn all_commands() -> Vec<Command> {
+    let sa = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 8080);
+    vec![
+        Command::TcpListen {
+            port: 80,
+            backlog: 128,
+        },
+        Command::TcpAccept { listener: 3 },
+        Command::TcpConnect { remote: sa },
+        Command::TcpSend {
+            handle: 7,
+            offset: 4096,
+            len: 1000,
+        },
+        Command::TcpConsume { handle: 7, len: 99 },
+        Command::TcpShutdown { handle: 1 },
+        Command::TcpClose { handle: MAX_HANDLE },
+        Command::TcpAbort { handle: 2 },
+        Command::TcpSetNodelay {
+            handle: 2,
+            on: true,
+        },
+        Command::TcpSendFile {
+            handle: 2,
+            slot: 1,
+            offset: 5 << 30,
+            len: 1 << 20,
+        },
+        Command::UdpBind { port: 0 },
+        Command::UdpSendTo {
+            handle: 4,
+            dst: sa,
+            offset: 0,
+            len: 512,
+        },
+        Command::UdpClose { handle: 4 },
+        Command::Attach {
+            handle: 9,
+            op: AttachOp::Adopt,
+            ty: SockType::Dgram,
+        },
+        Command::Bind {
+            handle: 9,
+            local: SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 2), 0),
+        },
+        Command::Listen {
+            handle: 9,
+            backlog: 128,
+        },
+        Command::Connect {
+            handle: 9,
+            remote: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 80),
+        },
+        Command::TokenCleared {
+            handle: 9,
+            seen: 77,
+        },
+        Command::WantWritable { handle: 9 },
+        Command::Forget { handle: 9 },
+        Command::Carries {
+            remote: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 6379),
+        },
+        Command::GetAddr {
+            handle: 9,
+            peer: true,
+        },
+        Command::Report {
+            kind: ReportKind::NotCarried as u32,
+            dst: SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 53), 53),
+        },
+    ]
+}
+
+/// Fuzz-style: many mutations of valid records and of random bytes. Decoding never
+/// panics, and whatever it accepts re-encodes to exactly the same 64 bytes (nothing is
+/// half-accepted: every byte of an accepted record has a meaning).
+#[test]
+fn mutated_records_are_rejected_or_exact() {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let seeds: Vec<[u8; RECORD_LEN]> = all_commands()
+        .into_iter()
+        .map(|cmd| {
+            let mut b = [0; RECORD_LEN];
+            CommandRecord {
+                id: 3,
+                mode: Mode::Sync,
+                cmd,
+            }
+            .encode(&mut b);
+            b
+        })
+        .collect();
+    let (mut accepted, mut rejected) = (0, 0);
+    for i in 0..200_000 {
+        let mut b = if i % 10 == 0 {
+            let mut r = [0u8; RECORD_LEN];
+            r.iter_mut().for_each(|v| *v = rnd() as u8);
+            r
+        } else {
+            seeds[(rnd() as usize) % seeds.len()]
+        };
+        for _ in 0..(1 + rnd() % 3) {
+            let at = (rnd() as usize) % RECORD_LEN;
+            b[at] = if rnd() % 2 == 0 {
+                rnd() as u8
+            } else {
+                b[at] ^ (1 << (rnd() % 8))
+            };
+        }
+        match CommandRecord::decode(&b) {
+            Ok(rec) => {
+                accepted += 1;
+                let mut again = [0u8; RECORD_LEN];
+                rec.encode(&mut again);
+                assert_eq!(
+                    again, b,
+                    "{rec:?} accepted from bytes it does not re-encode to"
+                );
+            }
+            Err(_) => rejected += 1,
+        }
+    }
+    assert!(
+        accepted > 1000 && rejected > 1000,
+        "{accepted} accepted, {rejected} rejected"
+    );
+}
+
+#[test]
+fn every_command_round_trips() {
+    for (i, cmd) in all_commands().into_iter().enumerate() {
+        let rec = CommandRecord {
+            id: i as u32 * 77,
+            mode: if i % 2 == 0 { Mode::Sync } else { Mode::Async },
+            cmd,
+        };
+        let mut b = [0xAA; RECORD_LEN];
+        rec.encode(&mut b);
+        assert_eq!(CommandRecord::decode(&b), Ok(rec));
+    }
+}
+
+#[test]
+fn garbage_in_any_field_is_rejected_not_trusted() {
+    let rec = CommandRecord {
+        id: 1,
+        mode: Mode::Sync,
+        cmd: Command::TcpClose { handle: 5 },
+    };
+    let mut b = [0; RECORD_LEN];
+    rec.encode(&mut b);
+    let mut t = b;
+    t[0] = 0xEE;
+    assert_eq!(CommandRecord::decode(&t), Err(RecordError::UnknownOp(0xEE)));
+    let mut t = b;
+    t[2] = 9;
+    assert_eq!(CommandRecord::decode(&t), Err(RecordError::BadMode(9)));
+    let mut t = b;
+    t[63] = 1;
+    assert_eq!(CommandRecord::decode(&t), Err(RecordError::ReservedNotZero));
+    let mut t = b;
+    t[field::HANDLE].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert_eq!(
+        CommandRecord::decode(&t),
+        Err(RecordError::BadHandle(u32::MAX))
+    );
+    // A close that also carries a length: an unused field is not silently ignored.
+    let mut t = b;
+    t[field::LEN.start] = 1;
+    assert_eq!(CommandRecord::decode(&t), Err(RecordError::ReservedNotZero));
+    // A span that wraps the address space.
+    let send = CommandRecord {
+        id: 1,
+        mode: Mode::Async,
+        cmd: Command::TcpSend {
+            handle: 1,
+            offset: u64::MAX - 1,
+            len: 10,
+        },
+    };
+    send.encode(&mut t);
+    assert_eq!(CommandRecord::decode(&t), Err(RecordError::BadSpan));
+}
+
+#[test]
+fn arbitrary_bytes_never_panic_and_accepted_ones_re_encode_identically() {
+    // A small xorshift generator: deterministic, no dependency.
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let valid = all_commands();
+    let (mut accepted, mut rejected) = (0, 0);
+    for round in 0..200_000u32 {
+        let mut b = [0u8; RECORD_LEN];
+        if round % 4 == 0 {
+            // Pure noise.
+            for chunk in b.chunks_mut(8) {
+                chunk.copy_from_slice(&next().to_le_bytes());
+            }
+        } else {
+            // A valid record with one to three bytes overwritten.
+            let cmd = valid[(next() % valid.len() as u64) as usize];
+            CommandRecord {
+                id: round,
+                mode: Mode::Sync,
+                cmd,
+            }
+            .encode(&mut b);
+            for _ in 0..1 + next() % 3 {
+                let r = next();
+                b[(r % RECORD_LEN as u64) as usize] = (r >> 32) as u8;
+            }
+        }
+        match CommandRecord::decode(&b) {
+            Ok(r) => {
+                accepted += 1;
+                let mut again = [0; RECORD_LEN];
+                r.encode(&mut again);
+                assert_eq!(CommandRecord::decode(&again), Ok(r));
+            }
+            Err(_) => rejected += 1,
+        }
+        let _ = EventRecord::decode(&b);
+    }
+    assert!(accepted > 1000 && rejected > 1000, "{accepted} {rejected}");
+}
+
+#[test]
+fn events_round_trip_and_carry_errno() {
+    let e = EventRecord::completion(9, 3, Err(SocketError::ConnectionRefused));
+    let mut b = [0; RECORD_LEN];
+    e.encode(&mut b);
+    let d = EventRecord::decode(&b).unwrap();
+    assert_eq!(d, e);
+    assert_eq!(d.outcome(), Err(SocketError::ConnectionRefused));
+    let ok = EventRecord::completion(1, 0, Ok(42));
+    ok.encode(&mut b);
+    assert_eq!(EventRecord::decode(&b).unwrap().outcome(), Ok(42));
+    b[0] = 77;
+    assert_eq!(EventRecord::decode(&b), Err(RecordError::UnknownOp(77)));
+}
+
+#[test]
+fn spans_are_checked_against_the_area() {
+    assert_eq!(check_span(0, 10, 10), Ok((0, 10)));
+    assert_eq!(check_span(1, 10, 10), Err(RecordError::BadSpan));
+    assert_eq!(check_span(u64::MAX, 2, 10), Err(RecordError::BadSpan));
+}
