@@ -1,0 +1,179 @@
+//! The control plane the applications share: the port namespace (bind, listen, ephemeral
+//! ports), addresses, and the readiness tokens and filler of the placeholders.
+
+use super::*;
+
+/// Drops `app`'s name `handle` for `gid`; `close` (native close, or the application left):
+/// a socket without a placeholder is closed with it.
+pub(super) fn detach(sh: &mut Shared, gid: u32, app: u64, handle: u32, close: bool) {
+    let Some(g) = sh.socks.get_mut(&gid) else {
+        return;
+    };
+    g.owners.retain(|&o| o != (app, handle));
+    if g.holder == Some((app, handle)) {
+        g.holder = None;
+    }
+    if g.ph.is_none() && (close || g.owners.is_empty()) {
+        sh.release(gid, false);
+    }
+}
+
+pub(super) fn set_failed(sh: &mut Shared, gid: u32, e: SocketError) {
+    sh.ports.retain(|_, v| *v != gid);
+    if let Some(g) = sh.socks.get_mut(&gid) {
+        g.kind = Kind::Failed(e);
+        if g.ph.is_some() {
+            sh.ph_actions.push((gid, true, true));
+        }
+    }
+}
+
+/// `bind(2)` on the loopback: any 127/8 address or 0.0.0.0; port 0 picks an ephemeral one.
+pub(super) fn bind(sh: &mut Shared, gid: u32, local: SocketAddrV4) -> Result<u16, SocketError> {
+    if !(local.ip().is_unspecified() || is_loopback(local.ip())) {
+        return Err(SocketError::AddrNotAvailable);
+    }
+    match sh.socks.get(&gid).map(|g| &g.kind) {
+        Some(Kind::Fresh { bound: None, .. }) => {}
+        Some(Kind::Fresh { .. }) => return Err(SocketError::InvalidArgument),
+        Some(_) => return Err(SocketError::InvalidArgument),
+        None => return Err(SocketError::InvalidHandle),
+    }
+    let port = match local.port() {
+        0 => sh.ephemeral_port()?,
+        p => {
+            if let Some(&old) = sh.ports.get(&p) {
+                // The program closed its listener and binds the port again at once (iperf3 -s
+                // between tests): its last close, if every placeholder copy is gone, is taken
+                // now rather than at the next periodic check, which the bind would beat.
+                let closed = sh.socks.get(&old).is_some_and(|g| {
+                    !matches!(g.kind, Kind::Conn(_))
+                        && g.ph.as_ref().is_some_and(|ph| {
+                            placeholder::poll_sets(
+                                &[],
+                                &[ph.d.as_fd()],
+                                Some(std::time::Duration::ZERO),
+                            )
+                            .is_ok_and(|(_, h)| h.first() == Some(&true))
+                        })
+                });
+                if closed {
+                    sh.counters.last_closes += 1;
+                    sh.release(old, false);
+                }
+            }
+            if sh.ports.contains_key(&p) {
+                return Err(SocketError::AddrInUse);
+            }
+            p
+        }
+    };
+    sh.ports.insert(port, gid);
+    if let Some(Kind::Fresh { bound, .. }) = sh.socks.get_mut(&gid).map(|g| &mut g.kind) {
+        *bound = Some(SocketAddrV4::new(*local.ip(), port));
+    }
+    Ok(port)
+}
+
+pub(super) fn listen(sh: &mut Shared, gid: u32, backlog: u32) -> Result<u16, SocketError> {
+    let port = match sh.socks.get(&gid).map(|g| &g.kind) {
+        Some(Kind::Fresh {
+            ty: SockType::Stream,
+            bound,
+        }) => bound.map(|b| b.port()),
+        // listen(2) on a listener only changes the backlog.
+        Some(Kind::Listener { port, .. }) => return Ok(*port),
+        Some(Kind::Failed(e)) => return Err(*e),
+        Some(_) => return Err(SocketError::InvalidState),
+        None => return Err(SocketError::InvalidHandle),
+    };
+    let port = match port {
+        Some(p) => p,
+        None => {
+            let p = sh.ephemeral_port()?;
+            sh.ports.insert(p, gid);
+            p
+        }
+    };
+    let hs = sh.lo.listen(port, (backlog as usize).clamp(1, 4096))?;
+    if let Some(g) = sh.socks.get_mut(&gid) {
+        g.kind = Kind::Listener {
+            port,
+            hs,
+            waiting: VecDeque::new(),
+            kernel: None,
+        };
+    }
+    Ok(port)
+}
+
+pub(super) fn addr_of(sh: &Shared, gid: u32, peer: bool) -> Result<SocketAddrV4, SocketError> {
+    let any = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
+    match sh.socks.get(&gid).map(|g| &g.kind) {
+        Some(Kind::Conn(c)) => {
+            let t = sh.lo.engines[c.eng].tcp_conn(c.h)?.tuple();
+            Ok(if peer {
+                SocketAddrV4::new(t.remote_ip.into(), t.remote_port)
+            } else {
+                SocketAddrV4::new(t.local_ip.into(), t.local_port)
+            })
+        }
+        _ if peer => Err(SocketError::NotConnected),
+        Some(Kind::Listener { port, .. }) => Ok(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, *port)),
+        Some(Kind::Fresh { bound, .. }) => Ok(bound.unwrap_or(any)),
+        Some(Kind::Failed(_)) => Ok(any),
+        None => Err(SocketError::InvalidHandle),
+    }
+}
+
+/// Readable from the daemon's view (see the module docs).
+pub(super) fn readable_now(lo: &Loopback, k: &Kind) -> bool {
+    match k {
+        Kind::Conn(c) => c.outstanding > 0 || c.eof_told || c.closed_told,
+        Kind::Listener { hs, kernel, .. } => {
+            hs.iter().enumerate().any(|(i, &h)| {
+                lo.engines[i]
+                    .tcp_poll(h)
+                    .map(|r| r.readable)
+                    .unwrap_or(false)
+            }) || kernel.as_ref().is_some_and(|k| {
+                flowstack_sys::poll::wait_readable(k, std::time::Duration::ZERO).unwrap_or(false)
+            })
+        }
+        Kind::Failed(_) => true,
+        Kind::Fresh { .. } => false,
+    }
+}
+
+pub(super) fn token_cleared(sh: &mut Shared, gid: u32) {
+    let Some(g) = sh.socks.get_mut(&gid) else {
+        return;
+    };
+    let again = readable_now(&sh.lo, &g.kind);
+    if let Some(ph) = &mut g.ph {
+        ph.token_out = false;
+        if again {
+            sh.ph_actions.push((gid, true, false));
+        }
+    }
+}
+
+pub(super) fn want_writable(sh: &mut Shared, gid: u32) {
+    let Some(g) = sh.socks.get_mut(&gid) else {
+        return;
+    };
+    let now = match &g.kind {
+        Kind::Conn(c) => {
+            (c.open_told && (c.pending_tx.len() as u64) < SOCK_SNDBUF)
+                || c.closed_told
+                || sh.lo.engines[c.eng].tcp_error(c.h).is_some()
+        }
+        _ => true,
+    };
+    if let Some(ph) = &mut g.ph {
+        ph.want_writable = true;
+        if now {
+            sh.ph_actions.push((gid, false, true));
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! Moving bytes and state between the engines and the applications' areas each turn: urgent
+//! delivery into receive areas, application bytes into the engines, events and tokens.
+
+use super::*;
+
+/// What an accept found: the engine and the connection.
+type Accepted = Result<(usize, TcpHandle), SocketError>;
+
+/// Moves data and state between the engines and the applications; true if anything
+/// happened. New connections for waiting sync accepts are handed out here too.
+pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
+    for a in apps.iter_mut() {
+        a.read_rx_freed();
+    }
+    let mut busy = false;
+    let mut accepts: Vec<(u64, u32, u32, Accepted)> = Vec::new();
+    let mut done: Vec<u32> = Vec::new();
+    // One event buffer for every connection of the turn (allocated once per turn at most).
+    let mut evs = Vec::new();
+    let Shared {
+        lo,
+        socks,
+        scratch,
+        ph_actions,
+        ..
+    } = sh;
+    for (&gid, g) in socks.iter_mut() {
+        match &mut g.kind {
+            Kind::Listener { hs, waiting, .. } => {
+                while !waiting.is_empty() {
+                    match try_accept(lo, hs) {
+                        Some(r) => {
+                            let (app, id, l) = waiting.pop_front().expect("waiting");
+                            accepts.push((app, id, l, r));
+                        }
+                        None => break,
+                    }
+                }
+                if let Some(ph) = &g.ph {
+                    if !ph.token_out && readable_now(lo, &g.kind) {
+                        ph_actions.push((gid, true, false));
+                        busy = true;
+                    }
+                }
+            }
+            Kind::Conn(c) if g.closing => {
+                let out = service_conn(lo, scratch, 0, c, &mut Vec::new(), None);
+                busy |= out.busy;
+                let e = &mut lo.engines[c.eng];
+                if c.pending_tx.is_empty() || e.tcp_error(c.h).is_some() {
+                    let _ = e.tcp_close(c.h);
+                    done.push(gid);
+                }
+            }
+            Kind::Conn(c) => {
+                let holder = g
+                    .holder
+                    .and_then(|(app, h)| apps.iter().position(|a| a.id == app).map(|i| (i, h)));
+                evs.clear();
+                let out = match holder {
+                    Some((i, handle)) => {
+                        let a = &mut apps[i];
+                        service_conn(lo, scratch, handle, c, &mut evs, Some(&mut *a))
+                    }
+                    None => service_conn(lo, scratch, 0, c, &mut evs, None),
+                };
+                busy |= out.busy;
+                if let Some((i, _)) = holder {
+                    for e in evs.drain(..) {
+                        // A completion for a sync connect goes to the app that waited.
+                        apps[i].post(e);
+                    }
+                }
+                if g.ph.is_some() && (out.readable || out.writable) {
+                    ph_actions.push((gid, out.readable, out.writable));
+                }
+            }
+            Kind::Fresh { .. } | Kind::Failed(_) => {}
+        }
+    }
+    for gid in done {
+        sh.socks.remove(&gid);
+    }
+    for (app, id, listener, r) in accepts {
+        busy = true;
+        let Some(a) = apps.iter_mut().find(|a| a.id == app) else {
+            // Its application left: the connection is closed.
+            if let Ok((i, c)) = r {
+                let _ = sh.lo.engines[i].tcp_close(c);
+            }
+            continue;
+        };
+        match r {
+            Ok((i, c)) => {
+                let h = a.adopt_accepted(sh, i, c);
+                a.post(EventRecord::completion(id, listener, Ok(h as u64)));
+            }
+            Err(e) => a.post(EventRecord::completion(id, listener, Err(e))),
+        }
+    }
+    busy
+}
+
+pub(super) fn try_accept(
+    lo: &mut Loopback,
+    hs: &[TcpHandle],
+) -> Option<Result<(usize, TcpHandle), SocketError>> {
+    for (i, &l) in hs.iter().enumerate() {
+        match lo.engines[i].tcp_accept(l) {
+            Ok(c) => return Some(Ok((i, c))),
+            Err(SocketError::WouldBlock) => {}
+            Err(e) => return Some(Err(e)),
+        }
+    }
+    None
+}
+
+pub(super) fn release_kind(lo: &mut Loopback, k: Kind, died: bool) {
+    match k {
+        Kind::Listener { hs, .. } => {
+            for (i, h) in hs.into_iter().enumerate() {
+                let _ = lo.engines[i].tcp_close(h);
+            }
+        }
+        Kind::Conn(c) => {
+            let e = &mut lo.engines[c.eng];
+            let unread =
+                c.outstanding > 0 || e.tcp_conn(c.h).map(|k| k.recv_queue() > 0).unwrap_or(false);
+            if unread || (died && !c.pending_tx.is_empty()) {
+                // RFC 2525 §2.17 / Linux: closing with unread data resets the connection.
+                let _ = e.tcp_abort(c.h);
+            } else if !c.pending_tx.is_empty() {
+                // Bytes still queued in the daemon are sent as the engine takes them;
+                // whatever it cannot take at once is lost with a reset (first slice).
+                let (a, b) = c.pending_tx.as_slices();
+                let mut ok = true;
+                for part in [a, b] {
+                    if !part.is_empty()
+                        && e.tcp_send(c.h, part)
+                            .map(|n| n < part.len())
+                            .unwrap_or(true)
+                    {
+                        ok = false;
+                    }
+                }
+                if !ok {
+                    let _ = e.tcp_abort(c.h);
+                }
+            }
+            let _ = e.tcp_close(c.h);
+        }
+        Kind::Fresh { .. } | Kind::Failed(_) => {}
+    }
+}
+
+#[derive(Default)]
+struct ConnOut {
+    busy: bool,
+    /// A readable event was posted (data, end, error).
+    readable: bool,
+    /// Send space returned, or the connect ended.
+    writable: bool,
+}
+
+/// One connection's turn. `app` is its holder (None: nobody holds it now — bytes still go
+/// out, received bytes wait in the engine).
+fn service_conn(
+    lo: &mut Loopback,
+    scratch: &mut [u8],
+    handle: u32,
+    c: &mut Conn,
+    evs: &mut Vec<EventRecord>,
+    app: Option<&mut App>,
+) -> ConnOut {
+    let mut out = ConnOut::default();
+    let e = &mut lo.engines[c.eng];
+    if c.closed_told {
+        return out;
+    }
+    let open = e.tcp_conn(c.h).map(|k| k.is_open()).unwrap_or(false);
+    if let Some(err) = e.tcp_error(c.h) {
+        if app.is_none() {
+            return out; // told to whoever attaches next (readable_now sees it then)
+        }
+        if let Some((a, id)) = c.connect_id.take() {
+            if app.as_ref().is_some_and(|x| x.id == a) {
+                evs.push(EventRecord::completion(id, handle, Err(err)));
+            }
+        }
+        evs.push(EventRecord {
+            kind: EventKind::Closed,
+            id: 0,
+            handle,
+            result: -(err.errno() as i64),
+            offset: 0,
+            len: 0,
+        });
+        c.closed_told = true;
+        out.busy = true;
+        out.readable = true;
+        out.writable = true;
+        return out;
+    }
+    if open && !c.open_told && app.is_some() {
+        c.open_told = true;
+        out.busy = true;
+        out.writable = true;
+        match c.connect_id.take() {
+            Some((_, id)) => evs.push(EventRecord::completion(id, handle, Ok(handle as u64))),
+            None => evs.push(writable(handle, 0)),
+        }
+    }
+    // Application bytes into the engine.
+    if c.open_told && !c.pending_tx.is_empty() {
+        let mut taken = 0u64;
+        while !c.pending_tx.is_empty() {
+            let (a, _) = c.pending_tx.as_slices();
+            match e.tcp_send(c.h, a) {
+                Ok(0) | Err(SocketError::WouldBlock) => break,
+                Ok(n) => {
+                    c.pending_tx.drain(..n);
+                    taken += n as u64;
+                }
+                Err(_) => break, // reported by the error check next turn
+            }
+        }
+        if taken > 0 {
+            out.busy = true;
+            out.writable = true;
+            evs.push(writable(handle, taken));
+        }
+    }
+    if c.shutdown_pending && c.pending_tx.is_empty() && c.open_told {
+        c.shutdown_pending = false;
+        let _ = e.tcp_shutdown(c.h);
+        out.busy = true;
+    }
+    let Some(app) = app else {
+        return out;
+    };
+    // Urgent delivery: received bytes straight into the application's receive area.
+    while !c.eof_told {
+        let area_free = RX_SIZE as u64 - (app.rx_head - app.rx_freed);
+        let pos = app.rx_head % RX_SIZE as u64;
+        let to_end = RX_SIZE as u64 - pos;
+        let room = SOCK_RCVBUF
+            .saturating_sub(c.outstanding)
+            .min(area_free)
+            .min(to_end);
+        let chunk = (room as usize).min(scratch.len());
+        if chunk == 0 {
+            break;
+        }
+        match e.tcp_recv(c.h, &mut scratch[..chunk]) {
+            Ok(0) => {
+                evs.push(EventRecord {
+                    kind: EventKind::Closed,
+                    id: 0,
+                    handle,
+                    result: 0,
+                    offset: 0,
+                    len: 0,
+                });
+                c.eof_told = true;
+                out.busy = true;
+                out.readable = true;
+                return out;
+            }
+            Ok(n) => {
+                let _ = app
+                    .region
+                    .write_at(LAYOUT.rx_off + pos as usize, &scratch[..n]);
+                app.rx_head += n as u64;
+                c.outstanding += n as u64;
+                evs.push(EventRecord {
+                    kind: EventKind::Data,
+                    id: 0,
+                    handle,
+                    result: n as i64,
+                    offset: pos,
+                    len: n as u64,
+                });
+                out.busy = true;
+                out.readable = true;
+            }
+            Err(_) => break,
+        }
+    }
+    out
+}
+
+fn writable(handle: u32, len: u64) -> EventRecord {
+    EventRecord {
+        kind: EventKind::Writable,
+        id: 0,
+        handle,
+        result: 0,
+        offset: 0,
+        len,
+    }
+}

@@ -1,0 +1,121 @@
+//! The `flowstack stats` snapshot: ss-like socket rows and counters of the daemon and its engines.
+
+use super::*;
+
+fn ss_state(s: flowstack_stack::State) -> &'static str {
+    use flowstack_stack::State as S;
+    match s {
+        S::SynSent => "SYN-SENT",
+        S::SynReceived => "SYN-RECV",
+        S::Established => "ESTAB",
+        S::FinWait1 => "FIN-WAIT-1",
+        S::FinWait2 => "FIN-WAIT-2",
+        S::CloseWait => "CLOSE-WAIT",
+        S::Closing => "CLOSING",
+        S::LastAck => "LAST-ACK",
+        S::TimeWait => "TIME-WAIT",
+        S::Closed => "CLOSED",
+    }
+}
+
+/// The daemon's state for `flowstack stats`.
+pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
+    use crate::stats::{AppRow, SockRow, Stats, SCHEMA};
+    let pid_of = |app: u64| apps.iter().find(|a| a.id == app).map(|a| a.pid);
+    let mut sockets: Vec<SockRow> = sh
+        .socks
+        .iter()
+        .map(|(&id, g)| {
+            let mut pids: Vec<u32> = g.owners.iter().filter_map(|o| pid_of(o.0)).collect();
+            pids.sort_unstable();
+            pids.dedup();
+            let mut row = SockRow {
+                id,
+                proto: "tcp".into(),
+                state: "UNCONN".into(),
+                local: "*:*".into(),
+                peer: "*:*".into(),
+                send_q: 0,
+                recv_q: 0,
+                rtt_us: None,
+                cwnd: None,
+                pids,
+                path: "flowstack".into(),
+                placeholder: g.ph.is_some(),
+            };
+            match &g.kind {
+                Kind::Fresh { bound, .. } => {
+                    if let Some(b) = bound {
+                        row.local = b.to_string();
+                    }
+                }
+                Kind::Listener { port, .. } => {
+                    row.state = "LISTEN".into();
+                    row.local = format!("*:{port}");
+                }
+                Kind::Failed(_) => row.state = "FAILED".into(),
+                Kind::Conn(c) => {
+                    if let Ok(k) = sh.lo.engines[c.eng].tcp_conn(c.h) {
+                        let t = k.tuple();
+                        row.state = if g.closing {
+                            "CLOSING".into()
+                        } else {
+                            ss_state(k.state()).into()
+                        };
+                        row.local = SocketAddrV4::new(t.local_ip.into(), t.local_port).to_string();
+                        row.peer = SocketAddrV4::new(t.remote_ip.into(), t.remote_port).to_string();
+                        row.send_q = (c.pending_tx.len() + k.send_queue()) as u64;
+                        row.recv_q = c.outstanding + k.recv_queue() as u64;
+                        row.rtt_us = k.srtt().map(|d| d.as_micros() as u64);
+                        row.cwnd = Some(k.cwnd() as u64);
+                    } else {
+                        row.state = "CLOSED".into();
+                    }
+                }
+            }
+            row
+        })
+        .collect();
+    sockets.sort_by_key(|r| r.id);
+    let apps_rows = apps
+        .iter()
+        .map(|a| AppRow {
+            id: a.id,
+            pid: a.pid,
+            uid: a.uid,
+            sockets: a.handles.len(),
+            commands: a.stats.commands,
+            bad_records: a.stats.bad_records,
+        })
+        .collect();
+    let mut counters = std::collections::BTreeMap::new();
+    let mut total = flowstack_api::counters::Counters::default();
+    for e in &sh.lo.engines {
+        total.merge(&e.counters());
+    }
+    for &c in flowstack_api::counters::Counter::ALL {
+        counters.insert(c.name().to_string(), total.get(c));
+    }
+    let d = &sh.counters;
+    for (k, v) in [
+        ("FlowstackdApps", apps.len() as u64),
+        ("FlowstackdAppsRegistered", d.apps_registered),
+        ("FlowstackdAppsRefused", d.apps_refused),
+        ("FlowstackdBadRecords", d.bad_records),
+        ("FlowstackdLimitsHit", d.limits_hit),
+        ("FlowstackdLastCloses", d.last_closes),
+        ("FlowstackdFallbackNotCarried", d.fallbacks[1]),
+        ("FlowstackdFallbackUnsupported", d.fallbacks[2]),
+        ("FlowstackdFallbackNoDaemon", d.fallbacks[3]),
+        ("FlowstackdFallbackIpv6", d.fallbacks[4]),
+        ("FlowstackdFallbackOther", d.fallbacks[5]),
+    ] {
+        counters.insert(k.to_string(), v);
+    }
+    Stats {
+        schema: SCHEMA,
+        sockets,
+        apps: apps_rows,
+        counters,
+    }
+}
