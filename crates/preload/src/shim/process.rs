@@ -1,0 +1,219 @@
+//! Entry points around processes, signals and raw `syscall()`: fork/vfork, the exec family and
+//! posix_spawn (keeping the shim's environment), sigaction/signal (SA_RESTART learnt), and
+//! `syscall(SYS_socket…)` routed to the wrappers.
+
+use super::*;
+
+// ---- processes -----------------------------------------------------------------------------
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn fork() -> pid_t {
+    let pid = real::fork();
+    if pid == 0 && state::get().is_some_and(|s| s.connected().is_some()) {
+        state::mark_forked();
+    }
+    pid
+}
+
+/// vfork as fork: the shim's wrapper frame cannot be shared with a child that returns from
+/// it, and fork semantics are a valid vfork.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn vfork() -> pid_t {
+    fork()
+}
+
+/// The environment an exec'd program gets: the caller's, plus the shim's own variables if
+/// it dropped them, plus `FLOWSTACK_FDS` naming the placeholders that survive exec.
+unsafe fn exec_env(envp: *const *const c_char) -> (Vec<std::ffi::CString>, Vec<*const c_char>) {
+    let mut own: Vec<std::ffi::CString> = Vec::new();
+    let mut given: Vec<*const c_char> = Vec::new();
+    let envp = if envp.is_null() {
+        extern "C" {
+            static environ: *const *const c_char;
+        }
+        environ
+    } else {
+        envp
+    };
+    let mut i = 0;
+    while !envp.is_null() && !(*envp.add(i)).is_null() {
+        let p = *envp.add(i);
+        let s = std::ffi::CStr::from_ptr(p).to_bytes();
+        if !s.starts_with(b"FLOWSTACK_FDS=") {
+            given.push(p);
+        }
+        i += 1;
+    }
+    let st = state::state();
+    for kv in &st.cfg.keep_env {
+        let k = kv.as_bytes().split(|&c| c == b'=').next().unwrap_or(b"");
+        let present = given.iter().any(|&p| {
+            let s = std::ffi::CStr::from_ptr(p).to_bytes();
+            s.len() > k.len() && s.starts_with(k) && s[k.len()] == b'='
+        });
+        if !present {
+            own.push(kv.clone());
+        }
+    }
+    let fds: Vec<String> = st
+        .table
+        .in_range(0, MAX_FDS as u32)
+        .filter(|(fd, _)| real::fcntl(*fd, libc::F_GETFD, 0) == 0)
+        .map(|(fd, e)| format!("{fd}:{}", crate::inherit::encode(&e)))
+        .collect();
+    if !fds.is_empty() {
+        if let Ok(c) = std::ffi::CString::new(format!("FLOWSTACK_FDS={}", fds.join(","))) {
+            own.push(c);
+        }
+    }
+    let mut all = given;
+    all.extend(own.iter().map(|c| c.as_ptr()));
+    all.push(std::ptr::null());
+    (own, all)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn execve(
+    p: *const c_char,
+    a: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    let (_keep, env) = inside(|| exec_env(envp));
+    real::execve(p, a, env.as_ptr())
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn execv(p: *const c_char, a: *const *const c_char) -> c_int {
+    execve(p, a, std::ptr::null())
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn execvpe(
+    p: *const c_char,
+    a: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    let (_keep, env) = inside(|| exec_env(envp));
+    real::execvpe(p, a, env.as_ptr())
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn execvp(p: *const c_char, a: *const *const c_char) -> c_int {
+    execvpe(p, a, std::ptr::null())
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn fexecve(
+    fd: c_int,
+    a: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    let (_keep, env) = inside(|| exec_env(envp));
+    real::fexecve(fd, a, env.as_ptr())
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn posix_spawn(
+    pid: *mut pid_t,
+    p: *const c_char,
+    fa: *const libc::posix_spawn_file_actions_t,
+    at: *const libc::posix_spawnattr_t,
+    a: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    let (_keep, env) = inside(|| exec_env(envp.cast()));
+    real::posix_spawn(pid, p, fa, at, a, env.as_ptr().cast())
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn posix_spawnp(
+    pid: *mut pid_t,
+    p: *const c_char,
+    fa: *const libc::posix_spawn_file_actions_t,
+    at: *const libc::posix_spawnattr_t,
+    a: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    let (_keep, env) = inside(|| exec_env(envp.cast()));
+    real::posix_spawnp(pid, p, fa, at, a, env.as_ptr().cast())
+}
+
+// ---- signals -------------------------------------------------------------------------------
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn sigaction(
+    sig: c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> c_int {
+    let r = real::sigaction(sig, act, old);
+    if r == 0 && !act.is_null() {
+        let h = (*act).sa_sigaction;
+        let handler = h != libc::SIG_DFL && h != libc::SIG_IGN;
+        signals::learn(sig, handler, (*act).sa_flags & libc::SA_RESTART != 0);
+    }
+    r
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
+    let r = real::signal(sig, h);
+    if r != libc::SIG_ERR {
+        // glibc's signal() has BSD semantics: SA_RESTART.
+        signals::learn(sig, h != libc::SIG_DFL && h != libc::SIG_IGN, true);
+    }
+    r
+}
+
+// ---- syscall() -----------------------------------------------------------------------------
+
+/// `syscall(2)`: socket calls made by number go through the shim; `io_uring_setup` answers
+/// `ENOSYS` so that programs fall back to calls the shim sees. Variadic in C; on x86-64 and
+/// arm64 the six fixed parameters are where the arguments arrive.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn syscall(
+    n: c_long,
+    a1: usize,
+    a2: usize,
+    a3: usize,
+    a4: usize,
+    a5: usize,
+    a6: usize,
+) -> c_long {
+    let (i, p) = (a1 as c_int, a2 as *mut c_void);
+    match n {
+        libc::SYS_io_uring_setup => {
+            real::set_errno(libc::ENOSYS);
+            -1
+        }
+        libc::SYS_socket => socket(i, a2 as c_int, a3 as c_int) as c_long,
+        libc::SYS_bind => bind(i, p.cast(), a3 as socklen_t) as c_long,
+        libc::SYS_listen => listen(i, a2 as c_int) as c_long,
+        libc::SYS_accept => accept(i, p.cast(), a3 as *mut socklen_t) as c_long,
+        libc::SYS_accept4 => accept4(i, p.cast(), a3 as *mut socklen_t, a4 as c_int) as c_long,
+        libc::SYS_connect => connect(i, p.cast(), a3 as socklen_t) as c_long,
+        libc::SYS_read => read(i, p, a3) as c_long,
+        libc::SYS_write => write(i, p, a3) as c_long,
+        libc::SYS_readv => readv(i, p.cast(), a3 as c_int) as c_long,
+        libc::SYS_writev => writev(i, p.cast(), a3 as c_int) as c_long,
+        libc::SYS_recvfrom => recvfrom(i, p, a3, a4 as c_int, a5 as *mut _, a6 as *mut _) as c_long,
+        libc::SYS_sendto => sendto(i, p, a3, a4 as c_int, a5 as *const _, a6 as _) as c_long,
+        libc::SYS_recvmsg => recvmsg(i, p.cast(), a3 as c_int) as c_long,
+        libc::SYS_sendmsg => sendmsg(i, p.cast(), a3 as c_int) as c_long,
+        libc::SYS_shutdown => shutdown(i, a2 as c_int) as c_long,
+        libc::SYS_close => close(i) as c_long,
+        libc::SYS_dup => dup(i) as c_long,
+        libc::SYS_dup3 => dup3(i, a2 as c_int, a3 as c_int) as c_long,
+        libc::SYS_close_range => close_range(a1 as c_uint, a2 as c_uint, a3 as c_int) as c_long,
+        libc::SYS_getsockname => getsockname(i, p.cast(), a3 as *mut _) as c_long,
+        libc::SYS_getpeername => getpeername(i, p.cast(), a3 as *mut _) as c_long,
+        libc::SYS_setsockopt => {
+            setsockopt(i, a2 as c_int, a3 as c_int, a4 as *const _, a5 as _) as c_long
+        }
+        libc::SYS_getsockopt => {
+            getsockopt(i, a2 as c_int, a3 as c_int, a4 as *mut _, a5 as *mut _) as c_long
+        }
+        libc::SYS_sendfile => sendfile(i, a2 as c_int, a3 as *mut _, a4) as c_long,
+        _ => real::syscall6(n, [a1, a2, a3, a4, a5, a6]),
+    }
+}
