@@ -136,6 +136,11 @@ fn ensure_daemon(socket: &Path) -> Result<(), String> {
         return Ok(());
     }
     let exe = std::env::current_exe().map_err(|e| format!("where am I: {e}"))?;
+    // The log sits next to the socket, whose directory (e.g. /run/flowstack as root) may not
+    // exist yet on a fresh machine.
+    if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
     let mut log_name = socket.as_os_str().to_owned();
     log_name.push(".log");
     let log = std::fs::File::create(&log_name)
