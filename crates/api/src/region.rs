@@ -16,10 +16,11 @@
 //!  64  tx area offset, 72 size          (bytes the application sends)
 //!  80  rx area offset, 88 size          (bytes the daemon delivers: urgent delivery)
 //!  96  application id   u64
+//! 104  wants_writable   u32  1 while the application waits for send space (app writes)
 //! ```
 
-/// "FSDREGN1" little-endian.
-pub const MAGIC: u64 = u64::from_le_bytes(*b"FSDREGN1");
+/// "FSDREGN2" little-endian (2: `wants_writable`, credit events published without a wake-up).
+pub const MAGIC: u64 = u64::from_le_bytes(*b"FSDREGN2");
 /// Byte offsets in the header.
 pub mod at {
     /// u64 magic.
@@ -50,6 +51,9 @@ pub mod at {
     pub const RX_SIZE: usize = 88;
     /// u64 application id.
     pub const APP_ID: usize = 96;
+    /// u32: the application waits for send space, so events that only return send credit
+    /// must wake it (otherwise the daemon publishes them without a wake-up).
+    pub const APP_WANTS_WRITABLE: usize = 104;
 }
 /// Bytes of the header.
 pub const HEADER_BYTES: usize = 4096;
@@ -92,6 +96,7 @@ mod tests {
             (at::RX_OFF, 8),
             (at::RX_SIZE, 8),
             (at::APP_ID, 8),
+            (at::APP_WANTS_WRITABLE, 4),
         ];
         for w in fields.windows(2) {
             let ((a, wa), (b, _)) = (w[0], w[1]);

@@ -140,6 +140,8 @@ pub struct Client {
     spin: Duration,
     /// When the daemon's liveness was last checked (a read on the registration socket).
     last_liveness: Instant,
+    /// Times a waiting call slept on the event ring's futex ([`Client::sleeps`]).
+    sleeps: u64,
     zc_tokens: HashMap<u32, VecDeque<u64>>,
     next_token: u64,
 }
@@ -233,6 +235,7 @@ impl Client {
             stream,
             spin: spin_from_env(),
             last_liveness: Instant::now(),
+            sleeps: 0,
             app_id,
             tx_off,
             tx_size,
@@ -455,7 +458,9 @@ impl Client {
             return Err(SocketError::TimedOut);
         }
         let slice = (deadline - now).min(LIVENESS_CHECK);
-        self.evt.wait(self.spin, slice);
+        if self.evt.wait(self.spin, slice) == flowstack_sys::ring::Waited::Slept {
+            self.sleeps += 1;
+        }
         // An event that arrived (while spinning or by a wake-up) shows the daemon at work;
         // a dead one posts no more, so the next wait ends empty and checks. No read(2) per
         // message, and still at least one check per LIVENESS_CHECK.
@@ -470,6 +475,12 @@ impl Client {
         Ok(())
     }
 
+    /// How many times a waiting call slept on the futex (each one a system call, usually a
+    /// context switch, and a wake-up system call in the daemon).
+    pub fn sleeps(&self) -> u64 {
+        self.sleeps
+    }
+
     /// Sets how long a waiting call spins on the event ring before it sleeps on the futex
     /// (default `FLOWSTACK_SPIN_US` or [`DEFAULT_SPIN`]; zero sleeps at once). A spin catches
     /// an answer without a system call, at the price of the CPU it burns meanwhile.
@@ -480,9 +491,26 @@ impl Client {
     /// Waits up to `timeout` for the daemon to post anything (data, readiness, completions);
     /// errors only if the daemon is gone.
     pub fn wait(&mut self, timeout: Duration) -> Result<(), SocketError> {
-        match self.wait_event(Instant::now() + timeout) {
+        // A caller waiting for anything may wait for send space too.
+        match self.wait_wanting_writable(Instant::now() + timeout) {
             Err(SocketError::TimedOut) => Ok(()),
             r => r,
+        }
+    }
+
+    /// [`Client::wait_event`] with `wants_writable` set in the header meanwhile, so events
+    /// that only return send credit wake us (the daemon publishes them quietly otherwise).
+    /// The flag is stored (SeqCst) before the event ring's own sleep announcement and re-check.
+    fn wait_wanting_writable(&mut self, deadline: Instant) -> Result<(), SocketError> {
+        self.set_wants_writable(true);
+        let r = self.wait_event(deadline);
+        self.set_wants_writable(false);
+        r
+    }
+
+    fn set_wants_writable(&self, on: bool) {
+        if let Some(f) = self.region.atomic_u32(layout::at::APP_WANTS_WRITABLE) {
+            f.store(on as u32, Ordering::SeqCst);
         }
     }
 
@@ -607,7 +635,7 @@ impl Client {
         while !data.is_empty() {
             match self.tcp_send(h, data) {
                 Ok(n) => data = &data[n..],
-                Err(SocketError::WouldBlock) => self.wait_event(deadline)?,
+                Err(SocketError::WouldBlock) => self.wait_wanting_writable(deadline)?,
                 Err(e) => return Err(e),
             }
         }

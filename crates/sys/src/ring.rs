@@ -326,9 +326,23 @@ impl Producer {
     /// wakes the consumer if it said it sleeps. Returns whether it woke it.
     #[inline]
     pub fn publish(&mut self) -> bool {
-        if !self.store_head() {
-            return false;
-        }
+        self.store_head() && self.wake()
+    }
+
+    /// Makes the records pushed since the last publish visible without waking the consumer:
+    /// for records it does not wait for (it reads them with the next ones that wake it, or
+    /// at its next call). Returns whether anything was published. A producer that learns
+    /// afterwards (with a SeqCst load, after this SeqCst store of `head`) that the consumer
+    /// does want them calls [`Producer::wake`].
+    #[inline]
+    pub fn publish_quiet(&mut self) -> bool {
+        self.store_head()
+    }
+
+    /// Wakes the consumer if it said it sleeps (after [`Producer::publish_quiet`]); returns
+    /// whether it woke it.
+    #[inline]
+    pub fn wake(&self) -> bool {
         let ctl = self.raw.ctl();
         if ctl.waiting.load(Ordering::SeqCst) != 0 {
             ctl.doorbell.fetch_add(1, Ordering::SeqCst);

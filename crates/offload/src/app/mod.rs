@@ -418,8 +418,13 @@ impl App {
     /// Moves queued events into the ring and publishes them; true if any moved.
     pub fn flush_events(&mut self) -> bool {
         let mut moved = false;
+        // Events that only return send credit (Writable with a length) wake the application
+        // only while it waits for send space: one blocked in recv would wake, find no data
+        // and sleep again — two futex calls and a context switch per message for nothing.
+        let mut loud = false;
         while let Some(e) = self.backlog.front() {
             let e = *e;
+            loud |= !(e.kind == EventKind::Writable && e.len > 0);
             let r = self.evt.push_with(RECORD_LEN, |b| {
                 let b: &mut [u8; RECORD_LEN] = b.try_into().expect("record length");
                 e.encode(b);
@@ -436,8 +441,23 @@ impl App {
                 }
             }
         }
-        self.evt.publish();
+        if loud {
+            self.evt.publish();
+        } else if self.evt.publish_quiet() && self.wants_writable() {
+            // SeqCst: our store of `head` precedes this load; the application stores the flag
+            // before it announces sleep and re-reads `head`, so either it sees the credit or
+            // we see the flag (the ring's own argument, ring.rs module docs).
+            self.evt.wake();
+        }
         moved
+    }
+
+    /// The application said it waits for send space (`wants_writable` in its header).
+    fn wants_writable(&self) -> bool {
+        self.region
+            .atomic_u32(at::APP_WANTS_WRITABLE)
+            .map(|a| a.load(Ordering::SeqCst) != 0)
+            .unwrap_or(true)
     }
 
     /// Takes and executes up to a budget of commands; returns how many records were read.
