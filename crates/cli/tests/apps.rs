@@ -690,6 +690,38 @@ fn iperf3_forward_reverse_and_parallel() {
     }
 }
 
+// ---- signals ---------------------------------------------------------------------------------
+
+/// A C program (tests/progs/signals.c, built here with the system's C compiler): a blocking
+/// recv restarts after a handler installed with SA_RESTART and fails with EINTR after one
+/// without (per signal, as the kernel decides); sigaction and signal show the application's
+/// own handlers; handlers that send on a flowstack socket, fired 2000 times while the main
+/// thread sends and receives, lose no byte and deadlock nothing (they never run in the middle
+/// of the shim's work). The shim before handler wrapping failed step 1 and hung in step 4.
+#[test]
+fn signal_handlers_restart_per_signal_and_never_run_inside_the_shim() {
+    if !have("cc") {
+        return;
+    }
+    let w = World::new("signals");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs/signals.c");
+    let exe = w.dir.join("signals");
+    let st = Command::new("cc")
+        .args(["-O1", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(st.success(), "cc {}", src.display());
+    let port = free_port(Ipv4Addr::LOCALHOST).to_string();
+    let out = w.output(&[exe.to_str().unwrap(), &port], Duration::from_secs(90));
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && s.starts_with("ok "), "signals: {s}");
+    if !w.shim_without_daemon_api(&out.stderr) {
+        w.assert_flowstack("signals", 3);
+    }
+}
+
 // ---- the daemon dies -------------------------------------------------------------------------
 
 #[test]

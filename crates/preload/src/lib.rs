@@ -28,6 +28,7 @@ pub mod inherit;
 mod ops;
 pub mod real;
 mod shim;
+pub mod sig;
 pub mod state;
 pub mod table;
 

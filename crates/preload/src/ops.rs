@@ -7,7 +7,7 @@
 use crate::addr::{self, Addr, Reason};
 use crate::backend::{Accepted, Backend, Errno};
 use crate::real;
-use crate::state::{signals, State};
+use crate::state::State;
 use crate::table::{opt, Entry, MAX_FDS};
 use std::net::SocketAddrV4;
 use std::os::fd::{AsRawFd, IntoRawFd};
@@ -45,6 +45,7 @@ fn wait(fd: i32, events: i16, deadline: Option<Instant>) -> Result<bool, Errno> 
             events,
             revents: 0,
         };
+        crate::sig::clear_last();
         // SAFETY: one valid pollfd on the stack.
         let r = crate::state::outside(|| unsafe { real::poll(&mut p, 1, ms) });
         if r > 0 {
@@ -54,7 +55,7 @@ fn wait(fd: i32, events: i16, deadline: Option<Instant>) -> Result<bool, Errno> 
             continue;
         }
         let e = real::errno();
-        if e == libc::EINTR && deadline.is_none() && signals::restart() {
+        if e == libc::EINTR && deadline.is_none() && crate::sig::restart_after_eintr() {
             continue;
         }
         return Err(e);

@@ -11,7 +11,7 @@ use crate::addr::{self, Reason};
 use crate::backend::{Backend, Errno};
 use crate::ops;
 use crate::real;
-use crate::state::{self, inside, is_inside, signals, State};
+use crate::state::{self, inside, is_inside, State};
 use crate::table::{opt, Entry, MAX_FDS};
 use libc::{
     c_char, c_int, c_long, c_uint, c_ulong, c_void, iovec, mmsghdr, msghdr, off_t, pid_t, size_t,

@@ -118,9 +118,16 @@ fn with_inside<R>(on: bool, f: impl FnOnce() -> R) -> R {
     impl Drop for Restore {
         fn drop(&mut self) {
             INSIDE.with(|c| c.set(self.0));
+            if !self.0 {
+                // Leaving the shim: signals that arrived meanwhile are delivered now.
+                crate::sig::flush_deferred();
+            }
         }
     }
     let _restore = Restore(INSIDE.with(|c| c.replace(on)));
+    if !on {
+        crate::sig::flush_deferred();
+    }
     f()
 }
 
@@ -340,6 +347,11 @@ pub mod signals {
     /// asked for `SA_RESTART` (deviation: the kernel decides per signal).
     pub fn restart() -> bool {
         HANDLED.load(Ordering::Relaxed) & NO_RESTART.load(Ordering::Relaxed) == 0
+    }
+
+    /// Whether a call interrupted by `sig` restarts: its handler asked for `SA_RESTART`.
+    pub fn restarts(sig: i32) -> bool {
+        !(1..64).contains(&sig) || NO_RESTART.load(Ordering::Relaxed) & (1u64 << sig) == 0
     }
 
     #[cfg(test)]

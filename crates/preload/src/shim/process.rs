@@ -1,5 +1,5 @@
 //! Entry points around processes, signals and raw `syscall()`: fork/vfork, the exec family and
-//! posix_spawn (keeping the shim's environment), sigaction/signal (SA_RESTART learnt), and
+//! posix_spawn (keeping the shim's environment), sigaction/signal (handlers wrapped: crate::sig), and
 //! `syscall(SYS_socket…)` routed to the wrappers.
 
 use super::*;
@@ -146,23 +146,12 @@ pub unsafe extern "C" fn sigaction(
     act: *const libc::sigaction,
     old: *mut libc::sigaction,
 ) -> c_int {
-    let r = real::sigaction(sig, act, old);
-    if r == 0 && !act.is_null() {
-        let h = (*act).sa_sigaction;
-        let handler = h != libc::SIG_DFL && h != libc::SIG_IGN;
-        signals::learn(sig, handler, (*act).sa_flags & libc::SA_RESTART != 0);
-    }
-    r
+    crate::sig::sigaction(sig, act, old)
 }
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
-    let r = real::signal(sig, h);
-    if r != libc::SIG_ERR {
-        // glibc's signal() has BSD semantics: SA_RESTART.
-        signals::learn(sig, h != libc::SIG_DFL && h != libc::SIG_IGN, true);
-    }
-    r
+    crate::sig::signal(sig, h)
 }
 
 // ---- syscall() -----------------------------------------------------------------------------
