@@ -280,7 +280,7 @@ impl Posix {
 
     fn lock(&self) -> Result<Guard<'_>, Errno> {
         let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let pid = std::process::id();
+        let pid = flowstack_sys::process::cached_pid();
         if g.pid != pid {
             forked(&mut g, pid);
         }

@@ -33,6 +33,33 @@ pub fn pidfd(pid: u32) -> std::io::Result<std::os::fd::OwnedFd> {
     )?)
 }
 
+/// This process's id without a system call per query (glibc no longer caches `getpid`):
+/// cached on first use and forgotten in the child of every `fork` (a `pthread_atfork` child
+/// handler), so a forked child sees its own id. (A child made by a raw `clone` system call
+/// runs no fork handlers and would see its parent's id.)
+#[allow(unsafe_code)]
+pub fn cached_pid() -> u32 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static PID: AtomicU32 = AtomicU32::new(0);
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    extern "C" fn forget_in_child() {
+        PID.store(0, Ordering::Relaxed);
+    }
+    HOOK.call_once(|| {
+        // SAFETY: registers a handler that only stores to an atomic (async-signal-safe, as a
+        // fork handler in a multi-threaded process must be).
+        unsafe { libc::pthread_atfork(None, None, Some(forget_in_child)) };
+    });
+    match PID.load(Ordering::Relaxed) {
+        0 => {
+            let p = std::process::id();
+            PID.store(p, Ordering::Relaxed);
+            p
+        }
+        p => p,
+    }
+}
+
 /// The calling thread's kernel id (`gettid(2)`).
 pub fn thread_id() -> u32 {
     rustix::thread::gettid().as_raw_nonzero().get() as u32
@@ -120,6 +147,21 @@ pub fn wait_exit(pid: u32) -> std::io::Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cached_pid_is_the_childs_own_after_fork() {
+        let parent = cached_pid();
+        assert_eq!(parent, std::process::id());
+        match fork().unwrap() {
+            // The child checks its own id (exit 0) against the parent's cached one (exit 1).
+            Forked::Child => exit_now(if cached_pid() == std::process::id() { 0 } else { 1 }),
+            Forked::Parent(child) => {
+                assert_ne!(child, parent);
+                assert_eq!(wait_exit(child).unwrap(), 0, "the child saw a stale pid");
+                assert_eq!(cached_pid(), parent);
+            }
+        }
+    }
 
     #[test]
     fn this_process_is_alive() {
