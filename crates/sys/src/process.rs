@@ -154,7 +154,11 @@ mod tests {
         assert_eq!(parent, std::process::id());
         match fork().unwrap() {
             // The child checks its own id (exit 0) against the parent's cached one (exit 1).
-            Forked::Child => exit_now(if cached_pid() == std::process::id() { 0 } else { 1 }),
+            Forked::Child => exit_now(if cached_pid() == std::process::id() {
+                0
+            } else {
+                1
+            }),
             Forked::Parent(child) => {
                 assert_ne!(child, parent);
                 assert_eq!(wait_exit(child).unwrap(), 0, "the child saw a stale pid");
