@@ -48,7 +48,10 @@ fn preload() -> &'static Path {
             if dir.ends_with("release") {
                 c.arg("--release");
             }
-            assert!(c.status().expect("cargo build").success(), "shim build failed");
+            assert!(
+                c.status().expect("cargo build").success(),
+                "shim build failed"
+            );
         }
         assert!(so.is_file(), "{} missing after the build", so.display());
         so
@@ -436,5 +439,9 @@ fn nginx_with_sendfile_on_serves_files_from_the_daemons_file_path() {
         assert!(got == *data, "{name}: bytes differ");
     }
     let sent = w.counter("FlowstackdSendFileBytes") - before;
-    assert_eq!(sent, (big.len() + small.len()) as u64, "nginx's sendfile bytes");
+    assert_eq!(
+        sent,
+        (big.len() + small.len()) as u64,
+        "nginx's sendfile bytes"
+    );
 }

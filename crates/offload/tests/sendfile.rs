@@ -133,7 +133,9 @@ fn files_of_every_size_arrive_byte_exact_and_are_counted() {
             assert_eq!(recv_n(&p.client, p.cid, 1), &data[len - 1..]);
             expect_total += 1;
         }
-        let at_end = p.server.send_file(p.sid, f.as_fd(), len as u64, 10, false, T);
+        let at_end = p
+            .server
+            .send_file(p.sid, f.as_fd(), len as u64, 10, false, T);
         assert_eq!(at_end, Ok(0));
     }
     // An explicit offset in the middle of a file.
@@ -248,7 +250,10 @@ fn inputs_sendfile_refuses_get_its_errnos() {
     );
     // Nothing was sent, and the socket still works.
     assert_eq!(counter(&d.path, "FlowstackdSendFileBytes"), 0);
-    assert_eq!(p.server.send_file(p.sid, f.as_fd(), 0, 100, false, T), Ok(100));
+    assert_eq!(
+        p.server.send_file(p.sid, f.as_fd(), 0, 100, false, T),
+        Ok(100)
+    );
     assert_eq!(recv_n(&p.client, p.cid, 100).len(), 100);
 }
 

@@ -267,8 +267,14 @@ fn spans_are_checked_against_the_area() {
 
 #[test]
 fn file_sends_are_versioned_and_their_ranges_checked() {
-    assert_eq!(VERSION, 3, "AttachOp::File and FileRelease came with version 3");
-    assert_eq!(AttachOp::from_code(AttachOp::File.code()), Some(AttachOp::File));
+    assert_eq!(
+        VERSION, 3,
+        "AttachOp::File and FileRelease came with version 3"
+    );
+    assert_eq!(
+        AttachOp::from_code(AttachOp::File.code()),
+        Some(AttachOp::File)
+    );
     assert_eq!(AttachOp::File.fds(), 1);
     let mut b = [0; RECORD_LEN];
     let rec = |offset, len| CommandRecord {

@@ -59,7 +59,10 @@ impl Posix {
     ) -> Result<usize, Errno> {
         let (f, ident) = checked_file(file)?;
         let len = len.min(MAX_SENDFILE);
-        if offset.checked_add(len as u64).is_none_or(|e| e > i64::MAX as u64) {
+        if offset
+            .checked_add(len as u64)
+            .is_none_or(|e| e > i64::MAX as u64)
+        {
             return Err(Errno::EINVAL);
         }
         let deadline = timeout.map(|t| Instant::now() + t);
@@ -70,8 +73,7 @@ impl Posix {
             }
             let a = {
                 let mut g = self.lock()?;
-                match self.try_send_file(&mut g, id, &f, ident, offset + done as u64, len - done)
-                {
+                match self.try_send_file(&mut g, id, &f, ident, offset + done as u64, len - done) {
                     Ok(0) => break Ok(()), // end of file
                     Ok(n) => {
                         done += n;
