@@ -445,3 +445,64 @@ fn nginx_with_sendfile_on_serves_files_from_the_daemons_file_path() {
         "nginx's sendfile bytes"
     );
 }
+
+/// The shim's checks before the daemon sees anything, and the copy path for a pipe.
+const ERRNOS: &str = r#"
+import errno, os, socket, sys
+port, ready, d = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("127.0.0.1", port))
+l.listen(1)
+open(ready, "w").close()
+c, _ = l.accept()
+def err(f):
+    try:
+        return str(f())
+    except OSError as e:
+        return errno.errorcode[e.errno]
+out = [err(lambda: os.sendfile(c.fileno(), 987, 0, 10))]
+dfd = os.open(d, os.O_RDONLY)
+out.append(err(lambda: os.sendfile(c.fileno(), dfd, 0, 10)))
+wfd = os.open(os.path.join(d, "w.bin"), os.O_WRONLY | os.O_CREAT)
+out.append(err(lambda: os.sendfile(c.fileno(), wfd, 0, 10)))
+r, w = os.pipe()
+os.write(w, b"pipe-bytes")
+os.close(w)
+out.append(err(lambda: os.sendfile(c.fileno(), r, None, 100)))
+print(" ".join(out), flush=True)
+c.close()
+"#;
+
+#[test]
+fn shim_sendfile_answers_ebadf_and_einval_and_sends_a_pipe_by_copy() {
+    if !have("python3") {
+        return;
+    }
+    let w = World::new("errnos");
+    std::fs::write(w.dir.join("errnos.py"), ERRNOS).unwrap();
+    std::fs::write(w.dir.join("recv.py"), RECEIVER).unwrap();
+    let port = free_port().to_string();
+    let ready = w.dir.join("ready");
+    let (ready_s, dir_s) = (
+        ready.to_string_lossy().into_owned(),
+        w.dir.to_string_lossy().into_owned(),
+    );
+    let _sender = w.spawn(&["python3", "errnos.py", &port, &ready_s, &dir_s], "sender");
+    wait_until(Duration::from_secs(20), "the sender to listen", || {
+        ready.exists()
+    });
+    let out = w.output(
+        &["python3", "recv.py", &port, "got.bin"],
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success());
+    assert_eq!(std::fs::read(w.dir.join("got.bin")).unwrap(), b"pipe-bytes");
+    wait_until(Duration::from_secs(20), "the sender to finish", || {
+        std::fs::read_to_string(w.dir.join("sender.out")).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let said = std::fs::read_to_string(w.dir.join("sender.out")).unwrap();
+    // Bad descriptor, directory, write-only file, then 10 bytes from the pipe (copy path).
+    assert_eq!(said.trim(), "EBADF EINVAL EBADF 10");
+    assert_eq!(w.counter("FlowstackdSendFileBytes"), 0);
+}
