@@ -43,7 +43,7 @@ use crate::SocketError;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 /// Version of the record layout.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 /// Size of every record.
 pub const RECORD_LEN: usize = 64;
 /// Largest handle index a record may carry.
@@ -170,16 +170,22 @@ pub enum Command {
         /// On (Nagle off).
         on: bool,
     },
-    /// Send `len` bytes of the file passed earlier (file slot `slot`) from `offset`.
+    /// Queue up to `len` bytes (at most [`MAX_SPAN`]) of the file attached to connection
+    /// `handle` (`Attach{File}`) from `offset`, as much as its send buffer takes now (a
+    /// non-blocking `sendfile(2)` with an explicit offset). Completion: the bytes queued (0:
+    /// the file ends at `offset`), `EAGAIN` if none fit, `EBADF` if no file is attached.
     TcpSendFile {
         /// Connection.
         handle: u32,
-        /// Which passed file descriptor.
-        slot: u32,
         /// Offset in the file.
         offset: u64,
         /// Bytes to send.
         len: u64,
+    },
+    /// Drop the file attached to connection `handle` (the daemon closes its copy).
+    FileRelease {
+        /// Connection.
+        handle: u32,
     },
     /// Bind a UDP socket.
     UdpBind {
@@ -296,7 +302,10 @@ pub enum SockType {
 ///   placeholder of ours;
 /// - `Place`: D then A for an existing handle without one (an accepted connection);
 /// - `KernelListener`: the kernel's listening socket of the same address, watched with the
-///   flowstack listener (its readability makes the placeholder readable).
+///   flowstack listener (its readability makes the placeholder readable);
+/// - `File` (version 3): a regular file open for reading, attached to connection `handle`
+///   of this application for [`Command::TcpSendFile`] (replacing any file attached before)
+///   until [`Command::FileRelease`] or the handle's close.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttachOp {
     /// A new socket.
@@ -307,6 +316,8 @@ pub enum AttachOp {
     Place,
     /// A kernel listener next to a flowstack listener.
     KernelListener,
+    /// A file to send on a connection.
+    File,
 }
 
 impl AttachOp {
@@ -317,6 +328,7 @@ impl AttachOp {
             AttachOp::Adopt => 2,
             AttachOp::Place => 3,
             AttachOp::KernelListener => 4,
+            AttachOp::File => 5,
         }
     }
     /// From [`AttachOp::code`].
@@ -326,6 +338,7 @@ impl AttachOp {
             2 => AttachOp::Adopt,
             3 => AttachOp::Place,
             4 => AttachOp::KernelListener,
+            5 => AttachOp::File,
             _ => return None,
         })
     }
@@ -333,7 +346,7 @@ impl AttachOp {
     pub fn fds(self) -> usize {
         match self {
             AttachOp::New | AttachOp::Place => 2,
-            AttachOp::Adopt | AttachOp::KernelListener => 1,
+            AttachOp::Adopt | AttachOp::KernelListener | AttachOp::File => 1,
         }
     }
 }
@@ -391,6 +404,7 @@ const OP_FORGET: u16 = 36;
 const OP_CARRIES: u16 = 37;
 const OP_GET_ADDR: u16 = 38;
 const OP_REPORT: u16 = 39;
+const OP_FILE_RELEASE: u16 = 40;
 
 fn put(out: &mut [u8; RECORD_LEN], r: core::ops::Range<usize>, v: &[u8]) {
     out[r].copy_from_slice(v);
@@ -457,10 +471,10 @@ impl CommandRecord {
             }
             Command::TcpSendFile {
                 handle,
-                slot,
                 offset,
                 len,
-            } => (OP_TCP_SEND_FILE, handle, None, slot, offset, len),
+            } => (OP_TCP_SEND_FILE, handle, None, 0, offset, len),
+            Command::FileRelease { handle } => (OP_FILE_RELEASE, handle, None, 0, 0, 0),
             Command::UdpBind { port } => {
                 (OP_UDP_BIND, 0, Some((Ipv4Addr::UNSPECIFIED, port)), 0, 0, 0)
             }
@@ -625,13 +639,20 @@ impl CommandRecord {
                 }
             }
             OP_TCP_SEND_FILE => {
-                unused(true, false, false, false)?;
+                unused(true, true, false, false)?;
+                // A file offset: its end must be an `off_t` (as `sendfile(2)` checks).
+                if offset + len > i64::MAX as u64 {
+                    return Err(RecordError::BadSpan);
+                }
                 Command::TcpSendFile {
                     handle,
-                    slot: arg,
                     offset,
                     len,
                 }
+            }
+            OP_FILE_RELEASE => {
+                unused(true, true, true, true)?;
+                Command::FileRelease { handle }
             }
             OP_UDP_BIND => {
                 no_handle()?;

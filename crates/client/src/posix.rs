@@ -47,6 +47,9 @@ use std::path::{Path as FsPath, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
+mod file;
+pub use file::MAX_SENDFILE;
+
 /// A kernel errno value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Errno(pub i32);
@@ -206,6 +209,8 @@ struct PSock {
     state: State,
     shut_rd: bool,
     opts: HashMap<Opt, i64>,
+    /// The file attached in the daemon for `sendfile` (its device and inode), if any.
+    file: Option<(u64, u64)>,
 }
 
 struct Inner {
@@ -833,6 +838,7 @@ impl PSock {
             state,
             shut_rd: false,
             opts: HashMap::new(),
+            file: None,
         }
     }
 }

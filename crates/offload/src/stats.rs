@@ -8,7 +8,8 @@
 //! Counters: every engine counter (nstat names, summed over the engines) and the daemon's
 //! own, named in the same style: `FlowstackdApps` (registered now), `FlowstackdAppsRegistered`,
 //! `FlowstackdAppsRefused`, `FlowstackdBadRecords`, `FlowstackdLimitsHit`,
-//! `FlowstackdLastCloses`, and the fallbacks shims reported (`Command::Report`):
+//! `FlowstackdLastCloses`, `FlowstackdSendFileBytes` and `FlowstackdSendFileCalls` (bytes
+//! and calls of applications' `sendfile` sent from their files by the daemon), and the fallbacks shims reported (`Command::Report`):
 //! `FlowstackdFallbackNotCarried`, `…Unsupported`, `…NoDaemon`, `…Ipv6`, `…Other`.
 
 use serde::{Deserialize, Serialize};

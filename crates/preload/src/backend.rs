@@ -70,6 +70,9 @@ pub trait Backend: Sync {
     /// getsockopt(2) for options the shim does not answer itself; bytes written.
     fn get_option(&self, id: SockId, level: i32, name: i32, out: &mut [u8])
         -> Result<usize, Errno>;
+    /// sendfile(2) from regular file `in_fd` at `offset`, non-blocking: the daemon reads
+    /// the file (zero-copy path); the caller moves the offset or file position.
+    fn send_file(&self, id: SockId, in_fd: i32, offset: u64, len: usize) -> Result<usize, Errno>;
     /// FIONREAD.
     fn readable_bytes(&self, id: SockId) -> usize;
     /// SIOCOUTQ.
@@ -325,6 +328,13 @@ impl Backend for PosixBackend {
     }
     fn unsent_bytes(&self, id: SockId) -> usize {
         self.p.unsent_bytes(posix::SockId(id)).unwrap_or(0)
+    }
+    fn send_file(&self, id: SockId, in_fd: i32, offset: u64, len: usize) -> Result<usize, Errno> {
+        // SAFETY: the caller checked `in_fd` is open (fstat) and it stays open for the call.
+        let f = unsafe { BorrowedFd::borrow_raw(in_fd) };
+        self.p
+            .send_file(posix::SockId(id), f, offset, len, true, None)
+            .map_err(e)
     }
     fn forget(&self, id: SockId) {
         let _ = self.p.forget(posix::SockId(id));

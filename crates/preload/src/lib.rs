@@ -12,7 +12,8 @@
 //! passing) is seen by the daemon.
 //!
 //! Environment: `FLOWSTACK_SOCKET` (the daemon), `FLOWSTACK_FALLBACK=kernel|error`,
-//! `FLOWSTACK_KERNEL_LISTEN=0`, `FLOWSTACK_DISABLE=1`, `FLOWSTACK_REPORT=PATH`;
+//! `FLOWSTACK_KERNEL_LISTEN=0`, `FLOWSTACK_DISABLE=1`, `FLOWSTACK_REPORT=PATH`,
+//! `FLOWSTACK_SENDFILE=copy`;
 //! `FLOWSTACK_FDS` is set by the shim itself across exec.
 //!
 //! Modules: `real` (the C library's definitions), `table` (descriptor table), `addr`

@@ -21,6 +21,9 @@ pub struct Config {
     pub disabled: bool,
     /// `FLOWSTACK_REPORT=PATH`: one line per socket decision appended there.
     pub report: Option<std::ffi::CString>,
+    /// `FLOWSTACK_SENDFILE=copy`: sendfile(2) reads the file here and sends the bytes (the
+    /// copy path) instead of having the daemon read it (for comparisons).
+    pub sendfile_copy: bool,
     /// The environment entries exec must keep (`LD_PRELOAD=…`, `FLOWSTACK_*=…`).
     pub keep_env: Vec<std::ffi::CString>,
 }
@@ -45,6 +48,7 @@ impl Config {
             kernel_listen: var("FLOWSTACK_KERNEL_LISTEN").as_deref() != Some("0"),
             disabled: var("FLOWSTACK_DISABLE").as_deref() == Some("1"),
             report: var("FLOWSTACK_REPORT").and_then(|p| std::ffi::CString::new(p).ok()),
+            sendfile_copy: var("FLOWSTACK_SENDFILE").as_deref() == Some("copy"),
             keep_env,
         }
     }

@@ -25,9 +25,14 @@ fn all_commands() -> Vec<Command> {
         },
         Command::TcpSendFile {
             handle: 2,
-            slot: 1,
             offset: 5 << 30,
             len: 1 << 20,
+        },
+        Command::FileRelease { handle: 2 },
+        Command::Attach {
+            handle: 2,
+            op: AttachOp::File,
+            ty: SockType::Stream,
         },
         Command::UdpBind { port: 0 },
         Command::UdpSendTo {
@@ -258,4 +263,39 @@ fn spans_are_checked_against_the_area() {
     assert_eq!(check_span(0, 10, 10), Ok((0, 10)));
     assert_eq!(check_span(1, 10, 10), Err(RecordError::BadSpan));
     assert_eq!(check_span(u64::MAX, 2, 10), Err(RecordError::BadSpan));
+}
+
+#[test]
+fn file_sends_are_versioned_and_their_ranges_checked() {
+    assert_eq!(
+        VERSION, 3,
+        "AttachOp::File and FileRelease came with version 3"
+    );
+    assert_eq!(
+        AttachOp::from_code(AttachOp::File.code()),
+        Some(AttachOp::File)
+    );
+    assert_eq!(AttachOp::File.fds(), 1);
+    let mut b = [0; RECORD_LEN];
+    let rec = |offset, len| CommandRecord {
+        id: 1,
+        mode: Mode::Sync,
+        cmd: Command::TcpSendFile {
+            handle: 3,
+            offset,
+            len,
+        },
+    };
+    // The end of the range must be a file offset (off_t), as sendfile(2) checks.
+    rec(i64::MAX as u64 - 10, 10).encode(&mut b);
+    assert!(CommandRecord::decode(&b).is_ok());
+    rec(i64::MAX as u64 - 10, 11).encode(&mut b);
+    assert_eq!(CommandRecord::decode(&b), Err(RecordError::BadSpan));
+    // At most MAX_SPAN per record.
+    rec(0, MAX_SPAN + 1).encode(&mut b);
+    assert_eq!(CommandRecord::decode(&b), Err(RecordError::BadSpan));
+    // The argument field is unused: garbage there is refused.
+    rec(0, 1).encode(&mut b);
+    b[field::ARG.start] = 1;
+    assert_eq!(CommandRecord::decode(&b), Err(RecordError::ReservedNotZero));
 }

@@ -164,7 +164,9 @@ pub(super) fn want_writable(sh: &mut Shared, gid: u32) {
     };
     let now = match &g.kind {
         Kind::Conn(c) => {
-            (c.open_told && (c.pending_tx.len() as u64) < SOCK_SNDBUF)
+            let e = &sh.lo.engines[c.eng];
+            let file_ok = c.file_want.is_none() || super::file::file_room(e, c);
+            (c.open_told && (c.pending_tx.len() as u64) < SOCK_SNDBUF && file_ok)
                 || c.closed_told
                 || sh.lo.engines[c.eng].tcp_error(c.h).is_some()
         }

@@ -54,6 +54,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 mod control;
+mod file;
 mod service;
 mod snapshot;
 use control::{
@@ -88,6 +89,9 @@ pub(crate) struct Conn {
     /// The connection ended with an error (reported); nothing more moves.
     closed_told: bool,
     shutdown_pending: bool,
+    /// A `TcpSendFile` found no room: the bytes it still wanted. The holder is told
+    /// writable once the engine's send buffer takes a chunk of them (see `file`).
+    file_want: Option<u64>,
 }
 
 impl Conn {
@@ -102,6 +106,7 @@ impl Conn {
             eof_told: false,
             closed_told: false,
             shutdown_pending: false,
+            file_want: None,
         }
     }
 }
@@ -196,6 +201,10 @@ pub struct DaemonCounters {
     /// Fallbacks to the kernel reported by shims, by [`flowstack_api::record::ReportKind`]
     /// code (index 0 unused).
     pub fallbacks: [u64; REPORT_KINDS as usize + 1],
+    /// Bytes queued from applications' files by `TcpSendFile` (never through their memory).
+    pub sendfile_bytes: u64,
+    /// `TcpSendFile` calls that queued at least one byte.
+    pub sendfile_calls: u64,
 }
 
 /// Daemon-wide state the applications share: the engines, the sockets, the port namespace.
@@ -361,6 +370,8 @@ pub(crate) struct App {
     recs: Vec<Result<CommandRecord, ()>>,
     /// Reused per `TcpSend`: the bytes read out of the transmit area.
     tx_scratch: Vec<u8>,
+    /// Files attached to this application's connections (`Attach{File}`), by handle.
+    files: HashMap<u32, std::fs::File>,
 }
 
 impl App {
@@ -389,6 +400,7 @@ impl App {
             broken: false,
             recs: Vec::new(),
             tx_scratch: Vec::new(),
+            files: HashMap::new(),
         })
     }
 
@@ -626,6 +638,7 @@ impl App {
                 self.complete(id, mode, handle, r);
             }
             Command::TcpClose { handle } | Command::Forget { handle } => {
+                self.files.remove(&handle);
                 let r = match self.handles.remove(&handle) {
                     Some(gid) => {
                         detach(
@@ -661,7 +674,22 @@ impl App {
                 };
                 self.complete(id, mode, handle, r);
             }
-            Command::TcpSendFile { handle, .. } | Command::UdpSendTo { handle, .. } => {
+            Command::TcpSendFile {
+                handle,
+                offset,
+                len,
+            } => {
+                let r = self.send_file(sh, handle, offset, len);
+                self.complete(id, mode, handle, r);
+            }
+            Command::FileRelease { handle } => {
+                let r = match self.files.remove(&handle) {
+                    Some(_) => Ok(0),
+                    None => Err(SocketError::InvalidHandle),
+                };
+                self.complete(id, mode, handle, r);
+            }
+            Command::UdpSendTo { handle, .. } => {
                 self.complete(id, mode, handle, Err(SocketError::InvalidState))
             }
             Command::UdpBind { .. } => self.complete(id, mode, 0, Err(SocketError::InvalidState)),
@@ -829,6 +857,10 @@ impl App {
         if n != 1 || byte[0] != op.code() || fds.len() != op.fds() {
             return Err(SocketError::InvalidArgument);
         }
+        if op == AttachOp::File {
+            let f = fds.pop().expect("one descriptor");
+            return self.attach_file(handle, f);
+        }
         if matches!(op, AttachOp::New | AttachOp::Adopt) && self.at_limit(sh) {
             return Err(SocketError::LimitReached);
         }
@@ -900,6 +932,7 @@ impl App {
                 g.holder = Some((self.id, handle));
                 Ok((kind as u64) << 32 | handle as u64)
             }
+            AttachOp::File => Err(SocketError::InvalidArgument), // taken above
             AttachOp::KernelListener => {
                 let k = fds.pop().expect("one descriptor");
                 let gid = self.gid(handle)?;

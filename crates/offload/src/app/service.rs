@@ -230,6 +230,13 @@ fn service_conn(
             evs.push(writable(handle, taken));
         }
     }
+    // A file send that found no room: writable once the send buffer takes its next chunk.
+    if c.open_told && c.file_want.is_some() && super::file::file_room(e, c) {
+        c.file_want = None;
+        out.busy = true;
+        out.writable = true;
+        evs.push(writable(handle, 0));
+    }
     if c.shutdown_pending && c.pending_tx.is_empty() && c.open_told {
         c.shutdown_pending = false;
         let _ = e.tcp_shutdown(c.h);

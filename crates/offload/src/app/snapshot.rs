@@ -104,6 +104,8 @@ pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
         ("FlowstackdBadRecords", d.bad_records),
         ("FlowstackdLimitsHit", d.limits_hit),
         ("FlowstackdLastCloses", d.last_closes),
+        ("FlowstackdSendFileBytes", d.sendfile_bytes),
+        ("FlowstackdSendFileCalls", d.sendfile_calls),
         ("FlowstackdFallbackNotCarried", d.fallbacks[1]),
         ("FlowstackdFallbackUnsupported", d.fallbacks[2]),
         ("FlowstackdFallbackNoDaemon", d.fallbacks[3]),

@@ -1,0 +1,508 @@
+//! `sendfile(2)` of unmodified programs under `flowstack run` goes through the daemon's file
+//! path (issue 17): python's `socket.sendfile()` (which calls `os.sendfile` with offsets) and
+//! `os.sendfile(…, None, …)` (the file position), and nginx with `sendfile on;`, each
+//! received by a `flowstack run` client, byte-exact, with `flowstack stats --json` showing
+//! the bytes in `FlowstackdSendFileBytes` (the daemon read them from the file).
+//!
+//! Each test has its own daemon socket in its own temporary directory; servers listen on
+//! free ports of 127.0.0.1; every wait is bounded and every child is killed when its guard
+//! drops. Skipped with a printed reason only when a program is not installed.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+fn flowstack_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_flowstack")
+}
+
+/// The shim next to the `flowstack` binary, built (same profile) if missing or older than
+/// its sources.
+fn preload() -> &'static Path {
+    static SO: OnceLock<PathBuf> = OnceLock::new();
+    SO.get_or_init(|| {
+        let dir = Path::new(flowstack_bin()).parent().unwrap().to_path_buf();
+        let so = dir.join("libflowstack_preload.so");
+        let newest = |d: &Path| {
+            std::fs::read_dir(d)
+                .unwrap()
+                .filter_map(|e| e.ok()?.metadata().ok()?.modified().ok())
+                .max()
+                .unwrap()
+        };
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let newest_src = newest(&root.join("../preload/src"))
+            .max(newest(&root.join("../client/src")))
+            .max(newest(&root.join("../client/src/posix")));
+        let fresh = so
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t >= newest_src);
+        if !fresh {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let mut c = Command::new(cargo);
+            c.args(["build", "-q", "-p", "flowstack-preload"]);
+            if dir.ends_with("release") {
+                c.arg("--release");
+            }
+            assert!(
+                c.status().expect("cargo build").success(),
+                "shim build failed"
+            );
+        }
+        assert!(so.is_file(), "{} missing after the build", so.display());
+        so
+    })
+}
+
+fn have(prog: &str) -> bool {
+    let ok = Command::new("sh")
+        .args(["-c", &format!("command -v {prog}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("skipped: {prog} is not installed (CI installs it)");
+    }
+    ok
+}
+
+/// A child killed (and reaped) with its process group when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let group = format!("-{}", self.0.id());
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &group])
+            .stderr(Stdio::null())
+            .status();
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A test's world: a temporary directory and its own daemon.
+struct World {
+    dir: PathBuf,
+    sock: PathBuf,
+    daemon: Option<Proc>,
+}
+
+impl World {
+    fn new(name: &str) -> World {
+        let dir = std::env::temp_dir().join(format!("flowstack-sf-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("fs.sock");
+        let daemon = Command::new(flowstack_bin())
+            .args(["daemon", "--socket"])
+            .arg(&sock)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let w = World {
+            dir,
+            sock,
+            daemon: Some(Proc(daemon)),
+        };
+        wait_until(Duration::from_secs(10), "the daemon's socket", || {
+            std::os::unix::net::UnixStream::connect(&w.sock).is_ok()
+        });
+        preload();
+        w
+    }
+
+    fn run(&self, argv: &[&str]) -> Command {
+        let mut c = Command::new(flowstack_bin());
+        c.arg("run")
+            .arg("--socket")
+            .arg(&self.sock)
+            .arg("--")
+            .args(argv)
+            .env("FLOWSTACK_PRELOAD", preload())
+            .current_dir(&self.dir);
+        c
+    }
+
+    fn spawn(&self, argv: &[&str], what: &str) -> Proc {
+        use std::os::unix::process::CommandExt;
+        let err = std::fs::File::create(self.dir.join(format!("{what}.err"))).unwrap();
+        let out = std::fs::File::create(self.dir.join(format!("{what}.out"))).unwrap();
+        let c = self
+            .run(argv)
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .unwrap();
+        Proc(c)
+    }
+
+    fn output(&self, argv: &[&str], limit: Duration) -> Output {
+        output_within(&mut self.run(argv), limit, argv[0])
+    }
+
+    /// A counter of the daemon, from `flowstack stats --json`.
+    fn counter(&self, name: &str) -> u64 {
+        let mut c = Command::new(flowstack_bin());
+        c.args(["stats", "--json", "--socket"]).arg(&self.sock);
+        let out = output_within(&mut c, Duration::from_secs(20), "flowstack stats");
+        assert!(out.status.success(), "flowstack stats failed");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stats JSON");
+        v["counters"][name]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no counter {name} in {v}"))
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        self.daemon.take();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn output_within(c: &mut Command, limit: Duration, what: &str) -> Output {
+    let mut child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (mut so, mut se) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let t1 = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = so.read_to_end(&mut v);
+        v
+    });
+    let t2 = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = se.read_to_end(&mut v);
+        v
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: t1.join().unwrap(),
+        stderr: t2.join().unwrap(),
+    }
+}
+
+fn wait_until(limit: Duration, what: &str, mut ok: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ok() {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Deterministic pseudo-random bytes (xorshift), so a failure is reproducible.
+fn write_random(path: &Path, len: usize) -> Vec<u8> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ len as u64;
+    let mut v = Vec::with_capacity(len);
+    while v.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(len);
+    std::fs::File::create(path).unwrap().write_all(&v).unwrap();
+    v
+}
+
+/// The sender: `socket.sendfile(f)` of the whole file, then `os.sendfile` with no offset
+/// (the file position) for the first MiB again; prints both counts and the final position.
+const SENDER: &str = r#"
+import os, socket, sys
+path, port, ready = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("127.0.0.1", port))
+l.listen(1)
+open(ready, "w").close()
+c, _ = l.accept()
+with open(path, "rb") as f:
+    n = c.sendfile(f)
+    f.seek(0)
+    m = 0
+    while m < 1 << 20:
+        k = os.sendfile(c.fileno(), f.fileno(), None, (1 << 20) - m)
+        if k == 0:
+            break
+        m += k
+    print(n, m, f.tell(), flush=True)
+c.close()
+"#;
+
+/// The receiver: everything until end of stream into a file; prints the count and sha256.
+const RECEIVER: &str = r#"
+import hashlib, socket, sys
+port, out = int(sys.argv[1]), sys.argv[2]
+s = socket.create_connection(("127.0.0.1", port), timeout=60)
+h, total = hashlib.sha256(), 0
+with open(out, "wb") as f:
+    while True:
+        b = s.recv(1 << 20)
+        if not b:
+            break
+        f.write(b)
+        h.update(b)
+        total += len(b)
+print(total, h.hexdigest(), flush=True)
+"#;
+
+fn sha256_hex(path: &Path) -> String {
+    let out = Command::new("sha256sum").arg(path).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn python_socket_sendfile_of_100_mb_goes_through_the_daemons_file_path() {
+    if !have("python3") || !have("sha256sum") {
+        return;
+    }
+    let w = World::new("python");
+    let size = 100 << 20;
+    let file = w.dir.join("big.bin");
+    let data = write_random(&file, size);
+    std::fs::write(w.dir.join("send.py"), SENDER).unwrap();
+    std::fs::write(w.dir.join("recv.py"), RECEIVER).unwrap();
+    let port = free_port().to_string();
+    let ready = w.dir.join("ready");
+    let file_s = file.to_string_lossy().into_owned();
+    let ready_s = ready.to_string_lossy().into_owned();
+    let sender = w.spawn(&["python3", "send.py", &file_s, &port, &ready_s], "sender");
+    wait_until(Duration::from_secs(20), "the sender to listen", || {
+        ready.exists()
+    });
+    let before = w.counter("FlowstackdSendFileBytes");
+    let out = w.output(
+        &["python3", "recv.py", &port, "got.bin"],
+        Duration::from_secs(120),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "receiver: {err}");
+    // The receiver's count and digest; then byte for byte.
+    let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let total = size + (1 << 20);
+    let mut expect = data.clone();
+    expect.extend_from_slice(&data[..1 << 20]);
+    std::fs::write(w.dir.join("expect.bin"), &expect).unwrap();
+    assert_eq!(
+        line,
+        format!("{total} {}", sha256_hex(&w.dir.join("expect.bin"))),
+        "receiver's count and sha256"
+    );
+    let got = std::fs::read(w.dir.join("got.bin")).unwrap();
+    assert!(got == expect, "bytes differ");
+    // The sender's counts, and the file position moved by os.sendfile(…, None, …).
+    wait_until(Duration::from_secs(20), "the sender to finish", || {
+        std::fs::read_to_string(w.dir.join("sender.out")).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let said = std::fs::read_to_string(w.dir.join("sender.out")).unwrap();
+    assert_eq!(said.trim(), format!("{size} {} {}", 1 << 20, 1 << 20));
+    drop(sender);
+    // Every byte was read from the file by the daemon, none through the program.
+    let after = w.counter("FlowstackdSendFileBytes");
+    assert_eq!(after - before, total as u64, "FlowstackdSendFileBytes");
+    // Not kernel-carried: the receiver's connection was the daemon's.
+    assert!(
+        w.counter("TcpPassiveOpens") >= 1,
+        "the connection went through flowstack"
+    );
+}
+
+#[test]
+fn the_copy_path_still_works_with_flowstack_sendfile_copy_and_is_not_counted() {
+    if !have("python3") {
+        return;
+    }
+    let w = World::new("copy");
+    let size = (8 << 20) + 3;
+    let file = w.dir.join("f.bin");
+    let data = write_random(&file, size);
+    std::fs::write(w.dir.join("send.py"), SENDER).unwrap();
+    std::fs::write(w.dir.join("recv.py"), RECEIVER).unwrap();
+    let port = free_port().to_string();
+    let ready = w.dir.join("ready");
+    let (file_s, ready_s) = (
+        file.to_string_lossy().into_owned(),
+        ready.to_string_lossy().into_owned(),
+    );
+    let mut c = w.run(&["python3", "send.py", &file_s, &port, &ready_s]);
+    c.env("FLOWSTACK_SENDFILE", "copy");
+    let _sender = {
+        use std::os::unix::process::CommandExt;
+        Proc(
+            c.process_group(0)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    wait_until(Duration::from_secs(20), "the sender to listen", || {
+        ready.exists()
+    });
+    let out = w.output(
+        &["python3", "recv.py", &port, "got.bin"],
+        Duration::from_secs(120),
+    );
+    assert!(out.status.success());
+    let got = std::fs::read(w.dir.join("got.bin")).unwrap();
+    assert_eq!(got.len(), size + (1 << 20));
+    assert!(got[..size] == data[..] && got[size..] == data[..1 << 20]);
+    assert_eq!(w.counter("FlowstackdSendFileBytes"), 0);
+}
+
+fn nginx_conf(dir: &Path, port: u16) -> PathBuf {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+    let conf = format!(
+        "daemon off;\n{user}master_process on;\nworker_processes 1;\npid {d}/nginx.pid;\n\
+         error_log {d}/error.log;\nevents {{ worker_connections 64; }}\n\
+         http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n\
+           proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n\
+           uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  sendfile on;\n\
+           server {{ listen 127.0.0.1:{port}; root {d}/www; }}\n}}\n",
+        d = dir.display(),
+        // As root, nginx's workers would run as nobody, who cannot reach the daemon socket.
+        user = if root { "user root;\n" } else { "" }
+    );
+    std::fs::create_dir_all(dir.join("www")).unwrap();
+    let path = dir.join("nginx.conf");
+    std::fs::write(&path, conf).unwrap();
+    path
+}
+
+#[test]
+fn nginx_with_sendfile_on_serves_files_from_the_daemons_file_path() {
+    if !have("nginx") || !have("curl") {
+        return;
+    }
+    let w = World::new("nginx");
+    let port = free_port();
+    let conf = nginx_conf(&w.dir, port);
+    let big = write_random(&w.dir.join("www/big.bin"), (30 << 20) + 11);
+    let small = write_random(&w.dir.join("www/small.bin"), 4097);
+    let conf_s = conf.to_string_lossy().into_owned();
+    let _nginx = w.spawn(&["nginx", "-c", &conf_s, "-e", "stderr"], "nginx");
+    let url = |f: &str| format!("http://127.0.0.1:{port}/{f}");
+    wait_until(Duration::from_secs(20), "nginx to listen", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let before = w.counter("FlowstackdSendFileBytes");
+    for (name, data) in [("big.bin", &big), ("small.bin", &small)] {
+        let out = w.output(
+            &["curl", "-sS", "--max-time", "60", "-o", name, &url(name)],
+            Duration::from_secs(90),
+        );
+        assert!(
+            out.status.success(),
+            "curl {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got = std::fs::read(w.dir.join(name)).unwrap();
+        assert!(got == *data, "{name}: bytes differ");
+    }
+    let sent = w.counter("FlowstackdSendFileBytes") - before;
+    assert_eq!(
+        sent,
+        (big.len() + small.len()) as u64,
+        "nginx's sendfile bytes"
+    );
+}
+
+/// The shim's checks before the daemon sees anything, and the copy path for a pipe.
+const ERRNOS: &str = r#"
+import errno, os, socket, sys
+port, ready, d = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("127.0.0.1", port))
+l.listen(1)
+open(ready, "w").close()
+c, _ = l.accept()
+def err(f):
+    try:
+        return str(f())
+    except OSError as e:
+        return errno.errorcode[e.errno]
+out = [err(lambda: os.sendfile(c.fileno(), 987, 0, 10))]
+dfd = os.open(d, os.O_RDONLY)
+out.append(err(lambda: os.sendfile(c.fileno(), dfd, 0, 10)))
+wfd = os.open(os.path.join(d, "w.bin"), os.O_WRONLY | os.O_CREAT)
+out.append(err(lambda: os.sendfile(c.fileno(), wfd, 0, 10)))
+r, w = os.pipe()
+os.write(w, b"pipe-bytes")
+os.close(w)
+out.append(err(lambda: os.sendfile(c.fileno(), r, None, 100)))
+print(" ".join(out), flush=True)
+c.close()
+"#;
+
+#[test]
+fn shim_sendfile_answers_ebadf_and_einval_and_sends_a_pipe_by_copy() {
+    if !have("python3") {
+        return;
+    }
+    let w = World::new("errnos");
+    std::fs::write(w.dir.join("errnos.py"), ERRNOS).unwrap();
+    std::fs::write(w.dir.join("recv.py"), RECEIVER).unwrap();
+    let port = free_port().to_string();
+    let ready = w.dir.join("ready");
+    let (ready_s, dir_s) = (
+        ready.to_string_lossy().into_owned(),
+        w.dir.to_string_lossy().into_owned(),
+    );
+    let _sender = w.spawn(&["python3", "errnos.py", &port, &ready_s, &dir_s], "sender");
+    wait_until(Duration::from_secs(20), "the sender to listen", || {
+        ready.exists()
+    });
+    let out = w.output(
+        &["python3", "recv.py", &port, "got.bin"],
+        Duration::from_secs(60),
+    );
+    assert!(out.status.success());
+    assert_eq!(std::fs::read(w.dir.join("got.bin")).unwrap(), b"pipe-bytes");
+    wait_until(Duration::from_secs(20), "the sender to finish", || {
+        std::fs::read_to_string(w.dir.join("sender.out")).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let said = std::fs::read_to_string(w.dir.join("sender.out")).unwrap();
+    // Bad descriptor, directory, write-only file, then 10 bytes from the pipe (copy path).
+    assert_eq!(said.trim(), "EBADF EINVAL EBADF 10");
+    assert_eq!(w.counter("FlowstackdSendFileBytes"), 0);
+}
