@@ -47,5 +47,6 @@ pub mod process;
 pub mod region;
 pub mod ring;
 pub mod socket;
+mod sync;
 
 pub use region::SharedRegion;
