@@ -85,7 +85,7 @@ fn loom_spsc_consumer_sleeps_and_every_record_arrives() {
 /// directions of the protocol at once; nobody sleeps forever and nothing is lost.
 #[test]
 fn loom_full_ring_producer_sleeps_for_room() {
-    check(2, || {
+    check(3, || {
         let (r, l, _) = region(1, 20);
         let mut p = Producer::new(r.clone(), l[0]).unwrap();
         let mut c = Consumer::new(r, l[0]).unwrap();
