@@ -775,8 +775,8 @@ fn recv_wakes_a_producer_sleeping_for_room() {
     }
     std::thread::sleep(Duration::from_millis(5));
     assert_eq!(c.recv(1, |_| {}), Ok(1));
-    let (pushed, took) = t.join().unwrap();
-    assert!(pushed, "room was made");
+    let (fit, took) = t.join().unwrap();
+    assert!(fit, "room was made");
     // A lost wake-up would leave the producer asleep for its whole 20 s.
     assert!(took < Duration::from_secs(10), "woken, not timed out");
     assert_eq!(drain(&mut c).unwrap().len(), pushed);
