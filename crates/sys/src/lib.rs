@@ -39,6 +39,8 @@ pub mod bpf;
 pub mod eventfd;
 pub mod fdpass;
 pub mod file;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod futex;
 pub mod perf;
 pub mod placeholder;
