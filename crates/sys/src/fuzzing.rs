@@ -87,7 +87,9 @@ pub fn ring_peer(data: &[u8]) {
                 // A record length word anywhere in the data.
                 let at = usize::from(input.u16()) % (CAP - 3);
                 let v = u32::from(input.u16()) | if input.u8() & 1 == 1 { 0xffff_0000 } else { 0 };
-                region.write_at(OFFSET + CTL_BYTES + at, &v.to_ne_bytes()).unwrap();
+                region
+                    .write_at(OFFSET + CTL_BYTES + at, &v.to_ne_bytes())
+                    .unwrap();
                 expect = None;
             }
             3 => {
@@ -121,7 +123,11 @@ pub fn ring_peer(data: &[u8]) {
                     }
                     if let Some(q) = expect.as_mut() {
                         for g in got {
-                            assert_eq!(q.pop_front().as_ref(), Some(&g), "clean ring: same records");
+                            assert_eq!(
+                                q.pop_front().as_ref(),
+                                Some(&g),
+                                "clean ring: same records"
+                            );
                         }
                     }
                 }
@@ -180,6 +186,9 @@ pub fn ring_peer(data: &[u8]) {
         }
         let mut canary = [0u8; OFFSET];
         region.read_at(0, &mut canary).unwrap();
-        assert!(canary.iter().all(|&b| b == 0), "bytes before the ring written");
+        assert!(
+            canary.iter().all(|&b| b == 0),
+            "bytes before the ring written"
+        );
     }
 }

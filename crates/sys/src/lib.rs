@@ -39,9 +39,9 @@ pub mod bpf;
 pub mod eventfd;
 pub mod fdpass;
 pub mod file;
+pub mod futex;
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod futex;
 pub mod perf;
 pub mod placeholder;
 pub mod poll;

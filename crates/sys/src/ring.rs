@@ -162,7 +162,7 @@ fn corrupt(what: &'static str, value: u64) -> RingError {
     RingError::Corrupt { what, value }
 }
 
-#[cfg(loom)]
+#[cfg(all(loom, test))]
 impl Ctl {
     fn new() -> Self {
         Self {
@@ -181,7 +181,7 @@ impl Ctl {
 
 /// Under loom, zero-filled memory is not a valid atomic (loom's are model objects): puts a
 /// fresh, empty control block at `offset` of `region` before the ring's sides attach.
-#[cfg(loom)]
+#[cfg(all(loom, test))]
 pub(crate) fn loom_init(region: &SharedRegion, offset: usize) {
     assert!(offset.is_multiple_of(RING_ALIGN) && offset + CTL_BYTES <= region.len());
     // SAFETY: CTL_BYTES at `offset` lie inside the mapping (asserted), 64-byte aligned (the

@@ -20,7 +20,7 @@ pub const BELL_BYTES: usize = std::mem::size_of::<BellCtl>();
 const _: () = assert!(BELL_BYTES == 64);
 
 /// Under loom (see `ring::loom_init`): puts a fresh, idle bell at `offset` of `region`.
-#[cfg(loom)]
+#[cfg(all(loom, test))]
 pub(crate) fn loom_init(region: &SharedRegion, offset: usize) {
     assert!(offset.is_multiple_of(RING_ALIGN) && offset + BELL_BYTES <= region.len());
     let b = BellCtl {
