@@ -11,4 +11,4 @@ cd "$(dirname "$0")/.."
 export RUSTFLAGS="--cfg loom"
 export CARGO_TARGET_DIR=target/loom
 # Turn on loom's own diagnostics with e.g. LOOM_LOG=info LOOM_LOCATION=1 scripts/loom.sh
-cargo test -p flowstack-sys --release --lib "${1:-loom}" -- --test-threads=1
+cargo test -p flowstack-sys --release --lib "${1:-loom}" -- --test-threads=1 --nocapture

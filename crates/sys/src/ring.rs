@@ -53,6 +53,9 @@
 //! [`RingError::Corrupt`]; nothing is read or written outside the ring. What the checks cannot
 //! stop is a peer changing bytes of a record while the consumer's caller reads them: record
 //! contents are untrusted input, to be parsed and validated like bytes from a network.
+//! Nor can they stop a peer from raising or lowering its `waiting`/`room_waiting` flag at
+//! will: that costs the other side a spurious `futex_wake` per batch, or makes a sleep last
+//! until its timeout; it never makes either side read or write outside the ring.
 //!
 //! # Sharing rules
 //! At most one [`Producer`] and one [`Consumer`] per ring, in whatever processes. Bytes of the

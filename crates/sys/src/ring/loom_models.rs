@@ -14,10 +14,21 @@ use loom::thread;
 /// Long enough to mean "until woken"; under loom the timeout is never taken anyway.
 const FOREVER: Duration = Duration::from_secs(3600);
 
+/// Runs `f` under loom with at most `preemptions` preemptions per execution; reports (and
+/// checks) how many executions loom explored.
 fn check(preemptions: usize, f: impl Fn() + Sync + Send + 'static) {
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(preemptions);
-    b.check(f);
+    b.check(move || {
+        counted.fetch_add(1, Relaxed);
+        f()
+    });
+    let runs = runs.load(Relaxed);
+    eprintln!("loom explored {runs} executions (preemption bound {preemptions})");
+    assert!(runs > 1, "a model with one execution checks nothing");
 }
 
 /// A region holding `rings` rings of 64 bytes (records up to `max` bytes) and a bell after
