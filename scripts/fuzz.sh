@@ -2,7 +2,8 @@
 # Runs every cargo-fuzz target of fuzz/ for a bounded time each (default 60 s), niced, and
 # appends the executions each run reached to fuzz/runs.tsv (date, target, seconds, execs,
 # crashes). New inputs the fuzzer finds go to a scratch corpus; the small seed corpora in
-# fuzz/corpus/ are replayed by `cargo test` (crates/stack/tests/fuzz_corpus.rs).
+# fuzz/corpus/ are replayed by `cargo test` (crates/stack/tests/fuzz_corpus.rs; ring_peer
+# and records: crates/sys/tests/ring_fuzz_corpus.rs).
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
 #
@@ -13,7 +14,7 @@ shift || true
 cd "$(dirname "$0")/../fuzz"
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(wire_roundtrip engine_rx tcp_conn)
+    targets=(wire_roundtrip engine_rx tcp_conn ring_peer records)
 fi
 if ! [[ "$secs" =~ ^[0-9]+$ ]] || [ "$secs" -eq 0 ]; then
     echo "usage: scripts/fuzz.sh [SECONDS] [TARGET...]  (SECONDS a positive integer)" >&2

@@ -40,6 +40,8 @@ pub mod eventfd;
 pub mod fdpass;
 pub mod file;
 pub mod futex;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod perf;
 pub mod placeholder;
 pub mod poll;
@@ -47,5 +49,6 @@ pub mod process;
 pub mod region;
 pub mod ring;
 pub mod socket;
+mod sync;
 
 pub use region::SharedRegion;

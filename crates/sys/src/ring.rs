@@ -4,8 +4,8 @@
 //! # Layout
 //! At a 64-byte aligned `offset` of the region: a control block of [`CTL_BYTES`] bytes, then
 //! `capacity` bytes of data (a power of two). The control block keeps what each side writes on
-//! its own cache line: `head` (producer), `tail` (consumer), then `waiting` (consumer) and
-//! `doorbell` (producer). `head` and `tail` count bytes from the ring's start and never wrap
+//! its own cache line: `head` and `room_waiting` (producer), `tail` and `room_doorbell`
+//! (consumer), then `waiting` (consumer) and `doorbell` (producer). `head` and `tail` count bytes from the ring's start and never wrap
 //! (2^64 bytes outlast any process). A record is a 32-bit native-endian length followed by the
 //! bytes, padded to 8 ([`record_bytes`]); a record never wraps: when one does not fit before
 //! the end of the data, the producer writes the length [`u32::MAX`] (skip to the start) there
@@ -16,13 +16,21 @@
 //!   publishes a whole batch with one store of `head` ([`Producer::publish`]).
 //! - The [`Consumer`] hands records to its caller straight from the shared pages (borrowed
 //!   slices, no copy) and releases the batch with one store of `tail` ([`Consumer::recv`]).
-//! - An idle consumer spins, then reads `doorbell`, raises `waiting`, checks `head` once more and
-//!   sleeps on the `doorbell` futex ([`Consumer::wait`]). A producer that sees `waiting` after
-//!   publishing bumps `doorbell` and wakes it. `head`'s publishing store, the consumer's raising
-//!   of `waiting` and the loads after each are sequentially consistent, so at least one side
-//!   sees the other's store: either the consumer sees the records or the producer sees it wait
-//!   (with a release store and an acquire load, both could miss — a lost wake-up, the sleeper
-//!   then waiting out its whole timeout).
+//! - An idle consumer spins, then reads `doorbell`, raises `waiting`, issues a sequentially
+//!   consistent fence, checks `head` once more and sleeps on the `doorbell` futex
+//!   ([`Consumer::wait`]). A producer stores `head`, issues the same fence, and if it then sees
+//!   `waiting` bumps `doorbell` and wakes it. The two fences are ordered one way or the other,
+//!   so at least one side sees the other's store: either the consumer sees the records or the
+//!   producer sees it wait (without the fences, both could miss — a lost wake-up, the sleeper
+//!   then waiting out its whole timeout). The consumer read `doorbell` before announcing, so a
+//!   wake racing its way into `futex_wait` makes that call return at once.
+//! - The same protocol runs the other way when the ring is full: a producer that needs room
+//!   publishes, reads `room_doorbell`, raises `room_waiting`, fences, re-reads `tail` and
+//!   sleeps on `room_doorbell` ([`Producer::wait_room`]); a consumer that released records
+//!   (stored `tail`) fences, and if it sees `room_waiting` bumps `room_doorbell` and wakes it.
+//! - The protocol is model-checked with `loom` (`scripts/loom.sh`, models in
+//!   `ring/loom_models.rs`): the atomics, the fences and the futex calls above come from
+//!   `crate::sync`, which maps them to loom's under `--cfg loom`.
 //!
 //! - A consumer that drains several rings (a receive queue fed by several producers) sleeps on
 //!   one [`Bell`] instead: the same protocol with `waiting` and `doorbell` in the bell, the
@@ -31,8 +39,9 @@
 //!   above, so a wake-up from any of them cannot be lost.
 //!
 //! Per record the data path does no atomic operation and one copy (the producer's); per batch
-//! the producer does one store of `head` and one load of `waiting`, and reads `tail` only when
-//! the space it last saw runs out; the consumer does one load of `head` and one store of `tail`.
+//! the producer does one store of `head`, one fence and one load of `waiting`, and reads `tail`
+//! only when the space it last saw runs out; the consumer does one load of `head`, one store of
+//! `tail`, one fence and one load of `room_waiting` (on the line it read `head` from).
 //!
 //! # Untrusted peer
 //! The other side may be another process, buggy or hostile, and can write anything anywhere in
@@ -44,6 +53,9 @@
 //! [`RingError::Corrupt`]; nothing is read or written outside the ring. What the checks cannot
 //! stop is a peer changing bytes of a record while the consumer's caller reads them: record
 //! contents are untrusted input, to be parsed and validated like bytes from a network.
+//! Nor can they stop a peer from raising or lowering its `waiting`/`room_waiting` flag at
+//! will: that costs the other side a spurious `futex_wake` per batch, or makes a sleep last
+//! until its timeout; it never makes either side read or write outside the ring.
 //!
 //! # Sharing rules
 //! At most one [`Producer`] and one [`Consumer`] per ring, in whatever processes. Bytes of the
@@ -51,21 +63,25 @@
 //! [`SharedRegion::atomic_u32`]) for anything else.
 #![allow(unsafe_code)]
 
-use crate::futex;
+use crate::sync::{fence, futex, AtomicU32, AtomicU64, Ordering};
 use crate::SharedRegion;
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 /// Control block: each side's fields on their own cache line.
 #[repr(C, align(64))]
 struct Ctl {
+    // Written by the producer.
     head: AtomicU64,
-    _p0: [u8; 56],
+    room_waiting: AtomicU32,
+    _p0: [u8; 52],
+    // Written by the consumer.
     tail: AtomicU64,
-    _p1: [u8; 56],
+    room_doorbell: AtomicU32,
+    _p1: [u8; 52],
+    // Written by the consumer (`waiting`) and the producer (`doorbell`).
     waiting: AtomicU32,
     doorbell: AtomicU32,
     _p2: [u8; 56],
@@ -73,6 +89,8 @@ struct Ctl {
 
 /// Bytes of a ring's control block (the data follows it).
 pub const CTL_BYTES: usize = std::mem::size_of::<Ctl>();
+// Under loom an atomic is a bigger model object: the layout only holds for the real build.
+#[cfg(not(loom))]
 const _: () = assert!(CTL_BYTES == 192);
 /// Alignment of a ring's offset in its region.
 pub const RING_ALIGN: usize = 64;
@@ -145,6 +163,34 @@ impl std::error::Error for RingError {}
 
 fn corrupt(what: &'static str, value: u64) -> RingError {
     RingError::Corrupt { what, value }
+}
+
+#[cfg(all(loom, test))]
+impl Ctl {
+    fn new() -> Self {
+        Self {
+            head: AtomicU64::new(0),
+            room_waiting: AtomicU32::new(0),
+            _p0: [0; 52],
+            tail: AtomicU64::new(0),
+            room_doorbell: AtomicU32::new(0),
+            _p1: [0; 52],
+            waiting: AtomicU32::new(0),
+            doorbell: AtomicU32::new(0),
+            _p2: [0; 56],
+        }
+    }
+}
+
+/// Under loom, zero-filled memory is not a valid atomic (loom's are model objects): puts a
+/// fresh, empty control block at `offset` of `region` before the ring's sides attach.
+#[cfg(all(loom, test))]
+pub(crate) fn loom_init(region: &SharedRegion, offset: usize) {
+    assert!(offset.is_multiple_of(RING_ALIGN) && offset + CTL_BYTES <= region.len());
+    // SAFETY: CTL_BYTES at `offset` lie inside the mapping (asserted), 64-byte aligned (the
+    // base is page-aligned, the offset a multiple of 64); nothing references them yet. The old
+    // bytes are not a value to drop (plain memory), so they are overwritten without a drop.
+    unsafe { (region.as_ptr().add(offset) as *mut Ctl).write(Ctl::new()) }
 }
 
 /// The pointers of one ring, valid while `_region` lives.
@@ -275,17 +321,11 @@ impl Producer {
                 max: self.raw.max_record,
             });
         }
-        let cap = self.raw.cap as u64;
         let need = record_bytes(len) as u64;
         let pos = (self.head & self.raw.mask()) as usize;
-        let to_end = cap - pos as u64;
-        // A record never wraps: if it does not fit before the end, skip to the start.
-        let total = if need > to_end { to_end + need } else { need };
-        if self.head - self.tail + total > cap {
-            self.refresh_tail()?;
-            if self.head - self.tail + total > cap {
-                return Err(RingError::Full);
-            }
+        let to_end = self.raw.cap as u64 - pos as u64;
+        if !self.has_room(len)? {
+            return Err(RingError::Full);
         }
         let data = self.raw.data.as_ptr();
         let mut at = pos;
@@ -308,6 +348,22 @@ impl Producer {
         Ok(())
     }
 
+    /// Whether a record of `len` bytes (at most `max_record`) fits now; re-reads the consumer's
+    /// `tail` only if the space last seen is not enough.
+    #[inline]
+    fn has_room(&mut self, len: usize) -> Result<bool, RingError> {
+        let cap = self.raw.cap as u64;
+        let need = record_bytes(len) as u64;
+        let to_end = cap - (self.head & self.raw.mask());
+        // A record never wraps: if it does not fit before the end, skip to the start.
+        let total = if need > to_end { to_end + need } else { need };
+        if self.head - self.tail + total <= cap {
+            return Ok(true);
+        }
+        self.refresh_tail()?;
+        Ok(self.head - self.tail + total <= cap)
+    }
+
     /// Re-reads the consumer's `tail`, checking that it only moved forward, within what was
     /// published.
     #[cold]
@@ -326,30 +382,90 @@ impl Producer {
     /// wakes the consumer if it said it sleeps. Returns whether it woke it.
     #[inline]
     pub fn publish(&mut self) -> bool {
-        self.store_head() && self.wake()
+        if !self.store_head() {
+            return false;
+        }
+        self.wake()
     }
 
     /// Makes the records pushed since the last publish visible without waking the consumer:
     /// for records it does not wait for (it reads them with the next ones that wake it, or
-    /// at its next call). Returns whether anything was published. A producer that learns
-    /// afterwards (with a SeqCst load, after this SeqCst store of `head`) that the consumer
-    /// does want them calls [`Producer::wake`].
+    /// at its next call). Returns whether anything was published. The store of `head` is
+    /// fenced (SeqCst), so a flag the caller loads next — the consumer saying it wants these
+    /// records after all, stored before its own sleep announcement and fence — is either
+    /// seen, and the caller calls [`Producer::wake`], or the consumer sees this `head`.
     #[inline]
     pub fn publish_quiet(&mut self) -> bool {
-        self.store_head()
+        if !self.store_head() {
+            return false;
+        }
+        fence(Ordering::SeqCst);
+        true
     }
 
-    /// Wakes the consumer if it said it sleeps (after [`Producer::publish_quiet`]); returns
-    /// whether it woke it.
+    /// Wakes the consumer if it said it sleeps (after [`Producer::publish_quiet`], or from
+    /// [`Producer::publish`]); returns whether it woke it.
     #[inline]
     pub fn wake(&self) -> bool {
+        // Pairs with the fence in `Consumer::wait`: either it sees this head or we see it wait.
+        fence(Ordering::SeqCst);
         let ctl = self.raw.ctl();
-        if ctl.waiting.load(Ordering::SeqCst) != 0 {
-            ctl.doorbell.fetch_add(1, Ordering::SeqCst);
+        if ctl.waiting.load(Ordering::Acquire) != 0 {
+            ctl.doorbell.fetch_add(1, Ordering::Release);
             futex::wake(&ctl.doorbell, 1);
             return true;
         }
         false
+    }
+
+    /// Waits until a record of `len` bytes fits: publishes what was pushed (so that the
+    /// consumer can drain it), spins for up to `spin` (bounded by `timeout`), then announces
+    /// that it sleeps and sleeps on the ring's `room_doorbell` for the rest of `timeout`,
+    /// unless the consumer released enough meanwhile. [`Waited::Ready`] means the next push of
+    /// up to `len` bytes succeeds; after [`Waited::Slept`] the caller tries again.
+    pub fn wait_room(
+        &mut self,
+        len: usize,
+        spin: Duration,
+        timeout: Duration,
+    ) -> Result<Waited, RingError> {
+        if len > self.raw.max_record {
+            return Err(RingError::TooLarge {
+                len,
+                max: self.raw.max_record,
+            });
+        }
+        self.publish();
+        let start = std::time::Instant::now();
+        let spin = spin.min(timeout);
+        loop {
+            if self.has_room(len)? {
+                return Ok(Waited::Ready);
+            }
+            if start.elapsed() >= spin {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        let rest = timeout.saturating_sub(start.elapsed());
+        if rest.is_zero() {
+            return Ok(Waited::SpunOut);
+        }
+        let ctl = self.raw.ctl();
+        let bell = ctl.room_doorbell.load(Ordering::Relaxed);
+        ctl.room_waiting.store(1, Ordering::Release);
+        // Pairs with the fence in `Consumer::recv` after its store of `tail`.
+        fence(Ordering::SeqCst);
+        let r = match self.has_room(len) {
+            Ok(true) => Ok(Waited::Ready),
+            Ok(false) => {
+                futex::wait(&self.raw.ctl().room_doorbell, bell, Some(rest));
+                Ok(Waited::Slept)
+            }
+            Err(e) => Err(e),
+        };
+        self.raw.ctl().room_waiting.store(0, Ordering::Relaxed);
+        r
     }
 
     /// [`Producer::publish`] for a ring whose consumer sleeps on a [`Bell`] shared with other
@@ -366,10 +482,9 @@ impl Producer {
         if self.head == self.published {
             return false;
         }
-        // SeqCst (on x86 an `xchg` instead of a `mov`, once per batch): with the SeqCst load
-        // of `waiting` that follows and the consumer's SeqCst store of `waiting` and load of
-        // `head`, either the consumer sees this head or we see it waiting. See the module docs.
-        self.raw.ctl().head.store(self.head, Ordering::SeqCst);
+        // Release: the records before it are visible to whoever sees it. The caller then
+        // fences before it looks at the consumer's `waiting` (see the module docs).
+        self.raw.ctl().head.store(self.head, Ordering::Release);
         self.published = self.head;
         true
     }
@@ -478,6 +593,13 @@ impl Consumer {
         if tail != self.tail {
             ctl.tail.store(tail, Ordering::Release);
             self.tail = tail;
+            // Pairs with the fence in `Producer::wait_room`: either it sees this tail or we
+            // see it wait for room.
+            fence(Ordering::SeqCst);
+            if ctl.room_waiting.load(Ordering::Acquire) != 0 {
+                ctl.room_doorbell.fetch_add(1, Ordering::Release);
+                futex::wake(&ctl.room_doorbell, 1);
+            }
         }
         match err {
             None => Ok(n),
@@ -501,15 +623,17 @@ impl Consumer {
             return Waited::SpunOut;
         }
         let ctl = self.raw.ctl();
-        let bell = ctl.doorbell.load(Ordering::SeqCst);
-        ctl.waiting.store(1, Ordering::SeqCst);
-        let r = if ctl.head.load(Ordering::SeqCst) != self.tail {
+        let bell = ctl.doorbell.load(Ordering::Relaxed);
+        ctl.waiting.store(1, Ordering::Release);
+        // Pairs with the fence in `Producer::publish`: see the module docs.
+        fence(Ordering::SeqCst);
+        let r = if ctl.head.load(Ordering::Acquire) != self.tail {
             Waited::Ready
         } else {
             futex::wait(&ctl.doorbell, bell, Some(rest));
             Waited::Slept
         };
-        ctl.waiting.store(0, Ordering::SeqCst);
+        ctl.waiting.store(0, Ordering::Relaxed);
         r
     }
 }
@@ -517,5 +641,8 @@ impl Consumer {
 mod bell;
 pub use bell::{Bell, BELL_BYTES};
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests;
+
+#[cfg(all(test, loom))]
+mod loom_models;

@@ -456,9 +456,9 @@ impl App {
         if loud {
             self.evt.publish();
         } else if self.evt.publish_quiet() && self.wants_writable() {
-            // SeqCst: our store of `head` precedes this load; the application stores the flag
-            // before it announces sleep and re-reads `head`, so either it sees the credit or
-            // we see the flag (the ring's own argument, ring.rs module docs).
+            // publish_quiet fenced our store of `head` before this load; the application
+            // stores the flag before it announces sleep, fences and re-reads `head`, so either
+            // it sees the credit or we see the flag (the ring's argument, ring.rs module docs).
             self.evt.wake();
         }
         moved

@@ -1,10 +1,9 @@
 //! [`Bell`]: the doorbell of one consumer draining several rings.
 
 use super::{Consumer, RingError, Waited, RING_ALIGN};
-use crate::futex;
+use crate::sync::{fence, futex, AtomicU32, Ordering};
 use crate::SharedRegion;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +16,23 @@ struct BellCtl {
 
 /// Bytes a [`Bell`] takes in its region (a cache line of its own).
 pub const BELL_BYTES: usize = std::mem::size_of::<BellCtl>();
+#[cfg(not(loom))]
 const _: () = assert!(BELL_BYTES == 64);
+
+/// Under loom (see `ring::loom_init`): puts a fresh, idle bell at `offset` of `region`.
+#[cfg(all(loom, test))]
+pub(crate) fn loom_init(region: &SharedRegion, offset: usize) {
+    assert!(offset.is_multiple_of(RING_ALIGN) && offset + BELL_BYTES <= region.len());
+    let b = BellCtl {
+        waiting: AtomicU32::new(0),
+        doorbell: AtomicU32::new(0),
+        _pad: [0; 56],
+    };
+    // SAFETY: BELL_BYTES at `offset` lie inside the mapping (asserted), 64-byte aligned (the
+    // base is page-aligned, the offset a multiple of 64); nothing references them yet, and
+    // the plain bytes there need no drop.
+    unsafe { (region.as_ptr().add(offset) as *mut BellCtl).write(b) }
+}
 
 /// A doorbell shared by several rings that one consumer drains (a receive queue fed by several
 /// producers, each on its own single-producer ring).
@@ -26,15 +41,15 @@ const _: () = assert!(BELL_BYTES == 64);
 /// and `doorbell` (bumped by producers). The protocol is the ring's ([module docs](super)),
 /// with the consumer's check widened to every ring it drains:
 ///
-/// - producer: store `head` (SeqCst), then load the bell's `waiting` (SeqCst); if set, bump
+/// - producer: store `head`, a SeqCst fence, then load the bell's `waiting`; if set, bump
 ///   `doorbell` and wake it ([`Producer::publish_with`](super::Producer::publish_with));
-/// - consumer: load `doorbell`, store `waiting = 1` (SeqCst), load the `head` of *every* ring
-///   (SeqCst); sleep on `doorbell` only if all are empty ([`Bell::wait`]).
+/// - consumer: load `doorbell`, store `waiting = 1`, a SeqCst fence, load the `head` of
+///   *every* ring; sleep on `doorbell` only if all are empty ([`Bell::wait`]).
 ///
-/// For each producer separately, the single total order of SeqCst operations puts either its
-/// `head` store before the consumer's load of that `head` (the consumer sees the records and
-/// does not sleep) or the consumer's `waiting` store before the producer's load of `waiting`
-/// (the producer rings). A ring then bumps `doorbell` after the consumer read it, so a wake
+/// For each producer separately, the single total order of SeqCst fences puts either its
+/// fence before the consumer's (the consumer's load of that `head` sees the records and it
+/// does not sleep) or the consumer's before the producer's (the producer's load of `waiting`
+/// sees it raised and rings). A ring then bumps `doorbell` after the consumer read it, so a wake
 /// racing the consumer's way into `futex_wait` makes that call return at once. Several
 /// producers ringing together cost at most a spurious wake-up, never a lost one.
 ///
@@ -90,13 +105,15 @@ impl Bell {
     }
 
     /// Wakes the consumer if it said it sleeps; returns whether it did. Producers call it
-    /// after publishing (as [`Producer::publish_with`](super::Producer::publish_with) does): a
-    /// ring not preceded by a SeqCst store of what the consumer checks can be lost.
+    /// after publishing (as [`Producer::publish_with`](super::Producer::publish_with) does):
+    /// its fence orders that store before the look at `waiting`.
     #[inline]
     pub fn ring(&self) -> bool {
+        // Pairs with the fence in `Bell::wait`: see above.
+        fence(Ordering::SeqCst);
         let b = self.ctl();
-        if b.waiting.load(Ordering::SeqCst) != 0 {
-            b.doorbell.fetch_add(1, Ordering::SeqCst);
+        if b.waiting.load(Ordering::Acquire) != 0 {
+            b.doorbell.fetch_add(1, Ordering::Release);
             futex::wake(&b.doorbell, 1);
             return true;
         }
@@ -120,18 +137,20 @@ impl Bell {
             return Waited::SpunOut;
         }
         let b = self.ctl();
-        let bell = b.doorbell.load(Ordering::SeqCst);
-        b.waiting.store(1, Ordering::SeqCst);
+        let bell = b.doorbell.load(Ordering::Relaxed);
+        b.waiting.store(1, Ordering::Release);
+        // Pairs with the fence in `Bell::ring`: see above.
+        fence(Ordering::SeqCst);
         let ready = rings
             .iter()
-            .any(|c| c.raw.ctl().head.load(Ordering::SeqCst) != c.tail);
+            .any(|c| c.raw.ctl().head.load(Ordering::Acquire) != c.tail);
         let r = if ready {
             Waited::Ready
         } else {
             futex::wait(&b.doorbell, bell, Some(rest));
             Waited::Slept
         };
-        b.waiting.store(0, Ordering::SeqCst);
+        b.waiting.store(0, Ordering::Relaxed);
         r
     }
 }

@@ -709,3 +709,75 @@ fn bell_ping_pong_loses_no_wakeup() {
     let sleeps = consumer.join().unwrap();
     assert!(sleeps > 0, "the consumer slept");
 }
+
+#[test]
+fn wait_room_publishes_spins_out_when_full_and_is_ready_once_drained() {
+    let (mut p, mut c, _r) = pair();
+    let rec = vec![3u8; 9000];
+    while p.push(&rec).is_ok() {}
+    assert!(!c.pending(), "nothing published yet");
+    assert_eq!(
+        p.wait_room(9000, Duration::ZERO, Duration::ZERO),
+        Ok(Waited::SpunOut)
+    );
+    assert!(c.pending(), "wait_room published the batch");
+    assert_eq!(
+        p.wait_room(9001, Duration::ZERO, Duration::ZERO),
+        Err(RingError::TooLarge {
+            len: 9001,
+            max: 9000
+        })
+    );
+    assert_eq!(c.recv(1, |_| {}), Ok(1));
+    assert_eq!(
+        p.wait_room(9000, Duration::ZERO, Duration::from_secs(5)),
+        Ok(Waited::Ready)
+    );
+    p.push(&rec).unwrap();
+}
+
+#[test]
+fn wait_room_reports_a_corrupt_tail_and_withdraws_its_announcement() {
+    let (mut p, _c, r) = pair();
+    while p.push(&[1; 9000]).is_ok() {}
+    tail(&r).store(12, Ordering::SeqCst);
+    assert!(matches!(
+        p.wait_room(9000, Duration::ZERO, Duration::from_secs(5)),
+        Err(RingError::Corrupt { .. })
+    ));
+    assert_eq!(r.atomic_u32(4096 + 8).unwrap().load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn recv_wakes_a_producer_sleeping_for_room() {
+    let (mut p, mut c, r) = pair();
+    let rec = vec![5u8; 9000];
+    let mut pushed = 0;
+    while p.push(&rec).is_ok() {
+        pushed += 1;
+    }
+    let t = std::thread::spawn(move || {
+        let start = std::time::Instant::now();
+        let mut pushed = false;
+        while !pushed && start.elapsed() < Duration::from_secs(20) {
+            let w = p.wait_room(9000, Duration::ZERO, Duration::from_secs(20));
+            assert!(matches!(w, Ok(Waited::Ready | Waited::Slept)), "{w:?}");
+            pushed = p.push(&rec).is_ok();
+        }
+        p.publish();
+        (pushed, start.elapsed())
+    });
+    // Release records only once the producer has announced that it sleeps for room.
+    let start = std::time::Instant::now();
+    let room_waiting = r.atomic_u32(4096 + 8).unwrap();
+    while room_waiting.load(Ordering::SeqCst) == 0 && start.elapsed() < Duration::from_secs(10) {
+        std::thread::yield_now();
+    }
+    std::thread::sleep(Duration::from_millis(5));
+    assert_eq!(c.recv(1, |_| {}), Ok(1));
+    let (fit, took) = t.join().unwrap();
+    assert!(fit, "room was made");
+    // A lost wake-up would leave the producer asleep for its whole 20 s.
+    assert!(took < Duration::from_secs(10), "woken, not timed out");
+    assert_eq!(drain(&mut c).unwrap().len(), pushed);
+}
