@@ -67,6 +67,15 @@ pub struct HostCosts {
     /// Reading a file's bytes from the page cache (copying), per byte; zero-copy file send
     /// skips it.
     pub file_per_byte_ns: f64,
+    /// An offload stack core's work per application command or event beyond TCP/IP: reading
+    /// the ring, dispatching the call, posting the completion, waking a sleeping
+    /// application (0 in calibrations without an offload daemon).
+    #[serde(default)]
+    pub stack_op_ns: f64,
+    /// An application's CPU per blocking wait on an offload daemon (`daemon-wake`): the
+    /// futex wait, the switch out and back in when the stack core wakes it.
+    #[serde(default)]
+    pub app_wait_ns: f64,
 }
 
 /// The network link.

@@ -137,6 +137,11 @@ pub struct Flow {
     pub arrivals: Arrivals,
     /// Payload bytes one transaction moves (for throughput).
     pub bytes: u64,
+    /// Where the response time is observed: before this step (`None`: at the end). The
+    /// steps after it are still part of the transaction (a closed loop starts the next one
+    /// only after them), but the client has taken its time stamp already — as a drive
+    /// loop that reads its clock once per turn does.
+    pub observe_at: Option<usize>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -223,7 +228,8 @@ pub struct Tally {
     pub started: u64,
     /// Payload bytes of the completed transactions.
     pub bytes: u64,
-    /// Each completed transaction's response time, picoseconds, in completion order.
+    /// Each observed response time, picoseconds, in observation order (a transaction whose
+    /// flow observes it before its last step may be observed and not yet completed).
     pub latencies_ps: Vec<Ps>,
     /// Each resource.
     pub resources: Vec<ResTally>,
@@ -418,11 +424,17 @@ impl Des {
     fn ready(&mut self, t: usize) {
         let (f, s) = (self.txns[t].flow, self.txns[t].step);
         let flow = &self.flows[f];
+        let observed_at_end = flow.observe_at.is_none_or(|o| o >= flow.script.len());
+        if flow.observe_at == Some(s) && !observed_at_end {
+            self.latencies.push(self.now - self.txns[t].start);
+        }
         let Some(&step) = flow.script.get(s) else {
             // Completed.
             self.completed += 1;
             self.bytes += flow.bytes;
-            self.latencies.push(self.now - self.txns[t].start);
+            if observed_at_end {
+                self.latencies.push(self.now - self.txns[t].start);
+            }
             self.free.push(t);
             if let Arrivals::Closed { think_ns, .. } = flow.arrivals {
                 let at = self.now + to_ps(think_ns);
@@ -519,6 +531,7 @@ mod tests {
                 think_ns: 0.0,
             },
             bytes: 10,
+            observe_at: None,
         });
         let t = d.run(u64::MAX, 10);
         // 100 + 50 + 100/2 = 200 ns per transaction.
@@ -527,5 +540,36 @@ mod tests {
         assert_eq!(t.resources[0].busy_ps[Cat::Stack.idx()], 10 * 100_000);
         assert_eq!(t.resources[1].busy_ps[Cat::App.idx()], 10 * 50_000);
         assert_eq!(t.bytes, 100);
+    }
+
+    #[test]
+    fn a_response_observed_before_the_last_step_excludes_it_from_the_latency_not_the_cycle() {
+        let mut d = Des::new(1);
+        let a = d.resource("a", Kind::HostCore, 1.0);
+        let step = |ns| Step {
+            res: Some(a),
+            ns,
+            cat: Cat::Poll,
+            lock: None,
+        };
+        d.flow(Flow {
+            script: vec![step(300.0), step(100.0)],
+            arrivals: Arrivals::Closed {
+                outstanding: 1,
+                think_ns: 0.0,
+            },
+            bytes: 0,
+            observe_at: Some(1),
+        });
+        let t = d.run(u64::MAX, 10);
+        // A cycle of 400 ns, each response seen after 300 of them.
+        assert_eq!(t.completed, 10);
+        assert_eq!(t.end_ps, 10 * 400_000);
+        assert!(t.latencies_ps.len() >= 10);
+        assert!(
+            t.latencies_ps.iter().all(|&l| l == 300_000),
+            "{:?}",
+            t.latencies_ps
+        );
     }
 }

@@ -50,6 +50,11 @@ pub enum Handoff {
     Wakeup,
     /// Its loop polls (one loop turn, no wake-up).
     Poll,
+    /// It sleeps on a futex between calls and the stack core wakes it (flowstackd with
+    /// applications that do not spin): the stack core's wake-up call is part of its work per
+    /// event, the wake-up crosses cores (`cross_core_ns`), and the application pays
+    /// `app_wait_ns` for the wait (going to sleep, being switched back in).
+    Futex,
 }
 
 /// An architecture: where the stack runs and what crossing into it costs.
@@ -78,6 +83,11 @@ pub struct Arch {
     /// application's core (RSS with per-core listeners); otherwise the receive core is the
     /// hash of the flow, independent of where the application thread runs.
     pub flow_affinity: bool,
+    /// Whether the stack cores are host cores shared with other processes (an offload
+    /// daemon's), so that they get the run's host share like the application cores; a NIC
+    /// processor is not shared.
+    #[serde(default)]
+    pub engines_on_host: bool,
 }
 
 impl Arch {
@@ -85,12 +95,14 @@ impl Arch {
     /// (E stack cores), `offload:E@R` (at R times the host clock, e.g. `offload:1@0.2` for a
     /// 500 MHz NIC processor under a 2.5 GHz host) — a NIC that interrupts the host once per
     /// message and wakes a blocked reader (seed 001) — and `daemon[:E[@R]]`, the same on
-    /// dedicated host cores whose event rings a busy application polls (flowstackd).
+    /// dedicated host cores whose event rings a busy application polls (flowstackd), and
+    /// `daemon-wake[:E[@R]]`, flowstackd whose applications sleep between calls and are
+    /// woken by the stack core (what `bench --peer offload` runs).
     /// `offload:c/K` and `daemon:c/K` name `cores / K` stack cores (at least one) of a
     /// machine of `cores` host cores.
     pub fn parse_for(s: &str, cores: usize) -> Result<Arch, String> {
         let (kind, rest) = match s.split_once(":c/") {
-            Some((k @ ("offload" | "daemon"), rest)) => (k, Some(rest)),
+            Some((k @ ("offload" | "daemon" | "daemon-wake"), rest)) => (k, Some(rest)),
             _ => ("", None),
         };
         if let Some(rest) = rest {
@@ -125,6 +137,7 @@ impl Arch {
             engine_ratio: 1.0,
             shared_conn_lock: false,
             flow_affinity: true,
+            engines_on_host: false,
         };
         let (head, tail) = s.split_once(':').unwrap_or((s, ""));
         let a = match head {
@@ -147,7 +160,7 @@ impl Arch {
                 ..base("library")
             },
             "percore" => base("percore"),
-            "offload" | "daemon" => {
+            "offload" | "daemon" | "daemon-wake" => {
                 let (e, r) = tail.split_once('@').unwrap_or((tail, ""));
                 let engines = if e.is_empty() {
                     1
@@ -169,24 +182,27 @@ impl Arch {
                     api: Api::Ring,
                     copy: true,
                     notify: Notify::Poll,
-                    handoff: if head == "daemon" {
-                        Handoff::Poll
-                    } else {
-                        Handoff::Wakeup
+                    handoff: match head {
+                        "daemon" => Handoff::Poll,
+                        "daemon-wake" => Handoff::Futex,
+                        _ => Handoff::Wakeup,
                     },
                     engines,
                     engine_ratio: ratio,
+                    engines_on_host: head != "offload",
                     ..base(s)
                 }
             }
             _ => {
                 return Err(format!(
-                    "unknown architecture {s:?} (kernel, library, percore, offload[:E[@R]], daemon[:E[@R]])"
+                    "unknown architecture {s:?} (kernel, library, percore, offload[:E[@R]], daemon[:E[@R]], daemon-wake[:E[@R]])"
                 ))
             }
         };
-        if head != "offload" && head != "daemon" && !tail.is_empty() {
-            return Err(format!("only offload and daemon take :E@R, not {s:?}"));
+        if !matches!(head, "offload" | "daemon" | "daemon-wake") && !tail.is_empty() {
+            return Err(format!(
+                "only offload, daemon and daemon-wake take :E@R, not {s:?}"
+            ));
         }
         Ok(a)
     }
@@ -271,6 +287,11 @@ pub struct Scenario {
     /// compete for the cores, as on a shared machine): host cores run at this speed.
     #[serde(default = "one")]
     pub host_share: f64,
+    /// Colocated clients, flows not steered to their core (the kernel's `SO_REUSEPORT`):
+    /// the server core of each connection, instead of the seeded hash (to predict each
+    /// placement a run can get).
+    #[serde(default)]
+    pub server_cores: Option<Vec<usize>>,
 }
 
 fn one() -> f64 {
@@ -294,6 +315,7 @@ impl Scenario {
             max_secs: 10.0,
             seed: 1,
             host_share: 1.0,
+            server_cores: None,
         }
     }
 }
@@ -371,6 +393,8 @@ struct Builder<'a> {
     steps: Vec<Step>,
     remote: bool,
     error_rate: f64,
+    /// The step before which the client observes the response (`None`: at the end).
+    observe_at: Option<usize>,
 }
 
 impl Builder<'_> {
@@ -440,7 +464,7 @@ impl Builder<'_> {
 
     /// One application call into the stack on `side`.
     fn api(&mut self, side: Side) {
-        let h = &self.cal.host;
+        let h = self.cal.host.clone();
         let (ns, cat) = match self.arch.api {
             Api::Syscall => (h.syscall_ns, Cat::Api),
             Api::Library => (h.lib_call_ns, Cat::Api),
@@ -448,6 +472,11 @@ impl Builder<'_> {
         };
         let r = self.app(side);
         self.on(r, ns, cat);
+        if self.arch.api == Api::Ring && (side == Side::Server || !self.remote) {
+            // The stack core reads the command (or posts the event) and dispatches it.
+            let e = self.p.engine;
+            self.on(e, h.stack_op_ns, Cat::Api);
+        }
     }
 
     fn packets(&self, bytes: usize) -> usize {
@@ -497,6 +526,17 @@ impl Builder<'_> {
                 }
                 self.on(target, h.wakeup_ns, Cat::Wakeup);
             }
+            Handoff::Futex => self.futex_wake(to),
+        }
+    }
+
+    /// The stack core wakes `to`'s sleeping application on another core.
+    fn futex_wake(&mut self, to: Side) {
+        let target = self.app(to);
+        if target.is_some() {
+            self.delay(self.cal.host.cross_core_ns);
+            let w = self.cal.host.app_wait_ns;
+            self.on(target, w, Cat::Wakeup);
         }
     }
 
@@ -550,6 +590,12 @@ impl Builder<'_> {
                     }
                     // A daemon's event ring, polled by the busy application.
                     Handoff::Poll => self.on(b, h.poll_turn_ns, Cat::Poll),
+                    // A daemon wakes the application sleeping for the message.
+                    Handoff::Futex => {
+                        if wake {
+                            self.futex_wake(to);
+                        }
+                    }
                 }
             }
             self.api(to);
@@ -562,6 +608,42 @@ impl Builder<'_> {
                 self.on(b, s as f64 * h.copy_per_byte_ns, Cat::Copy);
             }
         }
+    }
+
+    /// Whether both sides run in flowstack's bench drive loop (`bench --cores N`): one
+    /// thread per core turning the client engine, the client app, the server engine and the
+    /// server app, with one clock read per turn.
+    fn drive_loop(&self) -> bool {
+        !self.remote
+            && self.p.engine.is_none()
+            && self.arch.handoff == Handoff::Poll
+            && self.p.c_app == Some(self.p.s_app)
+    }
+
+    /// One rr transaction in the drive loop: four turns. (1) The client app sends, stamped
+    /// with the turn's clock read; (2) the client engine transmits, the server engine
+    /// receives, the server app answers; (3) the server engine transmits; (4) the client
+    /// engine receives and the client app sees the answer — stamped with turn 4's clock
+    /// read, taken *before* that turn's work, so the response time is turns 1–3 — and the
+    /// next request waits for turn 5 (the client steps each connection once per turn). The
+    /// cycle (and so the rate) is all four turns.
+    fn drive_loop_rr(&mut self, s: usize, app_ns: f64) {
+        let st = self.stack.clone();
+        let turn = self.cal.host.poll_turn_ns;
+        let segs = self.segments(s) as f64;
+        let send = segs * st.send_fixed_ns + s as f64 * st.send_per_byte_ns;
+        let recv = segs * st.recv_fixed_ns + s as f64 * st.recv_per_byte_ns;
+        let (c, srv) = (self.p.c_app, Some(self.p.s_app));
+        self.on(c, turn, Cat::Poll);
+        self.on(c, turn, Cat::Poll);
+        self.on(c, send, Cat::Stack);
+        self.on(srv, recv, Cat::Stack);
+        self.app_work(app_ns);
+        self.on(srv, turn, Cat::Poll);
+        self.on(srv, send, Cat::Stack);
+        self.observe_at = Some(self.steps.len());
+        self.on(c, turn, Cat::Poll);
+        self.on(c, recv, Cat::Stack);
     }
 
     /// A control segment (SYN, FIN, pure ACK) from `from` to `to`.
@@ -632,8 +714,14 @@ fn build(sc: &Scenario, cal: &Calibration) -> Result<(Des, Vec<usize>, Vec<usize
     let hosts: Vec<usize> = (0..host_cores)
         .map(|i| d.resource(format!("host{i}"), Kind::HostCore, sc.host_share))
         .collect();
+    let engine_speed = a.engine_ratio
+        * if a.engines_on_host {
+            sc.host_share
+        } else {
+            1.0
+        };
     let engines: Vec<usize> = (0..a.engines)
-        .map(|i| d.resource(format!("engine{i}"), Kind::StackCore, a.engine_ratio))
+        .map(|i| d.resource(format!("engine{i}"), Kind::StackCore, engine_speed))
         .collect();
     let remote = sc.clients == Clients::Remote;
     let link = remote.then(|| d.resource("link", Kind::Link, 1.0));
@@ -659,10 +747,10 @@ fn build(sc: &Scenario, cal: &Calibration) -> Result<(Des, Vec<usize>, Vec<usize
             Clients::Colocated => {
                 // Per-core listeners: flowstack's RSS-aware ports keep the server on the
                 // client's core; the kernel's SO_REUSEPORT hash picks any listener.
-                let s = if a.flow_affinity {
-                    k % n
-                } else {
-                    (h % n as u64) as usize
+                let s = match &sc.server_cores {
+                    Some(v) if !a.flow_affinity => v.get(k).copied().unwrap_or(k) % n,
+                    _ if a.flow_affinity => k % n,
+                    _ => (h % n as u64) as usize,
                 };
                 (Some(hosts[k % n]), hosts[s])
             }
@@ -692,12 +780,14 @@ fn build(sc: &Scenario, cal: &Calibration) -> Result<(Des, Vec<usize>, Vec<usize
             steps: vec![],
             remote,
             error_rate: if remote { cal.link.error_rate } else { 0.0 },
+            observe_at: None,
         };
         let (arrivals, bytes) = script(&mut b, sc);
         d.flow(Flow {
             script: b.steps,
             arrivals,
             bytes,
+            observe_at: b.observe_at,
         });
     }
     Ok((d, hosts, engines))
@@ -716,6 +806,10 @@ fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
         None => closed(outstanding),
     };
     match sc.workload {
+        Workload::Rr if b.drive_loop() => {
+            b.drive_loop_rr(s, sc.app_ns);
+            (closed(1), 2 * s as u64)
+        }
         Workload::Rr => {
             b.message(Side::Client, Side::Server, s, true);
             b.app_work(sc.app_ns);
@@ -797,6 +891,7 @@ fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
             match b.arch.handoff {
                 Handoff::Poll => b.on(srv, frac * h.poll_turn_ns, Cat::Poll),
                 Handoff::Wakeup => b.on(srv, frac * h.wakeup_ns, Cat::Wakeup),
+                Handoff::Futex => b.on(srv, frac * h.app_wait_ns, Cat::Wakeup),
             }
             let api = match b.arch.api {
                 Api::Syscall => h.syscall_ns,
