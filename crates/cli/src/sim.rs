@@ -79,6 +79,11 @@ pub struct SimArgs {
     /// --validate: runs per configuration (the median is compared).
     #[arg(long, value_name = "N", default_value_t = 3)]
     runs: usize,
+    /// --validate: first refit the calibration from fresh calibration runs (the sizes
+    /// `--calibrate` uses, none of the validated ones) made in the same session, with the
+    /// shipped profile: a shared machine's load drifts between hours.
+    #[arg(long, requires = "validate")]
+    fresh: bool,
     /// Reproduce seed 001's host-CPU reduction from its Table 1 (the seed001 preset unless
     /// --calibration names another).
     #[arg(long, conflicts_with = "calibrate")]
@@ -160,9 +165,28 @@ fn run_calibrate(a: &SimArgs, out: &std::path::Path) -> ExitCode {
             Ok(p) => p,
             Err(e) => return fail(e),
         };
-    if let Err(e) = std::fs::create_dir_all(dir) {
-        return fail(format!("cannot create {}: {e}", dir.display()));
+    let cal = match fit_from_runs(a, &profile, dir) {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    for (k, v) in &cal.fitted {
+        println!("fitted {k} = {v}");
     }
+    if let Err(e) = std::fs::write(out, cal.to_json()) {
+        return fail(format!("cannot write {}: {e}", out.display()));
+    }
+    println!("calibration  {}", out.display());
+    ExitCode::SUCCESS
+}
+
+/// The calibration from `profile` and the calibration runs in `dir` (each made now, with
+/// the CPU share it got, where `dir` lacks it).
+fn fit_from_runs(
+    a: &SimArgs,
+    profile: &ProfileReport,
+    dir: &std::path::Path,
+) -> Result<Calibration, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let shares_path = dir.join("shares.json");
     let mut shares: std::collections::BTreeMap<String, f64> = read(&shares_path)
         .ok()
@@ -195,28 +219,20 @@ fn run_calibrate(a: &SimArgs, out: &std::path::Path) -> ExitCode {
                 cores: (c.clients != Clients::Split).then_some(1),
             };
             let before = CpuSnapshot::take();
-            let r = match spec
+            let r = spec
                 .validated()
-                .and_then(|s| flowstack_bench::run(&s, &mut |_| {}))
-            {
-                Ok(r) => r,
-                Err(e) => return fail(e),
-            };
+                .and_then(|s| flowstack_bench::run(&s, &mut |_| {}))?;
             let cpus = if c.clients == Clients::Split { 2 } else { 1 };
             let share = CpuSnapshot::take()
                 .share_since(&before, cpus)
                 .unwrap_or(1.0);
             shares.insert(c.file.to_string(), share);
-            if let Err(e) = std::fs::write(&path, flowstack_prof::report::to_json(&r)) {
-                return fail(format!("cannot write {}: {e}", path.display()));
-            }
+            std::fs::write(&path, flowstack_prof::report::to_json(&r))
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         }
-        let report = match read(&path).and_then(|t| {
+        let report = read(&path).and_then(|t| {
             from_json::<BenchReport>(&t).map_err(|e| format!("{}: {e}", path.display()))
-        }) {
-            Ok(r) => r,
-            Err(e) => return fail(e),
-        };
+        })?;
         let share = shares.get(c.file).copied().unwrap_or(1.0);
         runs.push(CalRun {
             report,
@@ -232,41 +248,23 @@ fn run_calibrate(a: &SimArgs, out: &std::path::Path) -> ExitCode {
             a.runs, a.duration
         );
         let before = CpuSnapshot::take();
-        let r = match run_offload(flowstack_prof::report::Workload::Rr, osize, a) {
-            Ok(r) => r,
-            Err(e) => return fail(e),
-        };
+        let r = run_offload(flowstack_prof::report::Workload::Rr, osize, a)?;
         let share = CpuSnapshot::take().share_since(&before, 2).unwrap_or(1.0);
         shares.insert(ofile.to_string(), share);
-        if let Err(e) = std::fs::write(&opath, r.to_json()) {
-            return fail(format!("cannot write {}: {e}", opath.display()));
-        }
+        std::fs::write(&opath, r.to_json())
+            .map_err(|e| format!("cannot write {}: {e}", opath.display()))?;
     }
-    let offload = match read(&opath).and_then(|t| {
+    let report = read(&opath).and_then(|t| {
         serde_json::from_str::<OffloadReport>(&t).map_err(|e| format!("{}: {e}", opath.display()))
-    }) {
-        Ok(r) => OffloadCalRun {
-            report: r,
-            share: shares.get(ofile).copied().unwrap_or(1.0),
-        },
-        Err(e) => return fail(e),
+    })?;
+    let offload = OffloadCalRun {
+        report,
+        share: shares.get(ofile).copied().unwrap_or(1.0),
     };
     let j = serde_json::to_string_pretty(&shares).expect("plain data") + "\n";
-    if let Err(e) = std::fs::write(&shares_path, j) {
-        return fail(format!("cannot write {}: {e}", shares_path.display()));
-    }
-    let cal = match calibrate(&profile, &runs, Some(&offload)) {
-        Ok(c) => c,
-        Err(e) => return fail(e),
-    };
-    for (k, v) in &cal.fitted {
-        println!("fitted {k} = {v}");
-    }
-    if let Err(e) = std::fs::write(out, cal.to_json()) {
-        return fail(format!("cannot write {}: {e}", out.display()));
-    }
-    println!("calibration  {}", out.display());
-    ExitCode::SUCCESS
+    std::fs::write(&shares_path, j)
+        .map_err(|e| format!("cannot write {}: {e}", shares_path.display()))?;
+    calibrate(profile, &runs, Some(&offload))
 }
 
 /// `bench <w> --peer offload` (the daemon against the kernel, same run) through the bench
@@ -415,10 +413,29 @@ fn run_validate(a: &SimArgs) -> ExitCode {
     {
         return usage("--validate needs 0.2 <= --duration, 1 <= --runs and --duration x --runs <= 6 (it stays within three minutes)");
     }
-    let cal = match load_calibration(&a.calibration) {
+    let mut cal = match load_calibration(&a.calibration) {
         Ok(c) => c,
         Err(e) => return usage(e),
     };
+    if a.fresh {
+        let profile: ProfileReport = match from_json(flowstack_sim::calib::preset_profile()) {
+            Ok(p) => p,
+            Err(e) => return fail(format!("shipped profile: {e}")),
+        };
+        let dir = std::env::temp_dir().join(format!("flowstack-sim-fresh-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        eprintln!("sim: fresh calibration runs in {}", dir.display());
+        let r = fit_from_runs(a, &profile, &dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        cal = match r {
+            Ok(c) => c,
+            Err(e) => return fail(e),
+        };
+        cal.name = "vm, refitted to fresh calibration runs".into();
+        for (k, v) in &cal.fitted {
+            println!("fitted {k} = {v}");
+        }
+    }
     println!(
         "flowstack sim --validate: predictions from calibration '{}' vs fresh bench runs ({} x {} s, median)",
         cal.name, a.runs, a.duration
@@ -541,6 +558,7 @@ fn run_validate(a: &SimArgs) -> ExitCode {
         }
     }
     let after = loadavg();
+    validate::explain(&mut rows);
     print!("{}", validate::table(&rows));
     if !placements.is_empty() {
         println!("the kernel's placements (each equally likely; the prediction is the most likely median of {} runs):", a.runs);

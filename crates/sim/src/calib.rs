@@ -146,6 +146,12 @@ pub fn preset(name: &str) -> Option<&'static str> {
     }
 }
 
+/// The profile report `presets/vm.json` was fitted from (`presets/vm-inputs/profile.json`,
+/// compiled in), for refitting the residual parameters to fresh bench runs.
+pub fn preset_profile() -> &'static str {
+    include_str!("../../../presets/vm-inputs/profile.json")
+}
+
 impl Calibration {
     /// flowstack's stack costs (the kernel's when the calibration has none of its own).
     pub fn flowstack(&self) -> &StackCosts {

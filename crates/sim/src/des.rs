@@ -108,7 +108,14 @@ pub struct Step {
     /// A lock (an index from [`Des::lock`]) the work must hold: the core spins until the
     /// lock is free (spinning counted in [`ResTally::spin_ps`]), then holds it for the work.
     pub lock: Option<usize>,
+    /// Work the transaction does not wait for: it is queued on the resource (which is busy
+    /// with it as with any other job) and the transaction goes on at once — e.g. a thread
+    /// going to sleep after it posted its command, while the stack core already works on it.
+    pub detached: bool,
 }
+
+/// The transaction index of a detached job (no transaction continues when it is done).
+const DETACHED: usize = usize::MAX;
 
 /// How a flow starts its transactions.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -452,7 +459,7 @@ impl Des {
                 let ps = to_ps(step.ns / self.res[r].t.speed);
                 self.res[r].t.submitted_ps += ps;
                 self.res[r].queue.push_back(Job {
-                    txn: t,
+                    txn: if step.detached { DETACHED } else { t },
                     ps,
                     cat: step.cat,
                     enq: self.now,
@@ -460,6 +467,9 @@ impl Des {
                 });
                 if self.res[r].running.is_none() {
                     self.serve_next(r);
+                }
+                if step.detached {
+                    self.push(self.now, Ev::Ready(t));
                 }
             }
         }
@@ -489,7 +499,9 @@ impl Des {
     fn done(&mut self, r: usize) {
         let (job, _) = self.res[r].running.take().expect("a Done event has a job");
         self.res[r].t.busy_ps[job.cat.idx()] += job.ps;
-        self.ready(job.txn);
+        if job.txn != DETACHED {
+            self.ready(job.txn);
+        }
         if self.res[r].running.is_none() {
             self.serve_next(r);
         }
@@ -512,18 +524,21 @@ mod tests {
                     ns: 100.0,
                     cat: Cat::Stack,
                     lock: None,
+                    detached: false,
                 },
                 Step {
                     res: None,
                     ns: 50.0,
                     cat: Cat::Wire,
                     lock: None,
+                    detached: false,
                 },
                 Step {
                     res: Some(b),
                     ns: 100.0,
                     cat: Cat::App,
                     lock: None,
+                    detached: false,
                 },
             ],
             arrivals: Arrivals::Closed {
@@ -551,6 +566,7 @@ mod tests {
             ns,
             cat: Cat::Poll,
             lock: None,
+            detached: false,
         };
         d.flow(Flow {
             script: vec![step(300.0), step(100.0)],
@@ -570,6 +586,42 @@ mod tests {
             t.latencies_ps.iter().all(|&l| l == 300_000),
             "{:?}",
             t.latencies_ps
+        );
+    }
+
+    #[test]
+    fn detached_work_keeps_its_resource_busy_but_not_the_transaction_waiting() {
+        let mut d = Des::new(1);
+        let a = d.resource("a", Kind::HostCore, 1.0);
+        let b = d.resource("b", Kind::StackCore, 1.0);
+        let st = |res, ns, detached| Step {
+            res: Some(res),
+            ns,
+            cat: Cat::Wakeup,
+            lock: None,
+            detached,
+        };
+        d.flow(Flow {
+            // Post (a, 100), go to sleep on a (300, detached) while b works (500).
+            script: vec![st(a, 100.0, false), st(a, 300.0, true), st(b, 500.0, false)],
+            arrivals: Arrivals::Closed {
+                outstanding: 1,
+                think_ns: 0.0,
+            },
+            bytes: 0,
+            observe_at: None,
+        });
+        let t = d.run(u64::MAX, 5);
+        // 100 + 500 per transaction: the 300 overlap with b's work.
+        assert!(
+            t.latencies_ps.iter().all(|&l| l == 600_000),
+            "{:?}",
+            t.latencies_ps
+        );
+        assert_eq!(t.resources[a].busy_ps[Cat::Wakeup.idx()], 5 * 400_000);
+        assert_eq!(
+            t.resources[a].submitted_ps,
+            t.resources[a].busy() + t.resources[a].queued_ps
         );
     }
 }

@@ -113,17 +113,12 @@ pub const CAL_CONFIGS: [CalConfig; 7] = [
     },
 ];
 
-/// The share a calibration run is simulated at: the measured one, except for the classic
-/// split run, whose two threads mostly sleep waiting for each other — other processes fill
-/// that idle time, so "what others took" says nothing about what the run could have had;
-/// it is simulated with whole cores (its cross-core wake-up then also carries the
-/// scheduling delay of a loaded machine).
+/// The share a calibration run is simulated at: the measured one. (The split run's two
+/// threads mostly sleep, and other processes fill their cores meanwhile; its work still
+/// runs at the share those processes leave it, which is what makes its mean cycle
+/// several times its median.)
 pub fn effective_share(r: &CalRun) -> f64 {
-    if r.clients == Clients::Split {
-        1.0
-    } else {
-        r.share
-    }
+    r.share
 }
 
 /// The workload of a bench report, in the simulator's terms.

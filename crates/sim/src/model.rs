@@ -406,6 +406,7 @@ impl Builder<'_> {
                     ns,
                     cat,
                     lock: None,
+                    detached: false,
                 });
             }
         }
@@ -418,7 +419,31 @@ impl Builder<'_> {
                 ns,
                 cat: Cat::Wire,
                 lock: None,
+                detached: false,
             });
+        }
+    }
+
+    /// Work on `res` the transaction does not wait for.
+    fn detach(&mut self, res: Option<usize>, ns: f64, cat: Cat) {
+        if let (Some(r), true) = (res, ns > 0.0) {
+            self.steps.push(Step {
+                res: Some(r),
+                ns,
+                cat,
+                lock: None,
+                detached: true,
+            });
+        }
+    }
+
+    /// After a woken application's first call: the CPU of its blocking wait (going to
+    /// sleep, the switches), which it spends off the transaction's path — while the stack
+    /// core works on what it posted, and after it took the event (`daemon-wake` only).
+    fn after_wake(&mut self, side: Side) {
+        if self.arch.handoff == Handoff::Futex && self.p.engine.is_some() {
+            let a = self.app(side);
+            self.detach(a, self.cal.host.app_wait_ns, Cat::Wakeup);
         }
     }
 
@@ -530,13 +555,23 @@ impl Builder<'_> {
         }
     }
 
-    /// The stack core wakes `to`'s sleeping application on another core.
+    /// A synchronous ring call (connect, close) on a daemon whose applications sleep: the
+    /// stack core posts the completion and wakes the caller (`daemon-wake` only; other
+    /// architectures' costs for these calls are in their connection work).
+    fn sync_wait(&mut self, side: Side) {
+        if self.arch.handoff == Handoff::Futex && self.p.engine.is_some() {
+            let e = self.p.engine;
+            self.on(e, self.cal.host.stack_op_ns, Cat::Api);
+            self.futex_wake(side);
+            self.after_wake(side);
+        }
+    }
+
+    /// The stack core wakes `to`'s sleeping application on another core: the wake-up's
+    /// latency (its CPU is [`Builder::after_wake`]'s).
     fn futex_wake(&mut self, to: Side) {
-        let target = self.app(to);
-        if target.is_some() {
+        if self.app(to).is_some() {
             self.delay(self.cal.host.cross_core_ns);
-            let w = self.cal.host.app_wait_ns;
-            self.on(target, w, Cat::Wakeup);
         }
     }
 
@@ -599,6 +634,9 @@ impl Builder<'_> {
                 }
             }
             self.api(to);
+            if wake {
+                self.after_wake(to);
+            }
         } else {
             if wake {
                 self.handoff(rxs, to);
@@ -684,6 +722,7 @@ impl Builder<'_> {
                     ns: hold + h.bounce_ns,
                     cat: Cat::Lock,
                     lock: self.p.lock,
+                    detached: false,
                 });
             }
         } else {
@@ -822,12 +861,15 @@ fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
             b.api(Side::Client);
             b.control(Side::Client, Side::Server);
             b.control(Side::Server, Side::Client);
+            // An offload daemon's client library waits for connect's completion.
+            b.sync_wait(Side::Client);
             b.control(Side::Client, Side::Server);
             b.conn_work();
             // The server's accept is woken.
             let rx = b.rx_stack(Side::Client, Side::Server);
             b.handoff(rx, Side::Server);
             b.api(Side::Server);
+            b.after_wake(Side::Server);
             b.message(Side::Client, Side::Server, s, false);
             b.app_work(sc.app_ns);
             b.message(Side::Server, Side::Client, s, true);
@@ -837,8 +879,11 @@ fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
             let rx = b.rx_stack(Side::Client, Side::Server);
             b.handoff(rx, Side::Server);
             b.api(Side::Server);
+            b.after_wake(Side::Server);
             b.api(Side::Server);
             b.control(Side::Server, Side::Client);
+            // ... and for close's.
+            b.sync_wait(Side::Client);
             b.control(Side::Client, Side::Server);
             (arrivals(1), 2 * s as u64)
         }
@@ -891,7 +936,7 @@ fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
             match b.arch.handoff {
                 Handoff::Poll => b.on(srv, frac * h.poll_turn_ns, Cat::Poll),
                 Handoff::Wakeup => b.on(srv, frac * h.wakeup_ns, Cat::Wakeup),
-                Handoff::Futex => b.on(srv, frac * h.app_wait_ns, Cat::Wakeup),
+                Handoff::Futex => b.detach(srv, frac * h.app_wait_ns, Cat::Wakeup),
             }
             let api = match b.arch.api {
                 Api::Syscall => h.syscall_ns,

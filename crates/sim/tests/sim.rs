@@ -86,6 +86,7 @@ fn a_single_queue_matches_the_m_d_1_mean_waiting_time() {
                 ns: d_ns,
                 cat: Cat::Stack,
                 lock: None,
+                detached: false,
             }],
             arrivals: Arrivals::Open { per_s: lambda },
             bytes: 0,
@@ -150,12 +151,23 @@ fn the_fit_reproduces_the_runs_it_was_fitted_to() {
         &cal,
     )
     .unwrap();
-    assert!(
-        (at.per_s - m.per_sec).abs() / m.per_sec < 0.03,
-        "offload rate {} vs {}",
-        at.per_s,
-        m.per_sec
-    );
+    // The daemon's work per command is fitted to the rate unless the applications' CPU
+    // at that share already explains it (then it is 0 and the rate is not above it).
+    if cal.host.stack_op_ns > 0.0 {
+        assert!(
+            (at.per_s - m.per_sec).abs() / m.per_sec < 0.03,
+            "offload rate {} vs {}",
+            at.per_s,
+            m.per_sec
+        );
+    } else {
+        assert!(
+            at.per_s <= m.per_sec * 1.03,
+            "{} vs {}",
+            at.per_s,
+            m.per_sec
+        );
+    }
     for r in &runs {
         if r.clients == Clients::Split {
             // Fitted to its median response time (see fit's module docs).
