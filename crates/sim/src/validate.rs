@@ -358,7 +358,7 @@ pub fn known_limit(config: &str, quantity: &str) -> &'static str {
     if config.contains("offload") {
         "the daemon's applications sleep between calls on a core other processes share: their CPU per request and the wake-ups' waits change several-fold with the machine's load from one minute to the next (rr p50 35..184 us within one hour on this VM); the model has their means from one calibration run and no scheduler, so a miss here mostly measures that drift (--fresh narrows it)"
     } else if config.contains("kernel") && config.contains("--cores 2") {
-        "the kernel's placement is random per run (the lines below); and Linux lets a thread woken on a core where another of the run's threads is running wait for that thread's time slice, while the model serves a core's work first come, first served — so with one connection local and one cross-core it gives the cross-core one more turns than Linux does, which moves the merged median toward it"
+        "the kernel's placement is random per run (each placement's prediction below), and Linux makes a thread woken on a core where another of the run's threads runs wait for that thread's time slice, while the model serves a core's work first come, first served: with one connection local and one cross-core it gives the cross-core one more turns than Linux does (its rate higher, the merged median closer to it)"
     } else if quantity == "p50 us" {
         "the response time is the drive loop's turns without the competing load; a loaded machine's preemptions and cache refills are not modelled"
     } else {
