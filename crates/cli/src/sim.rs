@@ -7,7 +7,9 @@ use clap::Args;
 use flowstack_bench::{BenchSpec, PeerSel, RunOpts};
 use flowstack_prof::report::{from_json, BenchLink, BenchReport, Peer, ProfileReport};
 use flowstack_sim::calib::{fit_profile, preset};
-use flowstack_sim::fit::{calibrate, CalRun, CAL_CONFIGS};
+use flowstack_sim::fit::{
+    calibrate, CalRun, OffloadCalRun, OffloadReport, CAL_CONFIGS, OFFLOAD_CAL,
+};
 use flowstack_sim::plot::{svg, Chart, Series};
 use flowstack_sim::validate::{self, Measured, Row};
 use flowstack_sim::{seed001, simulate, Arch, Calibration, Clients, Outcome, Scenario, Workload};
@@ -18,8 +20,10 @@ use std::process::ExitCode;
 #[derive(Args, Debug)]
 pub struct SimArgs {
     /// Architectures, comma-separated: kernel, library, percore, offload (a NIC processor:
-    /// interrupt per message), daemon (stack cores whose rings the application polls); with
-    /// :E (E stack cores), :E@R (at R times the host clock) or :c/K (cores/K stack cores).
+    /// interrupt per message), daemon (stack cores whose rings the application polls),
+    /// daemon-wake (stack cores that wake sleeping applications: `bench --peer offload`);
+    /// with :E (E stack cores), :E@R (at R times the host clock) or :c/K (cores/K stack
+    /// cores).
     #[arg(long, value_delimiter = ',', default_value = "kernel,percore,offload")]
     arch: Vec<String>,
     /// Workloads, comma-separated: stream, rr, crr, file.
@@ -66,7 +70,7 @@ pub struct SimArgs {
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
     /// Compare predictions with fresh bench runs (stream, rr, crr at --cores 1 and 2,
-    /// flowstack and kernel peers); ±25 % is validated.
+    /// flowstack and kernel peers, and with --peer offload); ±25 % is validated.
     #[arg(long, conflicts_with_all = ["seed001", "calibrate"])]
     validate: bool,
     /// --validate: seconds per bench run.
@@ -75,6 +79,11 @@ pub struct SimArgs {
     /// --validate: runs per configuration (the median is compared).
     #[arg(long, value_name = "N", default_value_t = 3)]
     runs: usize,
+    /// --validate: first refit the calibration from fresh calibration runs (the sizes
+    /// `--calibrate` uses, none of the validated ones) made in the same session, with the
+    /// shipped profile: a shared machine's load drifts between hours.
+    #[arg(long, requires = "validate")]
+    fresh: bool,
     /// Reproduce seed 001's host-CPU reduction from its Table 1 (the seed001 preset unless
     /// --calibration names another).
     #[arg(long, conflicts_with = "calibrate")]
@@ -156,9 +165,28 @@ fn run_calibrate(a: &SimArgs, out: &std::path::Path) -> ExitCode {
             Ok(p) => p,
             Err(e) => return fail(e),
         };
-    if let Err(e) = std::fs::create_dir_all(dir) {
-        return fail(format!("cannot create {}: {e}", dir.display()));
+    let cal = match fit_from_runs(a, &profile, dir) {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    for (k, v) in &cal.fitted {
+        println!("fitted {k} = {v}");
     }
+    if let Err(e) = std::fs::write(out, cal.to_json()) {
+        return fail(format!("cannot write {}: {e}", out.display()));
+    }
+    println!("calibration  {}", out.display());
+    ExitCode::SUCCESS
+}
+
+/// The calibration from `profile` and the calibration runs in `dir` (each made now, with
+/// the CPU share it got, where `dir` lacks it).
+fn fit_from_runs(
+    a: &SimArgs,
+    profile: &ProfileReport,
+    dir: &std::path::Path,
+) -> Result<Calibration, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let shares_path = dir.join("shares.json");
     let mut shares: std::collections::BTreeMap<String, f64> = read(&shares_path)
         .ok()
@@ -191,28 +219,20 @@ fn run_calibrate(a: &SimArgs, out: &std::path::Path) -> ExitCode {
                 cores: (c.clients != Clients::Split).then_some(1),
             };
             let before = CpuSnapshot::take();
-            let r = match spec
+            let r = spec
                 .validated()
-                .and_then(|s| flowstack_bench::run(&s, &mut |_| {}))
-            {
-                Ok(r) => r,
-                Err(e) => return fail(e),
-            };
+                .and_then(|s| flowstack_bench::run(&s, &mut |_| {}))?;
             let cpus = if c.clients == Clients::Split { 2 } else { 1 };
             let share = CpuSnapshot::take()
                 .share_since(&before, cpus)
                 .unwrap_or(1.0);
             shares.insert(c.file.to_string(), share);
-            if let Err(e) = std::fs::write(&path, flowstack_prof::report::to_json(&r)) {
-                return fail(format!("cannot write {}: {e}", path.display()));
-            }
+            std::fs::write(&path, flowstack_prof::report::to_json(&r))
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         }
-        let report = match read(&path).and_then(|t| {
+        let report = read(&path).and_then(|t| {
             from_json::<BenchReport>(&t).map_err(|e| format!("{}: {e}", path.display()))
-        }) {
-            Ok(r) => r,
-            Err(e) => return fail(e),
-        };
+        })?;
         let share = shares.get(c.file).copied().unwrap_or(1.0);
         runs.push(CalRun {
             report,
@@ -220,22 +240,46 @@ fn run_calibrate(a: &SimArgs, out: &std::path::Path) -> ExitCode {
             share,
         });
     }
-    let j = serde_json::to_string_pretty(&shares).expect("plain data") + "\n";
-    if let Err(e) = std::fs::write(&shares_path, j) {
-        return fail(format!("cannot write {}: {e}", shares_path.display()));
+    let (ofile, osize) = OFFLOAD_CAL;
+    let opath = dir.join(ofile);
+    if !opath.exists() {
+        eprintln!(
+            "sim: calibration run {ofile} ({} x {} s)",
+            a.runs, a.duration
+        );
+        let before = CpuSnapshot::take();
+        let r = run_offload(flowstack_prof::report::Workload::Rr, osize, a)?;
+        let share = CpuSnapshot::take().share_since(&before, 2).unwrap_or(1.0);
+        shares.insert(ofile.to_string(), share);
+        std::fs::write(&opath, r.to_json())
+            .map_err(|e| format!("cannot write {}: {e}", opath.display()))?;
     }
-    let cal = match calibrate(&profile, &runs) {
-        Ok(c) => c,
-        Err(e) => return fail(e),
+    let report = read(&opath).and_then(|t| {
+        serde_json::from_str::<OffloadReport>(&t).map_err(|e| format!("{}: {e}", opath.display()))
+    })?;
+    let offload = OffloadCalRun {
+        report,
+        share: shares.get(ofile).copied().unwrap_or(1.0),
     };
-    for (k, v) in &cal.fitted {
-        println!("fitted {k} = {v}");
-    }
-    if let Err(e) = std::fs::write(out, cal.to_json()) {
-        return fail(format!("cannot write {}: {e}", out.display()));
-    }
-    println!("calibration  {}", out.display());
-    ExitCode::SUCCESS
+    let j = serde_json::to_string_pretty(&shares).expect("plain data") + "\n";
+    std::fs::write(&shares_path, j)
+        .map_err(|e| format!("cannot write {}: {e}", shares_path.display()))?;
+    calibrate(profile, &runs, Some(&offload))
+}
+
+/// `bench <w> --peer offload` (the daemon against the kernel, same run) through the bench
+/// library.
+fn run_offload(
+    w: flowstack_prof::report::Workload,
+    msg: usize,
+    a: &SimArgs,
+) -> Result<flowstack_bench::offload::OffloadReport, String> {
+    flowstack_bench::offload::run(&flowstack_bench::offload::OffloadSpec {
+        workload: w,
+        msg,
+        duration: a.duration,
+        runs: a.runs,
+    })
 }
 
 fn run_seed001(a: &SimArgs) -> ExitCode {
@@ -367,12 +411,31 @@ fn run_validate(a: &SimArgs) -> ExitCode {
         || !(1..=9).contains(&a.runs)
         || a.duration * a.runs as f64 > 6.0
     {
-        return usage("--validate needs 0.2 <= --duration, 1 <= --runs and --duration x --runs <= 6 (it stays within two minutes)");
+        return usage("--validate needs 0.2 <= --duration, 1 <= --runs and --duration x --runs <= 6 (it stays within three minutes)");
     }
-    let cal = match load_calibration(&a.calibration) {
+    let mut cal = match load_calibration(&a.calibration) {
         Ok(c) => c,
         Err(e) => return usage(e),
     };
+    if a.fresh {
+        let profile: ProfileReport = match from_json(flowstack_sim::calib::preset_profile()) {
+            Ok(p) => p,
+            Err(e) => return fail(format!("shipped profile: {e}")),
+        };
+        let dir = std::env::temp_dir().join(format!("flowstack-sim-fresh-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        eprintln!("sim: fresh calibration runs in {}", dir.display());
+        let r = fit_from_runs(a, &profile, &dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        cal = match r {
+            Ok(c) => c,
+            Err(e) => return fail(e),
+        };
+        cal.name = "vm, refitted to fresh calibration runs".into();
+        for (k, v) in &cal.fitted {
+            println!("fitted {k} = {v}");
+        }
+    }
     println!(
         "flowstack sim --validate: predictions from calibration '{}' vs fresh bench runs ({} x {} s, median)",
         cal.name, a.runs, a.duration
@@ -380,8 +443,9 @@ fn run_validate(a: &SimArgs) -> ExitCode {
     println!("calibration source: {}", cal.source);
     let before = loadavg();
     let mut rows: Vec<Row> = vec![];
+    let mut placements: Vec<String> = vec![];
     for c in validate::cases() {
-        let idle = match validate::predict(&cal, &c, 1.0) {
+        let idle = match validate::predict(&cal, &c, 1.0, a.runs) {
             Ok(p) => p,
             Err(e) => return fail(e),
         };
@@ -414,10 +478,23 @@ fn run_validate(a: &SimArgs) -> ExitCode {
             .validated()
             .and_then(|s| flowstack_bench::run(&s, &mut |_| {}));
         let share = CpuSnapshot::take().share_since(&before, c.cores);
-        let pred = match validate::predict(&cal, &c, share.unwrap_or(1.0)) {
+        let pred = match validate::predict(&cal, &c, share.unwrap_or(1.0), a.runs) {
             Ok(p) => p,
             Err(e) => return fail(e),
         };
+        for (pl, m, l) in &pred.by_placement {
+            placements.push(format!(
+                "  {} {} B, --cores {}, {}: servers on cores {:?} (clients on 0..{}): {:.0}, p50 {:.1} us",
+                c.workload.name(),
+                c.size(),
+                c.cores,
+                c.peer.name(),
+                pl,
+                c.cores,
+                m,
+                l
+            ));
+        }
         match measured {
             Ok(r) => {
                 let s = &r.peers[&c.peer];
@@ -444,20 +521,51 @@ fn run_validate(a: &SimArgs) -> ExitCode {
             }
         }
     }
-    rows.push(validate::row(
-        "stream/rr/crr, offload daemon".into(),
-        "flowstack bench ... --peer offload".into(),
-        "-",
-        0.0,
-        None,
-    ));
-    if let Some(r) = rows.last_mut() {
-        r.status = validate::Status::NotMeasured(
-            "no `bench --peer offload` on main yet (the daemon is being finished on branch offload2)".into(),
+    for w in validate::offload_cases() {
+        let idle = match validate::predict_offload(&cal, w, 1.0) {
+            Ok(p) => p,
+            Err(e) => return fail(e),
+        };
+        eprintln!(
+            "sim: measuring: flowstack bench {} --peer offload --duration {} --runs {}",
+            w.name(),
+            a.duration,
+            a.runs
         );
+        let pw = match w {
+            Workload::Stream => flowstack_prof::report::Workload::Stream,
+            Workload::Crr => flowstack_prof::report::Workload::Crr,
+            _ => flowstack_prof::report::Workload::Rr,
+        };
+        let before = CpuSnapshot::take();
+        let measured = run_offload(pw, validate::default_size(w), a).and_then(|r| {
+            serde_json::from_str::<OffloadReport>(&r.to_json()).map_err(|e| e.to_string())
+        });
+        let share = CpuSnapshot::take().share_since(&before, 2);
+        let pred = match validate::predict_offload(&cal, w, share.unwrap_or(1.0)) {
+            Ok(p) => p,
+            Err(e) => return fail(e),
+        };
+        match &measured {
+            Ok(r) => rows.extend(validate::offload_rows(w, &pred, &idle, share, r.offload())),
+            Err(e) => {
+                let mut rs = validate::offload_rows(w, &pred, &idle, share, None);
+                for r in &mut rs {
+                    r.status = validate::Status::NotMeasured(format!("bench failed: {e}"));
+                }
+                rows.extend(rs);
+            }
+        }
     }
     let after = loadavg();
+    validate::explain(&mut rows);
     print!("{}", validate::table(&rows));
+    if !placements.is_empty() {
+        println!("the kernel's placements (each equally likely; the prediction is the most likely median of {} runs):", a.runs);
+        for p in &placements {
+            println!("{p}");
+        }
+    }
     println!("machine load average (1, 5, 15 min): before {before}; after {after}");
     if let Some(p) = &a.json {
         let j = serde_json::to_string_pretty(&rows).expect("plain data") + "\n";

@@ -67,6 +67,15 @@ pub struct HostCosts {
     /// Reading a file's bytes from the page cache (copying), per byte; zero-copy file send
     /// skips it.
     pub file_per_byte_ns: f64,
+    /// An offload stack core's work per application command or event beyond TCP/IP: reading
+    /// the ring, dispatching the call, posting the completion, waking a sleeping
+    /// application (0 in calibrations without an offload daemon).
+    #[serde(default)]
+    pub stack_op_ns: f64,
+    /// An application's CPU per blocking wait on an offload daemon (`daemon-wake`): the
+    /// futex wait, the switch out and back in when the stack core wakes it.
+    #[serde(default)]
+    pub app_wait_ns: f64,
 }
 
 /// The network link.
@@ -135,6 +144,12 @@ pub fn preset(name: &str) -> Option<&'static str> {
         "seed001" | "seed001-table1" => Some(include_str!("../../../presets/seed001-table1.json")),
         _ => None,
     }
+}
+
+/// The profile report `presets/vm.json` was fitted from (`presets/vm-inputs/profile.json`,
+/// compiled in), for refitting the residual parameters to fresh bench runs.
+pub fn preset_profile() -> &'static str {
+    include_str!("../../../presets/vm-inputs/profile.json")
 }
 
 impl Calibration {

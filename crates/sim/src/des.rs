@@ -108,7 +108,14 @@ pub struct Step {
     /// A lock (an index from [`Des::lock`]) the work must hold: the core spins until the
     /// lock is free (spinning counted in [`ResTally::spin_ps`]), then holds it for the work.
     pub lock: Option<usize>,
+    /// Work the transaction does not wait for: it is queued on the resource (which is busy
+    /// with it as with any other job) and the transaction goes on at once — e.g. a thread
+    /// going to sleep after it posted its command, while the stack core already works on it.
+    pub detached: bool,
 }
+
+/// The transaction index of a detached job (no transaction continues when it is done).
+const DETACHED: usize = usize::MAX;
 
 /// How a flow starts its transactions.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -137,6 +144,11 @@ pub struct Flow {
     pub arrivals: Arrivals,
     /// Payload bytes one transaction moves (for throughput).
     pub bytes: u64,
+    /// Where the response time is observed: before this step (`None`: at the end). The
+    /// steps after it are still part of the transaction (a closed loop starts the next one
+    /// only after them), but the client has taken its time stamp already — as a drive
+    /// loop that reads its clock once per turn does.
+    pub observe_at: Option<usize>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -223,7 +235,8 @@ pub struct Tally {
     pub started: u64,
     /// Payload bytes of the completed transactions.
     pub bytes: u64,
-    /// Each completed transaction's response time, picoseconds, in completion order.
+    /// Each observed response time, picoseconds, in observation order (a transaction whose
+    /// flow observes it before its last step may be observed and not yet completed).
     pub latencies_ps: Vec<Ps>,
     /// Each resource.
     pub resources: Vec<ResTally>,
@@ -418,11 +431,17 @@ impl Des {
     fn ready(&mut self, t: usize) {
         let (f, s) = (self.txns[t].flow, self.txns[t].step);
         let flow = &self.flows[f];
+        let observed_at_end = flow.observe_at.is_none_or(|o| o >= flow.script.len());
+        if flow.observe_at == Some(s) && !observed_at_end {
+            self.latencies.push(self.now - self.txns[t].start);
+        }
         let Some(&step) = flow.script.get(s) else {
             // Completed.
             self.completed += 1;
             self.bytes += flow.bytes;
-            self.latencies.push(self.now - self.txns[t].start);
+            if observed_at_end {
+                self.latencies.push(self.now - self.txns[t].start);
+            }
             self.free.push(t);
             if let Arrivals::Closed { think_ns, .. } = flow.arrivals {
                 let at = self.now + to_ps(think_ns);
@@ -440,7 +459,7 @@ impl Des {
                 let ps = to_ps(step.ns / self.res[r].t.speed);
                 self.res[r].t.submitted_ps += ps;
                 self.res[r].queue.push_back(Job {
-                    txn: t,
+                    txn: if step.detached { DETACHED } else { t },
                     ps,
                     cat: step.cat,
                     enq: self.now,
@@ -448,6 +467,9 @@ impl Des {
                 });
                 if self.res[r].running.is_none() {
                     self.serve_next(r);
+                }
+                if step.detached {
+                    self.push(self.now, Ev::Ready(t));
                 }
             }
         }
@@ -477,7 +499,9 @@ impl Des {
     fn done(&mut self, r: usize) {
         let (job, _) = self.res[r].running.take().expect("a Done event has a job");
         self.res[r].t.busy_ps[job.cat.idx()] += job.ps;
-        self.ready(job.txn);
+        if job.txn != DETACHED {
+            self.ready(job.txn);
+        }
         if self.res[r].running.is_none() {
             self.serve_next(r);
         }
@@ -500,18 +524,21 @@ mod tests {
                     ns: 100.0,
                     cat: Cat::Stack,
                     lock: None,
+                    detached: false,
                 },
                 Step {
                     res: None,
                     ns: 50.0,
                     cat: Cat::Wire,
                     lock: None,
+                    detached: false,
                 },
                 Step {
                     res: Some(b),
                     ns: 100.0,
                     cat: Cat::App,
                     lock: None,
+                    detached: false,
                 },
             ],
             arrivals: Arrivals::Closed {
@@ -519,6 +546,7 @@ mod tests {
                 think_ns: 0.0,
             },
             bytes: 10,
+            observe_at: None,
         });
         let t = d.run(u64::MAX, 10);
         // 100 + 50 + 100/2 = 200 ns per transaction.
@@ -527,5 +555,73 @@ mod tests {
         assert_eq!(t.resources[0].busy_ps[Cat::Stack.idx()], 10 * 100_000);
         assert_eq!(t.resources[1].busy_ps[Cat::App.idx()], 10 * 50_000);
         assert_eq!(t.bytes, 100);
+    }
+
+    #[test]
+    fn a_response_observed_before_the_last_step_excludes_it_from_the_latency_not_the_cycle() {
+        let mut d = Des::new(1);
+        let a = d.resource("a", Kind::HostCore, 1.0);
+        let step = |ns| Step {
+            res: Some(a),
+            ns,
+            cat: Cat::Poll,
+            lock: None,
+            detached: false,
+        };
+        d.flow(Flow {
+            script: vec![step(300.0), step(100.0)],
+            arrivals: Arrivals::Closed {
+                outstanding: 1,
+                think_ns: 0.0,
+            },
+            bytes: 0,
+            observe_at: Some(1),
+        });
+        let t = d.run(u64::MAX, 10);
+        // A cycle of 400 ns, each response seen after 300 of them.
+        assert_eq!(t.completed, 10);
+        assert_eq!(t.end_ps, 10 * 400_000);
+        assert!(t.latencies_ps.len() >= 10);
+        assert!(
+            t.latencies_ps.iter().all(|&l| l == 300_000),
+            "{:?}",
+            t.latencies_ps
+        );
+    }
+
+    #[test]
+    fn detached_work_keeps_its_resource_busy_but_not_the_transaction_waiting() {
+        let mut d = Des::new(1);
+        let a = d.resource("a", Kind::HostCore, 1.0);
+        let b = d.resource("b", Kind::StackCore, 1.0);
+        let st = |res, ns, detached| Step {
+            res: Some(res),
+            ns,
+            cat: Cat::Wakeup,
+            lock: None,
+            detached,
+        };
+        d.flow(Flow {
+            // Post (a, 100), go to sleep on a (300, detached) while b works (500).
+            script: vec![st(a, 100.0, false), st(a, 300.0, true), st(b, 500.0, false)],
+            arrivals: Arrivals::Closed {
+                outstanding: 1,
+                think_ns: 0.0,
+            },
+            bytes: 0,
+            observe_at: None,
+        });
+        let t = d.run(u64::MAX, 5);
+        // 100 + 500 per transaction: the 300 overlap with b's work.
+        assert!(
+            t.latencies_ps.iter().all(|&l| l == 600_000),
+            "{:?}",
+            t.latencies_ps
+        );
+        assert_eq!(t.resources[a].busy_ps[Cat::Wakeup.idx()], 5 * 400_000);
+        assert_eq!(
+            t.resources[a].submitted_ps,
+            t.resources[a].busy() + t.resources[a].queued_ps
+        );
     }
 }

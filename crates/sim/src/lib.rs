@@ -7,9 +7,10 @@
 //! fresh bench runs before it is trusted ([`validate`]).
 //!
 //! - [`des`]: the event core (resources, delays, scripts, exact picosecond accounting);
-//! - [`model`]: architectures as configurations ([`model::Arch`]: kernel, library, percore,
-//!   offload with E stack cores at a clock ratio), workloads (stream, rr closed and open
-//!   loop, crr, file), [`model::simulate`];
+//! - [`arch`]: architectures as configurations ([`Arch`]: kernel, library, percore,
+//!   offload with E stack cores at a clock ratio, daemon, daemon-wake);
+//! - [`model`]: workloads (stream, rr closed and open loop, crr, file) as scripts over an
+//!   architecture's resources, [`model::simulate`];
 //! - [`calib`]: the cost file (presets), and flowstack's costs from a profile report;
 //! - [`fit`]: this machine's calibration: profile costs plus the residual parameters fitted
 //!   to named bench runs;
@@ -22,6 +23,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod arch;
 pub mod calib;
 pub mod des;
 pub mod fit;

@@ -16,181 +16,10 @@
 //! | offload[:E] | ring post | over the bus | E stack cores at `ratio`x | interrupt per *message* | wake-up |
 //! | daemon[:E] | ring post | over the bus (shared memory) | E stack cores at `ratio`x | event ring | polling loop turn |
 
+pub use crate::arch::{Api, Arch, Handoff, Notify};
 use crate::calib::{Calibration, StackCosts};
 use crate::des::{Arrivals, Cat, Des, Flow, Kind, Rng, Step, Tally};
 use serde::{Deserialize, Serialize};
-
-/// How the application reaches the stack.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Api {
-    /// A system call per socket operation.
-    Syscall,
-    /// A call into a library in the application's process.
-    Library,
-    /// A command posted to (or an event taken from) a shared-memory ring.
-    Ring,
-}
-
-/// How a receiving side learns that packets or messages arrived.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Notify {
-    /// An interrupt per packet.
-    InterruptPerPacket,
-    /// The stack polls its queue (a loop turn).
-    Poll,
-}
-
-/// How a blocked application is handed data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Handoff {
-    /// It sleeps and is woken (on another core: plus the cross-core latency).
-    Wakeup,
-    /// Its loop polls (one loop turn, no wake-up).
-    Poll,
-}
-
-/// An architecture: where the stack runs and what crossing into it costs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Arch {
-    /// Its name.
-    pub name: String,
-    /// Whose stack costs: the kernel's (true) or flowstack's.
-    pub kernel_stack: bool,
-    /// How the application calls the stack.
-    pub api: Api,
-    /// Whether payload is copied between application and stack buffers.
-    pub copy: bool,
-    /// How received packets are noticed on the host.
-    pub notify: Notify,
-    /// How the application is handed received data.
-    pub handoff: Handoff,
-    /// Offload: this many stack cores (0: the stack runs on the host cores).
-    pub engines: usize,
-    /// Offload: the stack cores' clock relative to the calibration's.
-    pub engine_ratio: f64,
-    /// Whether connections serialise on a lock shared by all cores (the kernel's listen
-    /// socket and accept queue).
-    pub shared_conn_lock: bool,
-    /// Whether flows are steered so that a flow's packets are received on its
-    /// application's core (RSS with per-core listeners); otherwise the receive core is the
-    /// hash of the flow, independent of where the application thread runs.
-    pub flow_affinity: bool,
-}
-
-impl Arch {
-    /// The named architectures: `kernel`, `library`, `percore`, `offload`, `offload:E`
-    /// (E stack cores), `offload:E@R` (at R times the host clock, e.g. `offload:1@0.2` for a
-    /// 500 MHz NIC processor under a 2.5 GHz host) — a NIC that interrupts the host once per
-    /// message and wakes a blocked reader (seed 001) — and `daemon[:E[@R]]`, the same on
-    /// dedicated host cores whose event rings a busy application polls (flowstackd).
-    /// `offload:c/K` and `daemon:c/K` name `cores / K` stack cores (at least one) of a
-    /// machine of `cores` host cores.
-    pub fn parse_for(s: &str, cores: usize) -> Result<Arch, String> {
-        let (kind, rest) = match s.split_once(":c/") {
-            Some((k @ ("offload" | "daemon"), rest)) => (k, Some(rest)),
-            _ => ("", None),
-        };
-        if let Some(rest) = rest {
-            let (k, r) = rest.split_once('@').unwrap_or((rest, ""));
-            let k: usize = k
-                .parse()
-                .ok()
-                .filter(|&k| k >= 1)
-                .ok_or_else(|| format!("bad divisor in {s:?}"))?;
-            let e = (cores / k).max(1);
-            let mut a = Arch::parse(&if r.is_empty() {
-                format!("{kind}:{e}")
-            } else {
-                format!("{kind}:{e}@{r}")
-            })?;
-            a.name = s.to_string();
-            return Ok(a);
-        }
-        Arch::parse(s)
-    }
-
-    /// Parses one named architecture (see [`Arch::parse_for`] for the list).
-    pub fn parse(s: &str) -> Result<Arch, String> {
-        let base = |name: &str| Arch {
-            name: name.to_string(),
-            kernel_stack: false,
-            api: Api::Library,
-            copy: false,
-            notify: Notify::Poll,
-            handoff: Handoff::Poll,
-            engines: 0,
-            engine_ratio: 1.0,
-            shared_conn_lock: false,
-            flow_affinity: true,
-        };
-        let (head, tail) = s.split_once(':').unwrap_or((s, ""));
-        let a = match head {
-            "kernel" => Arch {
-                kernel_stack: true,
-                api: Api::Syscall,
-                copy: true,
-                notify: Notify::InterruptPerPacket,
-                handoff: Handoff::Wakeup,
-                shared_conn_lock: true,
-                flow_affinity: false,
-                ..base("kernel")
-            },
-            "library" => Arch {
-                api: Api::Library,
-                copy: true,
-                notify: Notify::InterruptPerPacket,
-                handoff: Handoff::Wakeup,
-                flow_affinity: false,
-                ..base("library")
-            },
-            "percore" => base("percore"),
-            "offload" | "daemon" => {
-                let (e, r) = tail.split_once('@').unwrap_or((tail, ""));
-                let engines = if e.is_empty() {
-                    1
-                } else {
-                    e.parse::<usize>()
-                        .ok()
-                        .filter(|&n| (1..=256).contains(&n))
-                        .ok_or_else(|| format!("bad engine count in {s:?} (1..=256)"))?
-                };
-                let ratio = if r.is_empty() {
-                    1.0
-                } else {
-                    r.parse::<f64>()
-                        .ok()
-                        .filter(|&x| x > 0.0 && x <= 100.0)
-                        .ok_or_else(|| format!("bad clock ratio in {s:?} (0 < R <= 100)"))?
-                };
-                Arch {
-                    api: Api::Ring,
-                    copy: true,
-                    notify: Notify::Poll,
-                    handoff: if head == "daemon" {
-                        Handoff::Poll
-                    } else {
-                        Handoff::Wakeup
-                    },
-                    engines,
-                    engine_ratio: ratio,
-                    ..base(s)
-                }
-            }
-            _ => {
-                return Err(format!(
-                    "unknown architecture {s:?} (kernel, library, percore, offload[:E[@R]], daemon[:E[@R]])"
-                ))
-            }
-        };
-        if head != "offload" && head != "daemon" && !tail.is_empty() {
-            return Err(format!("only offload and daemon take :E@R, not {s:?}"));
-        }
-        Ok(a)
-    }
-}
 
 /// What the clients do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -271,6 +100,11 @@ pub struct Scenario {
     /// compete for the cores, as on a shared machine): host cores run at this speed.
     #[serde(default = "one")]
     pub host_share: f64,
+    /// Colocated clients, flows not steered to their core (the kernel's `SO_REUSEPORT`):
+    /// the server core of each connection, instead of the seeded hash (to predict each
+    /// placement a run can get).
+    #[serde(default)]
+    pub server_cores: Option<Vec<usize>>,
 }
 
 fn one() -> f64 {
@@ -294,6 +128,7 @@ impl Scenario {
             max_secs: 10.0,
             seed: 1,
             host_share: 1.0,
+            server_cores: None,
         }
     }
 }
@@ -371,6 +206,8 @@ struct Builder<'a> {
     steps: Vec<Step>,
     remote: bool,
     error_rate: f64,
+    /// The step before which the client observes the response (`None`: at the end).
+    observe_at: Option<usize>,
 }
 
 impl Builder<'_> {
@@ -382,6 +219,7 @@ impl Builder<'_> {
                     ns,
                     cat,
                     lock: None,
+                    detached: false,
                 });
             }
         }
@@ -394,7 +232,31 @@ impl Builder<'_> {
                 ns,
                 cat: Cat::Wire,
                 lock: None,
+                detached: false,
             });
+        }
+    }
+
+    /// Work on `res` the transaction does not wait for.
+    fn detach(&mut self, res: Option<usize>, ns: f64, cat: Cat) {
+        if let (Some(r), true) = (res, ns > 0.0) {
+            self.steps.push(Step {
+                res: Some(r),
+                ns,
+                cat,
+                lock: None,
+                detached: true,
+            });
+        }
+    }
+
+    /// After a woken application's first call: the CPU of its blocking wait (going to
+    /// sleep, the switches), which it spends off the transaction's path — while the stack
+    /// core works on what it posted, and after it took the event (`daemon-wake` only).
+    fn after_wake(&mut self, side: Side) {
+        if self.arch.handoff == Handoff::Futex && self.p.engine.is_some() {
+            let a = self.app(side);
+            self.detach(a, self.cal.host.app_wait_ns, Cat::Wakeup);
         }
     }
 
@@ -440,7 +302,7 @@ impl Builder<'_> {
 
     /// One application call into the stack on `side`.
     fn api(&mut self, side: Side) {
-        let h = &self.cal.host;
+        let h = self.cal.host.clone();
         let (ns, cat) = match self.arch.api {
             Api::Syscall => (h.syscall_ns, Cat::Api),
             Api::Library => (h.lib_call_ns, Cat::Api),
@@ -448,6 +310,11 @@ impl Builder<'_> {
         };
         let r = self.app(side);
         self.on(r, ns, cat);
+        if self.arch.api == Api::Ring && (side == Side::Server || !self.remote) {
+            // The stack core reads the command (or posts the event) and dispatches it.
+            let e = self.p.engine;
+            self.on(e, h.stack_op_ns, Cat::Api);
+        }
     }
 
     fn packets(&self, bytes: usize) -> usize {
@@ -497,6 +364,27 @@ impl Builder<'_> {
                 }
                 self.on(target, h.wakeup_ns, Cat::Wakeup);
             }
+            Handoff::Futex => self.futex_wake(to),
+        }
+    }
+
+    /// A synchronous ring call (connect, close) on a daemon whose applications sleep: the
+    /// stack core posts the completion and wakes the caller (`daemon-wake` only; other
+    /// architectures' costs for these calls are in their connection work).
+    fn sync_wait(&mut self, side: Side) {
+        if self.arch.handoff == Handoff::Futex && self.p.engine.is_some() {
+            let e = self.p.engine;
+            self.on(e, self.cal.host.stack_op_ns, Cat::Api);
+            self.futex_wake(side);
+            self.after_wake(side);
+        }
+    }
+
+    /// The stack core wakes `to`'s sleeping application on another core: the wake-up's
+    /// latency (its CPU is [`Builder::after_wake`]'s).
+    fn futex_wake(&mut self, to: Side) {
+        if self.app(to).is_some() {
+            self.delay(self.cal.host.cross_core_ns);
         }
     }
 
@@ -550,9 +438,18 @@ impl Builder<'_> {
                     }
                     // A daemon's event ring, polled by the busy application.
                     Handoff::Poll => self.on(b, h.poll_turn_ns, Cat::Poll),
+                    // A daemon wakes the application sleeping for the message.
+                    Handoff::Futex => {
+                        if wake {
+                            self.futex_wake(to);
+                        }
+                    }
                 }
             }
             self.api(to);
+            if wake {
+                self.after_wake(to);
+            }
         } else {
             if wake {
                 self.handoff(rxs, to);
@@ -562,6 +459,42 @@ impl Builder<'_> {
                 self.on(b, s as f64 * h.copy_per_byte_ns, Cat::Copy);
             }
         }
+    }
+
+    /// Whether both sides run in flowstack's bench drive loop (`bench --cores N`): one
+    /// thread per core turning the client engine, the client app, the server engine and the
+    /// server app, with one clock read per turn.
+    fn drive_loop(&self) -> bool {
+        !self.remote
+            && self.p.engine.is_none()
+            && self.arch.handoff == Handoff::Poll
+            && self.p.c_app == Some(self.p.s_app)
+    }
+
+    /// One rr transaction in the drive loop: four turns. (1) The client app sends, stamped
+    /// with the turn's clock read; (2) the client engine transmits, the server engine
+    /// receives, the server app answers; (3) the server engine transmits; (4) the client
+    /// engine receives and the client app sees the answer — stamped with turn 4's clock
+    /// read, taken *before* that turn's work, so the response time is turns 1–3 — and the
+    /// next request waits for turn 5 (the client steps each connection once per turn). The
+    /// cycle (and so the rate) is all four turns.
+    fn drive_loop_rr(&mut self, s: usize, app_ns: f64) {
+        let st = self.stack.clone();
+        let turn = self.cal.host.poll_turn_ns;
+        let segs = self.segments(s) as f64;
+        let send = segs * st.send_fixed_ns + s as f64 * st.send_per_byte_ns;
+        let recv = segs * st.recv_fixed_ns + s as f64 * st.recv_per_byte_ns;
+        let (c, srv) = (self.p.c_app, Some(self.p.s_app));
+        self.on(c, turn, Cat::Poll);
+        self.on(c, turn, Cat::Poll);
+        self.on(c, send, Cat::Stack);
+        self.on(srv, recv, Cat::Stack);
+        self.app_work(app_ns);
+        self.on(srv, turn, Cat::Poll);
+        self.on(srv, send, Cat::Stack);
+        self.observe_at = Some(self.steps.len());
+        self.on(c, turn, Cat::Poll);
+        self.on(c, recv, Cat::Stack);
     }
 
     /// A control segment (SYN, FIN, pure ACK) from `from` to `to`.
@@ -602,6 +535,7 @@ impl Builder<'_> {
                     ns: hold + h.bounce_ns,
                     cat: Cat::Lock,
                     lock: self.p.lock,
+                    detached: false,
                 });
             }
         } else {
@@ -632,8 +566,14 @@ fn build(sc: &Scenario, cal: &Calibration) -> Result<(Des, Vec<usize>, Vec<usize
     let hosts: Vec<usize> = (0..host_cores)
         .map(|i| d.resource(format!("host{i}"), Kind::HostCore, sc.host_share))
         .collect();
+    let engine_speed = a.engine_ratio
+        * if a.engines_on_host {
+            sc.host_share
+        } else {
+            1.0
+        };
     let engines: Vec<usize> = (0..a.engines)
-        .map(|i| d.resource(format!("engine{i}"), Kind::StackCore, a.engine_ratio))
+        .map(|i| d.resource(format!("engine{i}"), Kind::StackCore, engine_speed))
         .collect();
     let remote = sc.clients == Clients::Remote;
     let link = remote.then(|| d.resource("link", Kind::Link, 1.0));
@@ -659,10 +599,10 @@ fn build(sc: &Scenario, cal: &Calibration) -> Result<(Des, Vec<usize>, Vec<usize
             Clients::Colocated => {
                 // Per-core listeners: flowstack's RSS-aware ports keep the server on the
                 // client's core; the kernel's SO_REUSEPORT hash picks any listener.
-                let s = if a.flow_affinity {
-                    k % n
-                } else {
-                    (h % n as u64) as usize
+                let s = match &sc.server_cores {
+                    Some(v) if !a.flow_affinity => v.get(k).copied().unwrap_or(k) % n,
+                    _ if a.flow_affinity => k % n,
+                    _ => (h % n as u64) as usize,
                 };
                 (Some(hosts[k % n]), hosts[s])
             }
@@ -692,12 +632,14 @@ fn build(sc: &Scenario, cal: &Calibration) -> Result<(Des, Vec<usize>, Vec<usize
             steps: vec![],
             remote,
             error_rate: if remote { cal.link.error_rate } else { 0.0 },
+            observe_at: None,
         };
         let (arrivals, bytes) = script(&mut b, sc);
         d.flow(Flow {
             script: b.steps,
             arrivals,
             bytes,
+            observe_at: b.observe_at,
         });
     }
     Ok((d, hosts, engines))
@@ -716,6 +658,10 @@ fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
         None => closed(outstanding),
     };
     match sc.workload {
+        Workload::Rr if b.drive_loop() => {
+            b.drive_loop_rr(s, sc.app_ns);
+            (closed(1), 2 * s as u64)
+        }
         Workload::Rr => {
             b.message(Side::Client, Side::Server, s, true);
             b.app_work(sc.app_ns);
@@ -728,12 +674,15 @@ fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
             b.api(Side::Client);
             b.control(Side::Client, Side::Server);
             b.control(Side::Server, Side::Client);
+            // An offload daemon's client library waits for connect's completion.
+            b.sync_wait(Side::Client);
             b.control(Side::Client, Side::Server);
             b.conn_work();
             // The server's accept is woken.
             let rx = b.rx_stack(Side::Client, Side::Server);
             b.handoff(rx, Side::Server);
             b.api(Side::Server);
+            b.after_wake(Side::Server);
             b.message(Side::Client, Side::Server, s, false);
             b.app_work(sc.app_ns);
             b.message(Side::Server, Side::Client, s, true);
@@ -743,8 +692,11 @@ fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
             let rx = b.rx_stack(Side::Client, Side::Server);
             b.handoff(rx, Side::Server);
             b.api(Side::Server);
+            b.after_wake(Side::Server);
             b.api(Side::Server);
             b.control(Side::Server, Side::Client);
+            // ... and for close's.
+            b.sync_wait(Side::Client);
             b.control(Side::Client, Side::Server);
             (arrivals(1), 2 * s as u64)
         }
@@ -797,6 +749,7 @@ fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
             match b.arch.handoff {
                 Handoff::Poll => b.on(srv, frac * h.poll_turn_ns, Cat::Poll),
                 Handoff::Wakeup => b.on(srv, frac * h.wakeup_ns, Cat::Wakeup),
+                Handoff::Futex => b.detach(srv, frac * h.app_wait_ns, Cat::Wakeup),
             }
             let api = match b.arch.api {
                 Api::Syscall => h.syscall_ns,

@@ -6,7 +6,8 @@ use flowstack_prof::report::{from_json, BenchReport, ProfileReport};
 use flowstack_sim::calib::preset;
 use flowstack_sim::des::{Arrivals, Cat, Des, Flow, Kind, Step};
 use flowstack_sim::fit::{
-    calibrate, effective_share, predict_metric, workload_of, CalRun, CAL_CONFIGS,
+    calibrate, effective_share, offload_scenario, predict_metric, predict_p50, workload_of, CalRun,
+    OffloadCalRun, OffloadReport, CAL_CONFIGS, OFFLOAD_CAL,
 };
 use flowstack_sim::model::simulate_tally;
 use flowstack_sim::{seed001, simulate, Arch, Calibration, Clients, Scenario, Workload};
@@ -85,9 +86,11 @@ fn a_single_queue_matches_the_m_d_1_mean_waiting_time() {
                 ns: d_ns,
                 cat: Cat::Stack,
                 lock: None,
+                detached: false,
             }],
             arrivals: Arrivals::Open { per_s: lambda },
             bytes: 0,
+            observe_at: None,
         });
         let t = des.run(u64::MAX, 400_000);
         let wq_ns = t.resources[q].mean_wait_ns();
@@ -123,14 +126,69 @@ fn the_fit_reproduces_the_runs_it_was_fitted_to() {
             share: shares[c.file],
         })
         .collect();
-    let cal = calibrate(&profile, &runs).unwrap();
+    let offload = OffloadCalRun {
+        report: serde_json::from_str::<OffloadReport>(&input(OFFLOAD_CAL.0)).unwrap(),
+        share: shares[OFFLOAD_CAL.0],
+    };
+    let cal = calibrate(&profile, &runs, Some(&offload)).unwrap();
     // The shipped preset is this fit.
     assert_eq!(
         cal.host,
         vm().host,
         "presets/vm.json is the fit of presets/vm-inputs"
     );
+    // The offload run: the applications' CPU per request and the rate.
+    let m = offload.report.offload().unwrap();
+    let whole = simulate(&offload_scenario(Workload::Rr, OFFLOAD_CAL.1, 1.0), &cal).unwrap();
+    assert!(
+        (whole.host_protocol_us_per_txn - m.app_cpu_us_per_req).abs() / m.app_cpu_us_per_req < 0.03,
+        "offload app CPU {} vs {}",
+        whole.host_protocol_us_per_txn,
+        m.app_cpu_us_per_req
+    );
+    let at = simulate(
+        &offload_scenario(Workload::Rr, OFFLOAD_CAL.1, offload.share),
+        &cal,
+    )
+    .unwrap();
+    // The daemon's work per command is fitted to the rate unless the applications' CPU
+    // at that share already explains it (then it is 0 and the rate is not above it).
+    if cal.host.stack_op_ns > 0.0 {
+        assert!(
+            (at.per_s - m.per_sec).abs() / m.per_sec < 0.03,
+            "offload rate {} vs {}",
+            at.per_s,
+            m.per_sec
+        );
+    } else {
+        assert!(
+            at.per_s <= m.per_sec * 1.03,
+            "{} vs {}",
+            at.per_s,
+            m.per_sec
+        );
+    }
     for r in &runs {
+        if r.clients == Clients::Split {
+            // Fitted to its median response time (see fit's module docs).
+            let s = &r.report.peers[&flowstack_prof::report::Peer::Kernel];
+            let m = s.latency.unwrap().p50_us;
+            let p = predict_p50(
+                &cal,
+                flowstack_prof::report::Peer::Kernel,
+                Workload::Rr,
+                r.report.msg_size,
+                2,
+                1,
+                Clients::Split,
+            )
+            .unwrap();
+            assert!(
+                (p - m).abs() / m < 0.03,
+                "split p50: predicted {p} vs measured {m}"
+            );
+            continue;
+        }
         for (&peer, s) in &r.report.peers {
             let cores = if r.clients == Clients::Split { 2 } else { 1 };
             let p = predict_metric(
@@ -211,4 +269,57 @@ fn architectures_and_workloads_parse_and_misuse_is_refused() {
     sc.cores = 1;
     sc.host_share = 0.0;
     assert!(simulate(&sc, &vm()).is_err());
+}
+
+#[test]
+fn the_drive_loop_sees_the_response_one_turn_before_the_cycle_ends() {
+    // bench --cores 1 (flowstack): four loop turns per rr transaction; the client's time
+    // stamp is taken before the fourth turn's receive work.
+    let cal = vm();
+    let mut sc = Scenario::new(Arch::parse("percore").unwrap(), Workload::Rr, 64, 1);
+    sc.conns = 1;
+    sc.clients = Clients::Colocated;
+    sc.txns = 2_000;
+    let o = simulate(&sc, &cal).unwrap();
+    let f = cal.flowstack();
+    let send = f.send_fixed_ns + 64.0 * f.send_per_byte_ns;
+    let recv = f.recv_fixed_ns + 64.0 * f.recv_per_byte_ns;
+    let turn = cal.host.poll_turn_ns;
+    let cycle_us = (4.0 * turn + 2.0 * send + 2.0 * recv) / 1e3;
+    assert!(
+        (1e6 / o.per_s - cycle_us).abs() < 1e-3,
+        "{} vs {cycle_us}",
+        1e6 / o.per_s
+    );
+    let p50 = cycle_us - (turn + recv) / 1e3;
+    assert!((o.p50_us - p50).abs() < 1e-3, "p50 {} vs {p50}", o.p50_us);
+}
+
+#[test]
+fn a_daemon_that_wakes_its_applications_pays_two_cross_core_wake_ups_per_rr() {
+    let cal = vm();
+    let one = simulate(&offload_scenario(Workload::Rr, 64, 1.0), &cal).unwrap();
+    let mut slow = cal.clone();
+    slow.host.cross_core_ns += 10_000.0;
+    let two = simulate(&offload_scenario(Workload::Rr, 64, 1.0), &slow).unwrap();
+    let d = two.p50_us - one.p50_us;
+    assert!((d - 20.0).abs() < 1e-3, "p50 grew by {d} us");
+    // The applications' CPU does not include the wake-up latency.
+    assert!((two.host_protocol_us_per_txn - one.host_protocol_us_per_txn).abs() < 1e-9);
+    // Sharing the cores with other processes slows the daemon's core too.
+    let half = simulate(&offload_scenario(Workload::Rr, 64, 0.5), &cal).unwrap();
+    assert!(half.per_s < one.per_s, "{} vs {}", half.per_s, one.per_s);
+}
+
+#[test]
+fn the_median_of_runs_over_random_placements_is_the_most_likely_median() {
+    use flowstack_sim::validate::{median_of_runs, placements};
+    assert_eq!(placements(2, 2).len(), 4);
+    assert_eq!(placements(2, 2)[1], vec![0, 1]);
+    // Three runs over {10: 1/4, 20: 1/2, 30: 1/4}: the median is 20 with probability 11/16.
+    let d = [(0.25, 30.0), (0.5, 20.0), (0.25, 10.0)];
+    assert_eq!(median_of_runs(&d, 3), 20.0);
+    // One run: the distribution's own median.
+    assert_eq!(median_of_runs(&[(0.6, 1.0), (0.4, 2.0)], 1), 1.0);
+    assert_eq!(median_of_runs(&[(0.4, 1.0), (0.6, 2.0)], 1), 2.0);
 }
