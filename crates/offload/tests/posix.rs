@@ -60,6 +60,8 @@ fn connected(path: &PathBuf) -> Pair {
     let port = server.bind(lid, lo(0)).unwrap();
     assert!(port >= 32768, "ephemeral port {port}");
     assert_eq!(server.listen(lid, 16, None).unwrap(), port);
+    // getsockname of a listener bound to 127.0.0.1 says so (it said 0.0.0.0).
+    assert_eq!(server.local_addr(lid).unwrap(), lo(port));
     assert!(client.carries(lo(port)).unwrap());
     assert!(!client.carries(lo(port + 1)).unwrap());
     let (ca, cid) = client.socket(Type::Stream).unwrap();

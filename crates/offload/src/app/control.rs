@@ -76,11 +76,14 @@ pub(super) fn bind(sh: &mut Shared, gid: u32, local: SocketAddrV4) -> Result<u16
 }
 
 pub(super) fn listen(sh: &mut Shared, gid: u32, backlog: u32) -> Result<u16, SocketError> {
-    let port = match sh.socks.get(&gid).map(|g| &g.kind) {
+    let (ip, port) = match sh.socks.get(&gid).map(|g| &g.kind) {
         Some(Kind::Fresh {
             ty: SockType::Stream,
             bound,
-        }) => bound.map(|b| b.port()),
+        }) => (
+            bound.map_or(Ipv4Addr::UNSPECIFIED, |b| *b.ip()),
+            bound.map(|b| b.port()),
+        ),
         // listen(2) on a listener only changes the backlog.
         Some(Kind::Listener { port, .. }) => return Ok(*port),
         Some(Kind::Failed(e)) => return Err(*e),
@@ -98,6 +101,7 @@ pub(super) fn listen(sh: &mut Shared, gid: u32, backlog: u32) -> Result<u16, Soc
     let hs = sh.lo.listen(port, (backlog as usize).clamp(1, 4096))?;
     if let Some(g) = sh.socks.get_mut(&gid) {
         g.kind = Kind::Listener {
+            ip,
             port,
             hs,
             waiting: VecDeque::new(),
@@ -119,7 +123,7 @@ pub(super) fn addr_of(sh: &Shared, gid: u32, peer: bool) -> Result<SocketAddrV4,
             })
         }
         _ if peer => Err(SocketError::NotConnected),
-        Some(Kind::Listener { port, .. }) => Ok(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, *port)),
+        Some(Kind::Listener { ip, port, .. }) => Ok(SocketAddrV4::new(*ip, *port)),
         Some(Kind::Fresh { bound, .. }) => Ok(bound.unwrap_or(any)),
         Some(Kind::Failed(_)) => Ok(any),
         None => Err(SocketError::InvalidHandle),

@@ -120,6 +120,9 @@ pub(crate) enum Kind {
         bound: Option<SocketAddrV4>,
     },
     Listener {
+        /// The address it was bound to (0.0.0.0 when bound to any or not bound): what
+        /// getsockname reports. The engines listen on the port for all of 127/8.
+        ip: Ipv4Addr,
         port: u16,
         hs: Vec<TcpHandle>,
         /// Sync accepts waiting for a connection: (application, request id, its handle).
