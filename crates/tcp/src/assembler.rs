@@ -96,6 +96,11 @@ impl Assembler {
         k
     }
 
+    /// Heap bytes held now (the range list's allocation).
+    pub fn heap_bytes(&self) -> usize {
+        self.ranges.capacity() * std::mem::size_of::<(SeqNum, SeqNum)>()
+    }
+
     /// Forgets everything.
     pub fn clear(&mut self) {
         self.ranges.clear();

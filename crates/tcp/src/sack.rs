@@ -125,6 +125,11 @@ impl Scoreboard {
         self.blocks.iter().find(|r| r.0 > seq).map(|r| r.0)
     }
 
+    /// Heap bytes held now (the block list's allocation).
+    pub fn heap_bytes(&self) -> usize {
+        self.blocks.capacity() * std::mem::size_of::<(SeqNum, SeqNum)>()
+    }
+
     /// Forgets everything (the receiver may have reneged).
     pub fn clear(&mut self) {
         self.blocks.clear();

@@ -177,6 +177,13 @@ impl SendQueue {
         self.completed.pop_front()
     }
 
+    /// Heap bytes held now: the ring's allocation and the chunk and completion lists.
+    pub fn heap_bytes(&self) -> usize {
+        self.ring.allocated()
+            + self.chunks.capacity() * std::mem::size_of::<Chunk>()
+            + self.completed.capacity() * std::mem::size_of::<u64>()
+    }
+
     /// Frees the ring's memory when nothing is queued.
     pub fn release_if_empty(&mut self) {
         if self.len == 0 {

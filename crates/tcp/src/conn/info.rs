@@ -58,6 +58,24 @@ impl Connection {
         }
     }
 
+    /// Heap bytes this connection holds now, beyond its own `size_of`: buffer allocations,
+    /// the reassembly and SACK lists, RACK's segment records, the send scratch space and
+    /// any lazily allocated state. Honest accounting for `bench conns`: capacities, not
+    /// lengths.
+    pub fn heap_bytes(&self) -> usize {
+        self.snd.queue.heap_bytes()
+            + self.snd.scratch.capacity()
+            + self.rcv.buf.allocated()
+            + self.rcv.ofo.heap_bytes()
+            + self.rec.sack.heap_bytes()
+            + self.rec.rack.heap_bytes()
+    }
+
+    /// Bytes of memory this connection costs: its `size_of` plus [`Connection::heap_bytes`].
+    pub fn footprint(&self) -> usize {
+        std::mem::size_of::<Connection>() + self.heap_bytes()
+    }
+
     /// Sets the user timeout (RFC 5482, Linux TCP_USER_TIMEOUT): how long sent data may stay
     /// unacknowledged before the connection is aborted with "timed out"; `None` leaves it to
     /// the retransmission limit.

@@ -79,6 +79,11 @@ impl Rack {
         }
     }
 
+    /// Heap bytes held now (the segment records' allocation).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.segs.capacity() * std::mem::size_of::<SegMeta>()
+    }
+
     /// RFC 8985 §6.2 step 2 helper: was (t1, s1) sent after (t2, s2)?
     fn sent_after(t1: Instant, s1: SeqNum, t2: Instant, s2: SeqNum) -> bool {
         t1 > t2 || (t1 == t2 && s1 > s2)
