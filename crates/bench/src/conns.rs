@@ -115,10 +115,18 @@ struct Pair {
 }
 
 impl Pair {
-    fn poll(&mut self) {
+    /// One turn of both engines; true if a frame moved.
+    fn poll(&mut self) -> bool {
         let now = self.clock.now();
-        self.a.poll(now, &mut self.da);
-        self.b.poll(now, &mut self.db);
+        let a = self.a.poll(now, &mut self.da);
+        let b = self.b.poll(now, &mut self.db);
+        a || b
+    }
+
+    /// Polls until no frame moves (the pipe is drained), so the next batch does not
+    /// overflow the pipe while the receiver works through its budget.
+    fn settle(&mut self) {
+        while self.poll() {}
     }
 
     /// Opens connections `first..first + n`; pushes both ends' handles.
@@ -185,13 +193,13 @@ impl Pair {
         for (k, &h) in client.iter().enumerate() {
             self.a.tcp_close(h).map_err(|e| format!("close: {e}"))?;
             if k % BATCH == BATCH - 1 {
-                self.poll();
+                self.settle();
             }
         }
         for (k, &h) in server.iter().enumerate() {
             self.b.tcp_close(h).map_err(|e| format!("close: {e}"))?;
             if k % BATCH == BATCH - 1 {
-                self.poll();
+                self.settle();
             }
         }
         let mut last = Instant::now();
@@ -280,9 +288,7 @@ pub fn run(spec: &ConnsSpec) -> Result<ConnsReport, String> {
     }
     let open_s = t0.elapsed().as_secs_f64();
     // Let the last ACKs land: every connection idle and established on both sides.
-    for _ in 0..4 {
-        p.poll();
-    }
+    p.settle();
     let (ca, cb) = (p.a.tcp_connections(), p.b.tcp_connections());
     if ca != count || cb != count {
         return Err(format!(
