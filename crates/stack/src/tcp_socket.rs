@@ -11,6 +11,10 @@ use flowstack_wire::tcp::{Flags, TcpOptions, TcpRepr};
 use flowstack_wire::{Instant, PollAt, SeqNum};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::sync::Arc;
+
+/// Distinct socket configurations kept for sharing (most engines use one or two).
+const SHARED_CONFIGS: usize = 8;
 
 /// Engine-wide TCP limits.
 #[derive(Debug, Clone, Copy)]
@@ -37,7 +41,8 @@ pub use flowstack_api::TcpHandle;
 
 struct Listener {
     port: u16,
-    cfg: TcpConfig,
+    /// Shared with every connection it accepts.
+    cfg: Arc<TcpConfig>,
     backlog: usize,
     accept_q: VecDeque<usize>,
     half_open: usize,
@@ -78,9 +83,19 @@ pub(crate) struct TcpSockets {
     /// Slots seen entering TIME-WAIT without an owner, oldest first: what a full table gives
     /// up first. Entries can be stale (the slot expired or was reused) and are re-checked.
     time_wait: VecDeque<usize>,
+    /// Socket configurations in use, shared by the connections created with them (a
+    /// connection holds a pointer, not a copy): the defaults first, then the most recent
+    /// distinct ones.
+    configs: Vec<Arc<TcpConfig>>,
     /// TCP's counters (kept apart from the interface's so a connection can count while the
     /// interface is busy sending its segments; the engine merges them when read).
     counters: Counters,
+}
+
+/// A holder's share of a shared configuration: its size (with the `Arc` counts) divided
+/// among its holders. (Connections count their own share the same way.)
+fn shared_share(c: &Arc<TcpConfig>) -> usize {
+    (std::mem::size_of::<TcpConfig>() + 2 * std::mem::size_of::<usize>()) / Arc::strong_count(c)
 }
 
 pub(crate) fn map_err(e: TcpError) -> SocketError {
@@ -125,8 +140,23 @@ impl TcpSockets {
             ready: Vec::new(),
             timers: BinaryHeap::new(),
             time_wait: VecDeque::new(),
+            configs: vec![Arc::new(limits.defaults)],
             counters: Counters::default(),
         }
+    }
+
+    /// The shared copy of `cfg`: one already held if equal (connect time only, never per
+    /// packet), else a new one remembered in place of the oldest non-default.
+    fn shared_config(&mut self, cfg: TcpConfig) -> Arc<TcpConfig> {
+        if let Some(c) = self.configs.iter().find(|c| ***c == cfg) {
+            return c.clone();
+        }
+        let c = Arc::new(cfg);
+        if self.configs.len() >= SHARED_CONFIGS {
+            self.configs.remove(1);
+        }
+        self.configs.push(c.clone());
+        c
     }
 
     pub fn defaults(&self) -> TcpConfig {
@@ -212,6 +242,7 @@ impl TcpSockets {
         if self.listeners.contains_key(&port) {
             return Err(SocketError::AddrInUse);
         }
+        let cfg = self.shared_config(cfg);
         let i = self.insert(Sock::Listener(Box::new(Listener {
             port,
             cfg,
@@ -262,7 +293,7 @@ impl TcpSockets {
             self.remove(old);
         }
         let iss = self.isn.isn(&tuple, now);
-        let conn = Connection::connect(cfg, tuple, iss, now);
+        let conn = Connection::connect(self.shared_config(cfg), tuple, iss, now);
         let i = self.insert(Sock::Conn(Box::new(ConnSock {
             conn,
             ready: false,
@@ -454,7 +485,8 @@ impl TcpSockets {
         let Some(Some(Sock::Listener(l))) = self.socks.get(li) else {
             return;
         };
-        let (cfg, backlog, queued, half_open) = (l.cfg, l.backlog, l.accept_q.len(), l.half_open);
+        let (cfg, backlog, queued, half_open) =
+            (l.cfg.clone(), l.backlog, l.accept_q.len(), l.half_open);
         if f.syn() && f.fin() {
             // RFC 9293 §3.10.7.2 would process the SYN and ignore the FIN; like Linux, a
             // listener drops SYN+FIN (it only ever comes from scanners).
@@ -723,14 +755,17 @@ impl TcpSockets {
             + map(self.listeners.capacity(), size_of::<(u16, usize)>())
             + self.ready.capacity() * size_of::<usize>()
             + self.timers.capacity() * size_of::<Reverse<(u64, usize)>>()
-            + self.time_wait.capacity() * size_of::<usize>();
+            + self.time_wait.capacity() * size_of::<usize>()
+            + self.configs.capacity() * size_of::<Arc<TcpConfig>>();
         for s in self.socks.iter().flatten() {
             n += match s {
                 Sock::Conn(c) => {
                     size_of::<ConnSock>() - size_of::<Connection>() + c.conn.footprint()
                 }
                 Sock::Listener(l) => {
-                    size_of::<Listener>() + l.accept_q.capacity() * size_of::<usize>()
+                    size_of::<Listener>()
+                        + l.accept_q.capacity() * size_of::<usize>()
+                        + shared_share(&l.cfg)
                 }
             };
         }

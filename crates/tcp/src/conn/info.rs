@@ -60,10 +60,13 @@ impl Connection {
 
     /// Heap bytes this connection holds now, beyond its own `size_of`: buffer allocations,
     /// the reassembly and SACK lists, RACK's segment records, the send scratch space and
-    /// any lazily allocated state. Honest accounting for `bench conns`: capacities, not
-    /// lengths.
+    /// any lazily allocated state, and its share of a configuration shared with others (its
+    /// size divided by the number of holders). Honest accounting for `bench conns`:
+    /// capacities, not lengths.
     pub fn heap_bytes(&self) -> usize {
-        self.snd.queue.heap_bytes()
+        let arc = std::mem::size_of::<crate::TcpConfig>() + 2 * std::mem::size_of::<usize>();
+        arc / std::sync::Arc::strong_count(&self.cfg)
+            + self.snd.queue.heap_bytes()
             + self.snd.scratch.capacity()
             + self.rcv.buf.allocated()
             + self.rcv.ofo.heap_bytes()
@@ -80,7 +83,9 @@ impl Connection {
     /// unacknowledged before the connection is aborted with "timed out"; `None` leaves it to
     /// the retransmission limit.
     pub fn set_user_timeout(&mut self, t: Option<Duration>) {
-        self.cfg.user_timeout = t;
+        if self.cfg.user_timeout != t {
+            std::sync::Arc::make_mut(&mut self.cfg).user_timeout = t;
+        }
     }
 
     /// RFC 5482 §2: whether data has been unacknowledged for longer than the user timeout.

@@ -7,8 +7,8 @@
 //! stops (the tail of a flight was lost), so the loss is repaired by RACK from the probe's
 //! SACK instead of by a retransmission timeout.
 //!
-//! The per-segment records live in a ring allocated with the connection and grown only when
-//! the flight outgrows it (amortized: never per packet once the window has been reached).
+//! The per-segment records live in a ring allocated by the first data segment sent and grown
+//! only when the flight outgrows it (amortized: never per packet once the window has been reached).
 //! RACK runs only when SACK was negotiated; without it duplicate-ACK counting decides.
 
 use super::{Connection, Timer};
@@ -66,7 +66,9 @@ pub(crate) struct Rack {
 impl Rack {
     pub(crate) fn new(iss: SeqNum) -> Self {
         Self {
-            segs: VecDeque::with_capacity(16),
+            // Allocated by the first data segment sent (a connection that never sends
+            // holds nothing), then kept: it grows to the flight's size once.
+            segs: VecDeque::new(),
             xmit_ts: None,
             end_seq: iss,
             rtt: Duration::ZERO,
