@@ -71,7 +71,11 @@ impl Connection {
             + self.rcv.buf.allocated()
             + self.rcv.ofo.heap_bytes()
             + self.rec.sack.heap_bytes()
-            + self.rec.rack.heap_bytes()
+            + if self.rec.rack.is_allocated() {
+                std::mem::size_of::<super::rack::Rack>() + self.rec.rack.heap_bytes()
+            } else {
+                0
+            }
     }
 
     /// Bytes of memory this connection costs: its `size_of` plus [`Connection::heap_bytes`].
