@@ -13,6 +13,9 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 
+/// `ConnSock::scheduled` of a connection with no entry in the timer heap.
+const UNSCHEDULED: u64 = u64::MAX;
+
 /// Distinct socket configurations kept for sharing (most engines use one or two).
 const SHARED_CONFIGS: usize = 8;
 
@@ -52,10 +55,11 @@ struct ConnSock {
     conn: Connection,
     /// Queued in `ready`.
     ready: bool,
-    /// The earliest deadline this connection has in the timer heap.
-    scheduled: Option<Instant>,
-    /// Listener that created it, until it is queued for accept.
-    listener: Option<usize>,
+    /// The earliest deadline this connection has in the timer heap (nanoseconds;
+    /// [`UNSCHEDULED`] for none: half the size of an `Option<Instant>`).
+    scheduled: u64,
+    /// Listener that created it, until it is queued for accept (a slot index).
+    listener: Option<u32>,
     /// The application holds a handle.
     owned: bool,
     /// Listed in `TcpSockets::time_wait` (set once it was seen in TIME-WAIT unowned).
@@ -220,8 +224,8 @@ impl TcpSockets {
         if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
             // `PollAt::Now` is keyed at the clock's origin: due at every `now`.
             if let Some(t) = c.conn.poll_at().instant_or(Instant::ZERO) {
-                if c.scheduled.is_none_or(|s| t < s) {
-                    c.scheduled = Some(t);
+                if t.as_nanos() < c.scheduled {
+                    c.scheduled = t.as_nanos();
                     self.timers.push(Reverse((t.as_nanos(), i)));
                 }
             }
@@ -297,7 +301,7 @@ impl TcpSockets {
         let i = self.insert(Sock::Conn(Box::new(ConnSock {
             conn,
             ready: false,
-            scheduled: None,
+            scheduled: UNSCHEDULED,
             listener: None,
             owned: true,
             tw_listed: false,
@@ -350,7 +354,7 @@ impl TcpSockets {
                 // Half-open connections of this listener are aborted too.
                 for s in self.socks.iter_mut().flatten() {
                     if let Sock::Conn(c) = s {
-                        if c.listener == Some(h.index()) {
+                        if c.listener == Some(h.index() as u32) {
                             c.listener = None;
                             c.conn.abort(now);
                         }
@@ -574,8 +578,8 @@ impl TcpSockets {
         let i = self.insert(Sock::Conn(Box::new(ConnSock {
             conn,
             ready: false,
-            scheduled: None,
-            listener,
+            scheduled: UNSCHEDULED,
+            listener: listener.map(|l| l as u32),
             owned: false,
             tw_listed: false,
         })));
@@ -600,7 +604,7 @@ impl TcpSockets {
             return;
         };
         let state = c.conn.state();
-        if let Some(li) = c.listener {
+        if let Some(li) = c.listener.map(|l| l as usize) {
             if state != State::SynReceived {
                 c.listener = None;
                 let established = state != State::Closed;
@@ -694,8 +698,8 @@ impl TcpSockets {
             // Entries can be stale (the deadline moved later, or the slot was reused): re-check,
             // and re-arm a deadline that moved later.
             if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
-                if c.scheduled.is_some_and(|s| s.as_nanos() == t) {
-                    c.scheduled = None;
+                if c.scheduled == t {
+                    c.scheduled = UNSCHEDULED;
                 }
                 if c.conn.poll_at().is_due(now) {
                     c.conn.on_timeout(now, &mut self.counters);

@@ -78,6 +78,13 @@ impl Connection {
             }
     }
 
+    /// Heap held by loss recovery and reassembly — the SACK scoreboard and the out-of-order
+    /// ranges. Allocated when a loss or a hole appears, returned once recovery is over and
+    /// every hole is filled, so an idle connection holds none.
+    pub fn recovery_heap_bytes(&self) -> usize {
+        self.rcv.ofo.heap_bytes() + self.rec.sack.heap_bytes()
+    }
+
     /// Bytes of memory this connection costs: its `size_of` plus [`Connection::heap_bytes`].
     pub fn footprint(&self) -> usize {
         std::mem::size_of::<Connection>() + self.heap_bytes()
