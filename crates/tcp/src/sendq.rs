@@ -28,7 +28,9 @@ pub struct SendQueue {
     len: usize,
     cap: usize,
     /// Tokens of fully acknowledged zero-copy buffers; allocated by the first zero-copy
-    /// send (most connections never make one) and kept.
+    /// send (most connections never make one) and kept. Boxed on purpose: one pointer in
+    /// every connection instead of an empty `VecDeque`'s 32 bytes.
+    #[allow(clippy::box_collection)]
     completed: Option<Box<VecDeque<u64>>>,
 }
 
