@@ -9,12 +9,15 @@
 //!   [`run::run`] must route that subcommand to [`serve`].
 //! - **bench --cores N** ([`cores`]): both peers split by flow over N cores, each core
 //!   running one client and one server shard, results per core and merged.
+//! - **bench conns** ([`conns`]): the memory an idle established connection costs (RSS and
+//!   the engines' accounting) and the time to open and close many.
 //! - **profile** ([`profile`]): seed 000's per-layer experiment — the rigs (two engines
 //!   in-process, or one engine on a real link against the kernel), the calibration and the
 //!   measuring passes; the pure analysis is [`flowstack_prof::analysis`].
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod conns;
 pub mod cores;
 pub mod file;
 pub mod flowstack;

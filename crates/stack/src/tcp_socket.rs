@@ -11,6 +11,13 @@ use flowstack_wire::tcp::{Flags, TcpOptions, TcpRepr};
 use flowstack_wire::{Instant, PollAt, SeqNum};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::sync::Arc;
+
+/// `ConnSock::scheduled` of a connection with no entry in the timer heap.
+const UNSCHEDULED: u64 = u64::MAX;
+
+/// Distinct socket configurations kept for sharing (most engines use one or two).
+const SHARED_CONFIGS: usize = 8;
 
 /// Engine-wide TCP limits.
 #[derive(Debug, Clone, Copy)]
@@ -37,7 +44,8 @@ pub use flowstack_api::TcpHandle;
 
 struct Listener {
     port: u16,
-    cfg: TcpConfig,
+    /// Shared with every connection it accepts.
+    cfg: Arc<TcpConfig>,
     backlog: usize,
     accept_q: VecDeque<usize>,
     half_open: usize,
@@ -47,10 +55,11 @@ struct ConnSock {
     conn: Connection,
     /// Queued in `ready`.
     ready: bool,
-    /// The earliest deadline this connection has in the timer heap.
-    scheduled: Option<Instant>,
-    /// Listener that created it, until it is queued for accept.
-    listener: Option<usize>,
+    /// The earliest deadline this connection has in the timer heap (nanoseconds;
+    /// [`UNSCHEDULED`] for none: half the size of an `Option<Instant>`).
+    scheduled: u64,
+    /// Listener that created it, until it is queued for accept (a slot index).
+    listener: Option<u32>,
     /// The application holds a handle.
     owned: bool,
     /// Listed in `TcpSockets::time_wait` (set once it was seen in TIME-WAIT unowned).
@@ -78,9 +87,19 @@ pub(crate) struct TcpSockets {
     /// Slots seen entering TIME-WAIT without an owner, oldest first: what a full table gives
     /// up first. Entries can be stale (the slot expired or was reused) and are re-checked.
     time_wait: VecDeque<usize>,
+    /// Socket configurations in use, shared by the connections created with them (a
+    /// connection holds a pointer, not a copy): the defaults first, then the most recent
+    /// distinct ones.
+    configs: Vec<Arc<TcpConfig>>,
     /// TCP's counters (kept apart from the interface's so a connection can count while the
     /// interface is busy sending its segments; the engine merges them when read).
     counters: Counters,
+}
+
+/// A holder's share of a shared configuration: its size (with the `Arc` counts) divided
+/// among its holders. (Connections count their own share the same way.)
+fn shared_share(c: &Arc<TcpConfig>) -> usize {
+    (std::mem::size_of::<TcpConfig>() + 2 * std::mem::size_of::<usize>()) / Arc::strong_count(c)
 }
 
 pub(crate) fn map_err(e: TcpError) -> SocketError {
@@ -125,8 +144,23 @@ impl TcpSockets {
             ready: Vec::new(),
             timers: BinaryHeap::new(),
             time_wait: VecDeque::new(),
+            configs: vec![Arc::new(limits.defaults)],
             counters: Counters::default(),
         }
+    }
+
+    /// The shared copy of `cfg`: one already held if equal (connect time only, never per
+    /// packet), else a new one remembered in place of the oldest non-default.
+    fn shared_config(&mut self, cfg: TcpConfig) -> Arc<TcpConfig> {
+        if let Some(c) = self.configs.iter().find(|c| ***c == cfg) {
+            return c.clone();
+        }
+        let c = Arc::new(cfg);
+        if self.configs.len() >= SHARED_CONFIGS {
+            self.configs.remove(1);
+        }
+        self.configs.push(c.clone());
+        c
     }
 
     pub fn defaults(&self) -> TcpConfig {
@@ -190,8 +224,8 @@ impl TcpSockets {
         if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
             // `PollAt::Now` is keyed at the clock's origin: due at every `now`.
             if let Some(t) = c.conn.poll_at().instant_or(Instant::ZERO) {
-                if c.scheduled.is_none_or(|s| t < s) {
-                    c.scheduled = Some(t);
+                if t.as_nanos() < c.scheduled {
+                    c.scheduled = t.as_nanos();
                     self.timers.push(Reverse((t.as_nanos(), i)));
                 }
             }
@@ -212,6 +246,7 @@ impl TcpSockets {
         if self.listeners.contains_key(&port) {
             return Err(SocketError::AddrInUse);
         }
+        let cfg = self.shared_config(cfg);
         let i = self.insert(Sock::Listener(Box::new(Listener {
             port,
             cfg,
@@ -262,11 +297,11 @@ impl TcpSockets {
             self.remove(old);
         }
         let iss = self.isn.isn(&tuple, now);
-        let conn = Connection::connect(cfg, tuple, iss, now);
+        let conn = Connection::connect(self.shared_config(cfg), tuple, iss, now);
         let i = self.insert(Sock::Conn(Box::new(ConnSock {
             conn,
             ready: false,
-            scheduled: None,
+            scheduled: UNSCHEDULED,
             listener: None,
             owned: true,
             tw_listed: false,
@@ -319,7 +354,7 @@ impl TcpSockets {
                 // Half-open connections of this listener are aborted too.
                 for s in self.socks.iter_mut().flatten() {
                     if let Sock::Conn(c) = s {
-                        if c.listener == Some(h.index()) {
+                        if c.listener == Some(h.index() as u32) {
                             c.listener = None;
                             c.conn.abort(now);
                         }
@@ -454,7 +489,8 @@ impl TcpSockets {
         let Some(Some(Sock::Listener(l))) = self.socks.get(li) else {
             return;
         };
-        let (cfg, backlog, queued, half_open) = (l.cfg, l.backlog, l.accept_q.len(), l.half_open);
+        let (cfg, backlog, queued, half_open) =
+            (l.cfg.clone(), l.backlog, l.accept_q.len(), l.half_open);
         if f.syn() && f.fin() {
             // RFC 9293 §3.10.7.2 would process the SYN and ignore the FIN; like Linux, a
             // listener drops SYN+FIN (it only ever comes from scanners).
@@ -542,8 +578,8 @@ impl TcpSockets {
         let i = self.insert(Sock::Conn(Box::new(ConnSock {
             conn,
             ready: false,
-            scheduled: None,
-            listener,
+            scheduled: UNSCHEDULED,
+            listener: listener.map(|l| l as u32),
             owned: false,
             tw_listed: false,
         })));
@@ -568,7 +604,7 @@ impl TcpSockets {
             return;
         };
         let state = c.conn.state();
-        if let Some(li) = c.listener {
+        if let Some(li) = c.listener.map(|l| l as usize) {
             if state != State::SynReceived {
                 c.listener = None;
                 let established = state != State::Closed;
@@ -662,8 +698,8 @@ impl TcpSockets {
             // Entries can be stale (the deadline moved later, or the slot was reused): re-check,
             // and re-arm a deadline that moved later.
             if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
-                if c.scheduled.is_some_and(|s| s.as_nanos() == t) {
-                    c.scheduled = None;
+                if c.scheduled == t {
+                    c.scheduled = UNSCHEDULED;
                 }
                 if c.conn.poll_at().is_due(now) {
                     c.conn.on_timeout(now, &mut self.counters);
@@ -706,6 +742,38 @@ impl TcpSockets {
     /// Number of connections (any state).
     pub fn connections(&self) -> usize {
         self.count
+    }
+
+    /// Bytes the TCP socket table holds: every slot (`size_of` times the slot vector's
+    /// capacity), each boxed connection or listener with the heap it holds, and the
+    /// capacities of the demux maps (entries plus one control byte per bucket), the free
+    /// list, the ready list, the timer heap and the TIME-WAIT list. Allocator headers and
+    /// fragmentation are not included (RSS shows them).
+    pub fn accounted_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let map = |cap: usize, entry: usize| cap * (entry + 1);
+        let mut n = size_of::<Self>()
+            + self.socks.capacity() * size_of::<Option<Sock>>()
+            + self.free.capacity() * size_of::<usize>()
+            + map(self.conns.capacity(), size_of::<(FourTuple, usize)>())
+            + map(self.listeners.capacity(), size_of::<(u16, usize)>())
+            + self.ready.capacity() * size_of::<usize>()
+            + self.timers.capacity() * size_of::<Reverse<(u64, usize)>>()
+            + self.time_wait.capacity() * size_of::<usize>()
+            + self.configs.capacity() * size_of::<Arc<TcpConfig>>();
+        for s in self.socks.iter().flatten() {
+            n += match s {
+                Sock::Conn(c) => {
+                    size_of::<ConnSock>() - size_of::<Connection>() + c.conn.footprint()
+                }
+                Sock::Listener(l) => {
+                    size_of::<Listener>()
+                        + l.accept_q.capacity() * size_of::<usize>()
+                        + shared_share(&l.cfg)
+                }
+            };
+        }
+        n
     }
 
     /// Every connection, for `ss`-like listings.

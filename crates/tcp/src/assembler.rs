@@ -18,10 +18,10 @@ pub struct Assembler {
 pub struct TooManyRanges;
 
 impl Assembler {
-    /// Allows at most `max` ranges.
+    /// Allows at most `max` ranges. Nothing is allocated until data arrives out of order.
     pub fn new(max: usize) -> Self {
         Self {
-            ranges: Vec::with_capacity(max),
+            ranges: Vec::new(),
             max,
             last: None,
         }
@@ -63,6 +63,11 @@ impl Assembler {
         let first = *self.ranges.first()?;
         if first.0 <= rcv_nxt {
             self.ranges.remove(0);
+            if self.ranges.is_empty() {
+                // Every hole is filled: the list's memory goes back (an idle connection
+                // holds none; the next out-of-order episode allocates again).
+                self.ranges = Vec::new();
+            }
             if self.last.is_some_and(|l| l.0 == first.0) {
                 self.last = None;
             }
@@ -94,6 +99,11 @@ impl Assembler {
             k += 1;
         }
         k
+    }
+
+    /// Heap bytes held now (the range list's allocation).
+    pub fn heap_bytes(&self) -> usize {
+        self.ranges.capacity() * std::mem::size_of::<(SeqNum, SeqNum)>()
     }
 
     /// Forgets everything.

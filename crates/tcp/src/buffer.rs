@@ -37,7 +37,7 @@ impl RingBuffer {
     }
     /// Bytes currently allocated.
     pub fn allocated(&self) -> usize {
-        self.buf.len()
+        self.buf.capacity()
     }
 
     /// Makes the allocation hold at least `needed` bytes from the head (≤ capacity),

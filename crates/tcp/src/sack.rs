@@ -54,6 +54,11 @@ impl Scoreboard {
     /// Drops everything below the new SND.UNA.
     pub fn advance(&mut self, una: SeqNum) {
         self.blocks.retain(|r| r.1 > una);
+        if self.blocks.is_empty() && self.blocks.capacity() > 0 {
+            // Everything SACKed is now cumulatively acknowledged (recovery is over): the
+            // list's memory goes back, so an idle connection holds none.
+            self.blocks = Vec::new();
+        }
         if let Some(f) = self.blocks.first_mut() {
             f.0 = f.0.max(una);
         }
@@ -123,6 +128,11 @@ impl Scoreboard {
     /// The start of the first SACKed block above `seq`.
     pub fn next_sacked_after(&self, seq: SeqNum) -> Option<SeqNum> {
         self.blocks.iter().find(|r| r.0 > seq).map(|r| r.0)
+    }
+
+    /// Heap bytes held now (the block list's allocation).
+    pub fn heap_bytes(&self) -> usize {
+        self.blocks.capacity() * std::mem::size_of::<(SeqNum, SeqNum)>()
     }
 
     /// Forgets everything (the receiver may have reneged).

@@ -1,10 +1,12 @@
 //! `flowstack bench stream|rr|crr`: arguments → [`flowstack_bench::run()`] → printing;
-//! `flowstack bench file`: arguments → [`flowstack_bench::file::run`] → printing (`file.rs`).
+//! `flowstack bench file`: arguments → [`flowstack_bench::file::run`] → printing (`file.rs`);
+//! `flowstack bench conns`: arguments → [`flowstack_bench::conns::run`] → printing (`conns.rs`).
 //!
 //! The runs themselves (the flowstack peer's two processes over the shm wire, the kernel and
 //! smoltcp peers) live in the `flowstack-bench` crate; the results are
 //! [`flowstack_prof::report`] types, and `--json` writes them with serde.
 
+mod conns;
 mod file;
 mod print;
 
@@ -26,6 +28,8 @@ pub enum WorkloadArg {
     /// One file sent four ways: flowstack send_file and read/write, kernel sendfile and
     /// read/write (seed 002).
     File,
+    /// Memory per idle established connection, and the time to open and close many.
+    Conns,
 }
 
 impl WorkloadArg {
@@ -35,7 +39,7 @@ impl WorkloadArg {
             WorkloadArg::Stream => Some(Workload::Stream),
             WorkloadArg::Rr => Some(Workload::Rr),
             WorkloadArg::Crr => Some(Workload::Crr),
-            WorkloadArg::File => None,
+            WorkloadArg::File | WorkloadArg::Conns => None,
         }
     }
 }
@@ -163,6 +167,12 @@ pub struct BenchArgs {
     /// [default: a temporary file].
     #[arg(long, value_name = "PATH")]
     file: Option<PathBuf>,
+    /// conns: connections to open [default: 100000].
+    #[arg(long, value_name = "N")]
+    count: Option<usize>,
+    /// conns: each engine's connection limit [default: --count].
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
     #[command(flatten)]
     opts: RunOpts,
 }
@@ -219,6 +229,13 @@ pub fn serve(a: ServerArgs) -> ExitCode {
 
 /// Entry of `flowstack bench`.
 pub fn run(a: BenchArgs) -> ExitCode {
+    if a.workload == WorkloadArg::Conns {
+        return conns::run(&a);
+    }
+    if a.count.is_some() || a.max_connections.is_some() {
+        eprintln!("flowstack: --count and --max-connections are for `bench conns`");
+        return ExitCode::from(2);
+    }
     let Some(workload) = a.workload.stack() else {
         return file::run(&a);
     };

@@ -294,6 +294,13 @@ impl Engine {
         self.tcp.connections()
     }
 
+    /// Bytes of memory the TCP socket table accounts for: table slots, connections with the
+    /// heap they hold (buffers, reassembly, SACK and RACK lists), listeners, demux maps and
+    /// timer structures (see `bench conns`).
+    pub fn tcp_accounted_bytes(&self) -> usize {
+        self.tcp.accounted_bytes()
+    }
+
     /// Every connection (for `ss`-like listings).
     pub fn tcp_iter(&self) -> impl Iterator<Item = &Connection> {
         self.tcp.iter()

@@ -10,6 +10,7 @@ use crate::isn::FourTuple;
 use crate::{DEFAULT_MSS, MAX_WSCALE, MIN_MSS};
 use flowstack_wire::tcp::TcpRepr;
 use flowstack_wire::{Instant, SeqNum};
+use std::sync::Arc;
 
 /// RFC 9293 §3.7.1 / RFC 6691: the send MSS from the peer's option.
 pub(crate) fn peer_mss(opt: Option<u16>, ours: u16) -> usize {
@@ -35,8 +36,16 @@ pub fn syn_option_clamps(o: &flowstack_wire::tcp::TcpOptions, c: &mut Counters) 
 impl Connection {
     /// Active open: a connection in SYN-SENT whose first [`Connection::poll_transmit`] sends
     /// the SYN.
-    pub fn connect(cfg: TcpConfig, tuple: FourTuple, iss: SeqNum, now: Instant) -> Self {
-        Self::blank(cfg, tuple, iss, now, State::SynSent)
+    ///
+    /// `cfg` may be shared (`Arc<TcpConfig>`) by many connections: an engine passes the
+    /// same one to every connection of a socket configuration.
+    pub fn connect(
+        cfg: impl Into<Arc<TcpConfig>>,
+        tuple: FourTuple,
+        iss: SeqNum,
+        now: Instant,
+    ) -> Self {
+        Self::blank(cfg.into(), tuple, iss, now, State::SynSent)
     }
 
     /// Passive open from a listener: the connection for an accepted SYN, in SYN-RECEIVED
@@ -44,13 +53,15 @@ impl Connection {
     /// statelessly by a SYN cookie and `syn` is the completing ACK: the connection starts
     /// ESTABLISHED without options (they were not kept).
     pub fn accept(
-        cfg: TcpConfig,
+        cfg: impl Into<Arc<TcpConfig>>,
         tuple: FourTuple,
         syn: &TcpRepr,
         iss: SeqNum,
         now: Instant,
         cookie_mss: Option<u16>,
     ) -> Self {
+        let cfg: Arc<TcpConfig> = cfg.into();
+        let (cfg_mss, cfg_recv_buffer) = (cfg.mss, cfg.recv_buffer);
         let mut c = Self::blank(cfg, tuple, iss, now, State::SynReceived);
         c.passive = true;
         if let Some(mss) = cookie_mss {
@@ -58,10 +69,10 @@ impl Connection {
             c.snd.una = iss + 1;
             c.snd.nxt = iss + 1;
             c.snd.max = iss + 1;
-            c.snd.mss = peer_mss(Some(mss), cfg.mss);
+            c.snd.mss = peer_mss(Some(mss), cfg_mss);
             c.rec.cc.set_mss(c.snd.mss);
             c.opt.rcv_wscale = 0;
-            c.rcv.buf = RingBuffer::new(cfg.recv_buffer.min(65535));
+            c.rcv.buf = RingBuffer::new(cfg_recv_buffer.min(65535));
             c.state = State::Established;
             c.snd.init_window(syn.seq, syn.ack, syn.window as usize);
             return c;

@@ -58,11 +58,45 @@ impl Connection {
         }
     }
 
+    /// Heap bytes this connection holds now, beyond its own `size_of`: buffer allocations,
+    /// the reassembly and SACK lists, RACK's segment records, the send scratch space and
+    /// any lazily allocated state, and its share of a configuration shared with others (its
+    /// size divided by the number of holders). Honest accounting for `bench conns`:
+    /// capacities, not lengths.
+    pub fn heap_bytes(&self) -> usize {
+        let arc = std::mem::size_of::<crate::TcpConfig>() + 2 * std::mem::size_of::<usize>();
+        arc / std::sync::Arc::strong_count(&self.cfg)
+            + self.snd.queue.heap_bytes()
+            + self.snd.scratch.capacity()
+            + self.rcv.buf.allocated()
+            + self.rcv.ofo.heap_bytes()
+            + self.rec.sack.heap_bytes()
+            + if self.rec.rack.is_allocated() {
+                std::mem::size_of::<super::rack::Rack>() + self.rec.rack.heap_bytes()
+            } else {
+                0
+            }
+    }
+
+    /// Heap held by loss recovery and reassembly — the SACK scoreboard and the out-of-order
+    /// ranges. Allocated when a loss or a hole appears, returned once recovery is over and
+    /// every hole is filled, so an idle connection holds none.
+    pub fn recovery_heap_bytes(&self) -> usize {
+        self.rcv.ofo.heap_bytes() + self.rec.sack.heap_bytes()
+    }
+
+    /// Bytes of memory this connection costs: its `size_of` plus [`Connection::heap_bytes`].
+    pub fn footprint(&self) -> usize {
+        std::mem::size_of::<Connection>() + self.heap_bytes()
+    }
+
     /// Sets the user timeout (RFC 5482, Linux TCP_USER_TIMEOUT): how long sent data may stay
     /// unacknowledged before the connection is aborted with "timed out"; `None` leaves it to
     /// the retransmission limit.
     pub fn set_user_timeout(&mut self, t: Option<Duration>) {
-        self.cfg.user_timeout = t;
+        if self.cfg.user_timeout != t {
+            std::sync::Arc::make_mut(&mut self.cfg).user_timeout = t;
+        }
     }
 
     /// RFC 5482 §2: whether data has been unacknowledged for longer than the user timeout.

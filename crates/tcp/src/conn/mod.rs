@@ -43,6 +43,7 @@ use recovery::Recovery;
 use recv::Receiver;
 use send::Sender;
 use std::fmt;
+use std::sync::Arc;
 use timers::{Timer, Timers};
 
 pub use handshake::syn_option_clamps;
@@ -138,7 +139,12 @@ pub struct ConnStats {
 
 /// One TCP connection.
 pub struct Connection {
-    pub(crate) cfg: TcpConfig,
+    /// The socket's configuration, shared by every connection created with the same one
+    /// (an engine's defaults, a listener's): cloned only if this connection changes it.
+    pub(crate) cfg: Arc<TcpConfig>,
+    /// Nagle off (TCP_NODELAY): kept here, not in `cfg`, because applications set it per
+    /// connection and a per-connection copy of the configuration would cost its size.
+    pub(crate) nodelay: bool,
     pub(crate) tuple: FourTuple,
     pub(crate) state: State,
     /// Opened by a listener (passive open).
@@ -165,8 +171,15 @@ pub struct Connection {
 }
 
 impl Connection {
-    fn blank(cfg: TcpConfig, tuple: FourTuple, iss: SeqNum, now: Instant, state: State) -> Self {
+    fn blank(
+        cfg: Arc<TcpConfig>,
+        tuple: FourTuple,
+        iss: SeqNum,
+        now: Instant,
+        state: State,
+    ) -> Self {
         Self {
+            nodelay: cfg.nodelay,
             snd: Sender::new(&cfg, iss),
             rcv: Receiver::new(&cfg),
             opt: Options::new(&cfg, iss),
@@ -255,11 +268,13 @@ impl Connection {
     }
     /// Changes Nagle (TCP_NODELAY).
     pub fn set_nodelay(&mut self, on: bool) {
-        self.cfg.nodelay = on;
+        self.nodelay = on;
     }
     /// Changes keepalive.
     pub fn set_keepalive(&mut self, k: Option<crate::Keepalive>, now: Instant) {
-        self.cfg.keepalive = k;
+        if self.cfg.keepalive != k {
+            Arc::make_mut(&mut self.cfg).keepalive = k;
+        }
         self.timers.keepalive_sent = 0;
         self.timers
             .update(Timer::Keepalive, k.map(|k| now + k.idle));

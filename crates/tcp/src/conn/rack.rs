@@ -7,8 +7,8 @@
 //! stops (the tail of a flight was lost), so the loss is repaired by RACK from the probe's
 //! SACK instead of by a retransmission timeout.
 //!
-//! The per-segment records live in a ring allocated with the connection and grown only when
-//! the flight outgrows it (amortized: never per packet once the window has been reached).
+//! The per-segment records live in a ring allocated by the first data segment sent and grown
+//! only when the flight outgrows it (amortized: never per packet once the window has been reached).
 //! RACK runs only when SACK was negotiated; without it duplicate-ACK counting decides.
 
 use super::{Connection, Timer};
@@ -51,8 +51,9 @@ pub(crate) struct Rack {
     rtt: Duration,
     /// RACK.min_RTT.
     min_rtt: Option<Duration>,
-    /// RACK.fack: the highest sequence number delivered.
-    fack: SeqNum,
+    /// RACK.fack: the highest sequence number delivered (`None` until the first delivery:
+    /// ISS in RFC 8985 §5.2, below every data sequence number, so it compares alike).
+    fack: Option<SeqNum>,
     /// RACK.reordering_seen.
     reordering_seen: bool,
     /// TLP.end_seq: SND.NXT when the outstanding probe was sent.
@@ -63,20 +64,61 @@ pub(crate) struct Rack {
     pub(crate) tlp_now: bool,
 }
 
+/// The state of a connection that has sent no data yet: what an unallocated [`LazyRack`]
+/// reads as.
+static IDLE_RACK: Rack = Rack::new();
+
+/// RACK state allocated on first use: a connection that never sends data (or runs without
+/// SACK) holds one pointer, not the whole state. Reads of an unallocated one see
+/// [`Rack::new`]; the first write allocates it (the first data segment sent, a state change,
+/// not per packet), and it is kept for the connection's life (min_RTT and the reordering
+/// seen are long-lived).
+pub(crate) struct LazyRack(Option<Box<Rack>>);
+
+impl LazyRack {
+    pub(crate) const fn new() -> Self {
+        Self(None)
+    }
+    /// True once written to.
+    pub(crate) fn is_allocated(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+impl std::ops::Deref for LazyRack {
+    type Target = Rack;
+    fn deref(&self) -> &Rack {
+        self.0.as_deref().unwrap_or(&IDLE_RACK)
+    }
+}
+
+impl std::ops::DerefMut for LazyRack {
+    fn deref_mut(&mut self) -> &mut Rack {
+        self.0.get_or_insert_with(|| Box::new(Rack::new()))
+    }
+}
+
 impl Rack {
-    pub(crate) fn new(iss: SeqNum) -> Self {
+    pub(crate) const fn new() -> Self {
         Self {
-            segs: VecDeque::with_capacity(16),
+            // Allocated by the first data segment sent, then kept: it grows to the
+            // flight's size once.
+            segs: VecDeque::new(),
             xmit_ts: None,
-            end_seq: iss,
+            end_seq: SeqNum(0),
             rtt: Duration::ZERO,
             min_rtt: None,
-            fack: iss,
+            fack: None,
             reordering_seen: false,
             tlp_end: None,
             tlp_retrans: false,
             tlp_now: false,
         }
+    }
+
+    /// Heap bytes held now (the segment records' allocation).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.segs.capacity() * std::mem::size_of::<SegMeta>()
     }
 
     /// RFC 8985 §6.2 step 2 helper: was (t1, s1) sent after (t2, s2)?
@@ -95,10 +137,10 @@ impl Rack {
         self.min_rtt = Some(self.min_rtt.map_or(rtt, |m| m.min(rtt)));
         // Step 3 (reordering detection): a never-retransmitted segment below RACK.fack was
         // delivered out of order.
-        if !s.retrans && s.end < self.fack {
+        if !s.retrans && self.fack.is_some_and(|f| s.end < f) {
             self.reordering_seen = true;
         }
-        self.fack = self.fack.max(s.end);
+        self.fack = Some(self.fack.map_or(s.end, |f| f.max(s.end)));
         let newer = match self.xmit_ts {
             None => true,
             Some(t) => Self::sent_after(s.xmit, s.end, t, self.end_seq),
@@ -176,7 +218,19 @@ impl Connection {
             return;
         }
         let ack = seg.ack;
-        let rack = &mut self.rec.rack;
+        if self.rec.rack.is_allocated() {
+            self.rack_on_delivery(now, ack);
+        }
+        self.tlp_on_ack(ack, c);
+        self.rack_detect_loss(now, c);
+        // RFC 8985 §7.2: re-arm the PTO on an ACK.
+        self.arm_tlp(now);
+    }
+
+    /// RFC 8985 §6.2 steps 1–3 for every segment newly delivered by an ACK of `ack`: those
+    /// cumulatively acknowledged, then those newly SACKed.
+    fn rack_on_delivery(&mut self, now: Instant, ack: SeqNum) {
+        let rack = &mut *self.rec.rack;
         while let Some(s) = rack.segs.front().copied() {
             if s.end > ack {
                 if s.start < ack {
@@ -208,10 +262,6 @@ impl Connection {
                 }
             }
         }
-        self.tlp_on_ack(ack, c);
-        self.rack_detect_loss(now, c);
-        // RFC 8985 §7.2: re-arm the PTO on an ACK.
-        self.arm_tlp(now);
     }
 
     /// RFC 8985 §6.2 step 5: "For each segment ... not SACKed and not yet marked lost: if
@@ -430,6 +480,11 @@ impl Connection {
     /// A retransmission timeout: the go-back-N resend re-stamps every record it sends; when
     /// the SACK information was discarded (suspected reneging) the records forget it too.
     pub(crate) fn rack_on_rto(&mut self, sack_cleared: bool) {
+        self.timers.cancel(Timer::Tlp);
+        self.timers.cancel(Timer::Reorder);
+        if !self.rec.rack.is_allocated() {
+            return; // no data sent yet: nothing recorded, no probe outstanding
+        }
         if sack_cleared {
             for s in self.rec.rack.segs.iter_mut() {
                 s.sacked = false;
@@ -440,7 +495,5 @@ impl Connection {
         }
         self.rec.rack.tlp_end = None;
         self.rec.rack.tlp_now = false;
-        self.timers.cancel(Timer::Tlp);
-        self.timers.cancel(Timer::Reorder);
     }
 }

@@ -39,7 +39,7 @@ pub(crate) struct Recovery {
     /// before it and the TSval of the retransmission, for Eifel detection (RFC 3522).
     pub(crate) rto_undo: Option<RtoUndo>,
     /// RACK-TLP state (RFC 8985).
-    pub(crate) rack: super::rack::Rack,
+    pub(crate) rack: super::rack::LazyRack,
 }
 
 /// What a spurious timeout restores (RFC 3522 detection, RFC 4015 response).
@@ -63,7 +63,7 @@ impl Recovery {
             rexmit_mark: None,
             sack: Scoreboard::new(cfg.max_ofo_ranges),
             rto_undo: None,
-            rack: super::rack::Rack::new(iss),
+            rack: super::rack::LazyRack::new(),
         }
     }
 

@@ -306,8 +306,7 @@ impl Connection {
                 // Nagle (RFC 9293 §3.7.4) with Minshall's refinement (as Linux): hold a small
                 // segment only while another *small* segment is unacknowledged, so the tail
                 // of a multi-segment message is not held behind the peer's delayed ACK.
-                if !self.cfg.nodelay && self.snd.sml > self.snd.una && self.snd.nxt == self.snd.max
-                {
+                if !self.nodelay && self.snd.sml > self.snd.una && self.snd.nxt == self.snd.max {
                     break;
                 }
             }

@@ -34,7 +34,9 @@ impl Timer {
 
 /// A small table of deadlines indexed by [`Timer`], and the counters the timers keep.
 pub(crate) struct Timers {
-    at: [Option<Instant>; Timer::COUNT],
+    /// Deadlines; [`UNARMED`] for a stopped timer (half the size of `Option<Instant>`, and
+    /// the earliest deadline is a plain minimum).
+    at: [Instant; Timer::COUNT],
     /// Retransmission timeouts (or closing-state probes) in a row without progress.
     pub(crate) retries: u32,
     /// Exponent of the persist timer's backoff.
@@ -52,10 +54,18 @@ pub(crate) struct Timers {
     pub(crate) unacked_since: Option<Instant>,
 }
 
+/// The deadline of a stopped timer: later than any instant (`Instant::FAR_FUTURE` included).
+const UNARMED: Instant = Instant::from_nanos(u64::MAX);
+
+/// `Some(at)` unless `at` is [`UNARMED`].
+fn armed(at: Instant) -> Option<Instant> {
+    (at != UNARMED).then_some(at)
+}
+
 impl Timers {
     pub(crate) fn new(now: Instant) -> Self {
         Self {
-            at: [None; Timer::COUNT],
+            at: [UNARMED; Timer::COUNT],
             retries: 0,
             persist_backoff: 0,
             keepalive_sent: 0,
@@ -68,49 +78,53 @@ impl Timers {
 
     /// True if `t` is armed.
     pub(crate) fn is_armed(&self, t: Timer) -> bool {
-        self.at[t as usize].is_some()
+        self.at[t as usize] != UNARMED
     }
 
     /// When `t` fires, if armed.
     pub(crate) fn deadline(&self, t: Timer) -> Option<Instant> {
-        self.at[t as usize]
+        armed(self.at[t as usize])
     }
 
     /// Arms `t` for `at` (re-arms it if it was set).
     pub(crate) fn set(&mut self, t: Timer, at: Instant) {
-        self.at[t as usize] = Some(at);
+        debug_assert!(at != UNARMED);
+        self.at[t as usize] = at;
     }
 
     /// Arms `t` for `at` unless it is already armed.
     pub(crate) fn set_if_idle(&mut self, t: Timer, at: Instant) {
-        self.at[t as usize].get_or_insert(at);
+        if self.at[t as usize] == UNARMED {
+            self.set(t, at);
+        }
     }
 
     /// Arms `t` for `at`, or stops it when `at` is `None`.
     pub(crate) fn update(&mut self, t: Timer, at: Option<Instant>) {
-        self.at[t as usize] = at;
+        self.at[t as usize] = at.unwrap_or(UNARMED);
     }
 
     /// Stops `t`.
     pub(crate) fn cancel(&mut self, t: Timer) {
-        self.at[t as usize] = None;
+        self.at[t as usize] = UNARMED;
     }
 
     /// Stops every timer.
     pub(crate) fn cancel_all(&mut self) {
-        self.at = [None; Timer::COUNT];
+        self.at = [UNARMED; Timer::COUNT];
     }
 
     /// The earliest armed deadline.
     pub(crate) fn next(&self) -> Option<Instant> {
-        self.at.iter().flatten().min().copied()
+        armed(self.at.iter().copied().min().unwrap_or(UNARMED))
     }
 
     /// If `t` is due at `now`, stops it and returns true (the caller fires it).
     pub(crate) fn take_due(&mut self, t: Timer, now: Instant) -> bool {
-        let due = self.at[t as usize].is_some_and(|d| d <= now);
+        let d = self.at[t as usize];
+        let due = d != UNARMED && d <= now;
         if due {
-            self.at[t as usize] = None;
+            self.at[t as usize] = UNARMED;
         }
         due
     }
