@@ -33,10 +33,12 @@ mod ring;
 
 use crate::packet::PacketSender;
 use crate::sys::{
-    complete_checksum, cvt, interface_exists, interface_index, interface_mtu, looks_partial,
+    complete_checksum, cvt, interface_driver, interface_exists, interface_index, interface_mtu,
+    looks_partial,
 };
 use crate::{Device, DeviceCaps, Instant, TxBatch};
-use flowstack_sys::bpf::{self, XdpMode};
+use flowstack_sys::bpf;
+pub use flowstack_sys::bpf::XdpMode;
 use flowstack_wire::Duration;
 use ring::Ring;
 use std::io;
@@ -51,6 +53,9 @@ pub const FRAMES: u32 = 4096;
 const RING: u32 = FRAMES / 2;
 /// `sendto` kicks per batch before giving up on frames the kernel has not taken.
 const MAX_KICKS: u32 = 256;
+/// Largest frame gathered from several chunks (multi-buffer reception): a 64 KiB datagram
+/// with its Ethernet header, rounded up.
+const MAX_GATHER: usize = 65_536 + 256;
 
 /// How an XDP socket transmits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -62,6 +67,22 @@ pub enum XdpTx {
     Auto,
     /// Always the XDP TX ring (MTU-sized frames).
     Ring,
+}
+
+/// How an interface's XDP sockets are set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct XdpOptions {
+    /// How frames are transmitted.
+    pub tx: XdpTx,
+    /// Where the program runs; `None` chooses: generic mode on a veth (see below), else
+    /// driver mode where the driver has XDP, generic otherwise.
+    ///
+    /// On a veth, a program in driver mode makes the peer drop its segmentation offload
+    /// (the kernel on the other side then cuts every 64 KiB segment into MTU-sized frames
+    /// before the veth, and each crosses it, runs the program and is copied on its own); in
+    /// generic mode the peer keeps it, its 64 KiB segments arrive whole and reach the socket
+    /// as one multi-buffer frame (`XDP_USE_SG`).
+    pub mode: Option<XdpMode>,
 }
 
 /// Counters of an XDP socket.
@@ -90,6 +111,10 @@ pub struct XdpStats {
     pub tx_gso: u64,
     /// Frames the packet socket refused (dropped).
     pub tx_packet_drops: u64,
+    /// Frames that arrived in several chunks (multi-buffer) and were gathered into one.
+    pub rx_multi: u64,
+    /// Multi-buffer frames larger than [`MAX_GATHER`] bytes (dropped).
+    pub rx_too_big: u64,
     /// Checks that the interface still exists, made by `wait` only after a wait that brought
     /// no frame.
     pub idle_checks: u64,
@@ -167,6 +192,10 @@ pub struct XdpSocket {
     free_tx: Vec<u64>,
     /// Copy mode: the transmit-only packet socket frames leave through (see [`XdpTx`]).
     packet_tx: Option<PacketSender>,
+    /// Bound with `XDP_USE_SG`: a frame may span several RX descriptors.
+    sg: bool,
+    /// Where a multi-buffer frame is gathered (capacity [`MAX_GATHER`], allocated once).
+    gather: Vec<u8>,
     program: Arc<Program>,
     ifindex: u32,
     mtu: usize,
@@ -217,11 +246,11 @@ fn explain(iface: &str, what: &str, e: io::Error) -> io::Error {
 impl XdpSocket {
     /// Opens `n` sockets on queues `0..n` of `iface` and attaches the redirect program.
     pub fn open_queues(iface: &str, n: usize) -> io::Result<Vec<Self>> {
-        Self::open_queues_with(iface, n, XdpTx::Auto)
+        Self::open_queues_with(iface, n, XdpOptions::default())
     }
 
-    /// [`XdpSocket::open_queues`], transmitting as `tx` says.
-    pub fn open_queues_with(iface: &str, n: usize, tx: XdpTx) -> io::Result<Vec<Self>> {
+    /// [`XdpSocket::open_queues`] with `opts`.
+    pub fn open_queues_with(iface: &str, n: usize, opts: XdpOptions) -> io::Result<Vec<Self>> {
         let ifindex = interface_index(iface).map_err(|e| explain(iface, "interface", e))? as u32;
         let mtu = interface_mtu(iface).unwrap_or(1500);
         if mtu + 14 > (FRAME - 256) as usize {
@@ -231,7 +260,21 @@ impl XdpSocket {
             ));
         }
         let map = bpf::xskmap_create(n as u32).map_err(|e| explain(iface, "XSKMAP", e))?;
-        let prog = bpf::load_redirect(&map).map_err(|e| explain(iface, "load program", e))?;
+        let modes: &[XdpMode] = match opts.mode {
+            Some(m) => match m {
+                XdpMode::Driver => &[XdpMode::Driver],
+                XdpMode::Generic => &[XdpMode::Generic],
+            },
+            None if interface_driver(iface).as_deref() == Some("veth") => {
+                &[XdpMode::Generic, XdpMode::Driver]
+            }
+            None => &[XdpMode::Driver, XdpMode::Generic],
+        };
+        // Multi-buffer capable: frames larger than a chunk (a veth peer's 64 KiB segments in
+        // generic mode) reach the sockets bound with XDP_USE_SG instead of being dropped.
+        let prog = bpf::load_redirect(&map, true)
+            .or_else(|_| bpf::load_redirect(&map, false))
+            .map_err(|e| explain(iface, "load program", e))?;
         let program = Arc::new(Program {
             map,
             prog,
@@ -240,7 +283,7 @@ impl XdpSocket {
         let mut socks = Vec::with_capacity(n);
         for q in 0..n as u32 {
             let mut s = Self::open_one(iface, ifindex, q, mtu, program.clone())?;
-            if tx == XdpTx::Auto && !s.zero_copy {
+            if opts.tx == XdpTx::Auto && !s.zero_copy {
                 // Best effort: without it the XDP TX ring still works, MTU frame by frame.
                 s.packet_tx = PacketSender::open(iface).ok();
             }
@@ -249,13 +292,14 @@ impl XdpSocket {
             socks.push(s);
         }
         // Attach last, so frames are redirected only once every socket is in the map.
-        let attached = bpf::attach_xdp(&program.prog, ifindex, XdpMode::Driver)
-            .map(|l| (l, XdpMode::Driver))
-            .or_else(|_| {
-                bpf::attach_xdp(&program.prog, ifindex, XdpMode::Generic)
-                    .map(|l| (l, XdpMode::Generic))
-            })
-            .map_err(|e| explain(iface, "attach program", e))?;
+        let mut attached = Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+        for &m in modes {
+            attached = bpf::attach_xdp(&program.prog, ifindex, m).map(|l| (l, m));
+            if attached.is_ok() {
+                break;
+            }
+        }
+        let attached = attached.map_err(|e| explain(iface, "attach program", e))?;
         let _ = program.link.set(attached);
         Ok(socks)
     }
@@ -342,22 +386,28 @@ impl XdpSocket {
             fill.push(i as u64 * FRAME as u64);
         }
         fill.submit();
-        let sxdp = libc::sockaddr_xdp {
-            sxdp_family: libc::AF_XDP as u16,
-            sxdp_flags: libc::XDP_USE_NEED_WAKEUP,
-            sxdp_ifindex: ifindex,
-            sxdp_queue_id: queue,
-            sxdp_shared_umem_fd: 0,
+        let bind = |flags: u16| {
+            let sxdp = libc::sockaddr_xdp {
+                sxdp_family: libc::AF_XDP as u16,
+                sxdp_flags: flags,
+                sxdp_ifindex: ifindex,
+                sxdp_queue_id: queue,
+                sxdp_shared_umem_fd: 0,
+            };
+            // SAFETY: `sxdp` is a valid sockaddr_xdp of the size passed.
+            cvt(unsafe {
+                libc::bind(
+                    fd.as_raw_fd(),
+                    &sxdp as *const _ as *const libc::sockaddr,
+                    std::mem::size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+                )
+            })
         };
-        // SAFETY: `sxdp` is a valid sockaddr_xdp of the size passed.
-        cvt(unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                &sxdp as *const _ as *const libc::sockaddr,
-                std::mem::size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
-            )
-        })
-        .map_err(|e| explain(iface, &ctx("bind"), e))?;
+        // Multi-buffer where the kernel and driver allow it, else one chunk per frame.
+        let sg = bind(libc::XDP_USE_NEED_WAKEUP | libc::XDP_USE_SG).is_ok();
+        if !sg {
+            bind(libc::XDP_USE_NEED_WAKEUP).map_err(|e| explain(iface, &ctx("bind"), e))?;
+        }
         let mut opts = libc::xdp_options { flags: 0 };
         let mut len = std::mem::size_of::<libc::xdp_options>() as libc::socklen_t;
         // SAFETY: `opts` is a writable buffer of `len` bytes.
@@ -382,6 +432,12 @@ impl XdpSocket {
             umem,
             free_tx,
             packet_tx: None,
+            sg,
+            gather: if sg {
+                Vec::with_capacity(MAX_GATHER)
+            } else {
+                Vec::new()
+            },
             program,
             ifindex,
             mtu,
@@ -472,6 +528,69 @@ impl XdpSocket {
         // it through the fill ring; `&mut self` makes the borrow exclusive.
         Some(unsafe { std::slice::from_raw_parts_mut(self.umem.ptr.add(addr), len) })
     }
+
+    /// Delivers the one-chunk frame `d` in place.
+    fn deliver_one(
+        &mut self,
+        d: &libc::xdp_desc,
+        sink: &mut dyn FnMut(&[u8]),
+        delivered: &mut usize,
+    ) {
+        let mut fixed = false;
+        match self.frame(d) {
+            Some(f) => {
+                // AF_XDP carries no checksum status: a frame from a local sender with
+                // checksum offload (a veth peer) still holds the partial sum. Complete
+                // it in place (the chunk is ours until it goes back to the fill ring).
+                if looks_partial(f) {
+                    fixed = complete_checksum(f);
+                }
+                sink(f);
+                *delivered += 1;
+            }
+            None => self.stats.rx_invalid += 1,
+        }
+        self.stats.rx_csum_fixups += fixed as u64;
+    }
+
+    /// Gathers the frame spread over RX descriptors `first..=last` into one buffer (kept
+    /// between calls, no allocation) and delivers it.
+    fn deliver_gathered(
+        &mut self,
+        first: u32,
+        last: u32,
+        sink: &mut dyn FnMut(&[u8]),
+        delivered: &mut usize,
+    ) {
+        let mut buf = std::mem::take(&mut self.gather);
+        buf.clear();
+        let mut ok = true;
+        for k in first..=last {
+            let d = self.rx.peek(k);
+            match self.frame(&d) {
+                Some(f) if buf.len() + f.len() <= MAX_GATHER => buf.extend_from_slice(f),
+                Some(_) => {
+                    self.stats.rx_too_big += 1;
+                    ok = false;
+                    break;
+                }
+                None => {
+                    self.stats.rx_invalid += 1;
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        if ok {
+            if looks_partial(&buf) && complete_checksum(&mut buf) {
+                self.stats.rx_csum_fixups += 1;
+            }
+            self.stats.rx_multi += 1;
+            sink(&buf);
+            *delivered += 1;
+        }
+        self.gather = buf;
+    }
 }
 
 impl Device for XdpSocket {
@@ -487,30 +606,39 @@ impl Device for XdpSocket {
     }
 
     fn recv_batch(&mut self, _now: Instant, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
-        let n = self.rx.available().min(budget as u32);
+        let n = self.rx.available();
         let mut delivered = 0;
-        for i in 0..n {
-            let d = self.rx.peek(i);
-            let mut fixed = false;
-            match self.frame(&d) {
-                Some(f) => {
-                    // AF_XDP carries no checksum status: a frame from a local sender with
-                    // checksum offload (a veth peer) still holds the partial sum. Complete
-                    // it in place (the chunk is ours until it goes back to the fill ring).
-                    if looks_partial(f) {
-                        fixed = complete_checksum(f);
-                    }
-                    sink(f);
-                    delivered += 1;
+        // `i` is the next descriptor; a frame is descriptors i..=last, all but the last
+        // flagged XDP_PKT_CONTD (multi-buffer, only when bound with XDP_USE_SG).
+        let mut i = 0;
+        while i < n && delivered < budget {
+            let mut last = i;
+            while self.sg && self.rx.peek(last).options & libc::XDP_PKT_CONTD != 0 {
+                last += 1;
+                if last == n {
+                    break;
                 }
-                None => self.stats.rx_invalid += 1,
             }
-            self.stats.rx_csum_fixups += fixed as u64;
-            // Return the chunk for reception (the fill ring has a slot per RX chunk).
-            self.fill.push(d.addr & !(FRAME as u64 - 1));
+            if last == n {
+                // The kernel publishes a frame's descriptors together; a partial one is
+                // left for the next call.
+                break;
+            }
+            if last == i {
+                let d = self.rx.peek(i);
+                self.deliver_one(&d, sink, &mut delivered);
+            } else {
+                self.deliver_gathered(i, last, sink, &mut delivered);
+            }
+            // Return the chunks for reception (the fill ring has a slot per RX chunk).
+            for k in i..=last {
+                let addr = self.rx.peek(k).addr;
+                self.fill.push(addr & !(FRAME as u64 - 1));
+            }
+            i = last + 1;
         }
-        if n > 0 {
-            self.rx.release(n);
+        if i > 0 {
+            self.rx.release(i);
             self.fill.submit();
         }
         if self.fill.needs_wakeup() {
