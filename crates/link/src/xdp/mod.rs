@@ -30,6 +30,8 @@
 #![allow(unsafe_code)]
 
 mod ring;
+#[cfg(test)]
+mod tests;
 
 use crate::packet::PacketSender;
 use crate::sys::{
