@@ -188,29 +188,41 @@ fn udp_frame(buf: &mut [u8], port: u16, payload: &[u8]) {
     buf[42..42 + payload.len()].copy_from_slice(payload);
 }
 
-#[test]
-fn frames_reach_the_kernel_through_the_packet_socket_and_the_tx_ring() {
-    if !have_root() {
-        return;
-    }
-    in_veth_netns(|| {
+/// Sends one UDP frame through an XDP socket transmitting as `tx`; the kernel must get it.
+fn frame_reaches_the_kernel(tx: XdpTx) {
+    // A fresh namespace per variant: the kernel releases a socket's queue binding after the
+    // socket is closed, asynchronously, so binding the same queue at once again can fail with
+    // EBUSY.
+    in_veth_netns(move || {
         let k = UdpSocket::bind("10.9.0.1:9001").unwrap();
         k.set_read_timeout(Some(StdDuration::from_secs(2))).unwrap();
-        for tx in [XdpTx::Auto, XdpTx::Ring] {
-            let opts = XdpOptions { tx, mode: None };
-            let mut socks = XdpSocket::open_queues_with("xb", 1, opts).unwrap();
-            let s = &mut socks[0];
-            assert_eq!(s.packet_tx(), tx == XdpTx::Auto, "copy mode on a veth");
-            let msg = format!("hello over {tx:?}");
-            let mut batch = TxBatch::new();
-            udp_frame(batch.push(42 + msg.len()), 9001, msg.as_bytes());
-            assert_eq!(s.send_batch(NOW, &batch), 1);
-            let mut buf = [0u8; 64];
-            let (n, from) = k.recv_from(&mut buf).expect("the kernel got the frame");
-            assert_eq!(&buf[..n], msg.as_bytes());
-            assert_eq!(from.to_string(), "10.9.0.2:9002");
-        }
+        let opts = XdpOptions { tx, mode: None };
+        let mut socks = XdpSocket::open_queues_with("xb", 1, opts).unwrap();
+        let s = &mut socks[0];
+        assert_eq!(s.packet_tx(), tx == XdpTx::Auto, "copy mode on a veth");
+        let msg = format!("hello over {tx:?}");
+        let mut batch = TxBatch::new();
+        udp_frame(batch.push(42 + msg.len()), 9001, msg.as_bytes());
+        assert_eq!(s.send_batch(NOW, &batch), 1);
+        let mut buf = [0u8; 64];
+        let (n, from) = k.recv_from(&mut buf).expect("the kernel got the frame");
+        assert_eq!(&buf[..n], msg.as_bytes());
+        assert_eq!(from.to_string(), "10.9.0.2:9002");
     });
+}
+
+#[test]
+fn frames_reach_the_kernel_through_the_packet_socket() {
+    if have_root() {
+        frame_reaches_the_kernel(XdpTx::Auto);
+    }
+}
+
+#[test]
+fn frames_reach_the_kernel_through_the_tx_ring() {
+    if have_root() {
+        frame_reaches_the_kernel(XdpTx::Ring);
+    }
 }
 
 #[test]
