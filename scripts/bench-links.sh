@@ -17,6 +17,7 @@
 # this script installs nothing).
 # Usage: scripts/bench-links.sh [--json FILE] [--only send,recv,ab,wrk]
 #                               [--links tap,tap-novnet,packet,xdp] [SIZE_MB=200] [RUNS=5]
+# FLOWSTACK=PATH measures another binary (e.g. a copy of the previous build, for before/after).
 set -euo pipefail
 JSON=
 ONLY=send,recv,ab,wrk
@@ -26,7 +27,7 @@ while [ $# -gt 0 ]; do
     --json) JSON=$2; shift 2 ;;
     --only) ONLY=$2; shift 2 ;;
     --links) LINKS=$2; shift 2 ;;
-    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,20p "$0"; exit 0 ;;
     --*) echo "bench-links: unknown option $1" >&2; exit 2 ;;
     *) break ;;
   esac

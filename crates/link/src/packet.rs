@@ -117,26 +117,40 @@ pub struct PacketStats {
     pub tx_retries: u64,
 }
 
-/// One AF_PACKET socket with its receive ring.
-pub struct PacketSocket {
+/// The transmit side of a packet socket: `sendmmsg` of whole batches, each frame behind a
+/// vnet header when the socket has one (GSO and checksum offload, see [`crate::vnet`]).
+///
+/// [`PacketSocket`] transmits through one; [`PacketSender::open`] makes a transmit-only
+/// socket (bound to no protocol, so the kernel hands it no received frames), which the AF_XDP
+/// driver uses in copy mode: there the XDP socket's own transmit path builds one MTU-sized
+/// skb per frame, while this one hands the kernel 64 KiB segments to cut.
+pub struct PacketSender {
     fd: OwnedFd,
-    ring: NonNull<u8>,
-    ring_len: usize,
-    kind: RxRing,
-    /// The next block (V3) or slot (V2) to read.
-    block: u32,
     mtu: usize,
-    stats: PacketStats,
-    /// Frames carry a vnet header both ways.
+    /// Frames carry a vnet header.
     vnet: bool,
     ifindex: i32,
     /// The interface went away (deleted, or its namespace with it).
     down: bool,
+    stats: PacketStats,
     /// Transmit scratch, reused by every batch: per frame its layout, its iovecs and its
     /// message header (they point into each other and into the batch only during a call).
     tx_layout: Vec<TxLayout>,
     tx_iov: Vec<libc::iovec>,
     tx_msg: Vec<libc::mmsghdr>,
+}
+
+/// One AF_PACKET socket with its receive ring.
+pub struct PacketSocket {
+    /// The socket (its descriptor) and its transmit side.
+    tx: PacketSender,
+    ring: NonNull<u8>,
+    ring_len: usize,
+    kind: RxRing,
+    /// The next block (V3) or slot (V2) to read.
+    block: u32,
+    /// Receive counters (the transmit ones live in `tx`).
+    stats: PacketStats,
 }
 
 // SAFETY: `ring` points to this socket's own RX ring mapping, created in `open` and unmapped
@@ -146,6 +160,12 @@ pub struct PacketSocket {
 // type stays `!Sync`, so two threads never touch the ring at once. The per-core runtime
 // builds queues on one thread and runs each on its shard's thread.
 unsafe impl Send for PacketSocket {}
+
+// SAFETY: the raw pointers a sender holds are the iovec and message scratch, written and
+// read only during one `send` call through `&mut self` (they point into the batch and into
+// `tx_layout`/`tx_iov` only while that call runs, and are never read between calls). The
+// type stays `!Sync`.
+unsafe impl Send for PacketSender {}
 
 fn setopt<T>(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, v: &T) -> io::Result<()> {
     // SAFETY: `v` points to a live value of the size we pass.
@@ -264,17 +284,87 @@ impl PacketSocket {
             let arg: u32 = group | (PACKET_FANOUT_HASH << 16);
             setopt(&fd, libc::SOL_PACKET, PACKET_FANOUT, &arg)?;
         }
+        let mtu = interface_mtu(iface).unwrap_or(1500);
         Ok(Self {
-            fd,
+            tx: PacketSender::with_fd(fd, vnet, mtu, ifindex),
             ring,
             ring_len,
             kind,
             block: 0,
-            mtu: interface_mtu(iface).unwrap_or(1500),
             stats: PacketStats::default(),
+        })
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> PacketStats {
+        let t = self.tx.stats;
+        PacketStats {
+            tx_frames: t.tx_frames,
+            tx_drops: t.tx_drops,
+            tx_gso: t.tx_gso,
+            tx_calls: t.tx_calls,
+            tx_retries: t.tx_retries,
+            ..self.stats
+        }
+    }
+
+    /// True if frames carry a vnet header (segmentation and checksum offload).
+    pub fn vnet(&self) -> bool {
+        self.tx.vnet
+    }
+
+    fn block_ptr(&self, i: u32) -> *mut u8 {
+        // SAFETY: i < BLOCK_NR, so the offset stays inside the mapping.
+        unsafe { self.ring.as_ptr().add((i * BLOCK_SIZE) as usize) }
+    }
+}
+
+impl PacketSender {
+    /// Opens a transmit-only packet socket on `iface`: vnet header (when the kernel takes
+    /// it), `PACKET_QDISC_BYPASS`, bound to the interface with protocol 0 so that no
+    /// received frame is ever queued to it.
+    pub fn open(iface: &str) -> io::Result<Self> {
+        let ctx = |e: io::Error| io::Error::new(e.kind(), format!("AF_PACKET on {iface}: {e}"));
+        let ifindex = interface_index(iface).map_err(ctx)?;
+        // SAFETY: socket(2) with protocol 0 (no receive hook); owned by OwnedFd at once.
+        let raw = cvt(unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                0,
+            )
+        })
+        .map_err(ctx)?;
+        // SAFETY: `raw` is a fresh descriptor nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let vnet = setopt(&fd, libc::SOL_PACKET, PACKET_VNET_HDR, &1i32).is_ok();
+        let _ = setopt(&fd, libc::SOL_PACKET, PACKET_QDISC_BYPASS, &1i32);
+        // SAFETY: zeroed sockaddr_ll is a valid value; we fill the fields bind needs.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = 0;
+        sll.sll_ifindex = ifindex;
+        // SAFETY: `sll` is a valid sockaddr_ll of the size passed.
+        cvt(unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                &sll as *const _ as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        })
+        .map_err(ctx)?;
+        let mtu = interface_mtu(iface).unwrap_or(1500);
+        Ok(Self::with_fd(fd, vnet, mtu, ifindex))
+    }
+
+    fn with_fd(fd: OwnedFd, vnet: bool, mtu: usize, ifindex: i32) -> Self {
+        Self {
+            fd,
+            mtu,
             vnet,
             ifindex,
             down: false,
+            stats: PacketStats::default(),
             tx_layout: vec![TxLayout::PLAIN; TX_CHUNK],
             tx_iov: vec![
                 libc::iovec {
@@ -285,10 +375,10 @@ impl PacketSocket {
             ],
             // SAFETY: an all-zero mmsghdr (null pointers, zero lengths) is a valid value.
             tx_msg: vec![unsafe { std::mem::zeroed() }; TX_CHUNK],
-        })
+        }
     }
 
-    /// Counters.
+    /// Transmit counters (the `tx_*` fields).
     pub fn stats(&self) -> PacketStats {
         self.stats
     }
@@ -296,6 +386,21 @@ impl PacketSocket {
     /// True if frames carry a vnet header (segmentation and checksum offload).
     pub fn vnet(&self) -> bool {
         self.vnet
+    }
+
+    /// Largest IP datagram this sender takes: 64 KiB segments with a vnet header, else the
+    /// MTU.
+    pub fn max_tx_datagram(&self) -> usize {
+        if self.vnet {
+            MAX_GSO_DATAGRAM
+        } else {
+            self.mtu
+        }
+    }
+
+    /// True once a send found the interface gone.
+    pub fn link_down(&self) -> bool {
+        self.down
     }
 
     /// Sends up to [`TX_CHUNK`] frames in one `sendmmsg` (more calls only after a refusal);
@@ -382,21 +487,33 @@ impl PacketSocket {
         sent
     }
 
-    fn block_ptr(&self, i: u32) -> *mut u8 {
-        // SAFETY: i < BLOCK_NR, so the offset stays inside the mapping.
-        unsafe { self.ring.as_ptr().add((i * BLOCK_SIZE) as usize) }
+    /// Transmits every frame of `batch` (whole chunks per `sendmmsg`); returns how many the
+    /// kernel took.
+    pub fn send(&mut self, batch: &TxBatch) -> usize {
+        let mut frames: [&[u8]; TX_CHUNK] = [&[]; TX_CHUNK];
+        let mut k = 0;
+        let mut sent = 0;
+        for f in batch.iter() {
+            frames[k] = f;
+            k += 1;
+            if k == TX_CHUNK {
+                sent += self.send_chunk(&frames[..k]);
+                k = 0;
+            }
+        }
+        if k > 0 {
+            sent += self.send_chunk(&frames[..k]);
+        }
+        self.stats.tx_frames += sent as u64;
+        sent
     }
 }
 
 impl Device for PacketSocket {
     fn caps(&self) -> DeviceCaps {
         DeviceCaps {
-            mtu: self.mtu,
-            max_tx_datagram: if self.vnet {
-                MAX_GSO_DATAGRAM
-            } else {
-                self.mtu
-            },
+            mtu: self.tx.mtu,
+            max_tx_datagram: self.tx.max_tx_datagram(),
             ..DeviceCaps::ETHERNET
         }
     }
@@ -410,8 +527,8 @@ impl Device for PacketSocket {
         n
     }
 
-    fn send_batch(&mut self, now: Instant, batch: &TxBatch) -> usize {
-        self.send_all(now, batch)
+    fn send_batch(&mut self, _now: Instant, batch: &TxBatch) -> usize {
+        self.tx.send(batch)
     }
 
     fn rx_pending(&self, _now: Instant) -> bool {
@@ -426,16 +543,17 @@ impl Device for PacketSocket {
 
     fn wait(&mut self, timeout: Duration) {
         if !self.rx_pending(Instant::ZERO) {
-            let _ = wait_readable(&self.fd, timeout);
-            // Only when idle: is the interface still there?
-            if !interface_exists(self.ifindex as u32) {
-                self.down = true;
+            let _ = wait_readable(&self.tx.fd, timeout);
+            // Only when the wait brought no frame (a timeout, or the error a vanished
+            // interface raises): is the interface still there? Three system calls.
+            if !self.rx_pending(Instant::ZERO) && !interface_exists(self.tx.ifindex as u32) {
+                self.tx.down = true;
             }
         }
     }
 
     fn link_down(&self) -> bool {
-        self.down
+        self.tx.down
     }
 }
 
@@ -553,25 +671,6 @@ impl PacketSocket {
             self.block = (self.block + 1) % BLOCK_NR;
         }
         n
-    }
-
-    fn send_all(&mut self, _now: Instant, batch: &TxBatch) -> usize {
-        let mut frames: [&[u8]; TX_CHUNK] = [&[]; TX_CHUNK];
-        let mut k = 0;
-        let mut sent = 0;
-        for f in batch.iter() {
-            frames[k] = f;
-            k += 1;
-            if k == TX_CHUNK {
-                sent += self.send_chunk(&frames[..k]);
-                k = 0;
-            }
-        }
-        if k > 0 {
-            sent += self.send_chunk(&frames[..k]);
-        }
-        self.stats.tx_frames += sent as u64;
-        sent
     }
 }
 

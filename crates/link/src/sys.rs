@@ -78,6 +78,30 @@ pub fn interface_index(name: &str) -> io::Result<i32> {
     Ok(i as i32)
 }
 
+/// The driver of interface `name` (`ETHTOOL_GDRVINFO`), e.g. "veth"; `None` if the kernel
+/// does not say.
+pub fn interface_driver(name: &str) -> Option<String> {
+    const SIOCETHTOOL: libc::c_ulong = 0x8946;
+    const ETHTOOL_GDRVINFO: u32 = 3;
+    // struct ethtool_drvinfo: cmd, then driver[32], version, fw_version, ... (196 bytes).
+    let mut info = [0u8; 196];
+    info[..4].copy_from_slice(&ETHTOOL_GDRVINFO.to_ne_bytes());
+    let mut req = IfReq::new(name).ok()?;
+    req.data[..8].copy_from_slice(&(info.as_mut_ptr() as u64).to_ne_bytes());
+    // SAFETY: plain socket(2) call; the returned fd is owned and closed below.
+    let s = cvt(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })
+        .ok()?;
+    // SAFETY: SIOCETHTOOL reads the name and the pointer in `req` (ifr_data), which points to
+    // `info`, a writable ethtool_drvinfo of the full size, alive for the call.
+    let r = unsafe { libc::ioctl(s, SIOCETHTOOL as _, &mut req) };
+    // SAFETY: `s` is a descriptor we own.
+    unsafe { libc::close(s) };
+    cvt(r).ok()?;
+    let d = &info[4..36];
+    let end = d.iter().position(|&b| b == 0).unwrap_or(d.len());
+    Some(String::from_utf8_lossy(&d[..end]).into_owned())
+}
+
 /// True if an interface with index `ifindex` still exists (it goes away when deleted, or
 /// with its namespace).
 pub fn interface_exists(ifindex: u32) -> bool {

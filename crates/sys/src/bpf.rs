@@ -31,6 +31,10 @@ const BPF_XDP: u32 = 37;
 const BPF_PSEUDO_MAP_FD: u8 = 1;
 const BPF_FUNC_REDIRECT_MAP: i32 = 51;
 const XDP_PASS: i32 = 2;
+/// `BPF_F_XDP_HAS_FRAGS`: the program handles frames spread over several buffers, so the
+/// kernel may hand it (and redirect to an AF_XDP socket bound with `XDP_USE_SG`) frames
+/// larger than one page.
+const BPF_F_XDP_HAS_FRAGS: u32 = 1 << 5;
 
 /// How the XDP program is attached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,8 +132,10 @@ pub fn redirect_program(map_fd: i32) -> [[u8; 8]; 6] {
     ]
 }
 
-/// Loads the redirect program for `map`. On failure the error carries the verifier's log.
-pub fn load_redirect(map: &OwnedFd) -> io::Result<OwnedFd> {
+/// Loads the redirect program for `map`; with `frags`, flagged as handling multi-buffer
+/// frames (`BPF_F_XDP_HAS_FRAGS`; the program never reads past the context, so it does). On
+/// failure the error carries the verifier's log.
+pub fn load_redirect(map: &OwnedFd, frags: bool) -> io::Result<OwnedFd> {
     let prog = redirect_program(map.as_raw_fd());
     let license = b"Dual MIT/GPL\0";
     let mut log = vec![0u8; 4096];
@@ -141,6 +147,7 @@ pub fn load_redirect(map: &OwnedFd) -> io::Result<OwnedFd> {
         .u32(24, 1)
         .u32(28, log.len() as u32)
         .u64(32, log.as_mut_ptr() as u64)
+        .u32(44, if frags { BPF_F_XDP_HAS_FRAGS } else { 0 })
         .u32(68, BPF_XDP);
     a.0[48..56].copy_from_slice(b"fs_xsk\0\0");
     bpf(BPF_PROG_LOAD, &mut a).map(owned).map_err(|e| {
