@@ -8,233 +8,13 @@
 //! free ports of 127.0.0.1; every wait is bounded and every child is killed when its guard
 //! drops. Skipped with a printed reason only when a program is not installed.
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
+mod apps_common;
+
+use apps_common::*;
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
-
-fn flowstack_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_flowstack")
-}
-
-/// The shim next to the `flowstack` binary, built (same profile) if missing or older than
-/// its sources.
-fn preload() -> &'static Path {
-    static SO: OnceLock<PathBuf> = OnceLock::new();
-    SO.get_or_init(|| {
-        let dir = Path::new(flowstack_bin()).parent().unwrap().to_path_buf();
-        let so = dir.join("libflowstack_preload.so");
-        let newest = |d: &Path| {
-            std::fs::read_dir(d)
-                .unwrap()
-                .filter_map(|e| e.ok()?.metadata().ok()?.modified().ok())
-                .max()
-                .unwrap()
-        };
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let newest_src = newest(&root.join("../preload/src"))
-            .max(newest(&root.join("../client/src")))
-            .max(newest(&root.join("../client/src/posix")));
-        let fresh = so
-            .metadata()
-            .and_then(|m| m.modified())
-            .is_ok_and(|t| t >= newest_src);
-        if !fresh {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let mut c = Command::new(cargo);
-            c.args(["build", "-q", "-p", "flowstack-preload"]);
-            if dir.ends_with("release") {
-                c.arg("--release");
-            }
-            assert!(
-                c.status().expect("cargo build").success(),
-                "shim build failed"
-            );
-        }
-        assert!(so.is_file(), "{} missing after the build", so.display());
-        so
-    })
-}
-
-fn have(prog: &str) -> bool {
-    let ok = Command::new("sh")
-        .args(["-c", &format!("command -v {prog}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        eprintln!("skipped: {prog} is not installed (CI installs it)");
-    }
-    ok
-}
-
-/// A child killed (and reaped) with its process group when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let group = format!("-{}", self.0.id());
-        let _ = Command::new("kill")
-            .args(["-KILL", "--", &group])
-            .stderr(Stdio::null())
-            .status();
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A test's world: a temporary directory and its own daemon.
-struct World {
-    dir: PathBuf,
-    sock: PathBuf,
-    daemon: Option<Proc>,
-}
-
-impl World {
-    fn new(name: &str) -> World {
-        let dir = std::env::temp_dir().join(format!("flowstack-sf-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let sock = dir.join("fs.sock");
-        let daemon = Command::new(flowstack_bin())
-            .args(["daemon", "--socket"])
-            .arg(&sock)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let w = World {
-            dir,
-            sock,
-            daemon: Some(Proc(daemon)),
-        };
-        wait_until(Duration::from_secs(10), "the daemon's socket", || {
-            std::os::unix::net::UnixStream::connect(&w.sock).is_ok()
-        });
-        preload();
-        w
-    }
-
-    fn run(&self, argv: &[&str]) -> Command {
-        let mut c = Command::new(flowstack_bin());
-        c.arg("run")
-            .arg("--socket")
-            .arg(&self.sock)
-            .arg("--")
-            .args(argv)
-            .env("FLOWSTACK_PRELOAD", preload())
-            .current_dir(&self.dir);
-        c
-    }
-
-    fn spawn(&self, argv: &[&str], what: &str) -> Proc {
-        use std::os::unix::process::CommandExt;
-        let err = std::fs::File::create(self.dir.join(format!("{what}.err"))).unwrap();
-        let out = std::fs::File::create(self.dir.join(format!("{what}.out"))).unwrap();
-        let c = self
-            .run(argv)
-            .process_group(0)
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err))
-            .spawn()
-            .unwrap();
-        Proc(c)
-    }
-
-    fn output(&self, argv: &[&str], limit: Duration) -> Output {
-        output_within(&mut self.run(argv), limit, argv[0])
-    }
-
-    /// A counter of the daemon, from `flowstack stats --json`.
-    fn counter(&self, name: &str) -> u64 {
-        let mut c = Command::new(flowstack_bin());
-        c.args(["stats", "--json", "--socket"]).arg(&self.sock);
-        let out = output_within(&mut c, Duration::from_secs(20), "flowstack stats");
-        assert!(out.status.success(), "flowstack stats failed");
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stats JSON");
-        v["counters"][name]
-            .as_u64()
-            .unwrap_or_else(|| panic!("no counter {name} in {v}"))
-    }
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        self.daemon.take();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn output_within(c: &mut Command, limit: Duration, what: &str) -> Output {
-    let mut child = c
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (mut so, mut se) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    let t1 = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = so.read_to_end(&mut v);
-        v
-    });
-    let t2 = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = se.read_to_end(&mut v);
-        v
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what} did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Output {
-        status,
-        stdout: t1.join().unwrap(),
-        stderr: t2.join().unwrap(),
-    }
-}
-
-fn wait_until(limit: Duration, what: &str, mut ok: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !ok() {
-        assert!(start.elapsed() < limit, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(25));
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Deterministic pseudo-random bytes (xorshift), so a failure is reproducible.
-fn write_random(path: &Path, len: usize) -> Vec<u8> {
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ len as u64;
-    let mut v = Vec::with_capacity(len);
-    while v.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.extend_from_slice(&x.to_le_bytes());
-    }
-    v.truncate(len);
-    std::fs::File::create(path).unwrap().write_all(&v).unwrap();
-    v
-}
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 /// The sender: `socket.sendfile(f)` of the whole file, then `os.sendfile` with no offset
 /// (the file position) for the first MiB again; prints both counts and the final position.
@@ -297,7 +77,7 @@ fn python_socket_sendfile_of_100_mb_goes_through_the_daemons_file_path() {
     let data = write_random(&file, size);
     std::fs::write(w.dir.join("send.py"), SENDER).unwrap();
     std::fs::write(w.dir.join("recv.py"), RECEIVER).unwrap();
-    let port = free_port().to_string();
+    let port = free_port(Ipv4Addr::LOCALHOST).to_string();
     let ready = w.dir.join("ready");
     let file_s = file.to_string_lossy().into_owned();
     let ready_s = ready.to_string_lossy().into_owned();
@@ -353,7 +133,7 @@ fn the_copy_path_still_works_with_flowstack_sendfile_copy_and_is_not_counted() {
     let data = write_random(&file, size);
     std::fs::write(w.dir.join("send.py"), SENDER).unwrap();
     std::fs::write(w.dir.join("recv.py"), RECEIVER).unwrap();
-    let port = free_port().to_string();
+    let port = free_port(Ipv4Addr::LOCALHOST).to_string();
     let ready = w.dir.join("ready");
     let (file_s, ready_s) = (
         file.to_string_lossy().into_owned(),
@@ -414,7 +194,7 @@ fn nginx_with_sendfile_on_serves_files_from_the_daemons_file_path() {
         return;
     }
     let w = World::new("nginx");
-    let port = free_port();
+    let port = free_port(Ipv4Addr::LOCALHOST);
     let conf = nginx_conf(&w.dir, port);
     let big = write_random(&w.dir.join("www/big.bin"), (30 << 20) + 11);
     let small = write_random(&w.dir.join("www/small.bin"), 4097);
@@ -482,7 +262,7 @@ fn shim_sendfile_answers_ebadf_and_einval_and_sends_a_pipe_by_copy() {
     let w = World::new("errnos");
     std::fs::write(w.dir.join("errnos.py"), ERRNOS).unwrap();
     std::fs::write(w.dir.join("recv.py"), RECEIVER).unwrap();
-    let port = free_port().to_string();
+    let port = free_port(Ipv4Addr::LOCALHOST).to_string();
     let ready = w.dir.join("ready");
     let (ready_s, dir_s) = (
         ready.to_string_lossy().into_owned(),
