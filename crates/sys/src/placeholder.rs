@@ -86,10 +86,16 @@ pub fn take_tokens(a: BorrowedFd<'_>) -> io::Result<Tokens> {
 }
 
 /// Application side: writes filler into A until it is unwritable; returns the bytes written.
+///
+/// A daemon that is emptying D at the same time (send space came back while we filled) can
+/// keep A from ever filling: after a bounded number of writes A is left writable, which is
+/// the truth — the caller's next wait finds it writable and its next send goes through. (This
+/// used to be an error, which the POSIX layer turned into `EPIPE` on a healthy connection:
+/// iperf3's "unable to write to stream socket: Broken pipe".)
 pub fn fill(a: BorrowedFd<'_>) -> io::Result<usize> {
     let junk = [0u8; 512];
     let mut n = 0;
-    for _ in 0..1024 {
+    for _ in 0..FILL_WRITES {
         match send(a, &junk, SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
             Ok(k) => n += k,
             Err(rustix::io::Errno::AGAIN) => return Ok(n),
@@ -97,8 +103,12 @@ pub fn fill(a: BorrowedFd<'_>) -> io::Result<usize> {
             Err(e) => return Err(e.into()),
         }
     }
-    Err(io::Error::other("placeholder never filled"))
+    Ok(n)
 }
+
+/// Most filler writes [`fill`] makes (512 bytes each: more than a socket pair holds unless
+/// the other end is being emptied meanwhile).
+pub const FILL_WRITES: usize = 1024;
 
 /// Daemon side: empties D (filler the application wrote), so A becomes writable. Returns
 /// false if the peer closed (every A is gone).
