@@ -179,7 +179,8 @@ pub unsafe fn sigaction(
             (*old).sa_flags &= !libc::SA_SIGINFO;
         }
     }
-    if let (Some(k), false) = (&kact, act.is_null()) {
+    // `kact` is set exactly when `act` is not null.
+    if let Some(k) = &kact {
         if k.sa_sigaction != trampoline as *const () as usize {
             if let Some(s) = USER.get(idx) {
                 s.store(0, Ordering::Release);
