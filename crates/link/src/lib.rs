@@ -55,6 +55,20 @@ impl Default for DeviceCaps {
     }
 }
 
+/// What a device knows about one received frame beyond its bytes
+/// ([`Device::recv_batch_meta`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RxMeta {
+    /// The frame's TCP or UDP checksum needs no verification in software: the device checked
+    /// it (virtio `DATA_VALID`, AF_PACKET `TP_STATUS_CSUM_VALID`), or the packet was built by
+    /// the local kernel with checksum offload and never crossed a wire (virtio `NEEDS_CSUM`,
+    /// AF_PACKET `TP_STATUS_CSUMNOTREADY`: its checksum field then holds only the
+    /// pseudo-header sum, as Linux's own `CHECKSUM_PARTIAL` packets do). Linux accepts both
+    /// without computing a sum; a stack that verifies them anyway reads every payload byte
+    /// once more (twice, when the partial sum is first completed).
+    pub l4_csum_ok: bool,
+}
+
 /// A network device moving batches of Ethernet frames.
 ///
 /// Contract: the owner calls [`Device::send_batch`] with frames it built and
@@ -65,7 +79,21 @@ pub trait Device {
     fn caps(&self) -> DeviceCaps;
 
     /// Hands up to `budget` received frames, in arrival order, to `sink`; returns how many.
+    /// Every frame handed over carries complete, checkable checksums.
     fn recv_batch(&mut self, now: Instant, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize;
+
+    /// As [`Device::recv_batch`], with what the device knows of each frame ([`RxMeta`]). A
+    /// frame marked `l4_csum_ok` may hold a partial TCP/UDP checksum: the receiver must not
+    /// verify it (nor forward it to a receiver that would, without completing it first). The
+    /// default knows nothing and delivers what [`Device::recv_batch`] does.
+    fn recv_batch_meta(
+        &mut self,
+        now: Instant,
+        budget: usize,
+        sink: &mut dyn FnMut(&[u8], RxMeta),
+    ) -> usize {
+        self.recv_batch(now, budget, &mut |f| sink(f, RxMeta::default()))
+    }
 
     /// Transmits every frame of `batch`; returns how many the device accepted (the rest were
     /// dropped, e.g. a full queue, and counted by the device).
@@ -95,6 +123,14 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn recv_batch(&mut self, now: Instant, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
         (**self).recv_batch(now, budget, sink)
+    }
+    fn recv_batch_meta(
+        &mut self,
+        now: Instant,
+        budget: usize,
+        sink: &mut dyn FnMut(&[u8], RxMeta),
+    ) -> usize {
+        (**self).recv_batch_meta(now, budget, sink)
     }
     fn send_batch(&mut self, now: Instant, batch: &TxBatch) -> usize {
         (**self).send_batch(now, batch)

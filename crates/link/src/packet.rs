@@ -13,16 +13,19 @@
 //! Receive: a `TPACKET_V2` ring by default (each frame visible as soon as the kernel wrote
 //! it), or `TPACKET_V3` ([`RxRing`]); V3 hands a block over only when it is full or after
 //! its 1 ms timeout, which delays lone ACKs and so slows the sender (see the README's
-//! "Real links" for the measurement). Frames the kernel hands over with a partial checksum (TP_STATUS_CSUMNOTREADY,
-//! e.g. from a veth peer with checksum offload) get their TCP/UDP checksum completed before
-//! delivery, and coalesced large frames (up to 64 KiB) are accepted as they are.
+//! "Real links" for the measurement). Frames the kernel hands over with a partial checksum
+//! (`TP_STATUS_CSUMNOTREADY`, e.g. from a veth peer with checksum offload) get their TCP/UDP
+//! checksum completed before delivery by [`Device::recv_batch`]; [`Device::recv_batch_meta`]
+//! (what the engine calls) leaves them and marks them `l4_csum_ok`, as it does frames with
+//! `TP_STATUS_CSUM_VALID` ([`RxMeta`]). Coalesced large frames (up to 64 KiB) are accepted as
+//! they are.
 #![allow(unsafe_code)]
 
 use crate::sys::{
     complete_checksum, cvt, interface_exists, interface_index, interface_mtu, wait_readable,
 };
 use crate::vnet::TxLayout;
-use crate::{Device, DeviceCaps, Instant, TxBatch};
+use crate::{Device, DeviceCaps, Instant, RxMeta, TxBatch};
 use flowstack_wire::Duration;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -48,6 +51,8 @@ pub const MAX_GSO_DATAGRAM: usize = 65_536 - 14 - 18;
 const PACKET_FANOUT_HASH: u32 = 0;
 const TP_STATUS_USER: u32 = 1;
 const TP_STATUS_CSUMNOTREADY: u32 = 8;
+/// The checksum was verified (by the device, or the packet is local): `TP_STATUS_CSUM_VALID`.
+const TP_STATUS_CSUM_VALID: u32 = 1 << 7;
 const PACKET_OUTGOING: u8 = 4;
 
 const TP_STATUS_COPY: u32 = 2;
@@ -105,6 +110,8 @@ pub struct PacketStats {
     pub rx_truncated: u64,
     /// Frames whose checksum was completed in software.
     pub rx_csum_fixups: u64,
+    /// Frames with a partial checksum handed over unverified, marked `l4_csum_ok`.
+    pub rx_csum_trusted: u64,
     /// Frames sent.
     pub tx_frames: u64,
     /// Frames the kernel refused.
@@ -519,12 +526,16 @@ impl Device for PacketSocket {
     }
 
     fn recv_batch(&mut self, _now: Instant, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
-        let n = match self.kind {
-            RxRing::V2 => self.recv_v2(budget, sink),
-            RxRing::V3 => self.recv_v3(budget, sink),
-        };
-        self.stats.rx_frames += n as u64;
-        n
+        self.recv_frames(budget, true, &mut |f, _| sink(f))
+    }
+
+    fn recv_batch_meta(
+        &mut self,
+        _now: Instant,
+        budget: usize,
+        sink: &mut dyn FnMut(&[u8], RxMeta),
+    ) -> usize {
+        self.recv_frames(budget, false, sink)
     }
 
     fn send_batch(&mut self, _now: Instant, batch: &TxBatch) -> usize {
@@ -563,17 +574,52 @@ impl PacketSocket {
         unsafe { self.ring.as_ptr().add((i * V2_FRAME_SIZE) as usize) }
     }
 
-    /// Delivers `frame`, completing a partial checksum first, in place: the slot or block
-    /// is ours until it is handed back.
-    fn deliver(&mut self, frame: &mut [u8], partial: bool, sink: &mut dyn FnMut(&[u8])) {
-        if partial && complete_checksum(frame) {
-            self.stats.rx_csum_fixups += 1;
+    /// Reads up to `budget` frames; a partial checksum is completed when `complete` is set,
+    /// else the frame is marked `l4_csum_ok` (see the module docs).
+    fn recv_frames(
+        &mut self,
+        budget: usize,
+        complete: bool,
+        sink: &mut dyn FnMut(&[u8], RxMeta),
+    ) -> usize {
+        let n = match self.kind {
+            RxRing::V2 => self.recv_v2(budget, complete, sink),
+            RxRing::V3 => self.recv_v3(budget, complete, sink),
+        };
+        self.stats.rx_frames += n as u64;
+        n
+    }
+
+    /// Delivers `frame` whose packet status is `status`, completing a partial checksum first
+    /// (in place: the slot or block is ours until it is handed back) when `complete` is set.
+    fn deliver(
+        &mut self,
+        frame: &mut [u8],
+        status: u32,
+        complete: bool,
+        sink: &mut dyn FnMut(&[u8], RxMeta),
+    ) {
+        let mut meta = RxMeta {
+            l4_csum_ok: status & TP_STATUS_CSUM_VALID != 0,
+        };
+        if status & TP_STATUS_CSUMNOTREADY != 0 {
+            if !complete {
+                meta.l4_csum_ok = true;
+                self.stats.rx_csum_trusted += 1;
+            } else if complete_checksum(frame) {
+                self.stats.rx_csum_fixups += 1;
+            }
         }
-        sink(frame);
+        sink(frame, meta);
     }
 
     /// TPACKET_V2: reads ready slots in order, each returned to the kernel after delivery.
-    fn recv_v2(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+    fn recv_v2(
+        &mut self,
+        budget: usize,
+        complete: bool,
+        sink: &mut dyn FnMut(&[u8], RxMeta),
+    ) -> usize {
         let mut n = 0;
         while n < budget {
             let h = self.slot_ptr(self.block);
@@ -602,7 +648,7 @@ impl PacketSocket {
                 // SAFETY: start..end lies inside this slot of the mapping, which the kernel
                 // neither reads nor writes until the status is handed back below.
                 let frame = unsafe { std::slice::from_raw_parts_mut(h.add(start), end - start) };
-                self.deliver(frame, status & TP_STATUS_CSUMNOTREADY != 0, sink);
+                self.deliver(frame, status, complete, sink);
                 n += 1;
             }
             fence(Ordering::Release);
@@ -614,7 +660,12 @@ impl PacketSocket {
     }
 
     /// TPACKET_V3: reads whole retired blocks, each returned to the kernel after delivery.
-    fn recv_v3(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+    fn recv_v3(
+        &mut self,
+        budget: usize,
+        complete: bool,
+        sink: &mut dyn FnMut(&[u8], RxMeta),
+    ) -> usize {
         let mut n = 0;
         while n < budget {
             let b = self.block_ptr(self.block);
@@ -657,7 +708,7 @@ impl PacketSocket {
                     // kernel does not touch until the block is handed back below.
                     let frame =
                         unsafe { std::slice::from_raw_parts_mut(b.add(start), snaplen as usize) };
-                    self.deliver(frame, pstatus & TP_STATUS_CSUMNOTREADY != 0, sink);
+                    self.deliver(frame, pstatus, complete, sink);
                     n += 1;
                 }
                 if next == 0 {

@@ -144,7 +144,7 @@ pub(crate) fn looks_partial(frame: &[u8]) -> bool {
 
 /// Completes the TCP/UDP checksum of an IPv4 frame whose checksum field holds only the
 /// pseudo-header sum (CHECKSUM_PARTIAL).
-pub(crate) fn complete_checksum(frame: &mut [u8]) -> bool {
+pub fn complete_checksum(frame: &mut [u8]) -> bool {
     if frame.len() < 34 || frame[12..14] != [0x08, 0x00] {
         return false;
     }

@@ -8,13 +8,16 @@
 //! With the vnet header (the default for `flowstack` commands; `--no-vnet` turns it off) the
 //! TAP carries a `virtio_net_hdr` before each frame: flowstack hands the kernel TCP segments
 //! of up to 64 KiB (the kernel segments them: segmentation offload) and accepts the kernel's
-//! coalesced segments and partial checksums (completed here), so far fewer frames cross the
-//! user/kernel boundary.
+//! coalesced segments and partial checksums, so far fewer frames cross the user/kernel
+//! boundary. A partial checksum (`NEEDS_CSUM`: a packet the local kernel built) is completed
+//! here for [`Device::recv_batch`]; [`Device::recv_batch_meta`] — what the engine calls —
+//! leaves it and marks the frame `l4_csum_ok` instead, as it does `DATA_VALID` frames, so the
+//! engine reads such a payload once (the copy into the receive buffer), not three times.
 #![allow(unsafe_code)]
 
 use crate::sys::{complete_checksum, cvt, interface_mtu, wait_readable, IfReq};
-use crate::vnet::{TxLayout, F_NEEDS_CSUM, VNET_HDR};
-use crate::{Device, DeviceCaps, Instant, TxBatch};
+use crate::vnet::{TxLayout, F_DATA_VALID, F_NEEDS_CSUM, VNET_HDR};
+use crate::{Device, DeviceCaps, Instant, RxMeta, TxBatch};
 use flowstack_wire::Duration;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -43,6 +46,8 @@ pub struct TapStats {
     pub tx_gso: u64,
     /// Received frames whose checksum was completed here.
     pub rx_csum_fixups: u64,
+    /// Received frames with a partial checksum handed over unverified, marked `l4_csum_ok`.
+    pub rx_csum_trusted: u64,
 }
 
 /// One queue of a TAP interface.
@@ -174,28 +179,35 @@ impl Tap {
     }
 }
 
-impl Device for Tap {
-    fn caps(&self) -> DeviceCaps {
-        DeviceCaps {
-            mtu: self.mtu,
-            max_tx_datagram: if self.vnet { 65535 } else { self.mtu },
-            ..DeviceCaps::ETHERNET
-        }
-    }
-
-    fn recv_batch(&mut self, _now: Instant, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+impl Tap {
+    /// Reads up to `budget` frames. A frame with a partial checksum is completed in place when
+    /// `complete` is set, else handed over as it is, marked `l4_csum_ok`.
+    fn recv_frames(
+        &mut self,
+        budget: usize,
+        complete: bool,
+        sink: &mut dyn FnMut(&[u8], RxMeta),
+    ) -> usize {
         let mut n = 0;
         let skip = if self.vnet { VNET_HDR } else { 0 };
         while n < budget {
             match self.file.read(&mut self.buf) {
                 Ok(len) if len > skip => {
-                    if self.vnet && self.buf[0] & F_NEEDS_CSUM != 0 {
-                        // The kernel left the checksum partial (pseudo-header sum only).
-                        if complete_checksum(&mut self.buf[skip..len]) {
+                    let flags = if self.vnet { self.buf[0] } else { 0 };
+                    let mut meta = RxMeta {
+                        l4_csum_ok: flags & F_DATA_VALID != 0,
+                    };
+                    if flags & F_NEEDS_CSUM != 0 {
+                        if !complete {
+                            // Built by the local kernel: trusted as Linux trusts its own
+                            // CHECKSUM_PARTIAL packets (see `RxMeta`).
+                            meta.l4_csum_ok = true;
+                            self.stats.rx_csum_trusted += 1;
+                        } else if complete_checksum(&mut self.buf[skip..len]) {
                             self.stats.rx_csum_fixups += 1;
                         }
                     }
-                    sink(&self.buf[skip..len]);
+                    sink(&self.buf[skip..len], meta);
                     n += 1;
                 }
                 Ok(_) => break,
@@ -210,6 +222,29 @@ impl Device for Tap {
         }
         self.stats.rx_frames += n as u64;
         n
+    }
+}
+
+impl Device for Tap {
+    fn caps(&self) -> DeviceCaps {
+        DeviceCaps {
+            mtu: self.mtu,
+            max_tx_datagram: if self.vnet { 65535 } else { self.mtu },
+            ..DeviceCaps::ETHERNET
+        }
+    }
+
+    fn recv_batch(&mut self, _now: Instant, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+        self.recv_frames(budget, true, &mut |f, _| sink(f))
+    }
+
+    fn recv_batch_meta(
+        &mut self,
+        _now: Instant,
+        budget: usize,
+        sink: &mut dyn FnMut(&[u8], RxMeta),
+    ) -> usize {
+        self.recv_frames(budget, false, sink)
     }
 
     fn send_batch(&mut self, _now: Instant, batch: &TxBatch) -> usize {

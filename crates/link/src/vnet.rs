@@ -13,6 +13,8 @@
 pub const VNET_HDR: usize = 10;
 /// `VIRTIO_NET_HDR_F_NEEDS_CSUM`.
 pub const F_NEEDS_CSUM: u8 = 1;
+/// `VIRTIO_NET_HDR_F_DATA_VALID`: the sender (or the device) checked the checksum.
+pub const F_DATA_VALID: u8 = 2;
 /// `VIRTIO_NET_HDR_GSO_TCPV4`.
 pub const GSO_TCPV4: u8 = 1;
 

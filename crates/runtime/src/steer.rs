@@ -21,7 +21,8 @@
 //! ([`SteerCounters`]).
 
 use crate::xring::{Doorbell, Mesh, MeshPort, RingSpec, Wake};
-use flowstack_link::{Device, DeviceCaps, TxBatch};
+use flowstack_link::sys::complete_checksum;
+use flowstack_link::{Device, DeviceCaps, RxMeta, TxBatch};
 use flowstack_sys::eventfd::EventFd;
 use flowstack_sys::ring::RingError;
 use flowstack_wire::arp::{self, ArpOperation, ArpRepr};
@@ -280,6 +281,8 @@ pub struct Steered {
     counters: SteerCounters,
     /// The last receive took frames: more may wait, so the next wait returns at once.
     busy: bool,
+    /// A frame with a partial checksum, completed before it is forwarded (reused).
+    scratch: Vec<u8>,
 }
 
 impl std::fmt::Debug for Steered {
@@ -315,6 +318,7 @@ impl Steered {
             port,
             counters: SteerCounters::default(),
             busy: false,
+            scratch: Vec::new(),
         }
     }
 
@@ -347,26 +351,19 @@ impl Steered {
         }
         n
     }
-}
 
-/// Copies `frame` to `to`, counting the outcome.
-#[inline]
-fn forward(port: &mut MeshPort, c: &mut SteerCounters, to: usize, frame: &[u8]) {
-    match port.push(to, frame) {
-        Ok(()) => c.forwarded += 1,
-        Err(RingError::TooLarge { .. }) => c.too_large += 1,
-        // Full, or (never in one process) a corrupt consumer index: the copy is lost.
-        Err(_) => c.ring_full += 1,
-    }
-}
-
-impl Device for Steered {
-    fn caps(&self) -> DeviceCaps {
-        self.dev.caps()
-    }
-
-    fn recv_batch(&mut self, now: Instant, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
-        let mut delivered = self.recv_forwarded(budget.div_ceil(2), sink);
+    /// Receives from the shard's queue, with checksum metadata (`meta`) or without; frames
+    /// forwarded to other shards always travel with complete checksums (the cross-shard
+    /// ring carries bytes only), so a partial one is completed on a copy first.
+    fn recv_steered(
+        &mut self,
+        now: Instant,
+        budget: usize,
+        meta: bool,
+        sink: &mut dyn FnMut(&[u8], RxMeta),
+    ) -> usize {
+        let mut delivered =
+            self.recv_forwarded(budget.div_ceil(2), &mut |f| sink(f, RxMeta::default()));
         let me = self.port.node();
         let shards = self.port.nodes();
         let Self {
@@ -374,12 +371,21 @@ impl Device for Steered {
             port,
             steering,
             counters: c,
+            scratch,
             ..
         } = self;
-        let taken = dev.recv_batch(now, budget - delivered, &mut |f| {
+        let room = budget - delivered;
+        let mut each = |f: &[u8], m: RxMeta| {
             let keep = match steering.route(f) {
                 Route::Flow(k) if k != me => {
-                    forward(port, c, k, f);
+                    if m.l4_csum_ok {
+                        scratch.clear();
+                        scratch.extend_from_slice(f);
+                        complete_checksum(scratch);
+                        forward(port, c, k, scratch);
+                    } else {
+                        forward(port, c, k, f);
+                    }
                     false
                 }
                 Route::Flow(_) => true,
@@ -405,12 +411,47 @@ impl Device for Steered {
             if keep {
                 c.local += 1;
                 delivered += 1;
-                sink(f);
+                sink(f, m);
             }
-        });
+        };
+        let taken = if meta {
+            dev.recv_batch_meta(now, room, &mut each)
+        } else {
+            dev.recv_batch(now, room, &mut |f| each(f, RxMeta::default()))
+        };
         self.port.flush();
         self.busy = taken > 0 || delivered > 0;
         delivered
+    }
+}
+
+/// Copies `frame` to `to`, counting the outcome.
+#[inline]
+fn forward(port: &mut MeshPort, c: &mut SteerCounters, to: usize, frame: &[u8]) {
+    match port.push(to, frame) {
+        Ok(()) => c.forwarded += 1,
+        Err(RingError::TooLarge { .. }) => c.too_large += 1,
+        // Full, or (never in one process) a corrupt consumer index: the copy is lost.
+        Err(_) => c.ring_full += 1,
+    }
+}
+
+impl Device for Steered {
+    fn caps(&self) -> DeviceCaps {
+        self.dev.caps()
+    }
+
+    fn recv_batch(&mut self, now: Instant, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+        self.recv_steered(now, budget, false, &mut |f, _| sink(f))
+    }
+
+    fn recv_batch_meta(
+        &mut self,
+        now: Instant,
+        budget: usize,
+        sink: &mut dyn FnMut(&[u8], RxMeta),
+    ) -> usize {
+        self.recv_steered(now, budget, true, sink)
     }
 
     fn send_batch(&mut self, now: Instant, batch: &TxBatch) -> usize {

@@ -16,12 +16,31 @@ use flowstack_wire::icmpv4::{self, DstUnreachable, Icmpv4Repr};
 use flowstack_wire::ipv4::{self, IpProtocol, Ipv4Repr};
 use flowstack_wire::tcp::{self as wtcp, TcpRepr};
 use flowstack_wire::udp::{self as wudp, UdpRepr};
-use flowstack_wire::{Error as WireError, EtherType, Instant, SeqNum};
+use flowstack_link::RxMeta;
+use flowstack_wire::{ChecksumCaps, Error as WireError, EtherType, Instant, SeqNum};
 
 /// ICMP type 5 (RFC 792).
 const ICMP_REDIRECT: u8 = 5;
 
 impl Engine {
+    /// Processes one received Ethernet frame with what its device knows of it: a frame marked
+    /// `l4_csum_ok` has its TCP or UDP checksum trusted, not verified (it may hold only the
+    /// pseudo-header sum: a packet the local kernel built with checksum offload). The IPv4
+    /// header checksum, ICMP, and fragments are verified as always.
+    pub fn receive_meta(&mut self, now: Instant, frame: &[u8], meta: RxMeta) {
+        self.rx_l4_csum_ok = meta.l4_csum_ok;
+        self.receive(now, frame);
+        self.rx_l4_csum_ok = false;
+    }
+
+    /// The checksum work for a received TCP or UDP packet: the interface's, minus the
+    /// verification when the device vouched for this frame (and it was not reassembled).
+    fn l4_checksum(&self) -> ChecksumCaps {
+        let mut c = self.iface.checksum();
+        c.verify_rx &= !self.rx_l4_csum_ok;
+        c
+    }
+
     /// Processes one received Ethernet frame.
     pub fn receive(&mut self, now: Instant, frame: &[u8]) {
         self.set_now(now);
@@ -107,6 +126,8 @@ impl Engine {
         if !repr.is_fragment() {
             return self.deliver(now, &repr, pkt.header(), pkt.payload());
         }
+        // A reassembled datagram is checked whole, whatever its last fragment's frame said.
+        self.rx_l4_csum_ok = false;
         self.iface.counters_mut().inc(Counter::IpReasmReqds);
         match self.reasm.input(now, &repr, pkt.payload()) {
             Ok((whole, data)) => {
@@ -325,7 +346,7 @@ impl Engine {
     }
 
     fn udp_input(&mut self, now: Instant, ip: &Ipv4Repr, header: &[u8], payload: &[u8]) {
-        let csum = self.iface.checksum();
+        let csum = self.l4_checksum();
         let c = self.iface.counters_mut();
         let pkt = match wudp::Packet::new_checked(payload) {
             Ok(p) => p,
@@ -355,7 +376,7 @@ impl Engine {
     fn tcp_input(&mut self, now: Instant, ip: &Ipv4Repr, payload: &[u8]) {
         // TCP input as seed 000 counts it: header parse, checksum, demux, processing.
         let _p = flowstack_prof::enter(flowstack_prof::Layer::TcpInput);
-        let csum = self.iface.checksum();
+        let csum = self.l4_checksum();
         let c = self.iface.counters_mut();
         c.inc(Counter::TcpInSegs);
         let pkt = match wtcp::Packet::new_checked(payload) {

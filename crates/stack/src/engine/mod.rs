@@ -143,6 +143,9 @@ pub struct Engine {
     now: Instant,
     /// Buffers of `send_file` (file.rs).
     files: file::FilePool,
+    /// The frame being received needs no TCP/UDP checksum verification (its device said so:
+    /// [`flowstack_link::RxMeta`]); set for the length of one [`Engine::receive_meta`].
+    rx_l4_csum_ok: bool,
     /// Makes the engine `!Sync` (one thread owns it) while leaving it `Send`.
     _not_sync: PhantomData<Cell<()>>,
 }
@@ -211,6 +214,7 @@ impl Engine {
             cfg,
             now: Instant::ZERO,
             files: file::FilePool::default(),
+            rx_l4_csum_ok: false,
             _not_sync: PhantomData,
         }
     }
@@ -258,7 +262,7 @@ impl Engine {
         let budget = self.cfg.rx_budget;
         let got = {
             let _p = enter(Layer::DevRx);
-            dev.recv_batch(now, budget, &mut |f| self.receive(now, f))
+            dev.recv_batch_meta(now, budget, &mut |f, m| self.receive_meta(now, f, m))
         };
         self.on_timers(now);
         self.dispatch(now);
