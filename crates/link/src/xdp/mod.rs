@@ -38,7 +38,7 @@ use crate::sys::{
     complete_checksum, cvt, interface_driver, interface_exists, interface_index, interface_mtu,
     looks_partial,
 };
-use crate::{Device, DeviceCaps, Instant, TxBatch};
+use crate::{Device, DeviceCaps, Instant, RxMeta, TxBatch};
 use flowstack_sys::bpf;
 pub use flowstack_sys::bpf::XdpMode;
 use flowstack_wire::Duration;
@@ -106,6 +106,8 @@ pub struct XdpStats {
     pub fill_wakeups: u64,
     /// Received frames whose partial checksum (from a local peer) was completed here.
     pub rx_csum_fixups: u64,
+    /// Frames with a partial checksum handed over unverified, marked `l4_csum_ok`.
+    pub rx_csum_trusted: u64,
     /// Frames sent through the transmit-only packet socket (copy mode, [`XdpTx::Auto`]);
     /// included in `tx_frames`.
     pub tx_packet_frames: u64,
@@ -539,83 +541,14 @@ impl XdpSocket {
         Some(unsafe { std::slice::from_raw_parts_mut(self.umem.ptr.add(addr), len) })
     }
 
-    /// Delivers the one-chunk frame `d` in place.
-    fn deliver_one(
+    /// Takes up to `budget` frames from the RX ring; a partial checksum is completed when
+    /// `complete` is set, else the frame is marked (see [`partial_meta`]).
+    fn recv_frames(
         &mut self,
-        d: &libc::xdp_desc,
-        sink: &mut dyn FnMut(&[u8]),
-        delivered: &mut usize,
-    ) {
-        let mut fixed = false;
-        match self.frame(d) {
-            Some(f) => {
-                // AF_XDP carries no checksum status: a frame from a local sender with
-                // checksum offload (a veth peer) still holds the partial sum. Complete
-                // it in place (the chunk is ours until it goes back to the fill ring).
-                if looks_partial(f) {
-                    fixed = complete_checksum(f);
-                }
-                sink(f);
-                *delivered += 1;
-            }
-            None => self.stats.rx_invalid += 1,
-        }
-        self.stats.rx_csum_fixups += fixed as u64;
-    }
-
-    /// Gathers the frame spread over RX descriptors `first..=last` into one buffer (kept
-    /// between calls, no allocation) and delivers it.
-    fn deliver_gathered(
-        &mut self,
-        first: u32,
-        last: u32,
-        sink: &mut dyn FnMut(&[u8]),
-        delivered: &mut usize,
-    ) {
-        let mut buf = std::mem::take(&mut self.gather);
-        buf.clear();
-        let mut ok = true;
-        for k in first..=last {
-            let d = self.rx.peek(k);
-            match self.frame(&d) {
-                Some(f) if buf.len() + f.len() <= MAX_GATHER => buf.extend_from_slice(f),
-                Some(_) => {
-                    self.stats.rx_too_big += 1;
-                    ok = false;
-                    break;
-                }
-                None => {
-                    self.stats.rx_invalid += 1;
-                    ok = false;
-                    break;
-                }
-            }
-        }
-        if ok {
-            if looks_partial(&buf) && complete_checksum(&mut buf) {
-                self.stats.rx_csum_fixups += 1;
-            }
-            self.stats.rx_multi += 1;
-            sink(&buf);
-            *delivered += 1;
-        }
-        self.gather = buf;
-    }
-}
-
-impl Device for XdpSocket {
-    fn caps(&self) -> DeviceCaps {
-        DeviceCaps {
-            mtu: self.mtu,
-            max_tx_datagram: self
-                .packet_tx
-                .as_ref()
-                .map_or(self.mtu, |t| t.max_tx_datagram()),
-            ..DeviceCaps::ETHERNET
-        }
-    }
-
-    fn recv_batch(&mut self, _now: Instant, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+        budget: usize,
+        complete: bool,
+        sink: &mut dyn FnMut(&[u8], RxMeta),
+    ) -> usize {
         let n = self.rx.available();
         let mut delivered = 0;
         // `i` is the next descriptor; a frame is descriptors i..=last, all but the last
@@ -636,9 +569,9 @@ impl Device for XdpSocket {
             }
             if last == i {
                 let d = self.rx.peek(i);
-                self.deliver_one(&d, sink, &mut delivered);
+                self.deliver_one(&d, complete, sink, &mut delivered);
             } else {
-                self.deliver_gathered(i, last, sink, &mut delivered);
+                self.deliver_gathered(i, last, complete, sink, &mut delivered);
             }
             // Return the chunks for reception (the fill ring has a slot per RX chunk).
             for k in i..=last {
@@ -668,6 +601,117 @@ impl Device for XdpSocket {
         self.stats.rx_frames += delivered as u64;
         delivered
     }
+
+    /// Delivers the one-chunk frame `d` in place.
+    fn deliver_one(
+        &mut self,
+        d: &libc::xdp_desc,
+        complete: bool,
+        sink: &mut dyn FnMut(&[u8], RxMeta),
+        delivered: &mut usize,
+    ) {
+        let (mut fixed, mut trusted) = (false, false);
+        match self.frame(d) {
+            Some(f) => {
+                // AF_XDP carries no checksum status: a frame from a local sender with
+                // checksum offload (a veth peer) still holds the partial sum. Complete
+                // it in place (the chunk is ours until it goes back to the fill ring), or
+                // hand it over marked (see `partial_meta`).
+                let meta = partial_meta(f, complete, &mut fixed, &mut trusted);
+                sink(f, meta);
+                *delivered += 1;
+            }
+            None => self.stats.rx_invalid += 1,
+        }
+        self.stats.rx_csum_fixups += fixed as u64;
+        self.stats.rx_csum_trusted += trusted as u64;
+    }
+
+    /// Gathers the frame spread over RX descriptors `first..=last` into one buffer (kept
+    /// between calls, no allocation) and delivers it.
+    fn deliver_gathered(
+        &mut self,
+        first: u32,
+        last: u32,
+        complete: bool,
+        sink: &mut dyn FnMut(&[u8], RxMeta),
+        delivered: &mut usize,
+    ) {
+        let mut buf = std::mem::take(&mut self.gather);
+        buf.clear();
+        let mut ok = true;
+        for k in first..=last {
+            let d = self.rx.peek(k);
+            match self.frame(&d) {
+                Some(f) if buf.len() + f.len() <= MAX_GATHER => buf.extend_from_slice(f),
+                Some(_) => {
+                    self.stats.rx_too_big += 1;
+                    ok = false;
+                    break;
+                }
+                None => {
+                    self.stats.rx_invalid += 1;
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        if ok {
+            let (mut fixed, mut trusted) = (false, false);
+            let meta = partial_meta(&mut buf, complete, &mut fixed, &mut trusted);
+            self.stats.rx_csum_fixups += fixed as u64;
+            self.stats.rx_csum_trusted += trusted as u64;
+            self.stats.rx_multi += 1;
+            sink(&buf, meta);
+            *delivered += 1;
+        }
+        self.gather = buf;
+    }
+}
+
+/// The checksum state of a received frame. AF_XDP says nothing of checksums; a TCP/UDP
+/// checksum field holding exactly the pseudo-header sum is taken for a partial one (a packet
+/// the local kernel built with checksum offload: a veth peer). With `complete` it is completed
+/// in place (`fixed`); else the frame is marked `l4_csum_ok` (`trusted`) — the same trust
+/// (completing makes any payload pass), two passes over the payload fewer.
+fn partial_meta(f: &mut [u8], complete: bool, fixed: &mut bool, trusted: &mut bool) -> RxMeta {
+    if !looks_partial(f) {
+        return RxMeta::default();
+    }
+    if complete {
+        *fixed = complete_checksum(f);
+        RxMeta::default()
+    } else {
+        *trusted = true;
+        RxMeta { l4_csum_ok: true }
+    }
+}
+
+impl Device for XdpSocket {
+    fn caps(&self) -> DeviceCaps {
+        DeviceCaps {
+            mtu: self.mtu,
+            max_tx_datagram: self
+                .packet_tx
+                .as_ref()
+                .map_or(self.mtu, |t| t.max_tx_datagram()),
+            ..DeviceCaps::ETHERNET
+        }
+    }
+
+    fn recv_batch(&mut self, _now: Instant, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+        self.recv_frames(budget, true, &mut |f, _| sink(f))
+    }
+
+    fn recv_batch_meta(
+        &mut self,
+        _now: Instant,
+        budget: usize,
+        sink: &mut dyn FnMut(&[u8], RxMeta),
+    ) -> usize {
+        self.recv_frames(budget, false, sink)
+    }
+
 
     fn send_batch(&mut self, _now: Instant, batch: &TxBatch) -> usize {
         if let Some(tx) = &mut self.packet_tx {
@@ -772,6 +816,26 @@ impl XdpQueues {
         Self { socks, next: 0 }
     }
 
+    /// Takes up to `budget` frames from the queues in turn (see [`XdpSocket::recv_frames`]).
+    fn recv_queues(
+        &mut self,
+        budget: usize,
+        complete: bool,
+        sink: &mut dyn FnMut(&[u8], RxMeta),
+    ) -> usize {
+        let k = self.socks.len();
+        let mut n = 0;
+        for i in 0..k {
+            let q = (self.next + i) % k;
+            n += self.socks[q].recv_frames(budget - n, complete, sink);
+            if n >= budget {
+                break;
+            }
+        }
+        self.next = (self.next + 1) % k;
+        n
+    }
+
     /// Counters of each queue.
     pub fn stats(&self) -> Vec<XdpStats> {
         self.socks.iter().map(|s| s.stats()).collect()
@@ -783,18 +847,17 @@ impl Device for XdpQueues {
         self.socks[0].caps()
     }
 
-    fn recv_batch(&mut self, now: Instant, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
-        let k = self.socks.len();
-        let mut n = 0;
-        for i in 0..k {
-            let q = (self.next + i) % k;
-            n += self.socks[q].recv_batch(now, budget - n, sink);
-            if n >= budget {
-                break;
-            }
-        }
-        self.next = (self.next + 1) % k;
-        n
+    fn recv_batch(&mut self, _now: Instant, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+        self.recv_queues(budget, true, &mut |f, _| sink(f))
+    }
+
+    fn recv_batch_meta(
+        &mut self,
+        _now: Instant,
+        budget: usize,
+        sink: &mut dyn FnMut(&[u8], RxMeta),
+    ) -> usize {
+        self.recv_queues(budget, false, sink)
     }
 
     fn send_batch(&mut self, now: Instant, batch: &TxBatch) -> usize {
