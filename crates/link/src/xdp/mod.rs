@@ -712,7 +712,6 @@ impl Device for XdpSocket {
         self.recv_frames(budget, false, sink)
     }
 
-
     fn send_batch(&mut self, _now: Instant, batch: &TxBatch) -> usize {
         if let Some(tx) = &mut self.packet_tx {
             let before = tx.stats();

@@ -9,6 +9,7 @@ use crate::counters::Counter;
 use crate::reasm::ReasmEvent;
 use crate::udp::Delivery;
 use crate::SocketError;
+use flowstack_link::RxMeta;
 use flowstack_tcp::{FourTuple, IcmpError};
 use flowstack_wire::arp::{self, ArpOperation, ArpRepr};
 use flowstack_wire::ethernet::{self, EthernetRepr};
@@ -16,7 +17,6 @@ use flowstack_wire::icmpv4::{self, DstUnreachable, Icmpv4Repr};
 use flowstack_wire::ipv4::{self, IpProtocol, Ipv4Repr};
 use flowstack_wire::tcp::{self as wtcp, TcpRepr};
 use flowstack_wire::udp::{self as wudp, UdpRepr};
-use flowstack_link::RxMeta;
 use flowstack_wire::{ChecksumCaps, Error as WireError, EtherType, Instant, SeqNum};
 
 /// ICMP type 5 (RFC 792).
