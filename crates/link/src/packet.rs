@@ -213,12 +213,16 @@ impl PacketSocket {
     fn open_one(iface: &str, fanout: Option<u32>, kind: RxRing) -> io::Result<Self> {
         let ifindex = interface_index(iface)?;
         let proto = (libc::ETH_P_ALL as u16).to_be();
+        // Protocol 0: the socket receives nothing until `bind` names the protocol and the
+        // interface below. Opened with ETH_P_ALL it would take every interface's frames into
+        // its ring until then, and the ring setup and the bind would each first detach it
+        // from the network and wait for an RCU grace period (`synchronize_net`, ~7 ms here).
         // SAFETY: socket(2); the descriptor is immediately owned by OwnedFd.
         let raw = cvt(unsafe {
             libc::socket(
                 libc::AF_PACKET,
                 libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                proto as libc::c_int,
+                0,
             )
         })?;
         // SAFETY: `raw` is a fresh descriptor nobody else owns.
