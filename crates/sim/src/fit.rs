@@ -239,6 +239,7 @@ fn assumed_host() -> HostCosts {
         file_per_byte_ns: 0.1,
         stack_op_ns: 0.0,
         app_wait_ns: 0.0,
+        sched_slice_ns: crate::calib::base_slice_2cpu(),
     }
 }
 
