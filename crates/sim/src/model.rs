@@ -749,6 +749,13 @@ fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
             }
             if b.p.engine.is_some() && !b.remote {
                 b.bus(Side::Client, s);
+                // A sleeping sender ahead of its stack core finds the transmit area full and
+                // waits for send space: flowstackd wakes it for credit only when it said it
+                // waits (`wants_writable`; credit for a reader is published quietly). Once
+                // per write is the least it can be (a partial write may wait again).
+                if b.arch.handoff == Handoff::Futex {
+                    b.detach(a, frac * h.app_wait_ns, Cat::Wakeup);
+                }
             }
             let txs = b.tx_stack(Side::Client);
             let again = 1.0 / (1.0 - b.error_rate.clamp(0.0, 0.99));
