@@ -1,6 +1,8 @@
 //! The discrete-event core: FIFO single-server resources (cores, the bus, the link, a lock)
 //! that run jobs at their own speed, pure delays, and transactions that walk a script of
-//! steps from resource to resource. Time is integer picoseconds, so the accounting is exact
+//! steps from resource to resource. A core may instead schedule *threads* ([`Des::threads`]):
+//! the thread holding it keeps it until it blocks or its slice ends, as Linux's EEVDF does
+//! between threads of equal weight. Time is integer picoseconds, so the accounting is exact
 //! (work submitted = work done + work still queued, to the picosecond); randomness comes
 //! from one seeded generator, so a run is a function of its inputs and its seed.
 //!
