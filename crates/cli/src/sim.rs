@@ -8,7 +8,8 @@ use flowstack_bench::{BenchSpec, PeerSel, RunOpts};
 use flowstack_prof::report::{from_json, BenchLink, BenchReport, Peer, ProfileReport};
 use flowstack_sim::calib::{fit_profile, preset};
 use flowstack_sim::fit::{
-    calibrate, CalRun, OffloadCalRun, OffloadReport, CAL_CONFIGS, OFFLOAD_CAL,
+    calibrate, merge_cal_runs, merge_offload_runs, CalRun, OffloadCalRun, OffloadReport,
+    CAL_CONFIGS, OFFLOAD_CAL,
 };
 use flowstack_sim::plot::{svg, Chart, Series};
 use flowstack_sim::validate::{self, Measured, Row};
@@ -79,9 +80,10 @@ pub struct SimArgs {
     /// --validate: runs per configuration (the median is compared).
     #[arg(long, value_name = "N", default_value_t = 3)]
     runs: usize,
-    /// --validate: first refit the calibration from fresh calibration runs (the sizes
-    /// `--calibrate` uses, none of the validated ones) made in the same session, with the
-    /// shipped profile: a shared machine's load drifts between hours.
+    /// --validate: refit the calibration to fresh calibration runs (the sizes `--calibrate`
+    /// uses, none of the validated ones) made in two passes, one before and one after the
+    /// validation runs, and fitted to both together, with the shipped profile: a shared
+    /// machine's load drifts between hours and within minutes.
     #[arg(long, requires = "validate")]
     fresh: bool,
     /// Reproduce seed 001's host-CPU reduction from its Table 1 (the seed001 preset unless
@@ -186,6 +188,13 @@ fn fit_from_runs(
     profile: &ProfileReport,
     dir: &std::path::Path,
 ) -> Result<Calibration, String> {
+    let (runs, offload) = cal_runs(a, dir)?;
+    calibrate(profile, &runs, Some(&offload))
+}
+
+/// The calibration runs in `dir`, each made now (with the CPU share it got) where `dir`
+/// lacks it.
+fn cal_runs(a: &SimArgs, dir: &std::path::Path) -> Result<(Vec<CalRun>, OffloadCalRun), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let shares_path = dir.join("shares.json");
     let mut shares: std::collections::BTreeMap<String, f64> = read(&shares_path)
@@ -264,7 +273,22 @@ fn fit_from_runs(
     let j = serde_json::to_string_pretty(&shares).expect("plain data") + "\n";
     std::fs::write(&shares_path, j)
         .map_err(|e| format!("cannot write {}: {e}", shares_path.display()))?;
-    calibrate(profile, &runs, Some(&offload))
+    Ok((runs, offload))
+}
+
+/// `--fresh`: the calibration runs in two passes, one before and one after the validation
+/// runs (`dir`-1, `dir`-2), fitted to both together ([`merge_cal_runs`]).
+fn fresh_pass(a: &SimArgs, pass: u32) -> Result<(Vec<CalRun>, OffloadCalRun), String> {
+    let dir =
+        std::env::temp_dir().join(format!("flowstack-sim-fresh-{}-{pass}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!(
+        "sim: fresh calibration runs, pass {pass} of 2, in {}",
+        dir.display()
+    );
+    let r = cal_runs(a, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    r
 }
 
 /// `bench <w> --peer offload` (the daemon against the kernel, same run) through the bench
@@ -417,38 +441,24 @@ fn run_validate(a: &SimArgs) -> ExitCode {
         Ok(c) => c,
         Err(e) => return usage(e),
     };
-    if a.fresh {
-        let profile: ProfileReport = match from_json(flowstack_sim::calib::preset_profile()) {
-            Ok(p) => p,
+    let profile: Option<ProfileReport> = if a.fresh {
+        match from_json(flowstack_sim::calib::preset_profile()) {
+            Ok(p) => Some(p),
             Err(e) => return fail(format!("shipped profile: {e}")),
-        };
-        let dir = std::env::temp_dir().join(format!("flowstack-sim-fresh-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        eprintln!("sim: fresh calibration runs in {}", dir.display());
-        let r = fit_from_runs(a, &profile, &dir);
-        let _ = std::fs::remove_dir_all(&dir);
-        cal = match r {
-            Ok(c) => c,
-            Err(e) => return fail(e),
-        };
-        cal.name = "vm, refitted to fresh calibration runs".into();
-        for (k, v) in &cal.fitted {
-            println!("fitted {k} = {v}");
         }
-    }
-    println!(
-        "flowstack sim --validate: predictions from calibration '{}' vs fresh bench runs ({} x {} s, median)",
-        cal.name, a.runs, a.duration
-    );
-    println!("calibration source: {}", cal.source);
+    } else {
+        None
+    };
+    let started = std::time::Instant::now();
     let before = loadavg();
-    let mut rows: Vec<Row> = vec![];
-    let mut placements: Vec<String> = vec![];
+    // --fresh: a first calibration pass before the validation runs, a second after.
+    let first = match profile.as_ref().map(|_| fresh_pass(a, 1)).transpose() {
+        Ok(f) => f,
+        Err(e) => return fail(e),
+    };
+    // Measure every configuration first (with the CPU share each run got); predict after.
+    let mut kernel_runs = vec![];
     for c in validate::cases() {
-        let idle = match validate::predict(&cal, &c, 1.0, a.runs) {
-            Ok(p) => p,
-            Err(e) => return fail(e),
-        };
         eprintln!(
             "sim: measuring: {} --duration {} --runs {}",
             c.command(),
@@ -478,6 +488,61 @@ fn run_validate(a: &SimArgs) -> ExitCode {
             .validated()
             .and_then(|s| flowstack_bench::run(&s, &mut |_| {}));
         let share = CpuSnapshot::take().share_since(&before, c.cores);
+        kernel_runs.push((c, measured, share));
+    }
+    let mut offload_runs = vec![];
+    for w in validate::offload_cases() {
+        eprintln!(
+            "sim: measuring: flowstack bench {} --peer offload --duration {} --runs {}",
+            w.name(),
+            a.duration,
+            a.runs
+        );
+        let pw = match w {
+            Workload::Stream => flowstack_prof::report::Workload::Stream,
+            Workload::Crr => flowstack_prof::report::Workload::Crr,
+            _ => flowstack_prof::report::Workload::Rr,
+        };
+        let before = CpuSnapshot::take();
+        let measured = run_offload(pw, validate::default_size(w), a).and_then(|r| {
+            serde_json::from_str::<OffloadReport>(&r.to_json()).map_err(|e| e.to_string())
+        });
+        let share = CpuSnapshot::take().share_since(&before, 2);
+        offload_runs.push((w, measured, share));
+    }
+    if let (Some(profile), Some((runs1, off1))) = (&profile, first) {
+        let (runs2, off2) = match fresh_pass(a, 2) {
+            Ok(r) => r,
+            Err(e) => return fail(e),
+        };
+        let runs: Vec<CalRun> = runs1
+            .iter()
+            .zip(&runs2)
+            .map(|(x, y)| merge_cal_runs(x, y))
+            .collect();
+        cal = match calibrate(profile, &runs, Some(&merge_offload_runs(&off1, &off2))) {
+            Ok(c) => c,
+            Err(e) => return fail(e),
+        };
+        cal.name =
+            "vm, refitted to fresh calibration runs (two passes around the validation runs)".into();
+        for (k, v) in &cal.fitted {
+            println!("fitted {k} = {v}");
+        }
+    }
+    let after = loadavg();
+    println!(
+        "flowstack sim --validate: predictions from calibration '{}' vs fresh bench runs ({} x {} s, median)",
+        cal.name, a.runs, a.duration
+    );
+    println!("calibration source: {}", cal.source);
+    let mut rows: Vec<Row> = vec![];
+    let mut placements: Vec<String> = vec![];
+    for (c, measured, share) in kernel_runs {
+        let idle = match validate::predict(&cal, &c, 1.0, a.runs) {
+            Ok(p) => p,
+            Err(e) => return fail(e),
+        };
         let pred = match validate::predict(&cal, &c, share.unwrap_or(1.0), a.runs) {
             Ok(p) => p,
             Err(e) => return fail(e),
@@ -521,27 +586,11 @@ fn run_validate(a: &SimArgs) -> ExitCode {
             }
         }
     }
-    for w in validate::offload_cases() {
+    for (w, measured, share) in offload_runs {
         let idle = match validate::predict_offload(&cal, w, 1.0) {
             Ok(p) => p,
             Err(e) => return fail(e),
         };
-        eprintln!(
-            "sim: measuring: flowstack bench {} --peer offload --duration {} --runs {}",
-            w.name(),
-            a.duration,
-            a.runs
-        );
-        let pw = match w {
-            Workload::Stream => flowstack_prof::report::Workload::Stream,
-            Workload::Crr => flowstack_prof::report::Workload::Crr,
-            _ => flowstack_prof::report::Workload::Rr,
-        };
-        let before = CpuSnapshot::take();
-        let measured = run_offload(pw, validate::default_size(w), a).and_then(|r| {
-            serde_json::from_str::<OffloadReport>(&r.to_json()).map_err(|e| e.to_string())
-        });
-        let share = CpuSnapshot::take().share_since(&before, 2);
         let pred = match validate::predict_offload(&cal, w, share.unwrap_or(1.0)) {
             Ok(p) => p,
             Err(e) => return fail(e),
@@ -557,7 +606,6 @@ fn run_validate(a: &SimArgs) -> ExitCode {
             }
         }
     }
-    let after = loadavg();
     validate::explain(&mut rows);
     print!("{}", validate::table(&rows));
     if !placements.is_empty() {
@@ -567,6 +615,10 @@ fn run_validate(a: &SimArgs) -> ExitCode {
         }
     }
     println!("machine load average (1, 5, 15 min): before {before}; after {after}");
+    println!(
+        "runs took {:.0} s (wall clock)",
+        started.elapsed().as_secs_f64()
+    );
     if let Some(p) = &a.json {
         let j = serde_json::to_string_pretty(&rows).expect("plain data") + "\n";
         if let Err(e) = std::fs::write(p, j) {

@@ -76,6 +76,18 @@ pub struct HostCosts {
     /// futex wait, the switch out and back in when the stack core wakes it.
     #[serde(default)]
     pub app_wait_ns: f64,
+    /// The OS scheduler's time slice: how long a thread that got a core may keep it while
+    /// others wait (it keeps it until it blocks or this ends; a woken thread does not
+    /// preempt it before). Linux 6.6+ (EEVDF): `sysctl_sched_base_slice`, 0.75 ms ×
+    /// (1 + log2 of the online CPUs, at most 8) — 1.5 ms on this 2-CPU VM (kernel 6.18,
+    /// `kernel/sched/fair.c`, `SCHED_TUNABLESCALING_LOG`).
+    #[serde(default = "base_slice_2cpu")]
+    pub sched_slice_ns: f64,
+}
+
+/// Linux's EEVDF base slice on 2 CPUs: 0.75 ms × (1 + log2 2).
+pub fn base_slice_2cpu() -> f64 {
+    1_500_000.0
 }
 
 /// The network link.

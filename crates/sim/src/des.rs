@@ -1,6 +1,8 @@
 //! The discrete-event core: FIFO single-server resources (cores, the bus, the link, a lock)
 //! that run jobs at their own speed, pure delays, and transactions that walk a script of
-//! steps from resource to resource. Time is integer picoseconds, so the accounting is exact
+//! steps from resource to resource. A core may instead schedule *threads* ([`Des::threads`]):
+//! the thread holding it keeps it until it blocks or its slice ends, as Linux's EEVDF does
+//! between threads of equal weight. Time is integer picoseconds, so the accounting is exact
 //! (work submitted = work done + work still queued, to the picosecond); randomness comes
 //! from one seeded generator, so a run is a function of its inputs and its seed.
 //!
@@ -112,6 +114,9 @@ pub struct Step {
     /// with it as with any other job) and the transaction goes on at once — e.g. a thread
     /// going to sleep after it posted its command, while the stack core already works on it.
     pub detached: bool,
+    /// The thread the work runs in, on a core with a scheduler ([`Des::threads`]); `None`:
+    /// not a thread's work (served in arrival order).
+    pub thread: Option<u32>,
 }
 
 /// The transaction index of a detached job (no transaction continues when it is done).
@@ -158,6 +163,7 @@ struct Job {
     cat: Cat,
     enq: Ps,
     lock: Option<usize>,
+    thread: Option<u32>,
 }
 
 /// One resource's account.
@@ -206,6 +212,10 @@ struct Resource {
     queue: VecDeque<Job>,
     /// The running job and when its work (after any spin) started.
     running: Option<(Job, Ps)>,
+    /// With a scheduler ([`Des::threads`]): a thread's time slice.
+    slice: Option<Ps>,
+    /// The thread holding the core and when it got it.
+    current: Option<(u32, Ps)>,
 }
 
 struct Txn {
@@ -331,8 +341,22 @@ impl Des {
             },
             queue: VecDeque::new(),
             running: None,
+            slice: None,
+            current: None,
         });
         self.res.len() - 1
+    }
+
+    /// Gives core `r` a scheduler of threads that block (Linux's EEVDF between threads of
+    /// equal weight and slice, as [`crate::arch`] describes): the thread that got the core
+    /// keeps it — its next job goes before every other thread's — until it blocks (it has
+    /// no job queued here) or it has held the core for `slice_ns`; then the thread whose
+    /// job has waited longest gets it. A woken thread never preempts the running one before
+    /// that: with equal slices EEVDF's `RUN_TO_PARITY` protects the running thread until its
+    /// virtual deadline, a slice after it was picked. Without it, a core serves jobs in
+    /// arrival order (every job its own turn).
+    pub fn threads(&mut self, r: usize, slice_ns: f64) {
+        self.res[r].slice = Some(to_ps(slice_ns).max(1));
     }
 
     /// Adds a lock shared by resources; returns its index.
@@ -464,6 +488,7 @@ impl Des {
                     cat: step.cat,
                     enq: self.now,
                     lock: step.lock,
+                    thread: step.thread,
                 });
                 if self.res[r].running.is_none() {
                     self.serve_next(r);
@@ -475,8 +500,39 @@ impl Des {
         }
     }
 
+    /// The next job of core `r`: with a scheduler, the holding thread's while it has one and
+    /// its slice lasts, else (and without one) the one that waited longest.
+    fn next_job(&mut self, r: usize) -> Option<Job> {
+        let now = self.now;
+        let res = &mut self.res[r];
+        let Some(slice) = res.slice else {
+            return res.queue.pop_front();
+        };
+        let at = match res.current {
+            Some((th, since)) if now - since < slice => res
+                .queue
+                .iter()
+                .position(|j| j.thread == Some(th))
+                .unwrap_or(0),
+            _ => 0,
+        };
+        let job = res.queue.remove(at);
+        match job {
+            Some(j) => {
+                let holds = matches!(res.current, Some((th, since))
+                    if j.thread == Some(th) && now - since < slice);
+                if !holds {
+                    res.current = j.thread.map(|t| (t, now));
+                }
+            }
+            // Idle: the next thread to come gets a fresh slice.
+            None => res.current = None,
+        }
+        job
+    }
+
     fn serve_next(&mut self, r: usize) {
-        if let Some(job) = self.res[r].queue.pop_front() {
+        if let Some(job) = self.next_job(r) {
             // With a lock: spin until it is free, then hold it for the work.
             let start = match job.lock {
                 Some(l) => {
@@ -525,6 +581,7 @@ mod tests {
                     cat: Cat::Stack,
                     lock: None,
                     detached: false,
+                    thread: None,
                 },
                 Step {
                     res: None,
@@ -532,6 +589,7 @@ mod tests {
                     cat: Cat::Wire,
                     lock: None,
                     detached: false,
+                    thread: None,
                 },
                 Step {
                     res: Some(b),
@@ -539,6 +597,7 @@ mod tests {
                     cat: Cat::App,
                     lock: None,
                     detached: false,
+                    thread: None,
                 },
             ],
             arrivals: Arrivals::Closed {
@@ -567,6 +626,7 @@ mod tests {
             cat: Cat::Poll,
             lock: None,
             detached: false,
+            thread: None,
         };
         d.flow(Flow {
             script: vec![step(300.0), step(100.0)],
@@ -589,6 +649,69 @@ mod tests {
         );
     }
 
+    /// Thread A runs a burst of five 1 µs jobs on one core, then sleeps 10 µs; thread B is
+    /// woken 0.5 µs after A got the core and needs 0.1 µs. B's first response time, in
+    /// closed form: without a scheduler each job is its own turn, so B waits only for A's
+    /// running job (0.5 + 0.5 + 0.1 = 1.1 µs); with one, B waits until A blocks
+    /// (0.5 + 4.5 + 0.1 = 5.1 µs) or, with a 2 µs slice, until the first job boundary at or
+    /// after A's slice ends (2 + 0.1 = 2.1 µs): the wait is bounded by the slice plus a job.
+    #[test]
+    fn a_woken_thread_waits_for_the_running_thread_to_block_or_its_slice_to_end() {
+        let first_b = |slice_ns: Option<f64>| {
+            let mut d = Des::new(1);
+            let core = d.resource("core", Kind::HostCore, 1.0);
+            if let Some(s) = slice_ns {
+                d.threads(core, s);
+            }
+            let job = |thread| Step {
+                res: Some(core),
+                ns: 1000.0,
+                cat: Cat::App,
+                lock: None,
+                detached: false,
+                thread: Some(thread),
+            };
+            let sleep = |ns| Step {
+                res: None,
+                ns,
+                cat: Cat::Wire,
+                lock: None,
+                detached: false,
+                thread: None,
+            };
+            let closed = Arrivals::Closed {
+                outstanding: 1,
+                think_ns: 0.0,
+            };
+            let mut a = vec![job(0); 5];
+            a.push(sleep(10_000.0));
+            d.flow(Flow {
+                script: a,
+                arrivals: closed,
+                bytes: 0,
+                observe_at: None,
+            });
+            d.flow(Flow {
+                script: vec![
+                    sleep(500.0),
+                    Step {
+                        ns: 100.0,
+                        ..job(1)
+                    },
+                ],
+                arrivals: closed,
+                bytes: 0,
+                observe_at: None,
+            });
+            // Before A's first transaction ends (15 µs): only B's responses.
+            let t = d.run(5_500_000, u64::MAX);
+            t.latencies_ps[0]
+        };
+        assert_eq!(first_b(None), 1_100_000);
+        assert_eq!(first_b(Some(1e6)), 5_100_000);
+        assert_eq!(first_b(Some(2000.0)), 2_100_000);
+    }
+
     #[test]
     fn detached_work_keeps_its_resource_busy_but_not_the_transaction_waiting() {
         let mut d = Des::new(1);
@@ -600,6 +723,7 @@ mod tests {
             cat: Cat::Wakeup,
             lock: None,
             detached,
+            thread: None,
         };
         d.flow(Flow {
             // Post (a, 100), go to sleep on a (300, detached) while b works (500).

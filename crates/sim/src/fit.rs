@@ -239,6 +239,7 @@ fn assumed_host() -> HostCosts {
         file_per_byte_ns: 0.1,
         stack_op_ns: 0.0,
         app_wait_ns: 0.0,
+        sched_slice_ns: crate::calib::base_slice_2cpu(),
     }
 }
 
@@ -647,4 +648,66 @@ fn fit_offload(cal: &mut Calibration, o: &OffloadCalRun) -> Result<(), String> {
         ),
     );
     Ok(())
+}
+
+/// One calibration run made in two passes (before and after the validation runs): each
+/// peer's runs of both passes summarised together — the median over all of them — at the
+/// mean of the two passes' CPU shares. On a machine whose load drifts, the calibration
+/// then stands for the load the validation runs saw in between, not for the half-minute
+/// before them.
+pub fn merge_cal_runs(a: &CalRun, b: &CalRun) -> CalRun {
+    let mut report = a.report.clone();
+    for (peer, s) in report.peers.iter_mut() {
+        if let Some(t) = b.report.peers.get(peer) {
+            let runs: Vec<_> = s
+                .run_results
+                .iter()
+                .chain(t.run_results.iter())
+                .cloned()
+                .collect();
+            if !runs.is_empty() {
+                *s = flowstack_prof::report::PeerSummary::new(a.report.workload, runs);
+            }
+        }
+    }
+    CalRun {
+        report,
+        clients: a.clients,
+        share: 0.5 * (a.share + b.share),
+    }
+}
+
+/// The offload calibration run of two passes ([`merge_cal_runs`]): the rate is the median
+/// of both passes' runs, the other figures (each pass's median) are averaged.
+pub fn merge_offload_runs(a: &OffloadCalRun, b: &OffloadCalRun) -> OffloadCalRun {
+    let mut report = a.report.clone();
+    for p in report.peers.iter_mut() {
+        let Some(q) = b.report.peers.iter().find(|q| q.peer == p.peer) else {
+            continue;
+        };
+        let mut runs: Vec<f64> = p
+            .runs_per_sec
+            .iter()
+            .chain(q.runs_per_sec.iter())
+            .copied()
+            .collect();
+        runs.sort_by(f64::total_cmp);
+        let mean = |x: f64, y: f64| 0.5 * (x + y);
+        p.per_sec = if runs.is_empty() {
+            mean(p.per_sec, q.per_sec)
+        } else if runs.len() % 2 == 1 {
+            runs[runs.len() / 2]
+        } else {
+            mean(runs[runs.len() / 2 - 1], runs[runs.len() / 2])
+        };
+        p.gbit_s = mean(p.gbit_s, q.gbit_s);
+        p.p50_us = mean(p.p50_us, q.p50_us);
+        p.app_cpu_us_per_req = mean(p.app_cpu_us_per_req, q.app_cpu_us_per_req);
+        p.stack_cpu_us_per_req = mean(p.stack_cpu_us_per_req, q.stack_cpu_us_per_req);
+        p.runs_per_sec = runs;
+    }
+    OffloadCalRun {
+        report,
+        share: 0.5 * (a.share + b.share),
+    }
 }

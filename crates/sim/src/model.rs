@@ -208,9 +208,20 @@ struct Builder<'a> {
     error_rate: f64,
     /// The step before which the client observes the response (`None`: at the end).
     observe_at: Option<usize>,
+    /// The flow's index (its threads are `2 k` for the client, `2 k + 1` for the server).
+    flow: u32,
+    /// Whose thread the next host steps run in.
+    who: Side,
 }
 
 impl Builder<'_> {
+    /// The thread of `self.who` on a core with a scheduler: a simulated application thread
+    /// (a remote client's work, and interrupts on its behalf, are no thread here).
+    fn thread(&self) -> Option<u32> {
+        self.app(self.who)?;
+        Some(2 * self.flow + u32::from(self.who == Side::Server))
+    }
+
     fn on(&mut self, res: Option<usize>, ns: f64, cat: Cat) {
         if ns > 0.0 {
             if let Some(r) = res {
@@ -220,6 +231,7 @@ impl Builder<'_> {
                     cat,
                     lock: None,
                     detached: false,
+                    thread: self.thread(),
                 });
             }
         }
@@ -233,6 +245,7 @@ impl Builder<'_> {
                 cat: Cat::Wire,
                 lock: None,
                 detached: false,
+                thread: self.thread(),
             });
         }
     }
@@ -246,6 +259,7 @@ impl Builder<'_> {
                 cat,
                 lock: None,
                 detached: true,
+                thread: self.thread(),
             });
         }
     }
@@ -254,6 +268,7 @@ impl Builder<'_> {
     /// sleep, the switches), which it spends off the transaction's path — while the stack
     /// core works on what it posted, and after it took the event (`daemon-wake` only).
     fn after_wake(&mut self, side: Side) {
+        self.who = side;
         if self.arch.handoff == Handoff::Futex && self.p.engine.is_some() {
             let a = self.app(side);
             self.detach(a, self.cal.host.app_wait_ns, Cat::Wakeup);
@@ -302,6 +317,7 @@ impl Builder<'_> {
 
     /// One application call into the stack on `side`.
     fn api(&mut self, side: Side) {
+        self.who = side;
         let h = self.cal.host.clone();
         let (ns, cat) = match self.arch.api {
             Api::Syscall => (h.syscall_ns, Cat::Api),
@@ -341,6 +357,7 @@ impl Builder<'_> {
 
     /// Moves `bytes` over the bus between a host core and a stack core.
     fn bus(&mut self, side: Side, bytes: usize) {
+        self.who = side;
         let b = &self.cal.bus;
         let host = self.app(side);
         let pio = bytes as f64 * b.host_per_byte_ns;
@@ -354,6 +371,7 @@ impl Builder<'_> {
     /// Hands received data from the core that received it (`from_core`) to `to`'s
     /// application.
     fn handoff(&mut self, from_core: Option<usize>, to: Side) {
+        self.who = to;
         let target = self.app(to);
         let h = &self.cal.host;
         match self.arch.handoff {
@@ -397,7 +415,7 @@ impl Builder<'_> {
         let pkts = self.packets(s);
         // Inflation by corrupted packets: each is sent and received again (seed 001 eq. 5).
         let again = 1.0 / (1.0 - self.error_rate.clamp(0.0, 0.99));
-        // Sender.
+        // Sender (the loopback receive processing too: it runs in the sender's call).
         self.api(from);
         let a = self.app(from);
         if self.arch.copy && self.p.engine.is_none() {
@@ -501,6 +519,7 @@ impl Builder<'_> {
     fn control(&mut self, from: Side, to: Side) {
         let st = self.stack.clone();
         let h = self.cal.host.clone();
+        self.who = from;
         let txs = self.tx_stack(from);
         self.on(txs, st.ctrl_send_ns, Cat::Stack);
         self.medium(0, 1);
@@ -513,6 +532,7 @@ impl Builder<'_> {
     }
 
     fn app_work(&mut self, ns: f64) {
+        self.who = Side::Server;
         let s = Some(self.p.s_app);
         self.on(s, ns, Cat::App);
     }
@@ -521,6 +541,8 @@ impl Builder<'_> {
     fn conn_work(&mut self) {
         let st = self.stack.clone();
         let h = self.cal.host.clone();
+        // Both halves run in the client's connect (the server's in its loopback receive).
+        self.who = Side::Client;
         let c = self.tx_stack(Side::Client);
         self.on(c, st.conn_ns / 2.0, Cat::Stack);
         let s = self.rx_stack(Side::Client, Side::Server);
@@ -536,6 +558,7 @@ impl Builder<'_> {
                     cat: Cat::Lock,
                     lock: self.p.lock,
                     detached: false,
+                    thread: self.thread(),
                 });
             }
         } else {
@@ -566,6 +589,13 @@ fn build(sc: &Scenario, cal: &Calibration) -> Result<(Des, Vec<usize>, Vec<usize
     let hosts: Vec<usize> = (0..host_cores)
         .map(|i| d.resource(format!("host{i}"), Kind::HostCore, sc.host_share))
         .collect();
+    if a.handoff != Handoff::Poll {
+        // Threads that block and are woken share the host cores under the OS scheduler; a
+        // polling architecture runs one loop per core.
+        for &h in &hosts {
+            d.threads(h, cal.host.sched_slice_ns);
+        }
+    }
     let engine_speed = a.engine_ratio
         * if a.engines_on_host {
             sc.host_share
@@ -633,6 +663,8 @@ fn build(sc: &Scenario, cal: &Calibration) -> Result<(Des, Vec<usize>, Vec<usize
             remote,
             error_rate: if remote { cal.link.error_rate } else { 0.0 },
             observe_at: None,
+            flow: k as u32,
+            who: Side::Client,
         };
         let (arrivals, bytes) = script(&mut b, sc);
         d.flow(Flow {
@@ -717,6 +749,13 @@ fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
             }
             if b.p.engine.is_some() && !b.remote {
                 b.bus(Side::Client, s);
+                // A sleeping sender ahead of its stack core finds the transmit area full and
+                // waits for send space: flowstackd wakes it for credit only when it said it
+                // waits (`wants_writable`; credit for a reader is published quietly). Once
+                // per write is the least it can be (a partial write may wait again).
+                if b.arch.handoff == Handoff::Futex {
+                    b.detach(a, frac * h.app_wait_ns, Cat::Wakeup);
+                }
             }
             let txs = b.tx_stack(Side::Client);
             let again = 1.0 / (1.0 - b.error_rate.clamp(0.0, 0.99));
@@ -740,6 +779,7 @@ fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
             b.on(rxs, acks * st.ctrl_send_ns, Cat::Stack);
             b.on(txs, acks * st.ctrl_recv_ns, Cat::Stack);
             let srv = b.app(Side::Server);
+            b.who = Side::Server;
             if b.p.engine.is_some() {
                 b.bus(Side::Server, s);
                 if b.arch.handoff == Handoff::Wakeup {

@@ -356,9 +356,9 @@ pub struct Row {
 /// row that misses the band (never a correction of its prediction).
 pub fn known_limit(config: &str, quantity: &str) -> &'static str {
     if config.contains("offload") {
-        "the daemon's applications sleep between calls on a core other processes share: their CPU per request and the wake-ups' waits change several-fold with the machine's load from one minute to the next (rr p50 35..184 us within one hour on this VM); the model has their means from one calibration run and no scheduler, so a miss here mostly measures that drift (--fresh narrows it)"
+        "the daemon's applications sleep between calls on a core other processes share: a woken application waits for that core behind them, and the model's response times are on whole cores (its rates at the measured share); their CPU per wait changes several-fold with the machine's load from one minute to the next (rr p50 24..184 us on this VM), --fresh refits it around the validation runs"
     } else if config.contains("kernel") && config.contains("--cores 2") {
-        "the kernel's placement is random per run (each placement's prediction below), and Linux makes a thread woken on a core where another of the run's threads runs wait for that thread's time slice, while the model serves a core's work first come, first served: with one connection local and one cross-core it gives the cross-core one more turns than Linux does (its rate higher, the merged median closer to it)"
+        "the kernel's placement is random per run (each placement's prediction below; the median of 3 runs falls on the all-cross-core placement in 16 % of validations); and in a placement with one connection local and one cross-core, Linux stalls the cross-core connection for milliseconds now and then (measured: its p50 is the all-cross-core one, ~41 us, its p99 ~6 ms, its rate 3-5 k/s), which the model's scheduler (a thread keeps its core until it blocks or its 1.5 ms slice ends) does not produce: it gives that connection ~20 k/s"
     } else if quantity == "p50 us" {
         "the response time is the drive loop's turns without the competing load; a loaded machine's preemptions and cache refills are not modelled"
     } else {
