@@ -9,7 +9,7 @@
 include!("fixture/mod.rs");
 
 /// The peer's sequence number `rel` bytes into its stream.
-fn p(f: &Fx, rel: usize) -> SeqNum {
+fn p(rel: usize) -> SeqNum {
     SeqNum(PEER_ISN + 1) + rel
 }
 
@@ -18,7 +18,7 @@ fn received_100() -> Fx {
     let mut f = sack_established();
     let out = f.send(0, Flags::ACK | Flags::PSH, &[7u8; 100]);
     assert_eq!(out.len(), 1);
-    assert_eq!(out[0].ack, p(&f, 100));
+    assert_eq!(out[0].ack, p(100));
     assert!(out[0].blocks.is_empty());
     f
 }
@@ -30,13 +30,13 @@ fn dsack_reports_a_duplicate_below_rcv_nxt_once() {
     let mut f = received_100();
     let out = f.send(0, Flags::ACK, &[7u8; 100]);
     assert_eq!(out.len(), 1, "{out:?}");
-    assert_eq!(out[0].ack, p(&f, 100));
-    assert_eq!(out[0].blocks, vec![(p(&f, 0), p(&f, 100))]);
+    assert_eq!(out[0].ack, p(100));
+    assert_eq!(out[0].blocks, vec![(p(0), p(100))]);
     assert_eq!(f.ctr.get(Counter::TcpExtTCPDSACKOldSent), 1);
     // The next ACK carries no D-SACK: each duplicate is reported in one block.
     let out = f.send(100, Flags::ACK | Flags::PSH, &[8u8; 100]);
     assert_eq!(out.len(), 1);
-    assert_eq!(out[0].ack, p(&f, 200));
+    assert_eq!(out[0].ack, p(200));
     assert!(out[0].blocks.is_empty(), "{out:?}");
 }
 
@@ -46,8 +46,8 @@ fn dsack_reports_the_old_part_of_a_partly_new_segment() {
     let mut f = received_100();
     let out = f.send(50, Flags::ACK | Flags::PSH, &[7u8; 100]);
     assert_eq!(out.len(), 1);
-    assert_eq!(out[0].ack, p(&f, 150));
-    assert_eq!(out[0].blocks, vec![(p(&f, 50), p(&f, 100))]);
+    assert_eq!(out[0].ack, p(150));
+    assert_eq!(out[0].blocks, vec![(p(50), p(100))]);
 }
 
 /// RFC 2883 §4.1.3: a duplicate of data held out of order: the D-SACK block first, then the
@@ -57,32 +57,22 @@ fn dsack_reports_a_duplicate_of_out_of_order_data() {
     let mut f = received_100();
     // Out of order: [300, 400) and [150, 250) (a hole at 100 and at 250).
     let out = f.send(300, Flags::ACK, &[1u8; 100]);
-    assert_eq!(out[0].blocks, vec![(p(&f, 300), p(&f, 400))]);
+    assert_eq!(out[0].blocks, vec![(p(300), p(400))]);
     let out = f.send(150, Flags::ACK, &[1u8; 100]);
-    assert_eq!(
-        out[0].blocks,
-        vec![(p(&f, 150), p(&f, 250)), (p(&f, 300), p(&f, 400))]
-    );
+    assert_eq!(out[0].blocks, vec![(p(150), p(250)), (p(300), p(400))]);
     // [180, 230) again.
     let out = f.send(180, Flags::ACK, &[1u8; 50]);
     assert_eq!(out.len(), 1);
-    assert_eq!(out[0].ack, p(&f, 100));
+    assert_eq!(out[0].ack, p(100));
     assert_eq!(
         out[0].blocks,
-        vec![
-            (p(&f, 180), p(&f, 230)),
-            (p(&f, 150), p(&f, 250)),
-            (p(&f, 300), p(&f, 400))
-        ]
+        vec![(p(180), p(230)), (p(150), p(250)), (p(300), p(400))]
     );
     assert_eq!(f.ctr.get(Counter::TcpExtTCPDSACKOfoSent), 1);
     // A segment filling the hole and overlapping held data: the overlap is the duplicate.
     let out = f.send(100, Flags::ACK, &[1u8; 100]);
-    assert_eq!(out[0].ack, p(&f, 250));
-    assert_eq!(
-        out[0].blocks,
-        vec![(p(&f, 150), p(&f, 200)), (p(&f, 300), p(&f, 400))]
-    );
+    assert_eq!(out[0].ack, p(250));
+    assert_eq!(out[0].blocks, vec![(p(150), p(200)), (p(300), p(400))]);
 }
 
 /// Without SACK negotiated there are no D-SACK blocks either.
