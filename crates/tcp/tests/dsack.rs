@@ -218,3 +218,32 @@ fn no_undo_while_a_retransmission_was_needed() {
     assert_eq!(f.ctr.get(Counter::TcpExtTCPDSACKUndo), 0);
     assert_eq!(f.c.info().ssthresh, reduced);
 }
+
+/// RFC 8985 §7.4.2: a tail loss probe that retransmitted the last segment, D-SACKed because
+/// the original had arrived (only its ACK was late), ends its episode without a window
+/// reduction.
+#[test]
+fn needless_tail_loss_probe_reduces_nothing() {
+    let mut f = rack_warm(Duration::from_millis(40));
+    f.c.send(&[1u8; 4 * SEG]).unwrap();
+    assert_eq!(f.poll().len(), 4);
+    f.now += Duration::from_millis(40);
+    // The ACK for the last segment is late: the probe resends it.
+    assert!(ack_sack(&mut f, 4 * SEG, &[]).is_empty());
+    let mut probe = Vec::new();
+    for _ in 0..100 {
+        probe = f.advance(Duration::from_millis(5));
+        if !probe.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(seqs(&probe), vec![(SeqNum(BASE) + 4 * SEG, SEG)]);
+    let cwnd = f.c.cwnd();
+    // Everything acknowledged, with the probe reported as a duplicate.
+    f.now += Duration::from_millis(40);
+    ack_sack(&mut f, 5 * SEG, &[(4 * SEG, 5 * SEG)]);
+    assert_eq!(f.ctr.get(Counter::TcpExtTCPSpuriousRetrans), 1);
+    assert_eq!(f.ctr.get(Counter::TcpExtTCPLossProbeRecovery), 0);
+    assert!(f.c.cwnd() >= cwnd, "{} < {cwnd}", f.c.cwnd());
+    assert_eq!(f.c.info().ssthresh, usize::MAX);
+}
