@@ -170,7 +170,7 @@ impl Connection {
     /// to its ceiling (RFC 1191 §6.3; see the module's notes). Reads only, on a connection
     /// whose path never shrank.
     pub(crate) fn pmtu_expiry(&mut self, now: Instant, c: &mut Counters) {
-        let p = self.rec.rack.pmtu;
+        let p = &self.rec.rack.pmtu;
         let Some(at) = p.expires else {
             return;
         };
@@ -194,20 +194,20 @@ impl Connection {
     /// A segment of `len` data bytes ending at `end` goes out: the first one larger than
     /// what the path was known to carry is the one whose acknowledgment confirms a raise.
     pub(crate) fn pmtu_on_send(&mut self, len: usize, end: SeqNum) {
-        let p = self.rec.rack.pmtu;
+        let p = &self.rec.rack.pmtu;
         if p.floor == 0 || p.confirm.is_some() {
             return;
         }
+        let floor = p.floor as usize;
         let options = self.snd.mss - self.full_seg();
-        if len + options > p.floor as usize {
+        if len + options > floor {
             self.rec.rack.pmtu.confirm = Some(end);
         }
     }
 
     /// SND.UNA moved to `ack`: a raise whose first large segment is acknowledged holds.
     pub(crate) fn pmtu_on_ack(&mut self, ack: SeqNum) {
-        let p = self.rec.rack.pmtu;
-        if p.confirm.is_some_and(|e| ack >= e) {
+        if self.rec.rack.pmtu.confirm.is_some_and(|e| ack >= e) {
             let p = &mut self.rec.rack.pmtu;
             p.floor = 0;
             p.confirm = None;
@@ -218,12 +218,11 @@ impl Connection {
     /// without an ICMP (a black hole for that size). Go back to the size that worked at once
     /// and try again at the next expiry. Returns true if it did.
     fn pmtu_raise_timed_out(&mut self, now: Instant, c: &mut Counters) -> bool {
-        let p = self.rec.rack.pmtu;
-        if p.floor == 0 {
+        let floor = self.rec.rack.pmtu.floor as usize;
+        if floor == 0 {
             return false;
         }
         c.inc(Counter::TcpExtTCPPMTURaiseFailed);
-        let floor = p.floor as usize;
         let expiry: Option<Duration> = self.cfg.pmtu_expires;
         let p = &mut self.rec.rack.pmtu;
         p.floor = 0;
