@@ -265,9 +265,9 @@ counters! {
     /// Segments marked lost by RACK's time-based detection (RFC 8985 §6.2).
     TcpExtTCPRackLoss,
     // ---- D-SACK and path MTU increase (issue 19) ----
-    /// D-SACK blocks queued for the next ACK for a duplicate below RCV.NXT (RFC 2883 §4).
+    /// D-SACK blocks sent (RFC 2883 §4) reporting a duplicate below RCV.NXT.
     TcpExtTCPDSACKOldSent,
-    /// D-SACK blocks queued for the next ACK for a duplicate of out-of-order data held.
+    /// D-SACK blocks sent reporting a duplicate of out-of-order data held.
     TcpExtTCPDSACKOfoSent,
     /// D-SACK blocks received (RFC 2883 §5: a first SACK block below the cumulative ACK or
     /// inside the second block).

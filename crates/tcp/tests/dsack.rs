@@ -247,3 +247,36 @@ fn needless_tail_loss_probe_reduces_nothing() {
     assert!(f.c.cwnd() >= cwnd, "{} < {cwnd}", f.c.cwnd());
     assert_eq!(f.c.info().ssthresh, usize::MAX);
 }
+
+/// A late original overtaken by its retransmission carries the older timestamp and fails
+/// PAWS (RFC 7323 §5.3): dropped, and still reported as a duplicate (as Linux).
+#[test]
+fn dsack_reports_a_duplicate_that_fails_paws() {
+    let mut f = Fx::established_with(
+        TcpConfig::default(),
+        TcpOptions {
+            mss: Some(1460),
+            sack_permitted: true,
+            timestamp: Some((100, 0)),
+            ..Default::default()
+        },
+    );
+    let mut s = seg(
+        p(0),
+        SeqNum(OUR_ISN + 1),
+        Flags::ACK | Flags::PSH,
+        &[7u8; 100],
+    );
+    s.options.timestamp = Some((110, 0));
+    f.input(s.clone());
+    let out = f.poll();
+    assert_eq!(out[0].ack, p(100));
+    // The original, sent before the retransmission that just arrived.
+    s.options.timestamp = Some((105, 0));
+    f.input(s);
+    let out = f.poll();
+    assert_eq!(f.ctr.get(Counter::TcpExtPAWSEstab), 1);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].blocks, vec![(p(0), p(100))]);
+    assert_eq!(f.ctr.get(Counter::TcpExtTCPDSACKOldSent), 1);
+}

@@ -94,12 +94,12 @@ impl Connection {
         c.inc(Counter::TcpOutSegs);
         self.stats.segs_out += 1;
         if r.flags.ack() {
-            self.ack_sent();
+            self.ack_sent(c);
         }
     }
 
-    fn ack_sent(&mut self) {
-        self.rcv.ack_sent();
+    fn ack_sent(&mut self, c: &mut Counters) {
+        self.rcv.ack_sent(c);
         self.timers.cancel(Timer::DelayedAck);
     }
 
@@ -222,7 +222,7 @@ impl Connection {
         emit(&r);
         c.inc(Counter::TcpOutSegs);
         self.stats.segs_out += 1;
-        self.ack_sent();
+        self.ack_sent(c);
         let occupied = sent + fin as usize;
         self.pmtu_on_send(sent, seq + sent);
         if retrans {

@@ -111,10 +111,17 @@ impl Receiver {
 
     /// A segment carrying our ACK went out: nothing is owed any more, and a D-SACK block it
     /// carried is not repeated (RFC 2883 §4).
-    pub(crate) fn ack_sent(&mut self) {
+    pub(crate) fn ack_sent(&mut self, c: &mut Counters) {
         self.ack_now = false;
         self.unacked_bytes = 0;
-        self.ofo.dsack_sent();
+        if let Some((_, end)) = self.ofo.dsack() {
+            c.inc(if end <= self.nxt {
+                Counter::TcpExtTCPDSACKOldSent
+            } else {
+                Counter::TcpExtTCPDSACKOfoSent
+            });
+            self.ofo.dsack_sent();
+        }
     }
 
     /// The SACK option of our next segment (RFC 2018 §4, RFC 2883 §4): a pending D-SACK
@@ -147,13 +154,11 @@ impl Receiver {
     }
 
     /// RFC 2883 §4: `[start, end)` arrived a second time; report it in the next ACK, sent at
-    /// once (the sender waits on it to undo a needless retransmission).
-    pub(super) fn note_duplicate(&mut self, start: SeqNum, end: SeqNum, c: &mut Counters) {
-        c.inc(if end <= self.nxt {
-            Counter::TcpExtTCPDSACKOldSent
-        } else {
-            Counter::TcpExtTCPDSACKOfoSent
-        });
+    /// once (the sender waits on it to undo a needless retransmission). §4: "the D-SACK block
+    /// is only used to report a duplicate contiguous sequence of data received by the
+    /// receiver in the most recent packet": when several segments are processed before one
+    /// ACK goes out, the latest duplicate replaces an earlier one it does not touch.
+    pub(super) fn note_duplicate(&mut self, start: SeqNum, end: SeqNum) {
         self.ofo.set_dsack(start, end);
         self.ack_now = true;
     }
@@ -168,14 +173,14 @@ impl Connection {
             // Entirely old: a retransmission the peer sent because our ACK was lost.
             if dsack {
                 self.rcv
-                    .note_duplicate(seg.seq, seg.seq + seg.payload.len(), c);
+                    .note_duplicate(seg.seq, seg.seq + seg.payload.len());
             }
             self.rcv.ack_now = true;
             return;
         }
         if dsack && skip > 0 {
             // RFC 2883 §4.1.1 (partly old): the part below RCV.NXT is the duplicate.
-            self.rcv.note_duplicate(seg.seq, self.rcv.nxt, c);
+            self.rcv.note_duplicate(seg.seq, self.rcv.nxt);
         }
         let start = seg.seq + skip;
         let data = &seg.payload[skip..];
@@ -183,7 +188,7 @@ impl Connection {
         if dsack && skip == 0 {
             // Text already held out of order is received twice (RFC 2883 §4.1.3).
             if let Some((s, e)) = self.rcv.ofo.overlap(start, start + data.len()) {
-                self.rcv.note_duplicate(s, e, c);
+                self.rcv.note_duplicate(s, e);
             }
         }
         if rel == 0 {
