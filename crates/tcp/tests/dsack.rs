@@ -268,7 +268,7 @@ fn dsack_reports_a_duplicate_that_fails_paws() {
         &[7u8; 100],
     );
     s.options.timestamp = Some((110, 0));
-    f.input(s.clone());
+    f.input(s);
     let out = f.poll();
     assert_eq!(out[0].ack, p(100));
     // The original, sent before the retransmission that just arrived.
