@@ -275,8 +275,8 @@ counters! {
     /// D-SACKs that reported one of our retransmissions as needless: the original arrived
     /// (RFC 3708 spurious retransmission detection).
     TcpExtTCPSpuriousRetrans,
-    /// D-SACKs that matched nothing we retransmitted (a network duplicate, or forged):
-    /// ignored.
+    /// D-SACKs that matched none of the current recovery episode's retransmissions (a
+    /// network duplicate, forged, or late for an earlier episode): ignored.
     TcpExtTCPDSACKIgnored,
     /// Congestion responses undone because every retransmission of the recovery episode was
     /// reported needless by D-SACK (RFC 3708 §3, as Linux's TCPDSACKUndo).

@@ -280,3 +280,21 @@ fn dsack_reports_a_duplicate_that_fails_paws() {
     assert_eq!(out[0].blocks, vec![(p(0), p(100))]);
     assert_eq!(f.ctr.get(Counter::TcpExtTCPDSACKOldSent), 1);
 }
+
+/// The undo works in duplicate-ACK mode (RFC 6675 recovery) too.
+#[test]
+fn spurious_fast_retransmit_is_undone_in_dupack_mode() {
+    let mut f = sack_established();
+    f.c.send(&[1u8; 4 * SEG]).unwrap();
+    assert_eq!(f.poll().len(), 4);
+    let before = f.c.info();
+    // Segment 0 late, 1..3 SACKed: RFC 6675 IsLost, fast retransmit.
+    let out = ack_sack(&mut f, 0, &[(SEG, 4 * SEG)]);
+    assert_eq!(seqs(&out), vec![(SeqNum(BASE), SEG)]);
+    assert!(f.c.info().ssthresh < usize::MAX);
+    ack_sack(&mut f, 4 * SEG, &[]);
+    ack_sack(&mut f, 4 * SEG, &[(0, SEG)]);
+    assert_eq!(f.ctr.get(Counter::TcpExtTCPDSACKUndo), 1);
+    assert_eq!(f.c.info().ssthresh, usize::MAX);
+    assert!(f.c.cwnd() >= before.cwnd);
+}
