@@ -40,7 +40,7 @@ fn dsack_reports_a_duplicate_below_rcv_nxt_once() {
     assert!(out[0].blocks.is_empty(), "{out:?}");
 }
 
-/// RFC 2883 §4.1.1: a segment partly below RCV.NXT — the old part is the duplicate.
+/// RFC 2883 §4: a segment partly below RCV.NXT — the old part is the duplicate.
 #[test]
 fn dsack_reports_the_old_part_of_a_partly_new_segment() {
     let mut f = received_100();
@@ -50,7 +50,7 @@ fn dsack_reports_the_old_part_of_a_partly_new_segment() {
     assert_eq!(out[0].blocks, vec![(p(50), p(100))]);
 }
 
-/// RFC 2883 §4.1.3: a duplicate of data held out of order: the D-SACK block first, then the
+/// RFC 2883 §4: a duplicate of data held out of order: the D-SACK block first, then the
 /// block that contains it, then the other blocks.
 #[test]
 fn dsack_reports_a_duplicate_of_out_of_order_data() {

@@ -127,11 +127,12 @@ impl Connection {
     }
 
     /// An ACK arrived (with SACK negotiated): act on a D-SACK block it carries. A D-SACK that
-    /// covers our retransmissions reports them needless (RFC 3708 §3: "the TCP data sender
-    /// ... can detect ... that the retransmission was unnecessary"); one that matches nothing
-    /// we retransmitted — a duplicate made by the network, or forged — is counted and
-    /// ignored. Called before the ACK's other processing, so a tail loss probe found needless
-    /// ends its episode without a window reduction (RFC 8985 §7.4.2).
+    /// covers our retransmissions reports them needless (RFC 3708 §3: both the original and
+    /// the retransmission reached the receiver); one that matches none of the episode's
+    /// retransmissions — a duplicate made by the network, forged, or late for an earlier
+    /// episode — is counted and ignored. Called before the ACK's other processing, so a tail
+    /// loss probe found needless ends its episode without a window reduction (RFC 8985
+    /// §7.4.2).
     pub(super) fn on_dsack(&mut self, seg: &TcpRepr, c: &mut Counters) {
         let Some((l, r)) = Self::dsack_block(seg) else {
             return;

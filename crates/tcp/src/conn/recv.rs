@@ -124,11 +124,11 @@ impl Receiver {
         }
     }
 
-    /// The SACK option of our next segment (RFC 2018 §4, RFC 2883 §4): a pending D-SACK
-    /// block first — "the first SACK block ... MUST specify the contiguous block of data
-    /// containing the segment which triggered this ACK" is replaced for a duplicate by the
-    /// duplicate's range — then the out-of-order ranges, most recently changed first (for a
-    /// duplicate above RCV.NXT that is the block containing it, as §4 asks of the second).
+    /// The SACK option of our next segment: a pending D-SACK block first (RFC 2883 §4: the
+    /// first block reports the duplicate), then the out-of-order ranges, most recently
+    /// changed first (RFC 2018 §4). For a duplicate above RCV.NXT that puts second the block
+    /// holding it, as RFC 2883 §4 asks: "the second SACK block in that SACK option should
+    /// specify that (possibly larger) block of data".
     pub(crate) fn sack_option(&self, o: &mut TcpOptions) {
         let mut blocks = [(SeqNum(0), SeqNum(0)); MAX_SACK_BLOCKS];
         let mut k = 0;
@@ -179,14 +179,14 @@ impl Connection {
             return;
         }
         if dsack && skip > 0 {
-            // RFC 2883 §4.1.1 (partly old): the part below RCV.NXT is the duplicate.
+            // RFC 2883 §4, a partly old segment: the part below RCV.NXT is the duplicate.
             self.rcv.note_duplicate(seg.seq, self.rcv.nxt);
         }
         let start = seg.seq + skip;
         let data = &seg.payload[skip..];
         let rel = start - self.rcv.nxt;
         if dsack && skip == 0 {
-            // Text already held out of order is received twice (RFC 2883 §4.1.3).
+            // Text already held out of order is received twice (RFC 2883 §4).
             if let Some((s, e)) = self.rcv.ofo.overlap(start, start + data.len()) {
                 self.rcv.note_duplicate(s, e);
             }
