@@ -264,6 +264,28 @@ counters! {
     TcpExtTCPLossProbeRecovery,
     /// Segments marked lost by RACK's time-based detection (RFC 8985 §6.2).
     TcpExtTCPRackLoss,
+    // ---- D-SACK and path MTU increase (issue 19) ----
+    /// D-SACK blocks sent (RFC 2883 §4) reporting a duplicate below RCV.NXT.
+    TcpExtTCPDSACKOldSent,
+    /// D-SACK blocks sent reporting a duplicate of out-of-order data held.
+    TcpExtTCPDSACKOfoSent,
+    /// D-SACK blocks received (RFC 2883 §5: a first SACK block below the cumulative ACK or
+    /// inside the second block).
+    TcpExtTCPDSACKRecv,
+    /// D-SACKs that reported one of our retransmissions as needless: the original arrived
+    /// (RFC 3708 spurious retransmission detection).
+    TcpExtTCPSpuriousRetrans,
+    /// D-SACKs that matched none of the current recovery episode's retransmissions (a
+    /// network duplicate, forged, or late for an earlier episode): ignored.
+    TcpExtTCPDSACKIgnored,
+    /// Congestion responses undone because every retransmission of the recovery episode was
+    /// reported needless by D-SACK (RFC 3708 §3, as Linux's TCPDSACKUndo).
+    TcpExtTCPDSACKUndo,
+    /// Path MTU estimates raised back after their expiry (RFC 1191 §6.3).
+    TcpExtTCPPMTURaised,
+    /// Raised path MTU estimates lowered again before a segment of the larger size was
+    /// acknowledged: the path still cannot carry it.
+    TcpExtTCPPMTURaiseFailed,
 }
 
 /// The engine's counters.

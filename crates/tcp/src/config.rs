@@ -64,6 +64,10 @@ pub struct TcpConfig {
     /// Black-hole detection (RFC 4821 §7.7, Linux `tcp_mtu_probing=1`): lower the MSS after
     /// repeated timeouts of full-sized segments.
     pub mtu_probing: bool,
+    /// How long a path MTU lowered by ICMP "fragmentation needed" holds before the MSS is
+    /// raised back to what the peer and our interface allow (RFC 1191 §6.3; Linux
+    /// `ip_rt_mtu_expires` = 600 s). `None` = never raised.
+    pub pmtu_expires: Option<Duration>,
     /// How losses are detected with SACK: RACK-TLP (RFC 8985, time-based, with tail loss
     /// probes) or duplicate-ACK counting (RFC 6675 / RFC 5681).
     pub loss_detection: LossDetection,
@@ -126,6 +130,7 @@ impl Default for TcpConfig {
             max_ofo_ranges: 64,
             max_tso_segment: 0,
             mtu_probing: true,
+            pmtu_expires: Some(Duration::from_secs(600)),
             user_timeout: None,
             zero_window_timeout: Some(Duration::from_secs(600)),
             loss_detection: LossDetection::Rack,

@@ -135,6 +135,9 @@ impl Connection {
                 if self.opt.ts_is_old(val) {
                     c.inc(Counter::TcpExtPAWSEstab);
                     self.rcv.ack_now = true;
+                    // A late original overtaken by its retransmission (which carried a newer
+                    // timestamp) fails PAWS: it is still a duplicate to report (as Linux).
+                    self.old_duplicate(seg);
                     return;
                 }
             }
@@ -144,6 +147,7 @@ impl Connection {
             c.inc(Counter::TcpExtTCPOutOfWindow);
             if !f.rst() {
                 self.rcv.ack_now = true;
+                self.old_duplicate(seg);
             }
             return;
         }
@@ -239,6 +243,21 @@ impl Connection {
         }
     }
 
+    /// RFC 2883 §4: text entirely below RCV.NXT — a retransmission of data we hold, sent
+    /// because the peer thought it lost — is reported in the ACK this segment draws, as the
+    /// first SACK block. Text older than a receive buffer is no retransmission of ours to
+    /// explain (a forged or ancient segment) and is not reported.
+    fn old_duplicate(&mut self, seg: &TcpRepr) {
+        let end = seg.seq + seg.payload.len();
+        if self.opt.sack
+            && !seg.payload.is_empty()
+            && end <= self.rcv.nxt
+            && self.rcv.nxt - seg.seq <= self.rcv.buf.capacity()
+        {
+            self.rcv.note_duplicate(seg.seq, end);
+        }
+    }
+
     fn on_reset(&mut self, c: &mut Counters) {
         match self.state {
             State::SynReceived if self.passive => {}
@@ -268,6 +287,7 @@ impl Connection {
     fn process_ack(&mut self, now: Instant, seg: &TcpRepr, c: &mut Counters) {
         if self.opt.sack {
             self.count_bogus_sacks(seg, c);
+            self.on_dsack(seg, c);
         }
         let sack_news = self.opt.sack
             && seg.options.sack_len > 0

@@ -22,6 +22,7 @@
 //!    segment it emits.
 //! 4. When [`Connection::state`] is `Closed`, the owner may drop the connection.
 
+mod dsack;
 mod handshake;
 mod info;
 mod input;

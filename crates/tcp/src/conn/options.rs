@@ -4,7 +4,7 @@
 use super::Connection;
 use crate::config::TcpConfig;
 use crate::MAX_WSCALE;
-use flowstack_wire::tcp::{SackBlock, TcpRepr, MAX_SACK_BLOCKS};
+use flowstack_wire::tcp::TcpRepr;
 use flowstack_wire::{Instant, SeqNum};
 
 /// What the handshake agreed on.
@@ -64,21 +64,13 @@ impl Options {
 
 impl Connection {
     /// Adds the options of a segment other than SYN: timestamps, and SACK blocks while
-    /// out-of-order data is held.
+    /// out-of-order data is held or a duplicate is to be reported (D-SACK).
     pub(super) fn with_options(&self, now: Instant, r: &mut TcpRepr) {
         if self.opt.ts {
             r.options.timestamp = Some((self.opt.ts_now(now), self.opt.ts_recent));
         }
-        if self.opt.sack && !self.rcv.ofo.is_empty() {
-            let mut blocks = [(SeqNum(0), SeqNum(0)); MAX_SACK_BLOCKS];
-            let k = self.rcv.ofo.sack_blocks(&mut blocks);
-            for (i, b) in blocks[..k].iter().enumerate() {
-                r.options.sack[i] = SackBlock {
-                    left: b.0,
-                    right: b.1,
-                };
-            }
-            r.options.sack_len = k as u8;
+        if self.opt.sack && self.rcv.has_sack_info() {
+            self.rcv.sack_option(&mut r.options);
         }
     }
 }

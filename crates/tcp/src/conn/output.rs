@@ -44,6 +44,8 @@ impl Connection {
             _ => {}
         }
         if self.state.is_synchronized() {
+            // RFC 1191 §6.3: a lowered path MTU estimate may have expired.
+            self.pmtu_expiry(now, c);
             if self.rec.in_recovery || self.rack_on() {
                 n += self.send_recovery(now, c, emit);
             }
@@ -92,12 +94,12 @@ impl Connection {
         c.inc(Counter::TcpOutSegs);
         self.stats.segs_out += 1;
         if r.flags.ack() {
-            self.ack_sent();
+            self.ack_sent(c);
         }
     }
 
-    fn ack_sent(&mut self) {
-        self.rcv.ack_sent();
+    fn ack_sent(&mut self, c: &mut Counters) {
+        self.rcv.ack_sent(c);
         self.timers.cancel(Timer::DelayedAck);
     }
 
@@ -220,12 +222,14 @@ impl Connection {
         emit(&r);
         c.inc(Counter::TcpOutSegs);
         self.stats.segs_out += 1;
-        self.ack_sent();
+        self.ack_sent(c);
         let occupied = sent + fin as usize;
+        self.pmtu_on_send(sent, seq + sent);
         if retrans {
             c.inc(Counter::TcpRetransSegs);
             self.stats.retransmits += 1;
             self.rec.rexmit_mark = Some(self.snd.max);
+            self.undo_record(seq, (seq + occupied).min(self.snd.max));
         } else if self.snd.rtt_probe.is_none() {
             self.snd.rtt_probe = Some((seq, now));
         }

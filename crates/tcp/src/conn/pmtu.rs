@@ -1,11 +1,31 @@
 //! The path a connection's segments take: RFC 1191 path MTU discovery from ICMP
 //! "fragmentation needed", RFC 5927's checks on every ICMP error that names a connection,
 //! ICMP unreachables as soft errors (RFC 1122 §4.2.3.9), and black-hole detection when ICMP
-//! is filtered (RFC 4821 §7.7, as Linux's `tcp_mtu_probing=1`).
+//! is filtered (RFC 4821 §7.7, as Linux's `tcp_mtu_probing=1`); and raising a lowered
+//! estimate again once it expires (RFC 1191 §6.3), so a connection does not stay small after
+//! the path has grown back.
+//!
+//! # Raising the estimate: optimistic, as Linux by default
+//! RFC 1191 §4: "An attempt to detect an increase (by sending a datagram larger than the
+//! current estimate) MUST NOT be done less than 5 minutes after a Datagram Too Big message
+//! has been received ... We recommend setting these timers at twice their minimum values (10
+//! minutes ...)"; §6.3 purges a stale estimate by resetting it to the first-hop MTU, and the
+//! next "fragmentation needed" lowers it again if the path is still narrow. Linux does
+//! exactly this by default: a learned path MTU is a route exception that expires after
+//! `ip_rt_mtu_expires` = 600 s, after which segments go out at the route's MTU again
+//! (RFC 4821 probing, `tcp_mtu_probing`, is off by default there). So here: `pmtu_expires`
+//! (600 s) after the last decrease from ICMP, the next transmission raises the MSS back to
+//! what it was before the first decrease — the peer's MSS clamped to our interface's. A
+//! segment of the larger size that the path cannot carry draws a new ICMP: the estimate is
+//! lowered again (counted as a failed raise) and the data resent smaller, with no change to
+//! the congestion window (§6.5). If the path drops it silently instead, the first
+//! retransmission timeout of an unconfirmed raise takes it back (no waiting for black-hole
+//! detection's three). Not raised: an MSS lowered by black-hole detection (with no ICMP to
+//! correct an optimistic raise, that needs RFC 4821 §7.6 probes; not implemented).
 
 use super::{Connection, State, TcpError};
 use crate::counters::{Counter, Counters};
-use flowstack_wire::{Instant, SeqNum};
+use flowstack_wire::{Duration, Instant, SeqNum};
 
 /// IP and TCP headers without options: what separates a path MTU from its MSS.
 const HEADERS: usize = 40;
@@ -39,6 +59,34 @@ pub enum IcmpError {
     Unreachable,
     /// Time exceeded in transit.
     TimeExceeded,
+}
+
+/// A path MTU estimate lowered by ICMP and its expiry (RFC 1191 §6.3), kept in the lazily
+/// allocated RACK state: a connection whose path never shrank holds none of it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PmtuRaise {
+    /// When the lowered estimate expires; `None` when nothing is to be raised.
+    expires: Option<Instant>,
+    /// The MSS before the first decrease from ICMP (the peer's MSS clamped to our
+    /// interface's): what a raise restores. 0 until a decrease.
+    ceiling: u16,
+    /// The MSS a raise left, while no segment of the larger size has been acknowledged
+    /// (0 when no raise is unconfirmed).
+    floor: u16,
+    /// The end of the first segment sent larger than `floor` after a raise: an ACK past it
+    /// confirms the raise.
+    confirm: Option<SeqNum>,
+}
+
+impl PmtuRaise {
+    pub(crate) const fn new() -> Self {
+        Self {
+            expires: None,
+            ceiling: 0,
+            floor: 0,
+            confirm: None,
+        }
+    }
 }
 
 impl Connection {
@@ -95,7 +143,94 @@ impl Connection {
             return;
         }
         c.inc(Counter::TcpExtTCPPMTUReduced);
+        self.pmtu_lowered(now, mss, c);
         self.lower_mss(now, mss);
+    }
+
+    /// ICMP lowered the estimate to `mss`: remember what to raise it back to, and when.
+    fn pmtu_lowered(&mut self, now: Instant, mss: usize, c: &mut Counters) {
+        let cur = self.snd.mss as u16;
+        let expiry = self.cfg.pmtu_expires;
+        let p = &mut self.rec.rack.pmtu;
+        if p.floor != 0 {
+            // A raise is refuted before any segment of its size got through.
+            c.inc(Counter::TcpExtTCPPMTURaiseFailed);
+            p.floor = 0;
+            p.confirm = None;
+        }
+        if p.ceiling == 0 {
+            p.ceiling = cur;
+        }
+        p.expires = expiry
+            .filter(|_| (p.ceiling as usize) > mss)
+            .map(|d| now + d);
+    }
+
+    /// Before transmitting at `now`: if the lowered estimate has expired, raise the MSS back
+    /// to its ceiling (RFC 1191 §6.3; see the module's notes). Reads only, on a connection
+    /// whose path never shrank.
+    pub(crate) fn pmtu_expiry(&mut self, now: Instant, c: &mut Counters) {
+        let p = &self.rec.rack.pmtu;
+        let Some(at) = p.expires else {
+            return;
+        };
+        if now < at || !self.state.is_synchronized() {
+            return;
+        }
+        let ceiling = p.ceiling as usize;
+        let from = self.snd.mss;
+        let p = &mut self.rec.rack.pmtu;
+        p.expires = None;
+        if ceiling <= from {
+            return;
+        }
+        c.inc(Counter::TcpExtTCPPMTURaised);
+        p.floor = from as u16;
+        p.confirm = None;
+        self.snd.mss = ceiling;
+        self.rec.cc.set_smss(ceiling);
+    }
+
+    /// A segment of `len` data bytes ending at `end` goes out: the first one larger than
+    /// what the path was known to carry is the one whose acknowledgment confirms a raise.
+    pub(crate) fn pmtu_on_send(&mut self, len: usize, end: SeqNum) {
+        let p = &self.rec.rack.pmtu;
+        if p.floor == 0 || p.confirm.is_some() {
+            return;
+        }
+        let floor = p.floor as usize;
+        let options = self.snd.mss - self.full_seg();
+        if len + options > floor {
+            self.rec.rack.pmtu.confirm = Some(end);
+        }
+    }
+
+    /// SND.UNA moved to `ack`: a raise whose first large segment is acknowledged holds.
+    pub(crate) fn pmtu_on_ack(&mut self, ack: SeqNum) {
+        if self.rec.rack.pmtu.confirm.is_some_and(|e| ack >= e) {
+            let p = &mut self.rec.rack.pmtu;
+            p.floor = 0;
+            p.confirm = None;
+        }
+    }
+
+    /// A retransmission timeout while a raise is unconfirmed: the larger segments vanish
+    /// without an ICMP (a black hole for that size). Go back to the size that worked at once
+    /// and try again at the next expiry. Returns true if it did.
+    fn pmtu_raise_timed_out(&mut self, now: Instant, c: &mut Counters) -> bool {
+        let floor = self.rec.rack.pmtu.floor as usize;
+        if floor == 0 {
+            return false;
+        }
+        c.inc(Counter::TcpExtTCPPMTURaiseFailed);
+        let expiry: Option<Duration> = self.cfg.pmtu_expires;
+        let p = &mut self.rec.rack.pmtu;
+        p.floor = 0;
+        p.confirm = None;
+        p.expires = expiry.map(|d| now + d);
+        self.snd.mss = floor;
+        self.rec.cc.set_smss(floor);
+        true
     }
 
     /// Sets a smaller effective send MSS and resends the unacknowledged data in segments of
@@ -120,6 +255,9 @@ impl Connection {
     /// (as Linux with `tcp_mtu_probing=1`) — unless the lost segment is no larger than the
     /// floor itself (then its size cannot be the problem). Returns true if it did.
     pub(crate) fn blackhole_check(&mut self, now: Instant, c: &mut Counters) -> bool {
+        if self.pmtu_raise_timed_out(now, c) {
+            return true;
+        }
         let floor = MIN_PMTU - HEADERS;
         if !self.cfg.mtu_probing
             || !self.state.is_synchronized()

@@ -25,6 +25,11 @@ const WC_DEL_ACK: Duration = Duration::from_millis(200);
 /// The shortest PTO (Linux: `TCP_TIMEOUT_MIN`-based 10 ms floor).
 const TLP_MIN: Duration = Duration::from_millis(10);
 
+/// RFC 8985 §6.2: RACK.reo_wnd_persist's start, the recoveries a widened window lasts.
+const REO_WND_PERSIST: u32 = 16;
+/// A bound on RACK.reo_wnd_mult (the window is capped at SRTT long before).
+const REO_WND_MULT_MAX: u32 = 64;
+
 /// One sent segment (RFC 8985 §5.2 "per-segment variables").
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SegMeta {
@@ -59,9 +64,21 @@ pub(crate) struct Rack {
     /// TLP.end_seq: SND.NXT when the outstanding probe was sent.
     pub(crate) tlp_end: Option<SeqNum>,
     /// The probe was a retransmission.
-    tlp_retrans: bool,
+    pub(crate) tlp_retrans: bool,
     /// A probe is to be sent by the next `poll_transmit`.
     pub(crate) tlp_now: bool,
+    /// RACK.reo_wnd_mult (RFC 8985 §6.2 step 4): the reordering window in quarters of
+    /// min_RTT, grown by D-SACKs.
+    reo_wnd_mult: u32,
+    /// RACK.reo_wnd_persist: recoveries left before `reo_wnd_mult` falls back to 1.
+    reo_wnd_persist: u32,
+    /// RACK.dsack_round: SND.NXT when the window last grew (once per round trip).
+    dsack_round: Option<SeqNum>,
+    /// The recovery episode's retransmissions, for a D-SACK undo (`dsack`): cold state kept
+    /// in this lazily allocated box rather than in every connection.
+    pub(crate) undo: super::dsack::Undo,
+    /// A lowered path MTU's expiry (`pmtu`), cold state kept here for the same reason.
+    pub(crate) pmtu: super::pmtu::PmtuRaise,
 }
 
 /// The state of a connection that has sent no data yet: what an unallocated [`LazyRack`]
@@ -113,12 +130,46 @@ impl Rack {
             tlp_end: None,
             tlp_retrans: false,
             tlp_now: false,
+            reo_wnd_mult: 1,
+            reo_wnd_persist: REO_WND_PERSIST,
+            dsack_round: None,
+            undo: super::dsack::Undo::new(),
+            pmtu: super::pmtu::PmtuRaise::new(),
         }
     }
 
-    /// Heap bytes held now (the segment records' allocation).
+    /// Heap bytes held now (the segment records' and the undo record's allocations).
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.segs.capacity() * std::mem::size_of::<SegMeta>()
+        self.segs.capacity() * std::mem::size_of::<SegMeta>() + self.undo.heap_bytes()
+    }
+
+    /// RFC 8985 §6.2 step 4, on a D-SACK that reported a retransmission needless (the
+    /// reordering it proves): "If RACK.dsack_round is not None and SND.UNA >=
+    /// RACK.dsack_round: RACK.dsack_round = None. If RACK.dsack_round is None and any DSACK
+    /// option is present on latest received ACK: RACK.dsack_round = SND.NXT, RACK.reo_wnd_mult
+    /// += 1, RACK.reo_wnd_persist = 16". Deliberately narrower than "any DSACK": one that
+    /// matches none of our retransmissions is a network duplicate, no sign of reordering
+    /// (Linux likewise ignores D-SACKs that outnumber its retransmissions).
+    pub(crate) fn dsack_seen(&mut self, una: SeqNum, nxt: SeqNum) {
+        if self.dsack_round.is_some_and(|r| una >= r) {
+            self.dsack_round = None;
+        }
+        if self.dsack_round.is_none() {
+            self.dsack_round = Some(nxt);
+            // Beyond SRTT the window is capped anyway (step 4's min(…, SRTT)).
+            self.reo_wnd_mult = (self.reo_wnd_mult + 1).min(REO_WND_MULT_MAX);
+            self.reo_wnd_persist = REO_WND_PERSIST;
+        }
+    }
+
+    /// RFC 8985 §6.2 step 4: "Else if exiting Fast or RTO recovery: RACK.reo_wnd_persist -=
+    /// 1; If RACK.reo_wnd_persist <= 0: RACK.reo_wnd_mult = 1" — a grown window lasts 16
+    /// recoveries.
+    pub(crate) fn recovery_exited(&mut self) {
+        self.reo_wnd_persist = self.reo_wnd_persist.saturating_sub(1);
+        if self.reo_wnd_persist == 0 {
+            self.reo_wnd_mult = 1;
+        }
     }
 
     /// RFC 8985 §6.2 step 2 helper: was (t1, s1) sent after (t2, s2)?
@@ -154,7 +205,7 @@ impl Rack {
 
     /// RFC 8985 §6.2 step 4: the reordering window. "If ... no reordering has been seen and
     /// (the sender is in recovery or ≥ DupThresh segments are SACKed) RACK.reo_wnd = 0";
-    /// else min_RTT/4, at most SRTT.
+    /// else "min(RACK.reo_wnd_mult * RACK.min_RTT / 4, SRTT)".
     fn reo_wnd(&self, in_recovery: bool, srtt: Duration) -> Duration {
         if !self.reordering_seen {
             let sacked = self.segs.iter().filter(|s| s.sacked).count();
@@ -162,7 +213,7 @@ impl Rack {
                 return Duration::ZERO;
             }
         }
-        (self.min_rtt.unwrap_or(Duration::ZERO) / 4).min(srtt)
+        (self.min_rtt.unwrap_or(Duration::ZERO) / 4 * self.reo_wnd_mult).min(srtt)
     }
 
     /// Bytes marked lost and not yet retransmitted.
@@ -485,6 +536,7 @@ impl Connection {
         if !self.rec.rack.is_allocated() {
             return; // no data sent yet: nothing recorded, no probe outstanding
         }
+        self.rec.rack.undo.abandon();
         if sack_cleared {
             for s in self.rec.rack.segs.iter_mut() {
                 s.sacked = false;

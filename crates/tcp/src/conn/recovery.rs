@@ -194,6 +194,8 @@ impl Connection {
         self.rec.recover = self.snd.max;
         self.rec.high_rxt = self.snd.una;
         self.rec.rexmit_head = true;
+        // RFC 3708: remember what to restore should every retransmission prove needless.
+        self.undo_begin();
         self.rec.cc.on_loss(self.snd.flight());
         if !self.opt.sack {
             // RFC 6582 §3.2 step 2: cwnd = ssthresh + 3·SMSS.
@@ -205,7 +207,13 @@ impl Connection {
 
     /// SND.UNA moved forward to `ack`, acknowledging `acked` data bytes: leave recovery on a
     /// full acknowledgment, go on repairing after a partial one, or grow the window.
-    pub(crate) fn recovery_on_ack(&mut self, now: Instant, ack: SeqNum, acked: usize) {
+    pub(crate) fn recovery_on_ack(
+        &mut self,
+        now: Instant,
+        ack: SeqNum,
+        acked: usize,
+        c: &mut Counters,
+    ) {
         self.rec.sack.advance(ack);
         self.rec.dupacks = 0;
         if self.rec.in_recovery {
@@ -213,6 +221,11 @@ impl Connection {
                 // RFC 6582 §3.2 step 3 full acknowledgment.
                 self.rec.in_recovery = false;
                 self.rec.cc.exit_recovery();
+                if self.rack_on() {
+                    self.rec.rack.recovery_exited();
+                }
+                // D-SACKs may already have reported every retransmission needless.
+                self.try_dsack_undo(c);
             } else {
                 // Partial acknowledgment: retransmit the next hole at once.
                 if !self.opt.sack {

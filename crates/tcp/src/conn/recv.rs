@@ -7,7 +7,7 @@ use crate::assembler::Assembler;
 use crate::buffer::RingBuffer;
 use crate::config::TcpConfig;
 use crate::counters::{Counter, Counters};
-use flowstack_wire::tcp::TcpRepr;
+use flowstack_wire::tcp::{SackBlock, TcpOptions, TcpRepr, MAX_SACK_BLOCKS};
 use flowstack_wire::{Instant, SeqNum};
 
 /// The receiver's state (RFC 9293 §3.3.1 "Receive Sequence Variables", plus what receiving
@@ -109,10 +109,58 @@ impl Receiver {
         grow >= thresh || (adv_wnd == 0 && grow > 0)
     }
 
-    /// A segment carrying our ACK went out: nothing is owed any more.
-    pub(crate) fn ack_sent(&mut self) {
+    /// A segment carrying our ACK went out: nothing is owed any more, and a D-SACK block it
+    /// carried is not repeated (RFC 2883 §4).
+    pub(crate) fn ack_sent(&mut self, c: &mut Counters) {
         self.ack_now = false;
         self.unacked_bytes = 0;
+        if let Some((_, end)) = self.ofo.dsack() {
+            c.inc(if end <= self.nxt {
+                Counter::TcpExtTCPDSACKOldSent
+            } else {
+                Counter::TcpExtTCPDSACKOfoSent
+            });
+            self.ofo.dsack_sent();
+        }
+    }
+
+    /// The SACK option of our next segment: a pending D-SACK block first (RFC 2883 §4: the
+    /// first block reports the duplicate), then the out-of-order ranges, most recently
+    /// changed first (RFC 2018 §4). For a duplicate above RCV.NXT that puts second the block
+    /// holding it, as RFC 2883 §4 asks: "the second SACK block in that SACK option should
+    /// specify that (possibly larger) block of data".
+    pub(crate) fn sack_option(&self, o: &mut TcpOptions) {
+        let mut blocks = [(SeqNum(0), SeqNum(0)); MAX_SACK_BLOCKS];
+        let mut k = 0;
+        if let Some(d) = self.ofo.dsack() {
+            blocks[0] = d;
+            k = 1;
+        }
+        if !self.ofo.is_empty() {
+            k += self.ofo.sack_blocks(&mut blocks[k..]);
+        }
+        for (i, b) in blocks[..k].iter().enumerate() {
+            o.sack[i] = SackBlock {
+                left: b.0,
+                right: b.1,
+            };
+        }
+        o.sack_len = k as u8;
+    }
+
+    /// Whether our segments carry a SACK option now.
+    pub(crate) fn has_sack_info(&self) -> bool {
+        !self.ofo.is_empty() || self.ofo.dsack().is_some()
+    }
+
+    /// RFC 2883 §4: `[start, end)` arrived a second time; report it in the next ACK, sent at
+    /// once (the sender waits on it to undo a needless retransmission). §4: "the D-SACK block
+    /// is only used to report a duplicate contiguous sequence of data received by the
+    /// receiver in the most recent packet": when several segments are processed before one
+    /// ACK goes out, the latest duplicate replaces an earlier one it does not touch.
+    pub(super) fn note_duplicate(&mut self, start: SeqNum, end: SeqNum) {
+        self.ofo.set_dsack(start, end);
+        self.ack_now = true;
     }
 }
 
@@ -120,14 +168,29 @@ impl Connection {
     /// Seventh step: place data in the receive buffer (in order) or the reassembly area.
     pub(super) fn accept_data(&mut self, now: Instant, seg: &TcpRepr, c: &mut Counters) {
         let skip = self.rcv.nxt - seg.seq; // already received part
+        let dsack = self.opt.sack;
         if skip >= seg.payload.len() {
             // Entirely old: a retransmission the peer sent because our ACK was lost.
+            if dsack {
+                self.rcv
+                    .note_duplicate(seg.seq, seg.seq + seg.payload.len());
+            }
             self.rcv.ack_now = true;
             return;
+        }
+        if dsack && skip > 0 {
+            // RFC 2883 §4, a partly old segment: the part below RCV.NXT is the duplicate.
+            self.rcv.note_duplicate(seg.seq, self.rcv.nxt);
         }
         let start = seg.seq + skip;
         let data = &seg.payload[skip..];
         let rel = start - self.rcv.nxt;
+        if dsack && skip == 0 {
+            // Text already held out of order is received twice (RFC 2883 §4).
+            if let Some((s, e)) = self.rcv.ofo.overlap(start, start + data.len()) {
+                self.rcv.note_duplicate(s, e);
+            }
+        }
         if rel == 0 {
             let _p = flowstack_prof::enter(flowstack_prof::Layer::SockAppend);
             let n = self.rcv.buf.write_at(0, data);

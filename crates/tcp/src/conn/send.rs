@@ -142,13 +142,14 @@ impl Connection {
         self.spurious_rto_check(seg, c);
         self.sample_rtt(now, seg);
         self.snd.una = ack;
+        self.pmtu_on_ack(ack);
         if self.snd.nxt < ack {
             self.snd.nxt = ack;
         }
         self.timers.retries = 0;
         // Progress: the user timeout's clock restarts (or stops with nothing in flight).
         self.timers.unacked_since = (self.snd.max > ack).then_some(now);
-        self.recovery_on_ack(now, ack, acked);
+        self.recovery_on_ack(now, ack, acked, c);
         // RFC 6298 §5.2/5.3: restart the timer if data remains, stop it otherwise.
         let rto = (self.snd.max > self.snd.una).then(|| now + self.snd.rtt.rto());
         self.timers.update(Timer::Rto, rto);
