@@ -8,16 +8,72 @@ use crate::buffer::RingBuffer;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+/// Memory a zero-copy send borrows: a heap buffer, or a range of any shared owner of bytes
+/// (a mapped file window: segments and retransmissions are cut straight from it). The queue
+/// holds its reference until every byte is acknowledged, then drops it.
+#[derive(Clone)]
+pub enum ExtBuf {
+    /// A heap buffer, whole.
+    Heap(Arc<[u8]>),
+    /// `len` bytes of `owner`'s bytes from `start`.
+    Shared {
+        /// Whatever owns the memory (dropped with the last reference).
+        owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
+        /// First byte within `owner`.
+        start: usize,
+        /// Bytes.
+        len: usize,
+    },
+}
+
+impl ExtBuf {
+    /// A range of `owner`'s bytes; `None` if it lies outside them.
+    pub fn shared(
+        owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
+        start: usize,
+        len: usize,
+    ) -> Option<Self> {
+        let total = (*owner).as_ref().len();
+        (start <= total && len <= total - start).then_some(ExtBuf::Shared { owner, start, len })
+    }
+
+    /// The borrowed bytes.
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            ExtBuf::Heap(b) => b,
+            ExtBuf::Shared { owner, start, len } => &(**owner).as_ref()[*start..*start + *len],
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            ExtBuf::Heap(b) => b.len(),
+            ExtBuf::Shared { len, .. } => *len,
+        }
+    }
+}
+
+impl From<Arc<[u8]>> for ExtBuf {
+    fn from(b: Arc<[u8]>) -> Self {
+        ExtBuf::Heap(b)
+    }
+}
+
+impl std::fmt::Debug for ExtBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExtBuf::Heap(b) => write!(f, "Heap({} bytes)", b.len()),
+            ExtBuf::Shared { start, len, .. } => write!(f, "Shared({start}..+{len})"),
+        }
+    }
+}
+
 #[derive(Debug)]
 enum Chunk {
     /// The next `n` bytes of the ring.
     Ring(usize),
     /// An application buffer, `off` bytes of it already acknowledged.
-    Ext {
-        buf: Arc<[u8]>,
-        off: usize,
-        token: u64,
-    },
+    Ext { buf: ExtBuf, off: usize, token: u64 },
 }
 
 /// Ordered bytes waiting to be sent or acknowledged.
@@ -72,11 +128,12 @@ impl SendQueue {
     }
 
     /// Queues an application buffer without copying it, if it fits whole.
-    pub fn enqueue_ext(&mut self, buf: Arc<[u8]>, token: u64) -> bool {
+    pub fn enqueue_ext(&mut self, buf: impl Into<ExtBuf>, token: u64) -> bool {
+        let buf = buf.into();
         if buf.len() > self.window() {
             return false;
         }
-        if buf.is_empty() {
+        if buf.len() == 0 {
             self.complete(token);
             return true;
         }
@@ -169,7 +226,7 @@ impl SendQueue {
                     }
                     ring_pos += k;
                 }
-                Chunk::Ext { buf, off: done, .. } => f(&buf[done + off..done + off + m]),
+                Chunk::Ext { buf, off: done, .. } => f(&buf.bytes()[done + off..done + off + m]),
             }
             n -= m;
             off = 0;
@@ -237,5 +294,28 @@ mod tests {
         assert!(q.enqueue_ext(Arc::from(&b"ab"[..]), 2));
         assert_eq!(q.window(), 0);
         assert_eq!(q.enqueue(b"x"), 0);
+    }
+
+    #[test]
+    fn a_shared_range_is_sent_from_its_owner_and_released_when_acknowledged() {
+        let owner: Arc<Vec<u8>> = Arc::new(b"0123456789".to_vec());
+        let dyn_owner: Arc<dyn AsRef<[u8]> + Send + Sync> = owner.clone();
+        assert!(ExtBuf::shared(dyn_owner.clone(), 8, 3).is_none());
+        let mut q = SendQueue::new(100);
+        assert!(q.enqueue_ext(ExtBuf::shared(dyn_owner.clone(), 2, 5).unwrap(), 1));
+        assert!(q.enqueue_ext(ExtBuf::shared(dyn_owner, 9, 1).unwrap(), 2));
+        assert_eq!(q.enqueue(b"x"), 1);
+        let mut s = Vec::new();
+        assert_eq!(q.gather(0, 7, &mut s), b"234569x");
+        assert_eq!(q.gather(1, 3, &mut s), b"345");
+        assert_eq!(Arc::strong_count(&owner), 3);
+        q.consume(6);
+        assert_eq!(q.take_completed(), Some(1));
+        assert_eq!(q.take_completed(), Some(2));
+        assert_eq!(
+            Arc::strong_count(&owner),
+            1,
+            "the queue let go of the owner"
+        );
     }
 }
