@@ -264,6 +264,13 @@ counters! {
     TcpExtTCPLossProbeRecovery,
     /// Segments marked lost by RACK's time-based detection (RFC 8985 §6.2).
     TcpExtTCPRackLoss,
+    // ---- send_file from mapped windows (issue 17) ----
+    /// Connections reset because the file under one of their mapped `send_file` windows was
+    /// truncated (its bytes may have been read as zeros).
+    TcpExtFileMapResets,
+    /// Frames discarded before transmission because they were built while a mapped
+    /// `send_file` window's file was truncated (they could carry zeros for file bytes).
+    EthExtFileMapDrops,
 }
 
 /// The engine's counters.

@@ -29,7 +29,7 @@
 //! [`Engine::recv_to_file`] borrows the readable bytes where they lie in the receive ring (one
 //! or two slices), writes them with one `pwritev(2)`, and only then consumes them.
 
-use super::Engine;
+use super::{Engine, FileSendMode};
 use crate::TcpHandle;
 use flowstack_api::socket::{check_range, read_at};
 use flowstack_api::{FileError, SocketError};
@@ -128,6 +128,20 @@ impl Engine {
     /// are queued, and the call that starts at the end fails with [`FileError::ShortFile`].
     /// A range whose end is not a file offset is [`FileError::BadRange`].
     pub fn send_file(
+        &mut self,
+        h: TcpHandle,
+        file: &File,
+        offset: u64,
+        len: u64,
+    ) -> Result<usize, FileError> {
+        match self.maps.mode {
+            FileSendMode::Map => self.send_file_mapped(h, file, offset, len),
+            FileSendMode::Read => self.send_file_read(h, file, offset, len),
+        }
+    }
+
+    /// [`Engine::send_file`] in [`FileSendMode::Read`] (and when no window can be mapped).
+    pub(super) fn send_file_read(
         &mut self,
         h: TcpHandle,
         file: &File,
