@@ -18,7 +18,7 @@ pub enum ExtBuf {
     /// `len` bytes of `owner`'s bytes from `start`.
     Shared {
         /// Whatever owns the memory (dropped with the last reference).
-        owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
+        owner: SharedOwner,
         /// First byte within `owner`.
         start: usize,
         /// Bytes.
@@ -28,11 +28,7 @@ pub enum ExtBuf {
 
 impl ExtBuf {
     /// A range of `owner`'s bytes; `None` if it lies outside them.
-    pub fn shared(
-        owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
-        start: usize,
-        len: usize,
-    ) -> Option<Self> {
+    pub fn shared(owner: SharedOwner, start: usize, len: usize) -> Option<Self> {
         let total = (*owner).as_ref().len();
         (start <= total && len <= total - start).then_some(ExtBuf::Shared { owner, start, len })
     }
@@ -66,6 +62,14 @@ impl std::fmt::Debug for ExtBuf {
             ExtBuf::Shared { start, len, .. } => write!(f, "Shared({start}..+{len})"),
         }
     }
+}
+
+/// The owner of a shared range.
+type SharedOwner = Arc<dyn AsRef<[u8]> + Send + Sync>;
+
+/// Whether two owners are the same object (data pointers only: vtables may differ).
+fn same_owner(a: &SharedOwner, b: &SharedOwner) -> bool {
+    std::ptr::eq(Arc::as_ptr(a) as *const u8, Arc::as_ptr(b) as *const u8)
 }
 
 #[derive(Debug)]
@@ -197,8 +201,12 @@ impl SendQueue {
     }
 
     /// Calls `f` with the contiguous pieces making up `n` bytes at `off`.
+    /// Consecutive shared ranges that continue each other in one owner (a mapped window
+    /// handed over in several sends) make one piece: a segment across them needs no gather.
     fn pieces<'a>(&'a self, mut off: usize, mut n: usize, mut f: impl FnMut(&'a [u8])) {
         let mut ring_pos = 0;
+        // A pending run of contiguous shared ranges: (owner, start, end) within the owner.
+        let mut run: Option<(&'a SharedOwner, usize, usize)> = None;
         for c in &self.chunks {
             if n == 0 {
                 break;
@@ -217,6 +225,9 @@ impl SendQueue {
             let m = (clen - off).min(n);
             match c {
                 Chunk::Ring(k) => {
+                    if let Some((o, s0, e0)) = run.take() {
+                        f(&(**o).as_ref()[s0..e0]);
+                    }
                     let (a, b) = self.ring.slices(ring_pos + off, m);
                     if !a.is_empty() {
                         f(a);
@@ -226,10 +237,37 @@ impl SendQueue {
                     }
                     ring_pos += k;
                 }
-                Chunk::Ext { buf, off: done, .. } => f(&buf.bytes()[done + off..done + off + m]),
+                Chunk::Ext {
+                    buf: ExtBuf::Shared { owner, start, .. },
+                    off: done,
+                    ..
+                } => {
+                    let s = start + done + off;
+                    match &mut run {
+                        Some((o, _, e)) if same_owner(o, owner) && *e == s => *e = s + m,
+                        _ => {
+                            if let Some((o, s0, e0)) = run.take() {
+                                f(&(**o).as_ref()[s0..e0]);
+                            }
+                            run = Some((owner, s, s + m));
+                        }
+                    }
+                    n -= m;
+                    off = 0;
+                    continue;
+                }
+                Chunk::Ext { buf, off: done, .. } => {
+                    if let Some((o, s0, e0)) = run.take() {
+                        f(&(**o).as_ref()[s0..e0]);
+                    }
+                    f(&buf.bytes()[done + off..done + off + m])
+                }
             }
             n -= m;
             off = 0;
+        }
+        if let Some((o, s0, e0)) = run {
+            f(&(**o).as_ref()[s0..e0]);
         }
     }
 
@@ -308,6 +346,16 @@ mod tests {
         let mut s = Vec::new();
         assert_eq!(q.gather(0, 7, &mut s), b"234569x");
         assert_eq!(q.gather(1, 3, &mut s), b"345");
+        // 2..7 and 9..10 are not contiguous: gathered. Contiguous ranges are one slice.
+        let mut c = SendQueue::new(100);
+        let o: Arc<dyn AsRef<[u8]> + Send + Sync> = owner.clone();
+        assert!(c.enqueue_ext(ExtBuf::shared(o.clone(), 1, 3).unwrap(), 1));
+        assert!(c.enqueue_ext(ExtBuf::shared(o.clone(), 4, 4).unwrap(), 2));
+        let mut s2 = Vec::new();
+        let g = c.gather(1, 5, &mut s2);
+        assert_eq!(g, b"23456");
+        assert_eq!(g.as_ptr(), owner[2..].as_ptr(), "contiguous ranges were copied");
+        drop((c, o));
         assert_eq!(Arc::strong_count(&owner), 3);
         q.consume(6);
         assert_eq!(q.take_completed(), Some(1));
