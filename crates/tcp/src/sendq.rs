@@ -354,7 +354,11 @@ mod tests {
         let mut s2 = Vec::new();
         let g = c.gather(1, 5, &mut s2);
         assert_eq!(g, b"23456");
-        assert_eq!(g.as_ptr(), owner[2..].as_ptr(), "contiguous ranges were copied");
+        assert_eq!(
+            g.as_ptr(),
+            owner[2..].as_ptr(),
+            "contiguous ranges were copied"
+        );
         drop((c, o));
         assert_eq!(Arc::strong_count(&owner), 3);
         q.consume(6);

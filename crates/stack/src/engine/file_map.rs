@@ -34,8 +34,9 @@
 //!    the file's new size (once; calls after that see the aborted socket's error).
 //!
 //! Bytes sent before the truncation are file bytes; the peer got a prefix of the file and
-//! then a reset. `sendfile(2)` in the same situation ends short without an error on bytes it
-//! had not yet queued, but may send pages it had queued — see the module docs of `file.rs`.
+//! then a reset. (`sendfile(2)` ends short on bytes it had not yet queued; pages it had queued
+//! go out as they are.) A cut beyond every byte handed out ends the transfer short with
+//! [`FileError::ShortFile`] and no reset, as in read mode.
 //!
 //! # Rewriting
 //!
