@@ -52,7 +52,7 @@ use flowstack_api::socket::check_range;
 use flowstack_api::{FileError, SocketError};
 use flowstack_sys::filemap::{MappedWindow, Populate};
 use flowstack_tcp::sendq::ExtBuf;
-use flowstack_tcp::FourTuple;
+use flowstack_tcp::{FourTuple, State};
 use flowstack_wire::ipv4::IpProtocol;
 use flowstack_wire::tcp::{Flags, TcpOptions, TcpRepr};
 use flowstack_wire::SeqNum;
@@ -175,7 +175,10 @@ impl Engine {
         check_range(offset, len)?;
         if let Some(i) = self.maps.failed.iter().position(|f| f.0 == h) {
             let (_, at) = self.maps.failed.remove(i);
-            return Err(FileError::ShortFile { at });
+            // Only for the connection that was reset, not a later one under the same handle.
+            if self.tcp_conn(h).is_ok_and(|c| c.state() == State::Closed) {
+                return Err(FileError::ShortFile { at });
+            }
         }
         if len == 0 {
             return Ok(0);
