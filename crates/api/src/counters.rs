@@ -286,6 +286,13 @@ counters! {
     /// Raised path MTU estimates lowered again before a segment of the larger size was
     /// acknowledged: the path still cannot carry it.
     TcpExtTCPPMTURaiseFailed,
+    // ---- send_file from mapped windows (issue 17) ----
+    /// Connections reset because the file under one of their mapped `send_file` windows was
+    /// truncated (its bytes may have been read as zeros).
+    TcpExtFileMapResets,
+    /// Frames discarded before transmission because they were built while a mapped
+    /// `send_file` window's file was truncated (they could carry zeros for file bytes).
+    EthExtFileMapDrops,
 }
 
 /// The engine's counters.

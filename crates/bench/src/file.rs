@@ -1,8 +1,10 @@
-//! `flowstack bench file`: seed 002's file-transfer experiment — one file sent over TCP, four
+//! `flowstack bench file`: seed 002's file-transfer experiment — one file sent over TCP, five
 //! ways, in the same run, page cache warm:
 //!
-//! - **flowstack `send_file`**: chunks read once (`pread`) into pooled buffers that become the
-//!   segments ([`Engine::send_file`]);
+//! - **flowstack `send_file` (read)**: the default [`FileSendMode::Read`], chunks read once
+//!   (`pread`) into pooled buffers that become the segments ([`Engine::send_file`]);
+//! - **flowstack `send_file` (map)**: [`FileSendMode::Map`], mapped windows of the file become
+//!   the segments;
 //! - **flowstack read/write**: `pread` into the application's buffer, copied into the socket
 //!   (`tcp_send`) — what a file server did before;
 //! - **kernel `sendfile(2)`** and **kernel read/write** over loopback.
@@ -15,16 +17,15 @@
 //! them; the kernel reads them). Variants alternate within each round; the report gives
 //! medians and the range.
 //!
-//! Also measured: what `pread` alone costs per GiB from the warm page cache — the most a
-//! mapped file could save `send_file` (it would skip that copy but pay page faults, `SIGBUS`
-//! on truncation, and retransmit rewritten pages with different bytes).
+//! Also measured: what `pread` alone costs per GiB from the warm page cache — the copy the
+//! mapped mode saves (it pays for mapping and populating windows instead).
 
 use crate::flowstack::{engine, pipe_caps, CLIENT_IP, SERVER_IP};
 use crate::spec::RunOpts;
 use flowstack_api::{FileError, SocketError};
 use flowstack_link::pipe::pipe;
 use flowstack_runtime::Clock;
-use flowstack_stack::{Engine, TcpHandle};
+use flowstack_stack::{Engine, FileSendMode, TcpHandle};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::io::{Read, Write};
@@ -44,11 +45,11 @@ const LIMIT: Duration = Duration::from_secs(300);
 /// Which stacks to measure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FilePeers {
-    /// flowstack's `send_file` and read/write loop.
+    /// flowstack's `send_file` (both modes) and read/write loop.
     Flowstack,
     /// The kernel's `sendfile` and read/write loop.
     Kernel,
-    /// All four.
+    /// All five.
     Both,
 }
 
@@ -70,8 +71,10 @@ pub struct FileBenchSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Method {
-    /// flowstack `send_file`.
+    /// flowstack `send_file` in its default mode ([`FileSendMode::Read`]).
     FlowstackSendFile,
+    /// flowstack `send_file` in [`FileSendMode::Map`].
+    FlowstackSendFileMap,
     /// flowstack `pread` + `tcp_send`.
     FlowstackReadWrite,
     /// Kernel `sendfile(2)` over loopback.
@@ -84,7 +87,8 @@ impl Method {
     /// A short label.
     pub fn name(self) -> &'static str {
         match self {
-            Method::FlowstackSendFile => "flowstack send_file",
+            Method::FlowstackSendFile => "flowstack send_file (read)",
+            Method::FlowstackSendFileMap => "flowstack send_file (map)",
             Method::FlowstackReadWrite => "flowstack read/write",
             Method::KernelSendfile => "kernel sendfile",
             Method::KernelReadWrite => "kernel read/write",
@@ -129,10 +133,23 @@ pub struct FileBenchReport {
     pub loadavg: String,
     /// Per method, in the order run.
     pub methods: Vec<MethodSummary>,
-    /// flowstack `send_file` throughput over kernel `sendfile` (medians), when both ran.
+    /// flowstack `send_file` (default mode, read) throughput over kernel `sendfile` (medians),
+    /// when both ran.
     pub speedup: Option<f64>,
-    /// flowstack `send_file` throughput over flowstack's read/write loop.
+    /// flowstack `send_file` (default mode, read) throughput over flowstack's read/write loop.
     pub speedup_over_read_write: Option<f64>,
+    /// The same two ratios for `send_file` in the other mode (map): over kernel `sendfile`.
+    #[serde(default)]
+    pub map_mode_speedup: Option<f64>,
+    /// `send_file` in map mode over flowstack's read/write loop.
+    #[serde(default)]
+    pub map_mode_speedup_over_read_write: Option<f64>,
+    /// `send_file` map mode over read mode (throughput medians).
+    #[serde(default)]
+    pub map_over_read: Option<f64>,
+    /// Median sender CPU seconds per GiB, map mode over read mode (above 1: mapping costs more).
+    #[serde(default)]
+    pub map_over_read_cpu: Option<f64>,
     /// Kernel `sendfile` sender CPU per GiB over flowstack `send_file`'s (higher: flowstack
     /// spends less).
     pub cpu_ratio_vs_kernel_sendfile: Option<f64>,
@@ -210,10 +227,15 @@ fn run_on(
     // Warm the page cache (and time pread alone, once per round).
     pread.push(pread_all(&file, size)?);
     let methods: &[Method] = match spec.peers {
-        FilePeers::Flowstack => &[Method::FlowstackSendFile, Method::FlowstackReadWrite],
+        FilePeers::Flowstack => &[
+            Method::FlowstackSendFile,
+            Method::FlowstackSendFileMap,
+            Method::FlowstackReadWrite,
+        ],
         FilePeers::Kernel => &[Method::KernelSendfile, Method::KernelReadWrite],
         FilePeers::Both => &[
             Method::FlowstackSendFile,
+            Method::FlowstackSendFileMap,
             Method::FlowstackReadWrite,
             Method::KernelSendfile,
             Method::KernelReadWrite,
@@ -230,8 +252,11 @@ fn run_on(
         for i in order {
             let m = methods[i];
             let s = match m {
-                Method::FlowstackSendFile => flowstack_run(&file, size, true)?,
-                Method::FlowstackReadWrite => flowstack_run(&file, size, false)?,
+                Method::FlowstackSendFile => flowstack_run(&file, size, Some(FileSendMode::Read))?,
+                Method::FlowstackSendFileMap => {
+                    flowstack_run(&file, size, Some(FileSendMode::Map))?
+                }
+                Method::FlowstackReadWrite => flowstack_run(&file, size, None)?,
                 Method::KernelSendfile => kernel_run(&file, size, true)?,
                 Method::KernelReadWrite => kernel_run(&file, size, false)?,
             };
@@ -265,6 +290,19 @@ fn run_on(
     };
     let speedup = ratio(Method::FlowstackSendFile, Method::KernelSendfile);
     let speedup_over_read_write = ratio(Method::FlowstackSendFile, Method::FlowstackReadWrite);
+    let map_mode_speedup = ratio(Method::FlowstackSendFileMap, Method::KernelSendfile);
+    let map_mode_speedup_over_read_write =
+        ratio(Method::FlowstackSendFileMap, Method::FlowstackReadWrite);
+    let map_over_read = ratio(Method::FlowstackSendFileMap, Method::FlowstackSendFile);
+    let map_over_read_cpu = match (
+        get(Method::FlowstackSendFileMap),
+        get(Method::FlowstackSendFile),
+    ) {
+        (Some(m), Some(r)) if r.sender_cpu_s_per_gib > 0.0 => {
+            Some(m.sender_cpu_s_per_gib / r.sender_cpu_s_per_gib)
+        }
+        _ => None,
+    };
     let cpu_ratio = match (get(Method::KernelSendfile), get(Method::FlowstackSendFile)) {
         (Some(k), Some(f)) if f.sender_cpu_s_per_gib > 0.0 => {
             Some(k.sender_cpu_s_per_gib / f.sender_cpu_s_per_gib)
@@ -280,6 +318,10 @@ fn run_on(
         methods: summaries,
         speedup,
         speedup_over_read_write,
+        map_mode_speedup,
+        map_mode_speedup_over_read_write,
+        map_over_read,
+        map_over_read_cpu,
         cpu_ratio_vs_kernel_sendfile: cpu_ratio,
         pread_s_per_gib: median(&mut pread),
     })
@@ -318,9 +360,9 @@ fn pread_all(file: &File, size: u64) -> Result<f64, String> {
     Ok(t.elapsed().as_secs_f64())
 }
 
-/// The sender's application: `send_file`, or a read/write loop through `buf`.
+/// The sender's application: `send_file` (in a mode), or a read/write loop through `buf`.
 struct Sender {
-    zero_copy: bool,
+    send_file: Option<FileSendMode>,
     queued: u64,
     buf: Vec<u8>,
     /// `buf[pos..filled]` is read and not yet sent.
@@ -330,7 +372,7 @@ struct Sender {
 
 impl Sender {
     fn step(&mut self, e: &mut Engine, c: TcpHandle, file: &File, size: u64) -> Result<(), String> {
-        if self.zero_copy {
+        if self.send_file.is_some() {
             while self.queued < size {
                 match e.send_file(c, file, self.queued, size - self.queued) {
                     Ok(n) => self.queued += n as u64,
@@ -369,7 +411,7 @@ impl Sender {
 }
 
 /// flowstack: sender and receiver engines on this thread over the in-process pipe.
-fn flowstack_run(file: &File, size: u64, zero_copy: bool) -> Result<Sample, String> {
+fn flowstack_run(file: &File, size: u64, mode: Option<FileSendMode>) -> Result<Sample, String> {
     let o = RunOpts::default();
     let caps = pipe_caps(&o);
     let (mut da, mut db) = pipe(caps, 1 << 16);
@@ -395,8 +437,11 @@ fn flowstack_run(file: &File, size: u64, zero_copy: bool) -> Result<Sample, Stri
             return Err("flowstack handshake timed out".into());
         }
     };
+    if let Some(m) = mode {
+        ea.set_file_send_mode(m);
+    }
     let mut sender = Sender {
-        zero_copy,
+        send_file: mode,
         queued: 0,
         buf: vec![0; BUF],
         pos: 0,
@@ -494,9 +539,10 @@ mod tests {
         };
         let mut seen = Vec::new();
         let r = run(&spec, &mut |m, _, s| seen.push((m, s.secs))).unwrap();
-        assert_eq!(seen.len(), 4);
-        assert_eq!(r.methods.len(), 4);
+        assert_eq!(seen.len(), 5);
+        assert_eq!(r.methods.len(), 5);
         assert!(r.speedup.is_some() && r.speedup_over_read_write.is_some());
+        assert!(r.map_mode_speedup.is_some() && r.map_over_read.is_some());
         assert!(r
             .methods
             .iter()

@@ -20,9 +20,12 @@ mod udp;
 
 pub use arp_cache::ArpConfig;
 pub use counters::{Counter, Counters};
-pub use engine::{Engine, EngineConfig, PingReply, Steering, FILE_CHUNK};
+pub use engine::{
+    Engine, EngineConfig, FileSendMode, PingReply, Steering, FILE_CHUNK, MAP_WINDOW, MAX_WINDOWS,
+};
 pub use flowstack_api::FileError;
 pub use flowstack_api::{Readiness, SocketError, Sockets};
+pub use flowstack_sys::filemap::Populate;
 pub use flowstack_tcp::{CcAlgorithm, Connection, Keepalive, State, TcpConfig};
 pub use iface::IfaceConfig;
 pub use reasm::ReasmConfig;

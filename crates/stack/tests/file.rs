@@ -4,7 +4,9 @@
 
 use flowstack_link::impair::ImpairSpec;
 use flowstack_stack::netsim::{pattern, Net, NetConfig, B_IP};
-use flowstack_stack::{FileError, SocketError, TcpHandle, FILE_CHUNK};
+use flowstack_stack::{
+    Counter, FileError, FileSendMode, SocketError, TcpHandle, FILE_CHUNK, MAP_WINDOW, MAX_WINDOWS,
+};
 use flowstack_wire::Duration;
 use std::fs::File;
 use std::io::{Read, Seek, Write};
@@ -139,26 +141,34 @@ fn transfer(
     }
 }
 
+/// A byte-exact transfer in each [`FileSendMode`].
 fn exact(size: u64, offset: u64, len: u64, impair: ImpairSpec, seed: u64) {
     let src = Tmp::with_pattern("src", size);
-    let dst = Tmp::new("dst");
-    let mut net = Net::new(
-        NetConfig {
-            impair,
-            seed,
-            ..Default::default()
-        },
-        None,
-    )
-    .unwrap();
-    let o = transfer(&mut net, &src.1, offset, len, &dst.1, |_| {});
-    assert_eq!(o.error, None);
-    assert_eq!((o.queued, o.received), (len, len));
-    let want: Vec<u8> = (offset..offset + len).map(pattern).collect();
-    assert!(
-        dst.contents() == want,
-        "size {size} range {offset}+{len}: bytes differ"
-    );
+    for mode in [FileSendMode::Read, FileSendMode::Map] {
+        let dst = Tmp::new("dst");
+        let mut net = Net::new(
+            NetConfig {
+                impair,
+                seed,
+                ..Default::default()
+            },
+            None,
+        )
+        .unwrap();
+        net.a.set_file_send_mode(mode);
+        let o = transfer(&mut net, &src.1, offset, len, &dst.1, |_| {});
+        assert_eq!(o.error, None);
+        assert_eq!((o.queued, o.received), (len, len));
+        let want: Vec<u8> = (offset..offset + len).map(pattern).collect();
+        assert!(
+            dst.contents() == want,
+            "{mode:?}: size {size} range {offset}+{len}: bytes differ"
+        );
+        if mode == FileSendMode::Map && len > 0 {
+            assert!(net.a.file_windows().0 > 0, "sent from mapped windows");
+            assert_eq!(net.a.file_chunks_allocated(), 0, "nothing read");
+        }
+    }
 }
 
 #[test]
@@ -206,35 +216,42 @@ fn impaired_link_still_byte_exact() {
 
 #[test]
 fn file_truncated_mid_transfer_ends_short_with_a_clear_error() {
-    let size = 16 * FILE_CHUNK as u64;
-    let cut = 5 * FILE_CHUNK as u64 + 1234;
-    let src = Tmp::with_pattern("trunc", size);
-    let dst = Tmp::new("trunc-dst");
-    let mut net = Net::new(NetConfig::default(), None).unwrap();
-    let f = src.1.try_clone().unwrap();
-    let mut cut_done = false;
-    let o = transfer(&mut net, &src.1, 0, size, &dst.1, |queued| {
-        // Once some chunks are out (and held for retransmission), shrink the file.
-        if !cut_done && queued >= 2 * FILE_CHUNK as u64 {
-            assert!(queued < cut, "the test needs the cut ahead of the reads");
-            f.set_len(cut).unwrap();
-            cut_done = true;
-        }
-    });
-    assert!(cut_done);
-    assert_eq!(o.error, Some(FileError::ShortFile { at: cut }));
-    assert_eq!(o.error.unwrap().errno(), 5);
-    assert_eq!((o.queued, o.received), (cut, cut));
-    let want: Vec<u8> = (0..cut).map(pattern).collect();
-    assert!(
-        dst.contents() == want,
-        "the bytes before the cut arrive intact"
-    );
+    // The cut lies ahead of what was queued (in Map mode, inside the mapped window): the
+    // transfer ends short at the cut, cleanly, in both modes. (A cut below queued bytes of a
+    // mapped window resets the connection: see the mapped tests below.)
+    for mode in [FileSendMode::Read, FileSendMode::Map] {
+        let size = 16 * FILE_CHUNK as u64;
+        let cut = 5 * FILE_CHUNK as u64 + 1234;
+        let src = Tmp::with_pattern("trunc", size);
+        let dst = Tmp::new("trunc-dst");
+        let mut net = Net::new(NetConfig::default(), None).unwrap();
+        net.a.set_file_send_mode(mode);
+        let f = src.1.try_clone().unwrap();
+        let mut cut_done = false;
+        let o = transfer(&mut net, &src.1, 0, size, &dst.1, |queued| {
+            // Once some chunks are out (and held for retransmission), shrink the file.
+            if !cut_done && queued >= 2 * FILE_CHUNK as u64 {
+                assert!(queued < cut, "the test needs the cut ahead of the reads");
+                f.set_len(cut).unwrap();
+                cut_done = true;
+            }
+        });
+        assert!(cut_done);
+        assert_eq!(o.error, Some(FileError::ShortFile { at: cut }), "{mode:?}");
+        assert_eq!(o.error.unwrap().errno(), 5);
+        assert_eq!((o.queued, o.received), (cut, cut));
+        let want: Vec<u8> = (0..cut).map(pattern).collect();
+        assert!(
+            dst.contents() == want,
+            "{mode:?}: the bytes before the cut arrive intact"
+        );
+    }
 }
 
 #[test]
 fn rewritten_file_never_corrupts_what_was_already_sent() {
-    // Bytes read into a chunk are the ones retransmitted, whatever the file holds later.
+    // Read mode: bytes read into a chunk are the ones retransmitted, whatever the file holds
+    // later. (Map mode sends pages as they read when cut: see the mapped tests below.)
     let size = 8 * FILE_CHUNK as u64;
     let src = Tmp::with_pattern("rewrite", size);
     let dst = Tmp::new("rewrite-dst");
@@ -248,6 +265,7 @@ fn rewritten_file_never_corrupts_what_was_already_sent() {
         None,
     )
     .unwrap();
+    net.a.set_file_send_mode(FileSendMode::Read);
     let f = src.1.try_clone().unwrap();
     let mut first = None;
     let o = transfer(&mut net, &src.1, 0, size, &dst.1, |queued| {
@@ -310,6 +328,7 @@ fn buffers_are_bounded_and_reused() {
     let src = Tmp::with_pattern("pool", size);
     let dst = Tmp::new("pool-dst");
     let mut net = Net::new(NetConfig::default(), None).unwrap();
+    net.a.set_file_send_mode(FileSendMode::Read);
     let o = transfer(&mut net, &src.1, 0, size, &dst.1, |_| {});
     assert_eq!(o.received, size);
     let allocated = net.a.file_chunks_allocated();
@@ -481,4 +500,189 @@ fn a_send_buffer_smaller_than_a_chunk_still_streams() {
     assert_eq!((o.error, o.received), (None, size));
     assert!(dst.contents() == src.contents());
     assert!(net.a.file_chunks_allocated() <= 2, "only scratch buffers");
+}
+
+// ---- FileSendMode::Map: segments cut straight from mapped windows ----------------------
+
+/// A net whose sender sends files from mapped windows.
+fn mapped_net(impair: ImpairSpec, seed: u64) -> Net {
+    let mut net = Net::new(
+        NetConfig {
+            impair,
+            seed,
+            ..Default::default()
+        },
+        None,
+    )
+    .unwrap();
+    net.a.set_file_send_mode(FileSendMode::Map);
+    net
+}
+
+#[test]
+fn mapped_sends_span_several_windows_from_mid_page() {
+    let size = 2 * MAP_WINDOW as u64 + 3 * 4096 + 11;
+    let src = Tmp::with_pattern("mapwin", size);
+    let dst = Tmp::new("mapwin-dst");
+    let mut net = mapped_net(ImpairSpec::default(), 21);
+    let (offset, len) = (4095, size - 4095 - 7);
+    let o = transfer(&mut net, &src.1, offset, len, &dst.1, |_| {});
+    assert_eq!((o.error, o.queued, o.received), (None, len, len));
+    let want: Vec<u8> = (offset..offset + len).map(pattern).collect();
+    assert!(dst.contents() == want, "bytes differ");
+    let (mapped, live) = net.a.file_windows();
+    assert!(mapped >= 3, "{mapped} windows for {len} bytes");
+    assert!(live <= MAX_WINDOWS);
+    assert_eq!(net.a.file_chunks_allocated(), 0);
+}
+
+#[test]
+fn mapped_windows_are_retransmitted_from_under_loss() {
+    let size = 3 * FILE_CHUNK as u64 + 999;
+    let src = Tmp::with_pattern("maploss", size);
+    let dst = Tmp::new("maploss-dst");
+    let mut net = mapped_net("loss=0.05,reorder=0.02".parse().unwrap(), 31);
+    let o = transfer(&mut net, &src.1, 0, size, &dst.1, |_| {});
+    assert_eq!((o.error, o.received), (None, size));
+    assert!(dst.contents() == src.contents(), "bytes differ");
+    assert!(
+        net.a.counters().get(Counter::TcpRetransSegs) > 0,
+        "no loss hit"
+    );
+    assert!(net.a.file_windows().0 > 0);
+    assert_eq!(net.a.file_chunks_allocated(), 0);
+}
+
+#[test]
+fn mapped_range_across_4_gib_of_a_sparse_file() {
+    const G: u64 = 1 << 30;
+    let size = 4 * G + (8 << 20);
+    let src = Tmp::new("map4g");
+    src.1.set_len(size).unwrap();
+    let mark = 4 * G - 5000;
+    let bytes: Vec<u8> = (mark..mark + 10_000).map(|i| pattern(i) | 1).collect();
+    src.1.write_all_at(&bytes, mark).unwrap();
+    let dst = Tmp::new("map4g-dst");
+    let mut net = mapped_net(ImpairSpec::default(), 41);
+    let (offset, len) = (4 * G - (3 << 20) + 1, 6 << 20);
+    let o = transfer(&mut net, &src.1, offset, len, &dst.1, |_| {});
+    assert_eq!((o.error, o.received), (None, len));
+    let got = dst.contents();
+    for (j, &x) in got.iter().enumerate() {
+        let i = offset + j as u64;
+        let want = if (mark..mark + 10_000).contains(&i) {
+            pattern(i) | 1
+        } else {
+            0
+        };
+        assert_eq!(x, want, "file byte {i}");
+    }
+    assert!(net.a.file_windows().0 > 0);
+}
+
+/// Queues what fits of a `size`-byte file, runs until B has read `before` bytes, truncates
+/// the file to `cut`, and runs until B's socket fails. Returns (bytes B read, A's next
+/// `send_file` result, B's error).
+fn truncate_under_queued_window(
+    size: u64,
+    before: u64,
+    cut: u64,
+) -> (Vec<u8>, Result<usize, FileError>, FileError, Net) {
+    let src = Tmp::with_pattern("maptrunc", size);
+    let mut net = mapped_net(ImpairSpec::default(), 51);
+    let (c, s) = connect(&mut net);
+    let queued = net.a.send_file(c, &src.1, 0, size).unwrap() as u64;
+    assert!(queued > cut, "the cut must fall inside queued bytes");
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut err = None;
+    let mut cut_done = false;
+    assert!(
+        net.run_until(Duration::from_secs(30), |n| {
+            if !cut_done && got.len() as u64 >= before {
+                src.1.set_len(cut).unwrap();
+                cut_done = true;
+            }
+            loop {
+                match n.b.tcp_recv(s, &mut buf) {
+                    Ok(0) => panic!("a clean end of stream after a truncation"),
+                    Ok(k) => got.extend_from_slice(&buf[..k]),
+                    Err(SocketError::WouldBlock) => break,
+                    Err(e) => {
+                        err = Some(FileError::Socket(e));
+                        break;
+                    }
+                }
+            }
+            err.is_some()
+        }),
+        "B's socket never failed ({} bytes read; A: {:?})",
+        got.len(),
+        net.a.counters().nonzero().collect::<Vec<_>>(),
+    );
+    assert!(cut_done);
+    let next = net.a.send_file(c, &src.1, queued, size - queued);
+    (got, next, err.unwrap(), net)
+}
+
+#[test]
+fn truncated_under_a_queued_window_resets_and_never_delivers_zeros() {
+    let size = 4 * FILE_CHUNK as u64;
+    let page = 4096u64;
+    // Cut to nothing before the first segment is built: the first read of the window faults,
+    // the guard maps a zero page, the frame is discarded and the connection reset.
+    let faults = flowstack_sys::filemap::truncations();
+    let (got, next, err, net) = truncate_under_queued_window(size, 0, 0);
+    assert!(
+        got.is_empty(),
+        "{} bytes delivered from an empty file",
+        got.len()
+    );
+    assert_eq!(err, FileError::Socket(SocketError::ConnectionReset));
+    assert_eq!(next, Err(FileError::ShortFile { at: 0 }));
+    assert!(
+        flowstack_sys::filemap::truncations() > faults,
+        "the guard absorbed the fault"
+    );
+    assert_eq!(net.a.counters().get(Counter::TcpExtFileMapResets), 1);
+    assert!(net.a.counters().get(Counter::EthExtFileMapDrops) > 0);
+    // Cut inside a page, below queued bytes, after some arrived: whatever B read is file
+    // bytes (a prefix of the original), then a reset.
+    let cut = 20 * page + 123;
+    let (got, next, err, net) = truncate_under_queued_window(size, 16 * page, cut);
+    assert!(got.len() as u64 >= 16 * page);
+    assert!(
+        got.iter().enumerate().all(|(i, &b)| b == pattern(i as u64)),
+        "B read something other than the file's bytes"
+    );
+    assert!((got.len() as u64) < size);
+    assert_eq!(err, FileError::Socket(SocketError::ConnectionReset));
+    assert!(matches!(next, Err(FileError::ShortFile { .. })), "{next:?}");
+    assert_eq!(net.a.counters().get(Counter::TcpExtFileMapResets), 1);
+}
+
+#[test]
+fn rewritten_mapped_file_sends_pages_as_they_read() {
+    // Map mode: like sendfile(2), pages are sent as they read when each segment is cut; a
+    // rewrite under transfer gives the peer old or new bytes per segment, never anything else,
+    // and the stream completes.
+    let size = 8 * FILE_CHUNK as u64;
+    let src = Tmp::with_pattern("maprewrite", size);
+    let dst = Tmp::new("maprewrite-dst");
+    let mut net = mapped_net("loss=0.05".parse().unwrap(), 61);
+    let f = src.1.try_clone().unwrap();
+    let mut done = false;
+    let o = transfer(&mut net, &src.1, 0, size, &dst.1, |_| {
+        if !done {
+            f.write_all_at(&vec![0xAA; size as usize], 0).unwrap();
+            done = true;
+        }
+    });
+    assert_eq!((o.error, o.received), (None, size));
+    let got = dst.contents();
+    assert!(got
+        .iter()
+        .enumerate()
+        .all(|(i, &b)| b == 0xAA || b == pattern(i as u64)));
+    assert!(got.contains(&0xAA), "the rewrite shows");
 }

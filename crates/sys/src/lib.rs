@@ -10,6 +10,7 @@
 //! | [`region`] | [`SharedRegion`]: a sealed memfd mapped shared, by name and size or from a received fd |
 //! | [`ring`] | the lock-free single-producer/single-consumer ring of variable-length records over a region, with a futex doorbell — its own, or a [`ring::Bell`] shared by the rings one consumer drains |
 //! | [`file`](mod@file) | `pwritev` from a list of borrowed slices |
+//! | [`filemap`] | read-only shared windows of a file, and the process-wide `SIGBUS` guard that turns a truncated file's missing pages into zeros and a flag instead of a crash |
 //! | [`fdpass`] | send and receive file descriptors over a unix socket (`SCM_RIGHTS`) |
 //! | [`socket`] | socket options the tools set on kernel sockets (`TCP_QUICKACK`) |
 //! | [`placeholder`] | the socket pair that stands for an offloaded socket: tokens, filler, last close, inode |
@@ -39,6 +40,7 @@ pub mod bpf;
 pub mod eventfd;
 pub mod fdpass;
 pub mod file;
+pub mod filemap;
 pub mod futex;
 #[doc(hidden)]
 pub mod fuzzing;

@@ -8,16 +8,76 @@ use crate::buffer::RingBuffer;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+/// Memory a zero-copy send borrows: a heap buffer, or a range of any shared owner of bytes
+/// (a mapped file window: segments and retransmissions are cut straight from it). The queue
+/// holds its reference until every byte is acknowledged, then drops it.
+#[derive(Clone)]
+pub enum ExtBuf {
+    /// A heap buffer, whole.
+    Heap(Arc<[u8]>),
+    /// `len` bytes of `owner`'s bytes from `start`.
+    Shared {
+        /// Whatever owns the memory (dropped with the last reference).
+        owner: SharedOwner,
+        /// First byte within `owner`.
+        start: usize,
+        /// Bytes.
+        len: usize,
+    },
+}
+
+impl ExtBuf {
+    /// A range of `owner`'s bytes; `None` if it lies outside them.
+    pub fn shared(owner: SharedOwner, start: usize, len: usize) -> Option<Self> {
+        let total = (*owner).as_ref().len();
+        (start <= total && len <= total - start).then_some(ExtBuf::Shared { owner, start, len })
+    }
+
+    /// The borrowed bytes.
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            ExtBuf::Heap(b) => b,
+            ExtBuf::Shared { owner, start, len } => &(**owner).as_ref()[*start..*start + *len],
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            ExtBuf::Heap(b) => b.len(),
+            ExtBuf::Shared { len, .. } => *len,
+        }
+    }
+}
+
+impl From<Arc<[u8]>> for ExtBuf {
+    fn from(b: Arc<[u8]>) -> Self {
+        ExtBuf::Heap(b)
+    }
+}
+
+impl std::fmt::Debug for ExtBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExtBuf::Heap(b) => write!(f, "Heap({} bytes)", b.len()),
+            ExtBuf::Shared { start, len, .. } => write!(f, "Shared({start}..+{len})"),
+        }
+    }
+}
+
+/// The owner of a shared range.
+type SharedOwner = Arc<dyn AsRef<[u8]> + Send + Sync>;
+
+/// Whether two owners are the same object (data pointers only: vtables may differ).
+fn same_owner(a: &SharedOwner, b: &SharedOwner) -> bool {
+    std::ptr::eq(Arc::as_ptr(a) as *const u8, Arc::as_ptr(b) as *const u8)
+}
+
 #[derive(Debug)]
 enum Chunk {
     /// The next `n` bytes of the ring.
     Ring(usize),
     /// An application buffer, `off` bytes of it already acknowledged.
-    Ext {
-        buf: Arc<[u8]>,
-        off: usize,
-        token: u64,
-    },
+    Ext { buf: ExtBuf, off: usize, token: u64 },
 }
 
 /// Ordered bytes waiting to be sent or acknowledged.
@@ -72,11 +132,12 @@ impl SendQueue {
     }
 
     /// Queues an application buffer without copying it, if it fits whole.
-    pub fn enqueue_ext(&mut self, buf: Arc<[u8]>, token: u64) -> bool {
+    pub fn enqueue_ext(&mut self, buf: impl Into<ExtBuf>, token: u64) -> bool {
+        let buf = buf.into();
         if buf.len() > self.window() {
             return false;
         }
-        if buf.is_empty() {
+        if buf.len() == 0 {
             self.complete(token);
             return true;
         }
@@ -140,8 +201,12 @@ impl SendQueue {
     }
 
     /// Calls `f` with the contiguous pieces making up `n` bytes at `off`.
+    /// Consecutive shared ranges that continue each other in one owner (a mapped window
+    /// handed over in several sends) make one piece: a segment across them needs no gather.
     fn pieces<'a>(&'a self, mut off: usize, mut n: usize, mut f: impl FnMut(&'a [u8])) {
         let mut ring_pos = 0;
+        // A pending run of contiguous shared ranges: (owner, start, end) within the owner.
+        let mut run: Option<(&'a SharedOwner, usize, usize)> = None;
         for c in &self.chunks {
             if n == 0 {
                 break;
@@ -160,6 +225,9 @@ impl SendQueue {
             let m = (clen - off).min(n);
             match c {
                 Chunk::Ring(k) => {
+                    if let Some((o, s0, e0)) = run.take() {
+                        f(&(**o).as_ref()[s0..e0]);
+                    }
                     let (a, b) = self.ring.slices(ring_pos + off, m);
                     if !a.is_empty() {
                         f(a);
@@ -169,10 +237,37 @@ impl SendQueue {
                     }
                     ring_pos += k;
                 }
-                Chunk::Ext { buf, off: done, .. } => f(&buf[done + off..done + off + m]),
+                Chunk::Ext {
+                    buf: ExtBuf::Shared { owner, start, .. },
+                    off: done,
+                    ..
+                } => {
+                    let s = start + done + off;
+                    match &mut run {
+                        Some((o, _, e)) if same_owner(o, owner) && *e == s => *e = s + m,
+                        _ => {
+                            if let Some((o, s0, e0)) = run.take() {
+                                f(&(**o).as_ref()[s0..e0]);
+                            }
+                            run = Some((owner, s, s + m));
+                        }
+                    }
+                    n -= m;
+                    off = 0;
+                    continue;
+                }
+                Chunk::Ext { buf, off: done, .. } => {
+                    if let Some((o, s0, e0)) = run.take() {
+                        f(&(**o).as_ref()[s0..e0]);
+                    }
+                    f(&buf.bytes()[done + off..done + off + m])
+                }
             }
             n -= m;
             off = 0;
+        }
+        if let Some((o, s0, e0)) = run {
+            f(&(**o).as_ref()[s0..e0]);
         }
     }
 
@@ -237,5 +332,42 @@ mod tests {
         assert!(q.enqueue_ext(Arc::from(&b"ab"[..]), 2));
         assert_eq!(q.window(), 0);
         assert_eq!(q.enqueue(b"x"), 0);
+    }
+
+    #[test]
+    fn a_shared_range_is_sent_from_its_owner_and_released_when_acknowledged() {
+        let owner: Arc<Vec<u8>> = Arc::new(b"0123456789".to_vec());
+        let dyn_owner: Arc<dyn AsRef<[u8]> + Send + Sync> = owner.clone();
+        assert!(ExtBuf::shared(dyn_owner.clone(), 8, 3).is_none());
+        let mut q = SendQueue::new(100);
+        assert!(q.enqueue_ext(ExtBuf::shared(dyn_owner.clone(), 2, 5).unwrap(), 1));
+        assert!(q.enqueue_ext(ExtBuf::shared(dyn_owner, 9, 1).unwrap(), 2));
+        assert_eq!(q.enqueue(b"x"), 1);
+        let mut s = Vec::new();
+        assert_eq!(q.gather(0, 7, &mut s), b"234569x");
+        assert_eq!(q.gather(1, 3, &mut s), b"345");
+        // 2..7 and 9..10 are not contiguous: gathered. Contiguous ranges are one slice.
+        let mut c = SendQueue::new(100);
+        let o: Arc<dyn AsRef<[u8]> + Send + Sync> = owner.clone();
+        assert!(c.enqueue_ext(ExtBuf::shared(o.clone(), 1, 3).unwrap(), 1));
+        assert!(c.enqueue_ext(ExtBuf::shared(o.clone(), 4, 4).unwrap(), 2));
+        let mut s2 = Vec::new();
+        let g = c.gather(1, 5, &mut s2);
+        assert_eq!(g, b"23456");
+        assert_eq!(
+            g.as_ptr(),
+            owner[2..].as_ptr(),
+            "contiguous ranges were copied"
+        );
+        drop((c, o));
+        assert_eq!(Arc::strong_count(&owner), 3);
+        q.consume(6);
+        assert_eq!(q.take_completed(), Some(1));
+        assert_eq!(q.take_completed(), Some(2));
+        assert_eq!(
+            Arc::strong_count(&owner),
+            1,
+            "the queue let go of the owner"
+        );
     }
 }

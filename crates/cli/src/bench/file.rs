@@ -43,7 +43,7 @@ pub fn run(a: &BenchArgs) -> ExitCode {
     let gib = spec.size as f64 / (1u64 << 30) as f64;
     let r = flowstack_bench::file::run(&spec, &mut |m: Method, round, s: &Sample| {
         println!(
-            "[{:<20}] round {}: {:>7.3} s  {:>6.2} GiB/s  sender CPU {:.3} s/GiB",
+            "[{:<26}] round {}: {:>7.3} s  {:>6.2} GiB/s  sender CPU {:.3} s/GiB",
             m.name(),
             round + 1,
             s.secs,
@@ -71,12 +71,12 @@ pub fn run(a: &BenchArgs) -> ExitCode {
 fn summary(r: &FileBenchReport) {
     println!();
     println!(
-        "{:<22} {:>14} {:>17} {:>18}",
+        "{:<27} {:>14} {:>17} {:>18}",
         "method", "GiB/s (median)", "[min - max]", "sender CPU s/GiB"
     );
     for m in &r.methods {
         println!(
-            "{:<22} {:>14.2} {:>17} {:>18.3}",
+            "{:<27} {:>14.2} {:>17} {:>18.3}",
             m.method.name(),
             m.gib_per_s,
             format!("[{:.2} - {:.2}]", m.gib_per_s_range.0, m.gib_per_s_range.1),
@@ -84,16 +84,25 @@ fn summary(r: &FileBenchReport) {
         );
     }
     if let Some(x) = r.speedup {
-        println!("speedup: flowstack send_file / kernel sendfile = {x:.2}x");
+        println!("speedup: flowstack send_file (read, the default) / kernel sendfile = {x:.2}x");
     }
     if let Some(x) = r.speedup_over_read_write {
-        println!("flowstack send_file / flowstack read/write = {x:.2}x");
+        println!("flowstack send_file (read) / flowstack read/write = {x:.2}x");
+    }
+    if let Some(x) = r.map_mode_speedup {
+        println!("flowstack send_file (map) / kernel sendfile = {x:.2}x");
+    }
+    if let Some(x) = r.map_mode_speedup_over_read_write {
+        println!("flowstack send_file (map) / flowstack read/write = {x:.2}x");
+    }
+    if let (Some(x), Some(c)) = (r.map_over_read, r.map_over_read_cpu) {
+        println!("flowstack send_file map / read: throughput {x:.2}x, sender CPU per GiB {c:.2}x");
     }
     if let Some(x) = r.cpu_ratio_vs_kernel_sendfile {
-        println!("sender CPU per GiB: kernel sendfile / flowstack send_file = {x:.2}x");
+        println!("sender CPU per GiB: kernel sendfile / flowstack send_file (read) = {x:.2}x");
     }
     println!(
-        "pread alone from the page cache: {:.3} s/GiB (the copy a mapped file would save)",
+        "pread alone from the page cache: {:.3} s/GiB (the copy the map mode saves)",
         r.pread_s_per_gib
     );
 }

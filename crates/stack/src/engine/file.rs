@@ -1,7 +1,7 @@
 //! Zero-copy file transfer (seed 002's `direct_rw(file, bytes, socket)`): `send_file` and
 //! `recv_to_file`.
 //!
-//! # Sending: read once into pooled chunks that become the segments
+//! # Sending (read mode): read once into pooled chunks that become the segments
 //!
 //! [`Engine::send_file`] reads the file with `pread(2)` into [`FILE_CHUNK`]-byte buffers taken
 //! from a per-engine pool and hands each buffer to the connection whole as a zero-copy send
@@ -12,13 +12,14 @@
 //! three copies (file → application buffer → send ring → frame). Once the pool holds a
 //! connection's window of chunks, nothing is allocated.
 //!
-//! The file is not mapped. A mapping would save the first copy, but a page past a truncated
-//! file's end raises `SIGBUS` in whatever code touches it — here, deep in segment output —
-//! and a page rewritten after its first transmission would be retransmitted with other bytes
-//! than the peer already has (a corrupt stream). Reading once gives the stream the file's
-//! bytes as of the read and a truncation shows as a short read: the transfer ends short with
-//! [`FileError::ShortFile`], as `sendfile(2)` does. `flowstack bench file` measures the
-//! choice (see the README).
+//! This is [`FileSendMode::Read`], the default. [`FileSendMode::Map`] (`file_map.rs`) sends
+//! from mapped windows of the file instead, saving the copy into the chunk; it needs a
+//! `SIGBUS` guard and resets the connection when the file is truncated under queued bytes,
+//! and sends rewritten pages as they read (as `sendfile(2)` does). Measured with `bench file`
+//! it costs more CPU than it saves here (mapping and unmapping each page costs about as much
+//! as copying it; see the README), hence the default. Reading once gives the stream the
+//! file's bytes as of the read, and a truncation shows as a short read: the transfer ends
+//! short with [`FileError::ShortFile`], as `sendfile(2)` does.
 //!
 //! Tails shorter than a chunk (and sends into a send buffer smaller than a chunk) are
 //! copied into the send ring through a pooled buffer: no allocation per request for small
@@ -29,7 +30,7 @@
 //! [`Engine::recv_to_file`] borrows the readable bytes where they lie in the receive ring (one
 //! or two slices), writes them with one `pwritev(2)`, and only then consumes them.
 
-use super::Engine;
+use super::{Engine, FileSendMode};
 use crate::TcpHandle;
 use flowstack_api::socket::{check_range, read_at};
 use flowstack_api::{FileError, SocketError};
@@ -128,6 +129,20 @@ impl Engine {
     /// are queued, and the call that starts at the end fails with [`FileError::ShortFile`].
     /// A range whose end is not a file offset is [`FileError::BadRange`].
     pub fn send_file(
+        &mut self,
+        h: TcpHandle,
+        file: &File,
+        offset: u64,
+        len: u64,
+    ) -> Result<usize, FileError> {
+        match self.maps.mode {
+            FileSendMode::Map => self.send_file_mapped(h, file, offset, len),
+            FileSendMode::Read => self.send_file_read(h, file, offset, len),
+        }
+    }
+
+    /// [`Engine::send_file`] in [`FileSendMode::Read`] (and when no window can be mapped).
+    pub(super) fn send_file_read(
         &mut self,
         h: TcpHandle,
         file: &File,

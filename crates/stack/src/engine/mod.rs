@@ -30,15 +30,19 @@
 //! - `input`: the receive path, Ethernet → ARP / IPv4 (+ reassembly) → ICMP / UDP / TCP,
 //!   with a named counter for every drop;
 //! - `tcp_api`, `udp_api`: the `tcp_*` and `udp_*` socket calls;
-//! - `ping`: ICMP echo requests and the queue of replies.
+//! - `ping`: ICMP echo requests and the queue of replies;
+//! - `file`, `file_map`: `send_file` (read into pooled chunks, or from mapped windows) and
+//!   `recv_to_file`.
 
 mod file;
+mod file_map;
 mod input;
 mod ping;
 mod tcp_api;
 mod udp_api;
 
 pub use file::FILE_CHUNK;
+pub use file_map::{FileSendMode, MAP_WINDOW, MAX_WINDOWS};
 pub use ping::PingReply;
 
 use crate::counters::{Counter, Counters};
@@ -146,6 +150,8 @@ pub struct Engine {
     /// The frame being received needs no TCP/UDP checksum verification (its device said so:
     /// [`flowstack_link::RxMeta`]); set for the length of one [`Engine::receive_meta`].
     rx_l4_csum_ok: bool,
+    /// `send_file`'s mode and mapped windows (file_map.rs).
+    maps: file_map::MapSends,
     /// Makes the engine `!Sync` (one thread owns it) while leaving it `Send`.
     _not_sync: PhantomData<Cell<()>>,
 }
@@ -215,6 +221,7 @@ impl Engine {
             now: Instant::ZERO,
             files: file::FilePool::default(),
             rx_l4_csum_ok: false,
+            maps: file_map::MapSends::default(),
             _not_sync: PhantomData,
         }
     }
@@ -248,8 +255,10 @@ impl Engine {
         self.reasm.memory_used()
     }
 
-    /// Frames waiting for the device.
+    /// Frames waiting for the device. Frames that could carry bytes of a file truncated under
+    /// a mapped `send_file` window are discarded first (`file_map.rs`).
     pub fn tx(&mut self) -> &mut TxBatch {
+        self.check_mapped_windows();
         self.iface.tx_mut()
     }
 
@@ -266,6 +275,7 @@ impl Engine {
         };
         self.on_timers(now);
         self.dispatch(now);
+        self.check_mapped_windows();
         let sent = self.iface.tx().len();
         if sent > 0 {
             let accepted = {

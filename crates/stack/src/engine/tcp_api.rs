@@ -3,6 +3,7 @@
 use super::{ephemeral_port, Engine, Steering};
 use crate::tcp_socket::{self, TcpHandle};
 use crate::{Readiness, SocketError};
+use flowstack_tcp::sendq::ExtBuf;
 use flowstack_tcp::{Connection, FourTuple, State, TcpConfig, TcpError};
 use flowstack_wire::ipv4;
 use flowstack_wire::rss::{queue_of, Toeplitz};
@@ -118,10 +119,14 @@ impl Engine {
     /// Zero-copy send: queues an application-owned buffer without copying it (it must fit
     /// whole, else `WouldBlock`). Returns a token that [`Engine::tcp_zc_completion`] reports
     /// once the peer has acknowledged every byte; until then the buffer stays referenced.
+    ///
+    /// `buf` is a heap buffer (`Arc<[u8]>`) or an [`ExtBuf::Shared`] range of any owner of
+    /// bytes (`send_file`'s mapped file windows); the queue drops its reference once the
+    /// bytes are acknowledged (or the connection is released).
     pub fn tcp_send_zc(
         &mut self,
         h: TcpHandle,
-        buf: std::sync::Arc<[u8]>,
+        buf: impl Into<ExtBuf>,
     ) -> Result<u64, SocketError> {
         let _p = flowstack_prof::enter(flowstack_prof::Layer::AppCopyIn);
         let c = self.tcp.conn_mut(h)?;

@@ -337,7 +337,10 @@ impl Connection {
     /// Zero-copy send: queues an application-owned buffer without copying it. Returns its
     /// token, later reported by [`Connection::take_zc_completion`] once every byte is
     /// acknowledged, or `Ok(None)` if the buffer does not fit in the send window now.
-    pub fn send_zc(&mut self, buf: std::sync::Arc<[u8]>) -> Result<Option<u64>, TcpError> {
+    pub fn send_zc(
+        &mut self,
+        buf: impl Into<crate::sendq::ExtBuf>,
+    ) -> Result<Option<u64>, TcpError> {
         self.may_send()?;
         let token = self.snd.zc_token;
         if !self.snd.queue.enqueue_ext(buf, token) {
