@@ -38,15 +38,20 @@ struct Cubic {
 }
 
 /// Congestion window state.
+///
+/// 40 bytes (issue 19): CUBIC's own state is allocated when it is first needed — the first
+/// congestion-avoidance step or the first loss — so a connection that never left slow
+/// start (every idle one that never sent much) holds none. Once allocated it is kept: its
+/// `W_max` shapes the window for the rest of the connection's life.
 #[derive(Debug, Clone)]
 pub struct Congestion {
     algo: CcAlgorithm,
-    mss: usize,
+    mss: u32,
     cwnd: usize,
     ssthresh: usize,
     /// Bytes acknowledged toward the next congestion-avoidance increase (RFC 5681 §3.1).
     acked: usize,
-    cubic: Cubic,
+    cubic: Option<Box<Cubic>>,
 }
 
 impl Congestion {
@@ -54,12 +59,21 @@ impl Congestion {
     pub fn new(algo: CcAlgorithm, mss: usize) -> Self {
         Self {
             algo,
-            mss,
+            mss: mss as u32,
             cwnd: (10 * mss).min((2 * mss).max(14600)),
             ssthresh: usize::MAX,
             acked: 0,
-            cubic: Cubic::default(),
+            cubic: None,
         }
+    }
+
+    /// Heap held: CUBIC's state once allocated.
+    pub fn heap_bytes(&self) -> usize {
+        self.cubic.as_ref().map_or(0, |_| std::mem::size_of::<Cubic>())
+    }
+
+    fn cubic(&mut self) -> &mut Cubic {
+        self.cubic.get_or_insert_with(Box::default)
     }
 
     /// The algorithm.
@@ -77,13 +91,13 @@ impl Congestion {
     /// Changes the MSS the window is counted in without resetting the window (a lower path
     /// MTU is not congestion, RFC 1191 §6.5).
     pub fn set_smss(&mut self, mss: usize) {
-        self.mss = mss;
+        self.mss = mss as u32;
         self.cwnd = self.cwnd.max(2 * mss);
     }
 
     /// Updates the MSS (after the handshake).
     pub fn set_mss(&mut self, mss: usize) {
-        self.mss = mss;
+        self.mss = mss as u32;
         self.cwnd = (10 * mss).min((2 * mss).max(14600));
     }
 
@@ -109,14 +123,14 @@ impl Congestion {
         self.acked += acked;
         if self.acked >= self.cwnd {
             self.acked -= self.cwnd;
-            self.cwnd += self.mss;
+            self.cwnd += self.mss as usize;
         }
     }
 
     fn cubic_ca(&mut self, now: Instant, acked: usize, rtt: Duration) {
         let mss = self.mss as f64;
         let cw = self.cwnd as f64;
-        let c = &mut self.cubic;
+        let c = self.cubic();
         let epoch = *c.epoch.get_or_insert_with(|| {
             // RFC 9438 §4.2: a new congestion-avoidance epoch.
             if c.w_max < cw {
@@ -147,7 +161,7 @@ impl Congestion {
 
     /// Loss detected by duplicate ACKs or SACK: the new ssthresh and cwnd for recovery.
     pub fn on_loss(&mut self, flight: usize) {
-        let mss = self.mss;
+        let mss = self.mss as usize;
         match self.algo {
             CcAlgorithm::NewReno => {
                 // RFC 5681 eq. (4).
@@ -155,7 +169,7 @@ impl Congestion {
             }
             CcAlgorithm::Cubic => {
                 let cw = self.cwnd as f64;
-                let c = &mut self.cubic;
+                let c = self.cubic();
                 // RFC 9438 §4.7 fast convergence.
                 c.w_max = if cw < c.w_max {
                     cw * (1.0 + BETA) / 2.0
@@ -173,7 +187,7 @@ impl Congestion {
     /// Retransmission timeout: RFC 5681 eq. (4) and a one-segment loss window.
     pub fn on_rto(&mut self, flight: usize) {
         self.on_loss(flight);
-        self.cwnd = self.mss;
+        self.cwnd = self.mss as usize;
     }
 
     /// The window and threshold, to restore if a timeout proves spurious.
@@ -200,7 +214,7 @@ impl Congestion {
 
     /// Deflates cwnd by `bytes` (partial ACK, RFC 6582 §3.2 step 3).
     pub fn deflate(&mut self, bytes: usize) {
-        self.cwnd = self.cwnd.saturating_sub(bytes).max(self.mss);
+        self.cwnd = self.cwnd.saturating_sub(bytes).max(self.mss as usize);
     }
 }
 

@@ -3,56 +3,81 @@
 use flowstack_wire::Duration;
 
 /// SRTT/RTTVAR estimator with Karn's backoff.
+///
+/// Kept in 40 bytes (issue 19: every connection has one): times in nanoseconds as `u64`
+/// (half a `Duration`), the bounds in microseconds.
 #[derive(Debug, Clone, Copy)]
 pub struct RttEstimator {
-    srtt: Option<Duration>,
-    rttvar: Duration,
-    rto: Duration,
-    min: Duration,
-    max: Duration,
-    backoff: u32,
+    /// Smoothed RTT in nanoseconds; [`NO_SAMPLE`] before the first measurement.
+    srtt: u64,
+    rttvar: u64,
+    rto: u64,
+    /// Bounds on the RTO in microseconds (a bound below 1 µs counts as 1 µs).
+    min_us: u32,
+    max_us: u32,
+    backoff: u8,
 }
+
+/// `srtt` before the first measurement.
+const NO_SAMPLE: u64 = u64::MAX;
 
 /// RFC 6298 §2: clock granularity G (we use 1 ms).
 const G: Duration = Duration::from_millis(1);
 
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX - 1)
+}
+
+fn micros_up(d: Duration) -> u32 {
+    u32::try_from(d.as_nanos().div_ceil(1000)).unwrap_or(u32::MAX)
+}
+
 impl RttEstimator {
-    /// Starts with `initial` RTO, bounded to `[min, max]`.
+    /// Starts with `initial` RTO, bounded to `[min, max]` (microsecond resolution, at most
+    /// about 71 minutes).
     pub fn new(initial: Duration, min: Duration, max: Duration) -> Self {
-        Self {
-            srtt: None,
-            rttvar: Duration::ZERO,
-            rto: initial.clamp(min, max),
-            min,
-            max,
+        let mut e = Self {
+            srtt: NO_SAMPLE,
+            rttvar: 0,
+            rto: 0,
+            min_us: micros_up(min),
+            max_us: micros_up(max),
             backoff: 0,
-        }
+        };
+        e.rto = nanos(e.clamp(initial));
+        e
+    }
+
+    fn clamp(&self, d: Duration) -> Duration {
+        let min = Duration::from_micros(self.min_us.into());
+        let max = Duration::from_micros(self.max_us.into());
+        d.clamp(min, max.max(min))
     }
 
     /// Feeds one RTT measurement (never from a retransmitted segment without timestamps:
     /// Karn's algorithm, RFC 6298 §3).
     pub fn sample(&mut self, r: Duration) {
-        match self.srtt {
+        let r = nanos(r).min(NO_SAMPLE - 1);
+        if self.srtt == NO_SAMPLE {
             // RFC 6298 §2.2: first measurement.
-            None => {
-                self.srtt = Some(r);
-                self.rttvar = r / 2;
-            }
+            self.srtt = r;
+            self.rttvar = r / 2;
+        } else {
             // RFC 6298 §2.3: alpha = 1/8, beta = 1/4.
-            Some(srtt) => {
-                let delta = srtt.abs_diff(r);
-                self.rttvar = (self.rttvar * 3 + delta) / 4;
-                self.srtt = Some((srtt * 7 + r) / 8);
-            }
+            let delta = self.srtt.abs_diff(r);
+            self.rttvar = ((self.rttvar as u128 * 3 + delta as u128) / 4) as u64;
+            self.srtt = ((self.srtt as u128 * 7 + r as u128) / 8) as u64;
         }
-        let srtt = self.srtt.expect("set above");
-        self.rto = (srtt + G.max(self.rttvar * 4)).clamp(self.min, self.max);
+        let srtt = Duration::from_nanos(self.srtt);
+        let var4 = Duration::from_nanos(self.rttvar).saturating_mul(4);
+        self.rto = nanos(self.clamp(srtt.saturating_add(G.max(var4))));
         self.backoff = 0;
     }
 
     /// The current timeout, including backoff.
     pub fn rto(&self) -> Duration {
-        (self.rto * (1u32 << self.backoff.min(16))).min(self.max)
+        let max = Duration::from_micros(self.max_us.into());
+        (Duration::from_nanos(self.rto).saturating_mul(1u32 << self.backoff.min(16))).min(max)
     }
 
     /// RFC 6298 §5.5: double the timeout after it expires.
@@ -62,12 +87,12 @@ impl RttEstimator {
 
     /// Smoothed RTT, if measured.
     pub fn srtt(&self) -> Option<Duration> {
-        self.srtt
+        (self.srtt != NO_SAMPLE).then(|| Duration::from_nanos(self.srtt))
     }
 
     /// RTT variation.
     pub fn rttvar(&self) -> Duration {
-        self.rttvar
+        Duration::from_nanos(self.rttvar)
     }
 }
 

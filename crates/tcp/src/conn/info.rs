@@ -131,3 +131,29 @@ impl Connection {
         }
     }
 }
+
+#[cfg(test)]
+mod size_probe {
+    #[test]
+    fn print_sizes() {
+        use std::mem::size_of;
+        eprintln!("Connection {}", size_of::<super::Connection>());
+        eprintln!("Sender {}", size_of::<super::super::send::Sender>());
+        eprintln!(" SendQueue {}", size_of::<crate::sendq::SendQueue>());
+        eprintln!(" RingBuffer {}", size_of::<crate::buffer::RingBuffer>());
+        eprintln!(" Rtt {}", size_of::<crate::rtt::RttEstimator>());
+        eprintln!("Receiver {}", size_of::<super::super::recv::Receiver>());
+        eprintln!(" Assembler {}", size_of::<crate::assembler::Assembler>());
+        eprintln!("Recovery {}", size_of::<super::super::recovery::Recovery>());
+        eprintln!(" Congestion {}", size_of::<crate::cc::Congestion>());
+        eprintln!(" Scoreboard {}", size_of::<crate::sack::Scoreboard>());
+        eprintln!(" RtoUndo opt {}", size_of::<Option<super::super::recovery::RtoUndo>>());
+        eprintln!("Options {}", size_of::<super::super::options::Options>());
+        eprintln!("Timers {}", size_of::<super::super::timers::Timers>());
+        eprintln!("Challenge {}", size_of::<super::super::input::ChallengeAcks>());
+        eprintln!("ConnStats {}", size_of::<super::super::ConnStats>());
+        eprintln!("FourTuple {}", size_of::<crate::isn::FourTuple>());
+        eprintln!("pending_rst {}", size_of::<Option<(flowstack_wire::SeqNum, Option<flowstack_wire::SeqNum>)>>());
+        eprintln!("TcpConfig {}", size_of::<crate::TcpConfig>());
+    }
+}
