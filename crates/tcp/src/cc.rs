@@ -69,7 +69,9 @@ impl Congestion {
 
     /// Heap held: CUBIC's state once allocated.
     pub fn heap_bytes(&self) -> usize {
-        self.cubic.as_ref().map_or(0, |_| std::mem::size_of::<Cubic>())
+        self.cubic
+            .as_ref()
+            .map_or(0, |_| std::mem::size_of::<Cubic>())
     }
 
     fn cubic(&mut self) -> &mut Cubic {

@@ -37,6 +37,10 @@ pub struct TcpInfo {
     pub stats: super::ConnStats,
 }
 
+/// How long a connection must have received nothing before
+/// [`Connection::release_at_rest`] frees its empty buffers.
+pub const REST_AFTER: Duration = Duration::from_secs(1);
+
 impl Connection {
     /// The connection's TCP_INFO.
     pub fn info(&self) -> TcpInfo {
@@ -54,7 +58,7 @@ impl Connection {
             backoff: self.timers.retries,
             options: self.options(),
             soft_error: self.soft_error,
-            stats: self.stats,
+            stats: self.stats.into(),
         }
     }
 
@@ -67,15 +71,40 @@ impl Connection {
         let arc = std::mem::size_of::<crate::TcpConfig>() + 2 * std::mem::size_of::<usize>();
         arc / std::sync::Arc::strong_count(&self.cfg)
             + self.snd.queue.heap_bytes()
-            + self.snd.scratch.capacity()
+            + self.snd.scratch.heap_bytes()
             + self.rcv.buf.allocated()
             + self.rcv.ofo.heap_bytes()
             + self.rec.sack.heap_bytes()
+            + self.rec.cc.heap_bytes()
+            + self
+                .rec
+                .rto_undo
+                .as_ref()
+                .map_or(0, |_| std::mem::size_of::<super::recovery::RtoUndo>())
             + if self.rec.rack.is_allocated() {
                 std::mem::size_of::<super::rack::Rack>() + self.rec.rack.heap_bytes()
             } else {
                 0
             }
+    }
+
+    /// Returns the data path's memory once the connection is at rest (issue 19): the send
+    /// queue (empty, every zero-copy completion taken), the send path's gather space and
+    /// the receive ring (empty, no out-of-order bytes parked past its end). They come back
+    /// on the next send or arriving data. Freeing is the owner's call, not done per packet:
+    /// an engine does it for connections quiet for [`REST_AFTER`], so a busy connection
+    /// keeps its buffers between bursts. Returns the heap bytes freed.
+    pub fn release_at_rest(&mut self, now: Instant) -> usize {
+        if now.saturating_since(self.timers.last_activity) < REST_AFTER {
+            return 0;
+        }
+        let before = self.heap_bytes();
+        self.snd.queue.release_at_rest();
+        self.snd.scratch.release_at_rest();
+        if self.rcv.ofo.is_empty() {
+            self.rcv.buf.release_if_empty();
+        }
+        before - self.heap_bytes()
     }
 
     /// Heap held by loss recovery and reassembly — the SACK scoreboard and the out-of-order
@@ -147,13 +176,22 @@ mod size_probe {
         eprintln!("Recovery {}", size_of::<super::super::recovery::Recovery>());
         eprintln!(" Congestion {}", size_of::<crate::cc::Congestion>());
         eprintln!(" Scoreboard {}", size_of::<crate::sack::Scoreboard>());
-        eprintln!(" RtoUndo opt {}", size_of::<Option<super::super::recovery::RtoUndo>>());
+        eprintln!(
+            " RtoUndo opt {}",
+            size_of::<Option<super::super::recovery::RtoUndo>>()
+        );
         eprintln!("Options {}", size_of::<super::super::options::Options>());
         eprintln!("Timers {}", size_of::<super::super::timers::Timers>());
-        eprintln!("Challenge {}", size_of::<super::super::input::ChallengeAcks>());
+        eprintln!(
+            "Challenge {}",
+            size_of::<super::super::input::ChallengeAcks>()
+        );
         eprintln!("ConnStats {}", size_of::<super::super::ConnStats>());
         eprintln!("FourTuple {}", size_of::<crate::isn::FourTuple>());
-        eprintln!("pending_rst {}", size_of::<Option<(flowstack_wire::SeqNum, Option<flowstack_wire::SeqNum>)>>());
+        eprintln!(
+            "pending_rst {}",
+            size_of::<Option<(flowstack_wire::SeqNum, Option<flowstack_wire::SeqNum>)>>()
+        );
         eprintln!("TcpConfig {}", size_of::<crate::TcpConfig>());
     }
 }

@@ -39,10 +39,11 @@ pub(crate) struct Timers {
     at: [Instant; Timer::COUNT],
     /// Retransmission timeouts (or closing-state probes) in a row without progress.
     pub(crate) retries: u32,
-    /// Exponent of the persist timer's backoff.
-    pub(crate) persist_backoff: u32,
-    /// Keepalive probes sent without an answer.
-    pub(crate) keepalive_sent: u32,
+    /// Exponent of the persist timer's backoff (at most 10).
+    pub(crate) persist_backoff: u8,
+    /// Keepalive probes sent without an answer (counts to 255; the limit is compared
+    /// saturated).
+    pub(crate) keepalive_sent: u8,
     /// A persist or keepalive probe is to be sent by the next `poll_transmit`.
     pub(crate) probe_now: bool,
     /// When the last segment arrived (the idle limit of FIN-WAIT-2 and CLOSE-WAIT).
@@ -259,7 +260,7 @@ impl Connection {
         let Some(k) = self.cfg.keepalive else {
             return;
         };
-        if self.timers.keepalive_sent >= k.probes {
+        if u32::from(self.timers.keepalive_sent) >= k.probes.min(255) {
             self.error = Some(TcpError::TimedOut);
             return self.enter_closed();
         }
@@ -271,7 +272,7 @@ impl Connection {
             State::Established | State::CloseWait | State::FinWait2
         );
         if waiting && self.snd.all_acked() {
-            self.timers.keepalive_sent += 1;
+            self.timers.keepalive_sent = self.timers.keepalive_sent.saturating_add(1);
             self.timers.probe_now = true;
             c.inc(Counter::TcpExtTCPKeepAlive);
             self.timers.set(Timer::Keepalive, now + k.interval);
@@ -310,10 +311,10 @@ impl Connection {
         if self.timers.retries == 1 && self.opt.ts && self.state.is_synchronized() {
             // RFC 3522 §3.2: remember the retransmission's timestamp; an ACK echoing an older
             // one proves the original arrived and the timeout was spurious.
-            self.rec.rto_undo = Some(super::recovery::RtoUndo {
+            self.rec.rto_undo = Some(Box::new(super::recovery::RtoUndo {
                 cc: self.rec.cc.save(),
                 ts: self.opt.ts_now(now),
-            });
+            }));
         }
         self.rec.cc.on_rto(self.snd.flight());
         self.snd.rtt.back_off();
