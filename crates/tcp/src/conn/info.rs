@@ -76,6 +76,7 @@ impl Connection {
             + self.rcv.ofo.heap_bytes()
             + self.rec.sack.heap_bytes()
             + self.rec.cc.heap_bytes()
+            + self.timers.heap_bytes()
             + self
                 .rec
                 .rto_undo
@@ -89,9 +90,10 @@ impl Connection {
     }
 
     /// Returns the data path's memory once the connection is at rest (issue 19): the send
-    /// queue (empty, every zero-copy completion taken), the send path's gather space and
-    /// the receive ring (empty, no out-of-order bytes parked past its end). They come back
-    /// on the next send or arriving data. Freeing is the owner's call, not done per packet:
+    /// queue (empty, every zero-copy completion taken), the send path's gather space, the
+    /// receive ring (empty, no out-of-order bytes parked past its end) and the busy part of
+    /// the timers (every data-path timer stopped, retry and probe counters zero). They come
+    /// back on the next send, arriving data or armed timer; behaviour is unchanged. Freeing is the owner's call, not done per packet:
     /// an engine does it for connections quiet for [`REST_AFTER`], so a busy connection
     /// keeps its buffers between bursts. Returns the heap bytes freed.
     pub fn release_at_rest(&mut self, now: Instant) -> usize {
@@ -99,6 +101,9 @@ impl Connection {
             return 0;
         }
         let before = self.heap_bytes();
+        if !self.timers.probe_now {
+            self.timers.release_at_rest();
+        }
         self.snd.queue.release_at_rest();
         self.snd.scratch.release_at_rest();
         if self.rcv.ofo.is_empty() {
@@ -117,6 +122,27 @@ impl Connection {
     /// Bytes of memory this connection costs: its `size_of` plus [`Connection::heap_bytes`].
     pub fn footprint(&self) -> usize {
         std::mem::size_of::<Connection>() + self.heap_bytes()
+    }
+
+    /// When [`Connection::release_at_rest`] will free something, if the connection stays
+    /// quiet: `None` unless it holds releasable memory and all of it is at rest (queues
+    /// empty, data-path timers stopped). A deadline for [`Connection::poll_at`], so an
+    /// owner that only wakes for deadlines still gives the memory back.
+    pub(crate) fn rest_deadline(&self) -> Option<Instant> {
+        let holds = self.timers.is_allocated()
+            || self.snd.queue.is_allocated()
+            || self.snd.scratch.is_allocated()
+            || self.rcv.buf.allocated() > 0;
+        if !holds
+            || self.snd.queue.len() > 0
+            || self.snd.queue.completions_pending() > 0
+            || !self.rcv.buf.is_empty()
+            || !self.rcv.ofo.is_empty()
+            || !self.timers.is_at_rest()
+        {
+            return None;
+        }
+        Some(self.timers.last_activity + REST_AFTER)
     }
 
     /// Sets the user timeout (RFC 5482, Linux TCP_USER_TIMEOUT): how long sent data may stay

@@ -38,6 +38,10 @@ impl<T: AtRest> Lazy<T> {
             param: u32::try_from(param).unwrap_or(u32::MAX),
         }
     }
+    /// True once allocated.
+    pub(crate) fn is_allocated(&self) -> bool {
+        self.b.is_some()
+    }
     /// Frees the instance if it is at rest; true if nothing is allocated afterwards.
     pub(crate) fn release_at_rest(&mut self) -> bool {
         if self.b.as_deref().is_some_and(T::at_rest) {
