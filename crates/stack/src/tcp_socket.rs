@@ -16,6 +16,21 @@ use std::sync::Arc;
 /// `ConnSock::scheduled` of a connection with no entry in the timer heap.
 const UNSCHEDULED: u64 = u64::MAX;
 
+/// `ConnSock::listener` of a connection no listener waits on.
+const NO_LISTENER: u32 = u32::MAX;
+
+/// A slot index as the table's lists and maps store it (half a `usize`: issue 19 counts
+/// every byte a connection costs; the table holds fewer than 2³² slots).
+type Slot = u32;
+
+/// An entry of the timer heap: a deadline (nanoseconds) and a slot, in 12 bytes.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(C, packed(4))]
+struct Due {
+    at: u64,
+    slot: Slot,
+}
+
 /// Distinct socket configurations kept for sharing (most engines use one or two).
 const SHARED_CONFIGS: usize = 8;
 
@@ -58,8 +73,9 @@ struct ConnSock {
     /// The earliest deadline this connection has in the timer heap (nanoseconds;
     /// [`UNSCHEDULED`] for none: half the size of an `Option<Instant>`).
     scheduled: u64,
-    /// Listener that created it, until it is queued for accept (a slot index).
-    listener: Option<u32>,
+    /// Listener that created it, until it is queued for accept (a slot index;
+    /// [`NO_LISTENER`] for none).
+    listener: u32,
     /// The application holds a handle.
     owned: bool,
     /// Listed in `TcpSockets::time_wait` (set once it was seen in TIME-WAIT unowned).
@@ -75,18 +91,18 @@ enum Sock {
 pub(crate) struct TcpSockets {
     limits: TcpLimits,
     socks: Vec<Option<Sock>>,
-    free: Vec<usize>,
-    conns: HashMap<FourTuple, usize>,
+    free: Vec<Slot>,
+    conns: HashMap<FourTuple, Slot>,
     listeners: HashMap<u16, usize>,
     isn: IsnGenerator,
     count: usize,
     /// Connections with work to do at the next dispatch (input, an application call).
-    ready: Vec<usize>,
+    ready: Vec<Slot>,
     /// Timer deadlines (nanoseconds, slot); entries may be stale and are re-checked.
-    timers: BinaryHeap<Reverse<(u64, usize)>>,
+    timers: BinaryHeap<Reverse<Due>>,
     /// Slots seen entering TIME-WAIT without an owner, oldest first: what a full table gives
     /// up first. Entries can be stale (the slot expired or was reused) and are re-checked.
-    time_wait: VecDeque<usize>,
+    time_wait: VecDeque<Slot>,
     /// Socket configurations in use, shared by the connections created with them (a
     /// connection holds a pointer, not a copy): the defaults first, then the most recent
     /// distinct ones.
@@ -174,7 +190,7 @@ impl TcpSockets {
     }
 
     fn insert(&mut self, s: Sock) -> usize {
-        match self.free.pop() {
+        match self.free.pop().map(|i| i as usize) {
             Some(i) => {
                 self.socks[i] = Some(s);
                 i
@@ -213,7 +229,7 @@ impl TcpSockets {
         if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
             if !c.ready {
                 c.ready = true;
-                self.ready.push(i);
+                self.ready.push(i as Slot);
             }
         }
     }
@@ -226,7 +242,10 @@ impl TcpSockets {
             if let Some(t) = c.conn.poll_at().instant_or(Instant::ZERO) {
                 if t.as_nanos() < c.scheduled {
                     c.scheduled = t.as_nanos();
-                    self.timers.push(Reverse((t.as_nanos(), i)));
+                    self.timers.push(Reverse(Due {
+                        at: t.as_nanos(),
+                        slot: i as Slot,
+                    }));
                 }
             }
         }
@@ -287,7 +306,7 @@ impl TcpSockets {
             self.counters.inc(Counter::TcpExtTCPConnLimit);
             return Err(SocketError::LimitReached);
         }
-        if let Some(&old) = self.conns.get(&tuple) {
+        if let Some(old) = self.conns.get(&tuple).map(|&i| i as usize) {
             // Reuse a TIME-WAIT tuple for a new outgoing connection (as Linux's tcp_tw_reuse):
             // the new ISN comes from a clock that has moved on and timestamps (PAWS) reject old
             // duplicates, so only an orphaned TIME-WAIT entry may be replaced.
@@ -302,11 +321,11 @@ impl TcpSockets {
             conn,
             ready: false,
             scheduled: UNSCHEDULED,
-            listener: None,
+            listener: NO_LISTENER,
             owned: true,
             tw_listed: false,
         })));
-        self.conns.insert(tuple, i);
+        self.conns.insert(tuple, i as Slot);
         self.count += 1;
         self.mark_ready(i);
         Ok(TcpHandle::from_raw(i))
@@ -314,7 +333,9 @@ impl TcpSockets {
 
     /// True if `t` is taken by a connection that may not be replaced.
     pub fn tuple_in_use(&self, t: &FourTuple) -> bool {
-        self.conns.get(t).is_some_and(|&i| !self.is_reusable(i))
+        self.conns
+            .get(t)
+            .is_some_and(|&i| !self.is_reusable(i as usize))
     }
 
     /// An unowned connection in TIME-WAIT may give its tuple to a new outgoing connection.
@@ -343,7 +364,7 @@ impl TcpSockets {
                 let Some(Sock::Listener(l)) = self.socks[h.index()].take() else {
                     unreachable!()
                 };
-                self.free.push(h.index());
+                self.free.push(h.index() as Slot);
                 self.listeners.remove(&l.port);
                 for i in l.accept_q {
                     if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
@@ -354,8 +375,8 @@ impl TcpSockets {
                 // Half-open connections of this listener are aborted too.
                 for s in self.socks.iter_mut().flatten() {
                     if let Sock::Conn(c) = s {
-                        if c.listener == Some(h.index() as u32) {
-                            c.listener = None;
+                        if c.listener == h.index() as u32 {
+                            c.listener = NO_LISTENER;
                             c.conn.abort(now);
                         }
                     }
@@ -386,7 +407,7 @@ impl TcpSockets {
             remote_ip: ip.src,
             remote_port: seg.src_port,
         };
-        if let Some(&i) = self.conns.get(&tuple) {
+        if let Some(i) = self.conns.get(&tuple).map(|&i| i as usize) {
             if let Some(iss) = self.reopen(i, ip, iface, seg) {
                 // The TIME-WAIT incarnation is forgotten; the SYN opens the next one.
                 self.counters.inc(Counter::TcpExtTWReused);
@@ -432,7 +453,7 @@ impl TcpSockets {
     /// An ICMP error quoting a TCP header we sent: `t` is the connection as the quoted
     /// header names it, `seq` its sequence number (checked by the connection, RFC 5927).
     pub fn icmp_error(&mut self, now: Instant, t: &FourTuple, seq: SeqNum, err: IcmpError) {
-        let Some(&i) = self.conns.get(t) else {
+        let Some(i) = self.conns.get(t).map(|&i| i as usize) else {
             return self.counters.inc(Counter::TcpExtTCPIcmpNoSocket);
         };
         if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
@@ -579,11 +600,11 @@ impl TcpSockets {
             conn,
             ready: false,
             scheduled: UNSCHEDULED,
-            listener: listener.map(|l| l as u32),
+            listener: listener.map_or(NO_LISTENER, |l| l as u32),
             owned: false,
             tw_listed: false,
         })));
-        self.conns.insert(t, i);
+        self.conns.insert(t, i as Slot);
         self.count += 1;
         i
     }
@@ -604,9 +625,10 @@ impl TcpSockets {
             return;
         };
         let state = c.conn.state();
-        if let Some(li) = c.listener.map(|l| l as usize) {
+        if c.listener != NO_LISTENER {
+            let li = c.listener as usize;
             if state != State::SynReceived {
-                c.listener = None;
+                c.listener = NO_LISTENER;
                 let established = state != State::Closed;
                 if let Some(Some(Sock::Listener(l))) = self.socks.get_mut(li) {
                     l.half_open -= 1;
@@ -635,7 +657,7 @@ impl TcpSockets {
         let Some(Some(Sock::Conn(c))) = self.socks.get(i) else {
             return;
         };
-        let in_accept_q_or_half_open = c.listener.is_some();
+        let in_accept_q_or_half_open = c.listener != NO_LISTENER;
         if closed && !c.owned && !in_accept_q_or_half_open && !self.queued(i) {
             self.remove(i);
         } else {
@@ -654,12 +676,12 @@ impl TcpSockets {
     /// entries from the front so the list stays about as long as the TIME-WAIT population.
     fn list_time_wait(&mut self, i: usize) {
         while let Some(&f) = self.time_wait.front() {
-            if self.is_reusable(f) && self.time_wait.len() <= 2 * self.limits.max_connections {
+            if self.is_reusable(f as usize) && self.time_wait.len() <= 2 * self.limits.max_connections {
                 break;
             }
             self.time_wait.pop_front();
         }
-        self.time_wait.push_back(i);
+        self.time_wait.push_back(i as Slot);
     }
 
     /// A full table makes room by ending the oldest orphaned TIME-WAIT connection early, as
@@ -668,7 +690,7 @@ impl TcpSockets {
     /// reopened 4-tuple; refusing every new connection instead would let a burst of short
     /// connections lock the table for a whole minute. False if there is none.
     fn evict_time_wait(&mut self) -> bool {
-        while let Some(i) = self.time_wait.pop_front() {
+        while let Some(i) = self.time_wait.pop_front().map(|i| i as usize) {
             if self.is_reusable(i) {
                 self.remove(i);
                 self.counters.inc(Counter::TcpExtTCPTimeWaitOverflow);
@@ -681,7 +703,7 @@ impl TcpSockets {
     fn remove(&mut self, i: usize) {
         if let Some(Sock::Conn(c)) = self.socks[i].take() {
             self.conns.remove(&c.conn.tuple());
-            self.free.push(i);
+            self.free.push(i as Slot);
             self.count -= 1;
         }
     }
@@ -690,7 +712,8 @@ impl TcpSockets {
     /// touched since the last dispatch and those whose deadline has come (a timer heap, so the
     /// cost does not grow with idle connections, e.g. thousands in TIME-WAIT).
     pub fn dispatch(&mut self, now: Instant, iface: &mut Iface) {
-        while let Some(&Reverse((t, i))) = self.timers.peek() {
+        while let Some(&Reverse(Due { at: t, slot })) = self.timers.peek() {
+            let i = slot as usize;
             if t > now.as_nanos() {
                 break;
             }
@@ -709,13 +732,20 @@ impl TcpSockets {
                 }
             }
         }
+        // A burst (a wave of handshakes) can leave the heap's allocation far larger than its
+        // entries, about one per connection with a deadline: give most of it back
+        // (amortised: only after the heap shrank to a quarter).
+        let (len, cap) = (self.timers.len(), self.timers.capacity());
+        if cap > 1024 && len < cap / 4 {
+            self.timers.shrink_to(2 * len);
+        }
         let ready = std::mem::take(&mut self.ready);
-        for &i in &ready {
+        for i in ready.iter().map(|&i| i as usize) {
             let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) else {
                 continue;
             };
             c.ready = false;
-            if c.listener.is_some() {
+            if c.listener != NO_LISTENER {
                 self.settle_listener(i);
             }
             self.flush(now, i, iface);
@@ -735,7 +765,7 @@ impl TcpSockets {
         }
         self.timers
             .peek()
-            .map(|r| Instant::from_nanos(r.0 .0))
+            .map(|r| Instant::from_nanos(r.0.at))
             .into()
     }
 
@@ -754,12 +784,12 @@ impl TcpSockets {
         let map = |cap: usize, entry: usize| cap * (entry + 1);
         let mut n = size_of::<Self>()
             + self.socks.capacity() * size_of::<Option<Sock>>()
-            + self.free.capacity() * size_of::<usize>()
-            + map(self.conns.capacity(), size_of::<(FourTuple, usize)>())
+            + self.free.capacity() * size_of::<Slot>()
+            + map(self.conns.capacity(), size_of::<(FourTuple, Slot)>())
             + map(self.listeners.capacity(), size_of::<(u16, usize)>())
-            + self.ready.capacity() * size_of::<usize>()
-            + self.timers.capacity() * size_of::<Reverse<(u64, usize)>>()
-            + self.time_wait.capacity() * size_of::<usize>()
+            + self.ready.capacity() * size_of::<Slot>()
+            + self.timers.capacity() * size_of::<Reverse<Due>>()
+            + self.time_wait.capacity() * size_of::<Slot>()
             + self.configs.capacity() * size_of::<Arc<TcpConfig>>();
         for s in self.socks.iter().flatten() {
             n += match s {

@@ -147,7 +147,8 @@ impl Connection {
         }
         self.timers.retries = 0;
         // Progress: the user timeout's clock restarts (or stops with nothing in flight).
-        self.timers.unacked_since = (self.snd.max > ack).then_some(now);
+        self.timers
+            .set_unacked_since((self.snd.max > ack).then_some(now));
         self.recovery_on_ack(now, ack, acked);
         // RFC 6298 §5.2/5.3: restart the timer if data remains, stop it otherwise.
         let rto = (self.snd.max > self.snd.una).then(|| now + self.snd.rtt.rto());

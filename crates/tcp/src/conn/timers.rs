@@ -5,10 +5,11 @@ use super::{Connection, State, TcpError};
 use crate::counters::{Counter, Counters};
 use flowstack_wire::{Duration, Instant, PollAt};
 
-/// The connection's timers, each an index into [`Timers`]' tables. The first two are the
-/// ones an otherwise idle connection has armed (keepalive; the bounded lifetime of a
-/// closing state, TIME-WAIT's included): they live in the connection. The rest live in
-/// [`Active`], allocated while the connection is busy.
+/// The connection's timers, each an index into [`Timers`]' tables. The first three live in
+/// the connection: those an otherwise idle connection has armed (keepalive; the bounded
+/// lifetime of a closing state, TIME-WAIT's included) and the retransmission timer, which
+/// the handshake arms (so opening a connection allocates nothing that is freed later). The
+/// rest live in [`Active`], allocated while the connection is busy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Timer {
     /// Keepalive (RFC 1122 §4.2.3.6).
@@ -30,23 +31,28 @@ pub(crate) enum Timer {
     Tlp,
 }
 
-/// Timers kept in the connection itself (`Keepalive`, `Lifetime`).
-const RESTING: usize = 2;
-/// Timers kept in [`Active`] (`Rto` … `Tlp`).
+/// Timers kept in the connection itself (`Keepalive`, `Lifetime`, `Rto`).
+const RESTING: usize = 3;
+/// Timers kept in [`Active`] (`DelayedAck` … `Tlp`).
 const ACTIVE: usize = Timer::Tlp as usize + 1 - RESTING;
 
-/// The connection's deadlines and the counters the timers keep (issue 19: 40 bytes at
-/// rest). The busy part — the data path's timers, the retry and probe counters, the user
-/// timeout's and zero window's clocks — is [`Active`], allocated on first write and freed by
-/// [`Timers::release_at_rest`] once everything in it is back at its initial value; reads
-/// of an unallocated one see [`IDLE`]. Its fields are reached through `Deref`
-/// (`timers.retries`); writing one allocates.
+/// The connection's deadlines and the counters the timers keep (issue 19: 48 bytes at
+/// rest). The busy part — the delayed-ACK, persist, linger and RACK timers, the persist
+/// backoff, the user timeout's and zero window's clocks — is [`Active`], allocated on first
+/// write and freed by [`Timers::release_at_rest`] once everything in it is back at its
+/// initial value; reads of an unallocated one see [`IDLE`]. Its fields are reached through
+/// `Deref` (`timers.unacked_since`); writing one allocates.
 pub(crate) struct Timers {
     /// Deadlines of the resting timers; [`UNARMED`] for a stopped timer (half the size of
     /// `Option<Instant>`, and the earliest deadline is a plain minimum).
     resting: [Instant; RESTING],
     /// When the last segment arrived (the idle limit of FIN-WAIT-2 and CLOSE-WAIT).
     pub(crate) last_activity: Instant,
+    /// Retransmission timeouts (or closing-state probes) in a row without progress.
+    pub(crate) retries: u32,
+    /// Keepalive probes sent without an answer (counts to 255; the limit is compared
+    /// saturated).
+    pub(crate) keepalive_sent: u8,
     /// A persist or keepalive probe is to be sent by the next `poll_transmit`.
     pub(crate) probe_now: bool,
     active: Option<Box<Active>>,
@@ -55,15 +61,10 @@ pub(crate) struct Timers {
 /// The busy part of [`Timers`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Active {
-    /// Deadlines of `Rto` … `Tlp`, as `Timers::resting`.
+    /// Deadlines of `DelayedAck` … `Tlp`, as `Timers::resting`.
     at: [Instant; ACTIVE],
-    /// Retransmission timeouts (or closing-state probes) in a row without progress.
-    pub(crate) retries: u32,
     /// Exponent of the persist timer's backoff (at most 10).
     pub(crate) persist_backoff: u8,
-    /// Keepalive probes sent without an answer (counts to 255; the limit is compared
-    /// saturated).
-    pub(crate) keepalive_sent: u8,
     /// Since when the peer's window has been zero while we had data to send.
     pub(crate) zero_window_since: Option<Instant>,
     /// Since when sent data has been waiting for an acknowledgment without progress (the
@@ -74,9 +75,7 @@ pub(crate) struct Active {
 /// [`Active`] at rest: what reads of an unallocated one see, and what a fresh one is.
 static IDLE: Active = Active {
     at: [UNARMED; ACTIVE],
-    retries: 0,
     persist_backoff: 0,
-    keepalive_sent: 0,
     zero_window_since: None,
     unacked_since: None,
 };
@@ -107,6 +106,8 @@ impl Timers {
         Self {
             resting: [UNARMED; RESTING],
             last_activity: now,
+            retries: 0,
+            keepalive_sent: 0,
             probe_now: false,
             active: None,
         }
@@ -182,7 +183,7 @@ impl Timers {
 
     /// The earliest armed deadline.
     pub(crate) fn next(&self) -> Option<Instant> {
-        let rest = self.resting[0].min(self.resting[1]);
+        let rest = self.resting.iter().copied().min().unwrap_or(UNARMED);
         let act = self
             .active
             .as_ref()
@@ -205,6 +206,22 @@ impl Timers {
     pub(crate) fn release_at_rest(&mut self) {
         if self.is_at_rest() {
             self.active = None;
+        }
+    }
+
+    /// The window opened: the persist backoff and the zero window's clock restart (without
+    /// allocating the busy part if it is at rest).
+    pub(crate) fn reset_persist(&mut self) {
+        if let Some(a) = &mut self.active {
+            a.persist_backoff = 0;
+            a.zero_window_since = None;
+        }
+    }
+
+    /// Sets the user timeout's clock (without allocating the busy part to store `None`).
+    pub(crate) fn set_unacked_since(&mut self, since: Option<Instant>) {
+        if since.is_some() || self.active.is_some() {
+            self.unacked_since = since;
         }
     }
 
