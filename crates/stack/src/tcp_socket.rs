@@ -736,7 +736,7 @@ impl TcpSockets {
         // entries, about one per connection with a deadline: give most of it back
         // (amortised: only after the heap shrank to a quarter).
         let (len, cap) = (self.timers.len(), self.timers.capacity());
-        if cap > 1024 && len < cap / 4 {
+        if cap > 64 && len < cap / 4 {
             self.timers.shrink_to(2 * len);
         }
         let ready = std::mem::take(&mut self.ready);

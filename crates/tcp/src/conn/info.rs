@@ -77,6 +77,11 @@ impl Connection {
             + self.rec.sack.heap_bytes()
             + self.rec.cc.heap_bytes()
             + self.timers.heap_bytes()
+            + if self.challenge.is_allocated() {
+                std::mem::size_of::<super::input::ChallengeAcks>()
+            } else {
+                0
+            }
             + self
                 .rec
                 .rto_undo
@@ -106,6 +111,7 @@ impl Connection {
         }
         self.snd.queue.release_at_rest();
         self.snd.scratch.release_at_rest();
+        self.challenge.release_at_rest();
         if self.rcv.ofo.is_empty() {
             self.rcv.buf.release_if_empty();
         }
@@ -132,6 +138,7 @@ impl Connection {
         let holds = self.timers.is_allocated()
             || self.snd.queue.is_allocated()
             || self.snd.scratch.is_allocated()
+            || self.challenge.is_allocated()
             || self.rcv.buf.allocated() > 0;
         if !holds
             || self.snd.queue.len() > 0

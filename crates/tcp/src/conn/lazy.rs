@@ -5,11 +5,12 @@
 //! held this way; the methods the data path calls on them are forwarded here so that an
 //! unallocated one is never allocated just to be read or found empty.
 
+use super::input::ChallengeAcks;
 use crate::assembler::{Assembler, TooManyRanges};
 use crate::sack::Scoreboard;
 use crate::sendq::SendQueue;
 use flowstack_wire::tcp::SackBlock;
-use flowstack_wire::SeqNum;
+use flowstack_wire::{Instant, SeqNum};
 use std::ops::{Deref, DerefMut};
 use std::sync::LazyLock;
 
@@ -208,7 +209,46 @@ impl Lazy<Scoreboard> {
 /// than a pointer, such as a spurious-timeout record).
 pub(crate) type Rare<T> = Option<Box<T>>;
 
-// ---- the send path's gather space ------------------------------------------------------------
+// ---- state without a limit --------------------------------------------------------------
+
+/// `T`, allocated on first write; one pointer while at rest (for state whose fresh value
+/// needs no parameter).
+pub(crate) struct Lazy0<T: AtRest>(Option<Box<T>>);
+
+impl<T: AtRest> Lazy0<T> {
+    /// Unallocated.
+    pub(crate) const fn new() -> Self {
+        Self(None)
+    }
+    /// True once allocated.
+    pub(crate) fn is_allocated(&self) -> bool {
+        self.0.is_some()
+    }
+    /// Frees the instance if it is at rest.
+    pub(crate) fn release_at_rest(&mut self) {
+        if self.0.as_deref().is_some_and(T::at_rest) {
+            self.0 = None;
+        }
+    }
+}
+
+impl<T: AtRest> Deref for Lazy0<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        match &self.0 {
+            Some(b) => b,
+            None => T::idle(),
+        }
+    }
+}
+
+impl<T: AtRest> DerefMut for Lazy0<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        self.0.get_or_insert_with(|| Box::new(T::fresh(0)))
+    }
+}
+
+// ---- the send path's gather space ----------------------------------------------------------
 
 static IDLE_SCRATCH: Vec<u8> = Vec::new();
 
@@ -225,11 +265,31 @@ impl AtRest for Vec<u8> {
     }
 }
 
-impl Lazy<Vec<u8>> {
+impl Lazy0<Vec<u8>> {
     /// Heap held: the vector and its capacity.
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.b
+        self.0
             .as_ref()
             .map_or(0, |v| std::mem::size_of::<Vec<u8>>() + v.capacity())
+    }
+}
+
+// ---- the challenge-ACK rate limit ----------------------------------------------------------
+
+static IDLE_CHALLENGE: LazyLock<ChallengeAcks> =
+    LazyLock::new(|| ChallengeAcks::new(Instant::ZERO));
+
+impl AtRest for ChallengeAcks {
+    fn fresh(_: u32) -> Self {
+        ChallengeAcks::new(Instant::ZERO)
+    }
+    fn idle() -> &'static Self {
+        &IDLE_CHALLENGE
+    }
+    /// Released only by `Connection::release_at_rest`, after at least a second without
+    /// input: by then the one-second window (RFC 5961 §7) has run out, and a fresh limiter
+    /// behaves the same.
+    fn at_rest(&self) -> bool {
+        true
     }
 }

@@ -191,7 +191,7 @@ pub struct Connection {
     /// Congestion control and loss recovery.
     pub(crate) rec: Recovery,
     /// RFC 5961 challenge-ACK rate limit.
-    pub(crate) challenge: ChallengeAcks,
+    pub(crate) challenge: lazy::Lazy0<ChallengeAcks>,
     /// A reset to send: (sequence number, ACK number if any).
     pub(crate) pending_rst: Option<(SeqNum, Option<SeqNum>)>,
     pub(crate) error: Option<TcpError>,
@@ -216,7 +216,7 @@ impl Connection {
             opt: Options::new(&cfg, iss),
             timers: Timers::new(now),
             rec: Recovery::new(&cfg, iss),
-            challenge: ChallengeAcks::new(now),
+            challenge: lazy::Lazy0::new(),
             cfg,
             tuple,
             state,

@@ -37,7 +37,7 @@ pub(crate) struct Sender {
     /// Next zero-copy buffer token.
     pub(crate) zc_token: u64,
     /// Holds a segment's payload when it straddles the send ring's wrap point.
-    pub(crate) scratch: super::lazy::Lazy<Vec<u8>>,
+    pub(crate) scratch: super::lazy::Lazy0<Vec<u8>>,
     /// Sequence number of our FIN once the application closed the sending side.
     pub(crate) fin_seq: Option<SeqNum>,
     /// Smoothed RTT and RTO (RFC 6298).
@@ -61,7 +61,7 @@ impl Sender {
             mss: cfg.mss as usize,
             queue: super::lazy::Lazy::new(cfg.send_buffer),
             zc_token: 0,
-            scratch: super::lazy::Lazy::new(0),
+            scratch: super::lazy::Lazy0::new(),
             fin_seq: None,
             rtt: RttEstimator::new(cfg.rto_initial, cfg.rto_min, cfg.rto_max),
             rtt_probe: None,
