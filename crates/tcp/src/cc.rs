@@ -29,21 +29,39 @@ const BETA: f64 = 0.7;
 /// RFC 9438 §5: the C constant.
 const C: f64 = 0.4;
 
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 struct Cubic {
     w_max: f64,
     k: f64,
-    epoch: Option<Instant>,
     w_est: f64,
+    /// Start of the current epoch; [`NO_EPOCH`] between a loss and the next epoch.
+    epoch: Instant,
 }
 
-/// Congestion-avoidance state: allocated by the first congestion-avoidance step or the
-/// first loss.
-#[derive(Debug, Clone, Copy, Default)]
+/// `Cubic::epoch` outside an epoch.
+const NO_EPOCH: Instant = Instant::from_nanos(u64::MAX);
+
+/// Congestion-avoidance state (40 bytes): allocated by the first congestion-avoidance step
+/// or the first loss.
+#[derive(Debug, Clone, Copy)]
 struct Avoidance {
-    /// Bytes acknowledged toward the next NewReno increase (RFC 5681 §3.1).
-    acked: usize,
     cubic: Cubic,
+    /// Bytes acknowledged toward the next NewReno increase (RFC 5681 §3.1); below `cwnd`.
+    acked: u32,
+}
+
+impl Default for Avoidance {
+    fn default() -> Self {
+        Self {
+            cubic: Cubic {
+                w_max: 0.0,
+                k: 0.0,
+                w_est: 0.0,
+                epoch: NO_EPOCH,
+            },
+            acked: 0,
+        }
+    }
 }
 
 /// Congestion window state.
@@ -149,10 +167,12 @@ impl Congestion {
         // RFC 5681 §3.1: about one SMSS per RTT, by counting acknowledged bytes.
         let (cwnd, mss) = (self.cwnd(), self.smss());
         let ca = self.ca();
-        ca.acked += acked;
-        if ca.acked >= cwnd {
-            ca.acked -= cwnd;
+        let total = ca.acked as usize + acked;
+        if total >= cwnd {
+            ca.acked = w(total - cwnd);
             self.cwnd = w(cwnd + mss);
+        } else {
+            ca.acked = w(total);
         }
     }
 
@@ -160,7 +180,7 @@ impl Congestion {
         let mss = self.mss as f64;
         let cw = self.cwnd as f64;
         let c = &mut self.ca().cubic;
-        let epoch = *c.epoch.get_or_insert_with(|| {
+        if c.epoch == NO_EPOCH {
             // RFC 9438 §4.2: a new congestion-avoidance epoch.
             if c.w_max < cw {
                 c.w_max = cw;
@@ -169,8 +189,9 @@ impl Congestion {
                 c.k = ((c.w_max - cw) / mss / C).cbrt();
             }
             c.w_est = cw;
-            now
-        });
+            c.epoch = now;
+        }
+        let epoch = c.epoch;
         let t = now.saturating_since(epoch).as_secs_f64() + rtt.as_secs_f64();
         let w_cubic = (C * (t - c.k).powi(3)) * mss + c.w_max;
         // RFC 9438 §4.3: the Reno-friendly estimate, alpha = 3(1-β)/(1+β).
@@ -203,7 +224,7 @@ impl Congestion {
                 } else {
                     cw
                 };
-                c.epoch = None;
+                c.epoch = NO_EPOCH;
                 ((cw * BETA) as usize).max(2 * mss)
             }
         };
