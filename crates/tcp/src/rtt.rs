@@ -4,14 +4,15 @@ use flowstack_wire::Duration;
 
 /// SRTT/RTTVAR estimator with Karn's backoff.
 ///
-/// Kept in 40 bytes (issue 19: every connection has one): times in nanoseconds as `u64`
-/// (half a `Duration`), the bounds in microseconds.
+/// Kept in 32 bytes (issue 19: every connection has one): SRTT and RTO in nanoseconds as
+/// `u64` (half a `Duration`), RTTVAR in nanoseconds as `u32` (saturating at 4.29 s, where
+/// the RTO is far above any RTT that matters), the bounds in microseconds.
 #[derive(Debug, Clone, Copy)]
 pub struct RttEstimator {
     /// Smoothed RTT in nanoseconds; [`NO_SAMPLE`] before the first measurement.
     srtt: u64,
-    rttvar: u64,
     rto: u64,
+    rttvar: u32,
     /// Bounds on the RTO in microseconds (a bound below 1 µs counts as 1 µs).
     min_us: u32,
     max_us: u32,
@@ -26,6 +27,10 @@ const G: Duration = Duration::from_millis(1);
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX - 1)
+}
+
+fn sat32(ns: u64) -> u32 {
+    u32::try_from(ns).unwrap_or(u32::MAX)
 }
 
 fn micros_up(d: Duration) -> u32 {
@@ -61,15 +66,15 @@ impl RttEstimator {
         if self.srtt == NO_SAMPLE {
             // RFC 6298 §2.2: first measurement.
             self.srtt = r;
-            self.rttvar = r / 2;
+            self.rttvar = sat32(r / 2);
         } else {
             // RFC 6298 §2.3: alpha = 1/8, beta = 1/4.
             let delta = self.srtt.abs_diff(r);
-            self.rttvar = ((self.rttvar as u128 * 3 + delta as u128) / 4) as u64;
+            self.rttvar = sat32((self.rttvar as u64 * 3).saturating_add(delta) / 4);
             self.srtt = ((self.srtt as u128 * 7 + r as u128) / 8) as u64;
         }
         let srtt = Duration::from_nanos(self.srtt);
-        let var4 = Duration::from_nanos(self.rttvar).saturating_mul(4);
+        let var4 = Duration::from_nanos(self.rttvar.into()).saturating_mul(4);
         self.rto = nanos(self.clamp(srtt.saturating_add(G.max(var4))));
         self.backoff = 0;
     }
@@ -92,7 +97,7 @@ impl RttEstimator {
 
     /// RTT variation.
     pub fn rttvar(&self) -> Duration {
-        Duration::from_nanos(self.rttvar)
+        Duration::from_nanos(self.rttvar.into())
     }
 }
 
