@@ -82,15 +82,18 @@ struct ConnSock {
     tw_listed: bool,
 }
 
+/// A table entry, boxed whole: the slot is one pointer (`Option<Box<Sock>>`, 8 bytes), and
+/// the variant tag sits in a niche of `ConnSock`, so a connection's box is no larger than
+/// its `ConnSock`.
 enum Sock {
-    Listener(Box<Listener>),
-    Conn(Box<ConnSock>),
+    Listener(Listener),
+    Conn(ConnSock),
 }
 
 /// The TCP socket table of one engine.
 pub(crate) struct TcpSockets {
     limits: TcpLimits,
-    socks: Vec<Option<Sock>>,
+    socks: Vec<Option<Box<Sock>>>,
     free: Vec<Slot>,
     conns: HashMap<FourTuple, Slot>,
     listeners: HashMap<u16, usize>,
@@ -110,6 +113,12 @@ pub(crate) struct TcpSockets {
     /// TCP's counters (kept apart from the interface's so a connection can count while the
     /// interface is busy sending its segments; the engine merges them when read).
     counters: Counters,
+}
+
+/// The entry in slot `i`, if any (a function of the slot vector alone, so the rest of the
+/// table stays borrowable).
+fn at_mut(socks: &mut [Option<Box<Sock>>], i: usize) -> Option<&mut Sock> {
+    socks.get_mut(i).and_then(|s| s.as_deref_mut())
 }
 
 /// A holder's share of a shared configuration: its size (with the `Arc` counts) divided
@@ -189,22 +198,26 @@ impl TcpSockets {
         &self.counters
     }
 
+    fn slot(&self, i: usize) -> Option<&Sock> {
+        self.socks.get(i).and_then(|s| s.as_deref())
+    }
+
     fn insert(&mut self, s: Sock) -> usize {
         match self.free.pop().map(|i| i as usize) {
             Some(i) => {
-                self.socks[i] = Some(s);
+                self.socks[i] = Some(Box::new(s));
                 i
             }
             None => {
-                self.socks.push(Some(s));
+                self.socks.push(Some(Box::new(s)));
                 self.socks.len() - 1
             }
         }
     }
 
     pub fn conn(&self, h: TcpHandle) -> Result<&Connection, SocketError> {
-        match self.socks.get(h.index()) {
-            Some(Some(Sock::Conn(c))) if c.owned => Ok(&c.conn),
+        match self.slot(h.index()) {
+            Some(Sock::Conn(c)) if c.owned => Ok(&c.conn),
             _ => Err(SocketError::InvalidHandle),
         }
     }
@@ -212,8 +225,8 @@ impl TcpSockets {
     /// Mutable access for an application call. A call that changed what the connection has
     /// to send must [`TcpSockets::touch`] it.
     pub fn conn_mut(&mut self, h: TcpHandle) -> Result<&mut Connection, SocketError> {
-        match self.socks.get_mut(h.index()) {
-            Some(Some(Sock::Conn(c))) if c.owned => Ok(&mut c.conn),
+        match at_mut(&mut self.socks, h.index()) {
+            Some(Sock::Conn(c)) if c.owned => Ok(&mut c.conn),
             _ => Err(SocketError::InvalidHandle),
         }
     }
@@ -226,7 +239,7 @@ impl TcpSockets {
     }
 
     fn mark_ready(&mut self, i: usize) {
-        if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
+        if let Some(Sock::Conn(c)) = at_mut(&mut self.socks, i) {
             if !c.ready {
                 c.ready = true;
                 self.ready.push(i as Slot);
@@ -237,7 +250,7 @@ impl TcpSockets {
     /// Records the connection's next deadline in the timer heap, unless an entry at or
     /// before it is already there (so the heap holds about one entry per connection).
     fn schedule(&mut self, i: usize) {
-        if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
+        if let Some(Sock::Conn(c)) = at_mut(&mut self.socks, i) {
             // `PollAt::Now` is keyed at the clock's origin: due at every `now`.
             if let Some(t) = c.conn.poll_at().instant_or(Instant::ZERO) {
                 if t.as_nanos() < c.scheduled {
@@ -266,31 +279,31 @@ impl TcpSockets {
             return Err(SocketError::AddrInUse);
         }
         let cfg = self.shared_config(cfg);
-        let i = self.insert(Sock::Listener(Box::new(Listener {
+        let i = self.insert(Sock::Listener(Listener {
             port,
             cfg,
             backlog,
             accept_q: VecDeque::new(),
             half_open: 0,
-        })));
+        }));
         self.listeners.insert(port, i);
         Ok(TcpHandle::from_raw(i))
     }
 
     /// Connections waiting in a listener's accept queue.
     pub fn accept_queue_len(&self, h: TcpHandle) -> Result<usize, SocketError> {
-        match self.socks.get(h.index()) {
-            Some(Some(Sock::Listener(l))) => Ok(l.accept_q.len()),
+        match self.slot(h.index()) {
+            Some(Sock::Listener(l)) => Ok(l.accept_q.len()),
             _ => Err(SocketError::InvalidHandle),
         }
     }
 
     pub fn accept(&mut self, h: TcpHandle) -> Result<TcpHandle, SocketError> {
-        let Some(Some(Sock::Listener(l))) = self.socks.get_mut(h.index()) else {
+        let Some(Sock::Listener(l)) = at_mut(&mut self.socks, h.index()) else {
             return Err(SocketError::InvalidHandle);
         };
         let i = l.accept_q.pop_front().ok_or(SocketError::WouldBlock)?;
-        if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
+        if let Some(Sock::Conn(c)) = at_mut(&mut self.socks, i) {
             c.owned = true;
         }
         Ok(TcpHandle::from_raw(i))
@@ -317,14 +330,14 @@ impl TcpSockets {
         }
         let iss = self.isn.isn(&tuple, now);
         let conn = Connection::connect(self.shared_config(cfg), tuple, iss, now);
-        let i = self.insert(Sock::Conn(Box::new(ConnSock {
+        let i = self.insert(Sock::Conn(ConnSock {
             conn,
             ready: false,
             scheduled: UNSCHEDULED,
             listener: NO_LISTENER,
             owned: true,
             tw_listed: false,
-        })));
+        }));
         self.conns.insert(tuple, i as Slot);
         self.count += 1;
         self.mark_ready(i);
@@ -340,14 +353,14 @@ impl TcpSockets {
 
     /// An unowned connection in TIME-WAIT may give its tuple to a new outgoing connection.
     fn is_reusable(&self, i: usize) -> bool {
-        matches!(&self.socks[i], Some(Sock::Conn(c)) if !c.owned && c.conn.state() == State::TimeWait)
+        matches!(self.slot(i), Some(Sock::Conn(c)) if !c.owned && c.conn.state() == State::TimeWait)
     }
 
     /// The application lets go of a connection's handle without closing it (the caller has
     /// already closed or aborted the connection); it lives on until CLOSED.
     pub fn release(&mut self, h: TcpHandle) -> Result<(), SocketError> {
-        match self.socks.get_mut(h.index()) {
-            Some(Some(Sock::Conn(c))) if c.owned => {
+        match at_mut(&mut self.socks, h.index()) {
+            Some(Sock::Conn(c)) if c.owned => {
                 c.owned = false;
                 self.mark_ready(h.index());
                 Ok(())
@@ -359,22 +372,22 @@ impl TcpSockets {
     /// The application lets go of a handle. Listeners close at once (their queued
     /// connections are reset); connections close gracefully and live on until CLOSED.
     pub fn close(&mut self, now: Instant, h: TcpHandle) -> Result<(), SocketError> {
-        match self.socks.get_mut(h.index()) {
-            Some(Some(Sock::Listener(_))) => {
-                let Some(Sock::Listener(l)) = self.socks[h.index()].take() else {
+        match at_mut(&mut self.socks, h.index()) {
+            Some(Sock::Listener(_)) => {
+                let Some(Sock::Listener(l)) = self.socks[h.index()].take().map(|b| *b) else {
                     unreachable!()
                 };
                 self.free.push(h.index() as Slot);
                 self.listeners.remove(&l.port);
                 for i in l.accept_q {
-                    if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
+                    if let Some(Sock::Conn(c)) = at_mut(&mut self.socks, i) {
                         c.conn.abort(now);
                     }
                     self.mark_ready(i);
                 }
                 // Half-open connections of this listener are aborted too.
                 for s in self.socks.iter_mut().flatten() {
-                    if let Sock::Conn(c) = s {
+                    if let Sock::Conn(c) = &mut **s {
                         if c.listener == h.index() as u32 {
                             c.listener = NO_LISTENER;
                             c.conn.abort(now);
@@ -383,7 +396,7 @@ impl TcpSockets {
                 }
                 Ok(())
             }
-            Some(Some(Sock::Conn(c))) if c.owned => {
+            Some(Sock::Conn(c)) if c.owned => {
                 c.owned = false;
                 c.conn.close(now);
                 self.mark_ready(h.index());
@@ -417,7 +430,7 @@ impl TcpSockets {
                 }
                 return;
             }
-            if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
+            if let Some(Sock::Conn(c)) = at_mut(&mut self.socks, i) {
                 c.conn.on_segment(now, seg, &mut self.counters);
             }
             self.after_input(i);
@@ -441,7 +454,7 @@ impl TcpSockets {
     /// connection the application has released, for which a listener waits, is reopened, so
     /// no handle ever comes to name a different connection.
     fn reopen(&self, i: usize, ip: &Ipv4Repr, iface: &Iface, seg: &TcpRepr) -> Option<SeqNum> {
-        let Some(Some(Sock::Conn(c))) = self.socks.get(i) else {
+        let Some(Sock::Conn(c)) = self.slot(i) else {
             return None;
         };
         if c.owned || !iface.owns(ip.dst) || !self.listeners.contains_key(&seg.dst_port) {
@@ -456,7 +469,7 @@ impl TcpSockets {
         let Some(i) = self.conns.get(t).map(|&i| i as usize) else {
             return self.counters.inc(Counter::TcpExtTCPIcmpNoSocket);
         };
-        if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
+        if let Some(Sock::Conn(c)) = at_mut(&mut self.socks, i) {
             c.conn.on_icmp_error(now, err, seq, &mut self.counters);
         }
         self.mark_ready(i);
@@ -507,7 +520,7 @@ impl TcpSockets {
         if f.rst() {
             return;
         }
-        let Some(Some(Sock::Listener(l))) = self.socks.get(li) else {
+        let Some(Sock::Listener(l)) = self.slot(li) else {
             return;
         };
         let (cfg, backlog, queued, half_open) =
@@ -526,10 +539,10 @@ impl TcpSockets {
                     self.counters.inc(Counter::TcpPassiveOpens);
                     let conn = Connection::accept(cfg, t, seg, cookie, now, Some(mss));
                     let i = self.add_conn(t, conn, None);
-                    if let Some(Some(Sock::Conn(cs))) = self.socks.get_mut(i) {
+                    if let Some(Sock::Conn(cs)) = at_mut(&mut self.socks, i) {
                         cs.conn.on_segment(now, seg, &mut self.counters);
                     }
-                    if let Some(Some(Sock::Listener(l))) = self.socks.get_mut(li) {
+                    if let Some(Sock::Listener(l)) = at_mut(&mut self.socks, li) {
                         l.accept_q.push_back(i);
                     }
                     self.after_input(i);
@@ -589,21 +602,21 @@ impl TcpSockets {
         let iss = iss.unwrap_or_else(|| self.isn.isn(&t, now));
         let conn = Connection::accept(cfg, t, seg, iss, now, None);
         let i = self.add_conn(t, conn, Some(li));
-        if let Some(Some(Sock::Listener(l))) = self.socks.get_mut(li) {
+        if let Some(Sock::Listener(l)) = at_mut(&mut self.socks, li) {
             l.half_open += 1;
         }
         self.after_input(i);
     }
 
     fn add_conn(&mut self, t: FourTuple, conn: Connection, listener: Option<usize>) -> usize {
-        let i = self.insert(Sock::Conn(Box::new(ConnSock {
+        let i = self.insert(Sock::Conn(ConnSock {
             conn,
             ready: false,
             scheduled: UNSCHEDULED,
             listener: listener.map_or(NO_LISTENER, |l| l as u32),
             owned: false,
             tw_listed: false,
-        })));
+        }));
         self.conns.insert(t, i as Slot);
         self.count += 1;
         i
@@ -621,7 +634,7 @@ impl TcpSockets {
     /// Moves a newly established connection to its listener's accept queue (or forgets a
     /// failed half-open one).
     fn settle_listener(&mut self, i: usize) {
-        let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) else {
+        let Some(Sock::Conn(c)) = at_mut(&mut self.socks, i) else {
             return;
         };
         let state = c.conn.state();
@@ -630,7 +643,7 @@ impl TcpSockets {
             if state != State::SynReceived {
                 c.listener = NO_LISTENER;
                 let established = state != State::Closed;
-                if let Some(Some(Sock::Listener(l))) = self.socks.get_mut(li) {
+                if let Some(Sock::Listener(l)) = at_mut(&mut self.socks, li) {
                     l.half_open -= 1;
                     if established {
                         l.accept_q.push_back(i);
@@ -642,7 +655,7 @@ impl TcpSockets {
 
     /// Sends what connection `i` has to send, and frees it once closed and unowned.
     fn flush(&mut self, now: Instant, i: usize, iface: &mut Iface) {
-        let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) else {
+        let Some(Sock::Conn(c)) = at_mut(&mut self.socks, i) else {
             return;
         };
         let t = c.conn.tuple();
@@ -654,7 +667,7 @@ impl TcpSockets {
             c.tw_listed = true;
             self.list_time_wait(i);
         }
-        let Some(Some(Sock::Conn(c))) = self.socks.get(i) else {
+        let Some(Sock::Conn(c)) = self.slot(i) else {
             return;
         };
         let in_accept_q_or_half_open = c.listener != NO_LISTENER;
@@ -666,7 +679,7 @@ impl TcpSockets {
     }
 
     fn queued(&self, i: usize) -> bool {
-        self.listeners.values().any(|&li| match &self.socks[li] {
+        self.listeners.values().any(|&li| match self.slot(li) {
             Some(Sock::Listener(l)) => l.accept_q.contains(&i),
             _ => false,
         })
@@ -676,7 +689,9 @@ impl TcpSockets {
     /// entries from the front so the list stays about as long as the TIME-WAIT population.
     fn list_time_wait(&mut self, i: usize) {
         while let Some(&f) = self.time_wait.front() {
-            if self.is_reusable(f as usize) && self.time_wait.len() <= 2 * self.limits.max_connections {
+            if self.is_reusable(f as usize)
+                && self.time_wait.len() <= 2 * self.limits.max_connections
+            {
                 break;
             }
             self.time_wait.pop_front();
@@ -701,7 +716,7 @@ impl TcpSockets {
     }
 
     fn remove(&mut self, i: usize) {
-        if let Some(Sock::Conn(c)) = self.socks[i].take() {
+        if let Some(Sock::Conn(c)) = self.socks[i].take().map(|b| *b) {
             self.conns.remove(&c.conn.tuple());
             self.free.push(i as Slot);
             self.count -= 1;
@@ -720,7 +735,7 @@ impl TcpSockets {
             self.timers.pop();
             // Entries can be stale (the deadline moved later, or the slot was reused): re-check,
             // and re-arm a deadline that moved later.
-            if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
+            if let Some(Sock::Conn(c)) = at_mut(&mut self.socks, i) {
                 if c.scheduled == t {
                     c.scheduled = UNSCHEDULED;
                 }
@@ -741,7 +756,7 @@ impl TcpSockets {
         }
         let ready = std::mem::take(&mut self.ready);
         for i in ready.iter().map(|&i| i as usize) {
-            let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) else {
+            let Some(Sock::Conn(c)) = at_mut(&mut self.socks, i) else {
                 continue;
             };
             c.ready = false;
@@ -783,7 +798,7 @@ impl TcpSockets {
         use std::mem::size_of;
         let map = |cap: usize, entry: usize| cap * (entry + 1);
         let mut n = size_of::<Self>()
-            + self.socks.capacity() * size_of::<Option<Sock>>()
+            + self.socks.capacity() * size_of::<Option<Box<Sock>>>()
             + self.free.capacity() * size_of::<Slot>()
             + map(self.conns.capacity(), size_of::<(FourTuple, Slot)>())
             + map(self.listeners.capacity(), size_of::<(u16, usize)>())
@@ -792,12 +807,10 @@ impl TcpSockets {
             + self.time_wait.capacity() * size_of::<Slot>()
             + self.configs.capacity() * size_of::<Arc<TcpConfig>>();
         for s in self.socks.iter().flatten() {
-            n += match s {
-                Sock::Conn(c) => {
-                    size_of::<ConnSock>() - size_of::<Connection>() + c.conn.footprint()
-                }
+            n += match &**s {
+                Sock::Conn(c) => size_of::<Sock>() - size_of::<Connection>() + c.conn.footprint(),
                 Sock::Listener(l) => {
-                    size_of::<Listener>()
+                    size_of::<Sock>()
                         + l.accept_q.capacity() * size_of::<usize>()
                         + shared_share(&l.cfg)
                 }
@@ -808,9 +821,23 @@ impl TcpSockets {
 
     /// Every connection, for `ss`-like listings.
     pub fn iter(&self) -> impl Iterator<Item = &Connection> {
-        self.socks.iter().filter_map(|s| match s {
+        self.socks.iter().filter_map(|s| match s.as_deref() {
             Some(Sock::Conn(c)) => Some(&c.conn),
             _ => None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 19: a slot is one pointer, and the entry's tag costs a connection nothing.
+    #[test]
+    fn a_slot_is_a_pointer_and_the_tag_is_free() {
+        use std::mem::size_of;
+        assert_eq!(size_of::<Option<Box<Sock>>>(), size_of::<usize>());
+        assert_eq!(size_of::<Sock>(), size_of::<ConnSock>());
+        assert_eq!(size_of::<Due>(), 12);
     }
 }
