@@ -3,6 +3,7 @@
 //! queue is full, and RSTs for segments that match nothing (RFC 9293 §3.10.7.1).
 
 use crate::counters::{Counter, Counters};
+use crate::demux::Demux;
 use crate::iface::Iface;
 use crate::SocketError;
 use flowstack_tcp::{Connection, FourTuple, IcmpError, IsnGenerator, State, TcpConfig, TcpError};
@@ -95,7 +96,7 @@ pub(crate) struct TcpSockets {
     limits: TcpLimits,
     socks: Vec<Option<Box<Sock>>>,
     free: Vec<Slot>,
-    conns: HashMap<FourTuple, Slot>,
+    conns: Demux,
     listeners: HashMap<u16, usize>,
     isn: IsnGenerator,
     count: usize,
@@ -119,6 +120,24 @@ pub(crate) struct TcpSockets {
 /// table stays borrowable).
 fn at_mut(socks: &mut [Option<Box<Sock>>], i: usize) -> Option<&mut Sock> {
     socks.get_mut(i).and_then(|s| s.as_deref_mut())
+}
+
+/// The 4-tuple of the connection in slot `s` (the demux map's key, kept only there).
+fn key_of(socks: &[Option<Box<Sock>>], s: Slot) -> FourTuple {
+    match socks.get(s as usize).and_then(|s| s.as_deref()) {
+        Some(Sock::Conn(c)) => c.conn.tuple(),
+        // Never: the map holds connection slots only, removed before the slot is freed. A
+        // key with port 0 matches no segment's tuple.
+        _ => {
+            debug_assert!(false, "demux map names slot {s}, which holds no connection");
+            FourTuple {
+                local_ip: flowstack_wire::ipv4::Ipv4Address([0; 4]),
+                local_port: 0,
+                remote_ip: flowstack_wire::ipv4::Ipv4Address([0; 4]),
+                remote_port: 0,
+            }
+        }
+    }
 }
 
 /// A holder's share of a shared configuration: its size (with the `Arc` counts) divided
@@ -162,7 +181,7 @@ impl TcpSockets {
             limits,
             socks: Vec::new(),
             free: Vec::new(),
-            conns: HashMap::new(),
+            conns: Demux::new(),
             listeners: HashMap::new(),
             isn: IsnGenerator::new(secret),
             count: 0,
@@ -196,6 +215,13 @@ impl TcpSockets {
     #[inline]
     pub fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// The slot of the connection with 4-tuple `t`.
+    fn conn_slot(&self, t: &FourTuple) -> Option<usize> {
+        self.conns
+            .get(t, |s| key_of(&self.socks, s))
+            .map(|s| s as usize)
     }
 
     fn slot(&self, i: usize) -> Option<&Sock> {
@@ -319,7 +345,7 @@ impl TcpSockets {
             self.counters.inc(Counter::TcpExtTCPConnLimit);
             return Err(SocketError::LimitReached);
         }
-        if let Some(old) = self.conns.get(&tuple).map(|&i| i as usize) {
+        if let Some(old) = self.conn_slot(&tuple) {
             // Reuse a TIME-WAIT tuple for a new outgoing connection (as Linux's tcp_tw_reuse):
             // the new ISN comes from a clock that has moved on and timestamps (PAWS) reject old
             // duplicates, so only an orphaned TIME-WAIT entry may be replaced.
@@ -338,7 +364,8 @@ impl TcpSockets {
             owned: true,
             tw_listed: false,
         }));
-        self.conns.insert(tuple, i as Slot);
+        self.conns
+            .insert(&tuple, i as Slot, |s| key_of(&self.socks, s));
         self.count += 1;
         self.mark_ready(i);
         Ok(TcpHandle::from_raw(i))
@@ -346,9 +373,7 @@ impl TcpSockets {
 
     /// True if `t` is taken by a connection that may not be replaced.
     pub fn tuple_in_use(&self, t: &FourTuple) -> bool {
-        self.conns
-            .get(t)
-            .is_some_and(|&i| !self.is_reusable(i as usize))
+        self.conn_slot(t).is_some_and(|i| !self.is_reusable(i))
     }
 
     /// An unowned connection in TIME-WAIT may give its tuple to a new outgoing connection.
@@ -420,7 +445,7 @@ impl TcpSockets {
             remote_ip: ip.src,
             remote_port: seg.src_port,
         };
-        if let Some(i) = self.conns.get(&tuple).map(|&i| i as usize) {
+        if let Some(i) = self.conn_slot(&tuple) {
             if let Some(iss) = self.reopen(i, ip, iface, seg) {
                 // The TIME-WAIT incarnation is forgotten; the SYN opens the next one.
                 self.counters.inc(Counter::TcpExtTWReused);
@@ -466,7 +491,7 @@ impl TcpSockets {
     /// An ICMP error quoting a TCP header we sent: `t` is the connection as the quoted
     /// header names it, `seq` its sequence number (checked by the connection, RFC 5927).
     pub fn icmp_error(&mut self, now: Instant, t: &FourTuple, seq: SeqNum, err: IcmpError) {
-        let Some(i) = self.conns.get(t).map(|&i| i as usize) else {
+        let Some(i) = self.conn_slot(t) else {
             return self.counters.inc(Counter::TcpExtTCPIcmpNoSocket);
         };
         if let Some(Sock::Conn(c)) = at_mut(&mut self.socks, i) {
@@ -617,7 +642,7 @@ impl TcpSockets {
             owned: false,
             tw_listed: false,
         }));
-        self.conns.insert(t, i as Slot);
+        self.conns.insert(&t, i as Slot, |s| key_of(&self.socks, s));
         self.count += 1;
         i
     }
@@ -716,8 +741,12 @@ impl TcpSockets {
     }
 
     fn remove(&mut self, i: usize) {
-        if let Some(Sock::Conn(c)) = self.socks[i].take().map(|b| *b) {
-            self.conns.remove(&c.conn.tuple());
+        if let Some(Sock::Conn(c)) = self.slot(i) {
+            // Out of the map first: its key is read from the slot.
+            let t = c.conn.tuple();
+            self.conns.remove(&t, |s| key_of(&self.socks, s));
+        }
+        if let Some(Sock::Conn(_)) = self.socks[i].take().map(|b| *b) {
             self.free.push(i as Slot);
             self.count -= 1;
         }
@@ -800,7 +829,7 @@ impl TcpSockets {
         let mut n = size_of::<Self>()
             + self.socks.capacity() * size_of::<Option<Box<Sock>>>()
             + self.free.capacity() * size_of::<Slot>()
-            + map(self.conns.capacity(), size_of::<(FourTuple, Slot)>())
+            + self.conns.heap_bytes()
             + map(self.listeners.capacity(), size_of::<(u16, usize)>())
             + self.ready.capacity() * size_of::<Slot>()
             + self.timers.capacity() * size_of::<Reverse<Due>>()
