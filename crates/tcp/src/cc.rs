@@ -41,13 +41,11 @@ struct Cubic {
 /// `Cubic::epoch` outside an epoch.
 const NO_EPOCH: Instant = Instant::from_nanos(u64::MAX);
 
-/// Congestion-avoidance state (40 bytes): allocated by the first congestion-avoidance step
+/// Congestion-avoidance state (32 bytes): allocated by the first congestion-avoidance step
 /// or the first loss.
 #[derive(Debug, Clone, Copy)]
 struct Avoidance {
     cubic: Cubic,
-    /// Bytes acknowledged toward the next NewReno increase (RFC 5681 §3.1); below `cwnd`.
-    acked: u32,
 }
 
 impl Default for Avoidance {
@@ -59,7 +57,6 @@ impl Default for Avoidance {
                 w_est: 0.0,
                 epoch: NO_EPOCH,
             },
-            acked: 0,
         }
     }
 }
@@ -74,10 +71,13 @@ impl Default for Avoidance {
 #[derive(Debug, Clone)]
 pub struct Congestion {
     algo: CcAlgorithm,
-    mss: u32,
+    /// The sender's MSS (a TCP MSS fits 16 bits).
+    mss: u16,
     cwnd: u32,
     /// [`NO_SSTHRESH`] until the first loss.
     ssthresh: u32,
+    /// Bytes acknowledged toward the next NewReno increase (RFC 5681 §3.1); below `cwnd`.
+    acked: u32,
     ca: Option<Box<Avoidance>>,
 }
 
@@ -85,6 +85,10 @@ pub struct Congestion {
 const NO_SSTHRESH: u32 = u32::MAX;
 
 /// A window in bytes as stored (saturating at 4 GiB − 1).
+fn mss16(mss: usize) -> u16 {
+    u16::try_from(mss).unwrap_or(u16::MAX)
+}
+
 fn w(bytes: usize) -> u32 {
     u32::try_from(bytes).unwrap_or(u32::MAX - 1)
 }
@@ -94,9 +98,10 @@ impl Congestion {
     pub fn new(algo: CcAlgorithm, mss: usize) -> Self {
         Self {
             algo,
-            mss: w(mss),
+            mss: mss16(mss),
             cwnd: w((10 * mss).min((2 * mss).max(14600))),
             ssthresh: NO_SSTHRESH,
+            acked: 0,
             ca: None,
         }
     }
@@ -135,13 +140,13 @@ impl Congestion {
     /// Changes the MSS the window is counted in without resetting the window (a lower path
     /// MTU is not congestion, RFC 1191 §6.5).
     pub fn set_smss(&mut self, mss: usize) {
-        self.mss = w(mss);
+        self.mss = mss16(mss);
         self.cwnd = self.cwnd.max(w(2 * mss));
     }
 
     /// Updates the MSS (after the handshake).
     pub fn set_mss(&mut self, mss: usize) {
-        self.mss = w(mss);
+        self.mss = mss16(mss);
         self.cwnd = w((10 * mss).min((2 * mss).max(14600)));
     }
 
@@ -165,14 +170,12 @@ impl Congestion {
 
     fn reno_ca(&mut self, acked: usize) {
         // RFC 5681 §3.1: about one SMSS per RTT, by counting acknowledged bytes.
-        let (cwnd, mss) = (self.cwnd(), self.smss());
-        let ca = self.ca();
-        let total = ca.acked as usize + acked;
-        if total >= cwnd {
-            ca.acked = w(total - cwnd);
-            self.cwnd = w(cwnd + mss);
+        let total = self.acked as usize + acked;
+        if total >= self.cwnd() {
+            self.acked = w(total - self.cwnd());
+            self.cwnd = w(self.cwnd() + self.smss());
         } else {
-            ca.acked = w(total);
+            self.acked = w(total);
         }
     }
 
@@ -230,15 +233,13 @@ impl Congestion {
         };
         self.ssthresh = w(ssthresh);
         self.cwnd = self.ssthresh;
-        if let Some(ca) = &mut self.ca {
-            ca.acked = 0;
-        }
+        self.acked = 0;
     }
 
     /// Retransmission timeout: RFC 5681 eq. (4) and a one-segment loss window.
     pub fn on_rto(&mut self, flight: usize) {
         self.on_loss(flight);
-        self.cwnd = self.mss;
+        self.cwnd = self.mss.into();
     }
 
     /// The window and threshold, to restore if a timeout proves spurious.
