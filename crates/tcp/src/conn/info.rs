@@ -96,8 +96,9 @@ impl Connection {
 
     /// Returns the data path's memory once the connection is at rest (issue 19): the send
     /// queue (empty, every zero-copy completion taken), the send path's gather space, the
-    /// receive ring (empty, no out-of-order bytes parked past its end) and the busy part of
-    /// the timers (every data-path timer stopped, retry and probe counters zero). They come
+    /// receive ring (empty, no out-of-order bytes parked past its end), the busy part of
+    /// the timers (every data-path timer stopped, retry and probe counters zero), the
+    /// challenge-ACK limiter and RACK's empty record list. They come
     /// back on the next send, arriving data or armed timer; behaviour is unchanged. Freeing is the owner's call, not done per packet:
     /// an engine does it for connections quiet for [`REST_AFTER`], so a busy connection
     /// keeps its buffers between bursts. Returns the heap bytes freed.
@@ -112,6 +113,10 @@ impl Connection {
         self.snd.queue.release_at_rest();
         self.snd.scratch.release_at_rest();
         self.challenge.release_at_rest();
+        if self.rack_records_idle() {
+            // Nothing in flight: the record list's memory goes (RACK's own state stays).
+            self.rec.rack.segs = std::collections::VecDeque::new();
+        }
         if self.rcv.ofo.is_empty() {
             self.rcv.buf.release_if_empty();
         }
@@ -139,6 +144,7 @@ impl Connection {
             || self.snd.queue.is_allocated()
             || self.snd.scratch.is_allocated()
             || self.challenge.is_allocated()
+            || self.rack_records_idle()
             || self.rcv.buf.allocated() > 0;
         if !holds
             || self.snd.queue.len() > 0
@@ -150,6 +156,13 @@ impl Connection {
             return None;
         }
         Some(self.timers.last_activity + REST_AFTER)
+    }
+
+    /// RACK's record list holds memory but no record (nothing in flight).
+    fn rack_records_idle(&self) -> bool {
+        self.rec.rack.is_allocated()
+            && self.rec.rack.segs.is_empty()
+            && self.rec.rack.segs.capacity() > 0
     }
 
     /// Sets the user timeout (RFC 5482, Linux TCP_USER_TIMEOUT): how long sent data may stay
@@ -195,36 +208,32 @@ impl Connection {
 }
 
 #[cfg(test)]
-mod size_probe {
+mod tests {
+    use std::mem::size_of;
+
+    /// Issue 19: what a connection costs in place, part by part (printed with
+    /// `--nocapture`); the total is bounded so that growth is a decision, not an accident.
     #[test]
-    fn print_sizes() {
-        use std::mem::size_of;
-        eprintln!("Connection {}", size_of::<super::Connection>());
-        eprintln!("Sender {}", size_of::<super::super::send::Sender>());
-        eprintln!(" SendQueue {}", size_of::<crate::sendq::SendQueue>());
-        eprintln!(" RingBuffer {}", size_of::<crate::buffer::RingBuffer>());
-        eprintln!(" Rtt {}", size_of::<crate::rtt::RttEstimator>());
-        eprintln!("Receiver {}", size_of::<super::super::recv::Receiver>());
-        eprintln!(" Assembler {}", size_of::<crate::assembler::Assembler>());
-        eprintln!("Recovery {}", size_of::<super::super::recovery::Recovery>());
-        eprintln!(" Congestion {}", size_of::<crate::cc::Congestion>());
-        eprintln!(" Scoreboard {}", size_of::<crate::sack::Scoreboard>());
-        eprintln!(
-            " RtoUndo opt {}",
-            size_of::<Option<super::super::recovery::RtoUndo>>()
-        );
-        eprintln!("Options {}", size_of::<super::super::options::Options>());
-        eprintln!("Timers {}", size_of::<super::super::timers::Timers>());
-        eprintln!(
-            "Challenge {}",
-            size_of::<super::super::input::ChallengeAcks>()
-        );
-        eprintln!("ConnStats {}", size_of::<super::super::ConnStats>());
-        eprintln!("FourTuple {}", size_of::<crate::isn::FourTuple>());
-        eprintln!(
-            "pending_rst {}",
-            size_of::<Option<(flowstack_wire::SeqNum, Option<flowstack_wire::SeqNum>)>>()
-        );
-        eprintln!("TcpConfig {}", size_of::<crate::TcpConfig>());
+    fn the_tcb_stays_small() {
+        let parts = [
+            ("Connection", size_of::<super::Connection>()),
+            ("Sender", size_of::<super::super::send::Sender>()),
+            ("Receiver", size_of::<super::super::recv::Receiver>()),
+            ("Recovery", size_of::<super::super::recovery::Recovery>()),
+            ("Congestion", size_of::<crate::cc::Congestion>()),
+            ("RttEstimator", size_of::<crate::rtt::RttEstimator>()),
+            ("RingBuffer", size_of::<crate::buffer::RingBuffer>()),
+            ("Timers", size_of::<super::super::timers::Timers>()),
+            ("Options", size_of::<super::super::options::Options>()),
+            ("Stats", size_of::<super::super::Stats>()),
+        ];
+        for (name, size) in parts {
+            eprintln!("{name:>12} {size:4} B");
+        }
+        assert!(size_of::<super::Connection>() <= 456);
+        assert_eq!(size_of::<crate::buffer::RingBuffer>(), 16);
+        assert_eq!(size_of::<super::super::timers::Timers>(), 48);
+        assert_eq!(size_of::<crate::cc::Congestion>(), 24);
+        assert_eq!(size_of::<crate::rtt::RttEstimator>(), 32);
     }
 }

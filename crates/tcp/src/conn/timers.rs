@@ -454,3 +454,42 @@ impl Connection {
         self.timers.set(Timer::Rto, now + self.snd.rtt.rto());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_busy_part_comes_and_goes_with_the_data_path_timers() {
+        let t0 = Instant::from_millis(5);
+        let mut t = Timers::new(t0);
+        // The resting timers (and cancelling anything) allocate nothing.
+        t.set(Timer::Keepalive, t0 + Duration::from_secs(7200));
+        t.set(Timer::Rto, t0 + Duration::from_secs(1));
+        t.cancel(Timer::DelayedAck);
+        t.reset_persist();
+        t.set_unacked_since(None);
+        assert!(!t.is_allocated());
+        assert_eq!(t.next(), Some(t0 + Duration::from_secs(1)));
+        // A data-path timer allocates; the earliest deadline sees both parts.
+        t.set(Timer::DelayedAck, t0 + Duration::from_millis(40));
+        assert!(t.is_allocated());
+        assert_eq!(t.next(), Some(t0 + Duration::from_millis(40)));
+        assert!(!t.take_due(Timer::DelayedAck, t0));
+        t.release_at_rest();
+        assert!(t.is_allocated(), "freed while a timer in it was armed");
+        assert!(t.take_due(Timer::DelayedAck, t0 + Duration::from_millis(40)));
+        t.unacked_since = Some(t0);
+        t.release_at_rest();
+        assert!(t.is_allocated(), "freed while the user timeout's clock ran");
+        t.set_unacked_since(None);
+        t.release_at_rest();
+        assert!(!t.is_allocated());
+        // The resting timers are untouched by the release.
+        assert_eq!(
+            t.deadline(Timer::Keepalive),
+            Some(t0 + Duration::from_secs(7200))
+        );
+        assert_eq!(t.next(), Some(t0 + Duration::from_secs(1)));
+    }
+}
