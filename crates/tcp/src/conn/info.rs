@@ -147,7 +147,7 @@ impl Connection {
             || self.rack_records_idle()
             || self.rcv.buf.allocated() > 0;
         if !holds
-            || self.snd.queue.len() > 0
+            || !self.snd.queue.is_empty()
             || self.snd.queue.completions_pending() > 0
             || !self.rcv.buf.is_empty()
             || !self.rcv.ofo.is_empty()

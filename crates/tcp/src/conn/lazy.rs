@@ -95,6 +95,10 @@ impl Lazy<SendQueue> {
     pub(crate) fn len(&self) -> usize {
         self.b.as_ref().map_or(0, |q| q.len())
     }
+    /// True if nothing is queued.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Room left under the limit.
     pub(crate) fn window(&self) -> usize {
         self.param() - self.len()
