@@ -55,6 +55,15 @@ fn an_idle_established_connection_fits_the_budget() {
     let (a0, b0) = (net.a.tcp_accounted_bytes(), net.b.tcp_accounted_bytes());
     let n = 256;
     let (client, server) = open(&mut net, n);
+    // Opening allocates nothing that is given back later (what `bench conns` measures
+    // right after opening): already now, no connection holds more than its share.
+    let share = (std::mem::size_of::<flowstack_stack::TcpConfig>() + 16) / n + 1;
+    for (side, e, hs) in [("client", &net.a, &client), ("server", &net.b, &server)] {
+        for &h in hs.iter() {
+            let heap = e.tcp_conn(h).unwrap().heap_bytes();
+            assert!(heap <= share, "{side} heap {heap} right after opening");
+        }
+    }
     // Let every ACK land and the handshake timers lapse: idle.
     net.run_until(Duration::from_secs(3), |_| false);
     assert_eq!(net.a.tcp_connections(), n);
@@ -70,7 +79,6 @@ fn an_idle_established_connection_fits_the_budget() {
     }
     // An idle connection holds no buffers, lists or lazily allocated state: its heap is
     // only its share of the configuration all of them share (a few bytes among n + 1).
-    let share = (std::mem::size_of::<flowstack_stack::TcpConfig>() + 16) / n + 1;
     for (side, e, hs) in [("client", &net.a, &client), ("server", &net.b, &server)] {
         for &h in hs.iter() {
             let k = e.tcp_conn(h).unwrap();

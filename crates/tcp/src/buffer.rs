@@ -20,6 +20,18 @@ struct Storage {
     head: usize,
 }
 
+impl Storage {
+    /// The index of the byte `off` past the head.
+    fn idx(&self, off: usize) -> usize {
+        let i = self.head + off;
+        if i >= self.buf.len() {
+            i - self.buf.len()
+        } else {
+            i
+        }
+    }
+}
+
 /// A ring of bytes holding at most `capacity` bytes.
 ///
 /// 16 bytes while it holds no memory (issue 19: an idle connection has two): the length and
@@ -58,9 +70,6 @@ impl RingBuffer {
 
     fn bytes(&self) -> &[u8] {
         self.mem.as_ref().map_or(&[], |m| &m.buf)
-    }
-    fn head(&self) -> usize {
-        self.mem.as_ref().map_or(0, |m| m.head)
     }
 
     /// Makes the allocation hold at least `needed` bytes from the head (≤ capacity),
@@ -106,16 +115,6 @@ impl RingBuffer {
         (self.cap - self.len) as usize
     }
 
-    fn idx(&self, off: usize) -> usize {
-        let size = self.bytes().len();
-        let i = self.head() + off;
-        if i >= size {
-            i - size
-        } else {
-            i
-        }
-    }
-
     /// Appends as much of `data` as fits; returns how much.
     pub fn enqueue(&mut self, data: &[u8]) -> usize {
         let n = self.write_at(0, data);
@@ -133,11 +132,12 @@ impl RingBuffer {
         if n == 0 {
             return 0;
         }
-        self.ensure(self.len() + offset + n);
-        let start = self.idx(self.len() + offset);
+        let len = self.len();
+        self.ensure(len + offset + n);
         let Some(m) = &mut self.mem else {
-            unreachable!("ensure allocated")
+            return 0; // never: `ensure` allocated (the capacity is above len + offset)
         };
+        let start = m.idx(len + offset);
         let first = n.min(m.buf.len() - start);
         m.buf[start..start + first].copy_from_slice(&data[..first]);
         m.buf[..n - first].copy_from_slice(&data[first..n]);
@@ -172,13 +172,12 @@ impl RingBuffer {
     /// The `n` bytes at `offset` as at most two contiguous slices (zero-copy view).
     pub fn slices(&self, offset: usize, n: usize) -> (&[u8], &[u8]) {
         let n = n.min(self.len().saturating_sub(offset));
-        if n == 0 {
+        let (true, Some(m)) = (n > 0, &self.mem) else {
             return (&[], &[]);
-        }
-        let start = self.idx(offset);
-        let buf = self.bytes();
-        let first = n.min(buf.len() - start);
-        (&buf[start..start + first], &buf[..n - first])
+        };
+        let start = m.idx(offset);
+        let first = n.min(m.buf.len() - start);
+        (&m.buf[start..start + first], &m.buf[..n - first])
     }
 
     /// Removes `n` bytes from the front.
@@ -187,11 +186,10 @@ impl RingBuffer {
         if n == 0 {
             return;
         }
-        let head = self.idx(n);
         if let Some(m) = &mut self.mem {
             // The head never jumps back to 0 when the ring empties: bytes written past the
             // end (out-of-order data) stay where they are.
-            m.head = head;
+            m.head = m.idx(n);
         }
         self.len -= n as u32;
     }

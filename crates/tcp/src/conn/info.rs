@@ -140,19 +140,17 @@ impl Connection {
     /// empty, data-path timers stopped). A deadline for [`Connection::poll_at`], so an
     /// owner that only wakes for deadlines still gives the memory back.
     pub(crate) fn rest_deadline(&self) -> Option<Instant> {
+        // Busy first (the cheap checks that end it on the data path), then holding.
+        if !self.snd.queue.is_empty() || !self.rcv.buf.is_empty() || !self.rcv.ofo.is_empty() {
+            return None;
+        }
         let holds = self.timers.is_allocated()
             || self.snd.queue.is_allocated()
             || self.snd.scratch.is_allocated()
             || self.challenge.is_allocated()
             || self.rack_records_idle()
             || self.rcv.buf.allocated() > 0;
-        if !holds
-            || !self.snd.queue.is_empty()
-            || self.snd.queue.completions_pending() > 0
-            || !self.rcv.buf.is_empty()
-            || !self.rcv.ofo.is_empty()
-            || !self.timers.is_at_rest()
-        {
+        if !holds || self.snd.queue.completions_pending() > 0 || !self.timers.is_at_rest() {
             return None;
         }
         Some(self.timers.last_activity + REST_AFTER)

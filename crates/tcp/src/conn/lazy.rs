@@ -154,6 +154,10 @@ impl Lazy<Assembler> {
         self.release_at_rest();
         end
     }
+    /// SACK blocks describing the held ranges (RFC 2018 §4), most recent first.
+    pub(crate) fn sack_blocks(&self, out: &mut [(SeqNum, SeqNum)]) -> usize {
+        self.b.as_ref().map_or(0, |a| a.sack_blocks(out))
+    }
     /// Heap held: the list and its ranges.
     pub(crate) fn heap_bytes(&self) -> usize {
         self.b
@@ -198,6 +202,32 @@ impl Lazy<Scoreboard> {
     /// Forgets everything.
     pub(crate) fn clear(&mut self) {
         self.b = None;
+    }
+    /// Bytes SACKed.
+    pub(crate) fn sacked_bytes(&self) -> usize {
+        self.b.as_ref().map_or(0, |s| s.sacked_bytes())
+    }
+    /// The highest SACKed sequence number.
+    pub(crate) fn high(&self) -> Option<SeqNum> {
+        self.b.as_ref()?.high()
+    }
+    /// Whether the segment at `seq` is deemed lost (RFC 6675 IsLost).
+    pub(crate) fn is_lost(&self, seq: SeqNum, mss: usize, dup_thresh: usize) -> bool {
+        self.b
+            .as_ref()
+            .is_some_and(|s| s.is_lost(seq, mss, dup_thresh))
+    }
+    /// The first hole at or after `from`.
+    pub(crate) fn next_hole(&self, from: SeqNum) -> Option<(SeqNum, SeqNum)> {
+        self.b.as_ref()?.next_hole(from)
+    }
+    /// The end of the SACKed block holding `seq`.
+    pub(crate) fn sacked_until(&self, seq: SeqNum) -> Option<SeqNum> {
+        self.b.as_ref()?.sacked_until(seq)
+    }
+    /// The start of the first SACKed block after `seq`.
+    pub(crate) fn next_sacked_after(&self, seq: SeqNum) -> Option<SeqNum> {
+        self.b.as_ref()?.next_sacked_after(seq)
     }
     /// Heap held: the scoreboard and its blocks.
     pub(crate) fn heap_bytes(&self) -> usize {
