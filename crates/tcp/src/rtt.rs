@@ -22,11 +22,10 @@ pub struct RttEstimator {
 /// `srtt` before the first measurement.
 const NO_SAMPLE: u64 = u64::MAX;
 
-/// RFC 6298 §2: clock granularity G (we use 1 ms).
-const G: Duration = Duration::from_millis(1);
-
 fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX - 1)
+    d.as_secs()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(d.subsec_nanos().into())
 }
 
 fn sat32(ns: u64) -> u32 {
@@ -34,8 +33,11 @@ fn sat32(ns: u64) -> u32 {
 }
 
 fn micros_up(d: Duration) -> u32 {
-    u32::try_from(d.as_nanos().div_ceil(1000)).unwrap_or(u32::MAX)
+    u32::try_from(nanos(d).div_ceil(1000)).unwrap_or(u32::MAX)
 }
+
+/// RFC 6298 §2: clock granularity G in nanoseconds.
+const G_NS: u64 = 1_000_000;
 
 impl RttEstimator {
     /// Starts with `initial` RTO, bounded to `[min, max]` (microsecond resolution, at most
@@ -49,14 +51,16 @@ impl RttEstimator {
             max_us: micros_up(max),
             backoff: 0,
         };
-        e.rto = nanos(e.clamp(initial));
+        e.rto = e.clamp(nanos(initial));
         e
     }
 
-    fn clamp(&self, d: Duration) -> Duration {
-        let min = Duration::from_micros(self.min_us.into());
-        let max = Duration::from_micros(self.max_us.into());
-        d.clamp(min, max.max(min))
+    fn max_ns(&self) -> u64 {
+        u64::from(self.max_us.max(self.min_us)) * 1000
+    }
+
+    fn clamp(&self, ns: u64) -> u64 {
+        ns.clamp(u64::from(self.min_us) * 1000, self.max_ns())
     }
 
     /// Feeds one RTT measurement (never from a retransmitted segment without timestamps:
@@ -70,19 +74,18 @@ impl RttEstimator {
         } else {
             // RFC 6298 §2.3: alpha = 1/8, beta = 1/4.
             let delta = self.srtt.abs_diff(r);
-            self.rttvar = sat32((self.rttvar as u64 * 3).saturating_add(delta) / 4);
-            self.srtt = ((self.srtt as u128 * 7 + r as u128) / 8) as u64;
+            self.rttvar = sat32((u64::from(self.rttvar) * 3).saturating_add(delta) / 4);
+            self.srtt = self.srtt.saturating_mul(7).saturating_add(r) / 8;
         }
-        let srtt = Duration::from_nanos(self.srtt);
-        let var4 = Duration::from_nanos(self.rttvar.into()).saturating_mul(4);
-        self.rto = nanos(self.clamp(srtt.saturating_add(G.max(var4))));
+        let var4 = u64::from(self.rttvar) * 4;
+        self.rto = self.clamp(self.srtt.saturating_add(G_NS.max(var4)));
         self.backoff = 0;
     }
 
     /// The current timeout, including backoff.
     pub fn rto(&self) -> Duration {
-        let max = Duration::from_micros(self.max_us.into());
-        (Duration::from_nanos(self.rto).saturating_mul(1u32 << self.backoff.min(16))).min(max)
+        let backed_off = self.rto.saturating_mul(1u64 << self.backoff.min(16));
+        Duration::from_nanos(backed_off.min(self.max_ns()))
     }
 
     /// RFC 6298 §5.5: double the timeout after it expires.
