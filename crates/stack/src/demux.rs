@@ -29,11 +29,13 @@ impl Demux {
         }
     }
 
+    #[inline]
     fn home(&self, t: &FourTuple) -> usize {
         self.hasher.hash_one(t) as usize & (self.buckets.len() - 1)
     }
 
     /// The bucket holding `t`, if any.
+    #[inline]
     fn find(&self, t: &FourTuple, key_of: impl Fn(u32) -> FourTuple) -> Option<usize> {
         if self.len == 0 {
             return None;
@@ -50,6 +52,7 @@ impl Demux {
     }
 
     /// The slot of `t`.
+    #[inline]
     pub(crate) fn get(&self, t: &FourTuple, key_of: impl Fn(u32) -> FourTuple) -> Option<u32> {
         self.find(t, key_of).map(|i| self.buckets[i])
     }

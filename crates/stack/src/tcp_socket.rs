@@ -120,11 +120,13 @@ pub(crate) struct TcpSockets {
 
 /// The entry in slot `i`, if any (a function of the slot vector alone, so the rest of the
 /// table stays borrowable).
+#[inline]
 fn at_mut(socks: &mut [Option<Box<Sock>>], i: usize) -> Option<&mut Sock> {
     socks.get_mut(i).and_then(|s| s.as_deref_mut())
 }
 
 /// The 4-tuple of the connection in slot `s` (the demux map's key, kept only there).
+#[inline]
 fn key_of(socks: &[Option<Box<Sock>>], s: Slot) -> FourTuple {
     match socks.get(s as usize).and_then(|s| s.as_deref()) {
         Some(Sock::Conn(c)) => c.conn.tuple(),
@@ -220,12 +222,14 @@ impl TcpSockets {
     }
 
     /// The slot of the connection with 4-tuple `t`.
+    #[inline]
     fn conn_slot(&self, t: &FourTuple) -> Option<usize> {
         self.conns
             .get(t, |s| key_of(&self.socks, s))
             .map(|s| s as usize)
     }
 
+    #[inline]
     fn slot(&self, i: usize) -> Option<&Sock> {
         self.socks.get(i).and_then(|s| s.as_deref())
     }

@@ -22,6 +22,7 @@ struct Storage {
 
 impl Storage {
     /// The index of the byte `off` past the head.
+    #[inline]
     fn idx(&self, off: usize) -> usize {
         let i = self.head + off;
         if i >= self.buf.len() {
@@ -68,6 +69,7 @@ impl RingBuffer {
             .map_or(0, |m| m.buf.len() + std::mem::size_of::<Storage>())
     }
 
+    #[inline]
     fn bytes(&self) -> &[u8] {
         self.mem.as_ref().map_or(&[], |m| &m.buf)
     }
@@ -103,14 +105,17 @@ impl RingBuffer {
         }
     }
     /// Bytes held.
+    #[inline]
     pub fn len(&self) -> usize {
         self.len as usize
     }
     /// True if empty.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
     /// Free bytes (up to the capacity).
+    #[inline]
     pub fn window(&self) -> usize {
         (self.cap - self.len) as usize
     }

@@ -139,6 +139,7 @@ impl Connection {
     /// quiet: `None` unless it holds releasable memory and all of it is at rest (queues
     /// empty, data-path timers stopped). A deadline for [`Connection::poll_at`], so an
     /// owner that only wakes for deadlines still gives the memory back.
+    #[inline]
     pub(crate) fn rest_deadline(&self) -> Option<Instant> {
         // Busy first (the cheap checks that end it on the data path), then holding.
         if !self.snd.queue.is_empty() || !self.rcv.buf.is_empty() || !self.rcv.ofo.is_empty() {

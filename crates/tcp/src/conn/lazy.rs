@@ -58,6 +58,7 @@ impl<T: AtRest> Lazy<T> {
 
 impl<T: AtRest> Deref for Lazy<T> {
     type Target = T;
+    #[inline]
     fn deref(&self) -> &T {
         match &self.b {
             Some(b) => b,
@@ -67,6 +68,7 @@ impl<T: AtRest> Deref for Lazy<T> {
 }
 
 impl<T: AtRest> DerefMut for Lazy<T> {
+    #[inline]
     fn deref_mut(&mut self) -> &mut T {
         let p = self.param;
         self.b.get_or_insert_with(|| Box::new(T::fresh(p)))
@@ -92,24 +94,29 @@ impl AtRest for SendQueue {
 
 impl Lazy<SendQueue> {
     /// Bytes queued (unsent and unacknowledged).
+    #[inline]
     pub(crate) fn len(&self) -> usize {
         self.b.as_ref().map_or(0, |q| q.len())
     }
     /// True if nothing is queued.
+    #[inline]
     pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
     /// Room left under the limit.
+    #[inline]
     pub(crate) fn window(&self) -> usize {
         self.param() - self.len()
     }
     /// Drops `n` acknowledged bytes from the front.
+    #[inline]
     pub(crate) fn consume(&mut self, n: usize) {
         if let Some(q) = &mut self.b {
             q.consume(n);
         }
     }
     /// The token of a completed zero-copy buffer.
+    #[inline]
     pub(crate) fn take_completed(&mut self) -> Option<u64> {
         self.b.as_mut()?.take_completed()
     }
@@ -139,22 +146,26 @@ impl AtRest for Assembler {
 
 impl Lazy<Assembler> {
     /// True if no out-of-order data is held.
+    #[inline]
     pub(crate) fn is_empty(&self) -> bool {
         self.b.as_ref().is_none_or(|a| a.is_empty())
     }
     /// Adds a range (allocating the list).
+    #[inline]
     pub(crate) fn add(&mut self, start: SeqNum, end: SeqNum) -> Result<(), TooManyRanges> {
         let r = (**self).add(start, end);
         self.release_at_rest();
         r
     }
     /// The end of the front range once RCV.NXT reaches it; frees the list when it empties.
+    #[inline]
     pub(crate) fn pop_front(&mut self, rcv_nxt: SeqNum) -> Option<SeqNum> {
         let end = self.b.as_mut()?.pop_front(rcv_nxt);
         self.release_at_rest();
         end
     }
     /// SACK blocks describing the held ranges (RFC 2018 §4), most recent first.
+    #[inline]
     pub(crate) fn sack_blocks(&self, out: &mut [(SeqNum, SeqNum)]) -> usize {
         self.b.as_ref().map_or(0, |a| a.sack_blocks(out))
     }
@@ -184,6 +195,7 @@ impl AtRest for Scoreboard {
 
 impl Lazy<Scoreboard> {
     /// Merges the blocks of one ACK (allocating the scoreboard only if there are any).
+    #[inline]
     pub(crate) fn update(&mut self, una: SeqNum, nxt: SeqNum, sacks: &[SackBlock]) -> bool {
         if sacks.is_empty() {
             return false;
@@ -193,6 +205,7 @@ impl Lazy<Scoreboard> {
         changed
     }
     /// Drops everything below SND.UNA; frees the scoreboard when it empties.
+    #[inline]
     pub(crate) fn advance(&mut self, una: SeqNum) {
         if let Some(s) = &mut self.b {
             s.advance(una);
@@ -204,28 +217,34 @@ impl Lazy<Scoreboard> {
         self.b = None;
     }
     /// Bytes SACKed.
+    #[inline]
     pub(crate) fn sacked_bytes(&self) -> usize {
         self.b.as_ref().map_or(0, |s| s.sacked_bytes())
     }
     /// The highest SACKed sequence number.
+    #[inline]
     pub(crate) fn high(&self) -> Option<SeqNum> {
         self.b.as_ref()?.high()
     }
     /// Whether the segment at `seq` is deemed lost (RFC 6675 IsLost).
+    #[inline]
     pub(crate) fn is_lost(&self, seq: SeqNum, mss: usize, dup_thresh: usize) -> bool {
         self.b
             .as_ref()
             .is_some_and(|s| s.is_lost(seq, mss, dup_thresh))
     }
     /// The first hole at or after `from`.
+    #[inline]
     pub(crate) fn next_hole(&self, from: SeqNum) -> Option<(SeqNum, SeqNum)> {
         self.b.as_ref()?.next_hole(from)
     }
     /// The end of the SACKed block holding `seq`.
+    #[inline]
     pub(crate) fn sacked_until(&self, seq: SeqNum) -> Option<SeqNum> {
         self.b.as_ref()?.sacked_until(seq)
     }
     /// The start of the first SACKed block after `seq`.
+    #[inline]
     pub(crate) fn next_sacked_after(&self, seq: SeqNum) -> Option<SeqNum> {
         self.b.as_ref()?.next_sacked_after(seq)
     }
@@ -268,6 +287,7 @@ impl<T: AtRest> Lazy0<T> {
 
 impl<T: AtRest> Deref for Lazy0<T> {
     type Target = T;
+    #[inline]
     fn deref(&self) -> &T {
         match &self.0 {
             Some(b) => b,
@@ -277,6 +297,7 @@ impl<T: AtRest> Deref for Lazy0<T> {
 }
 
 impl<T: AtRest> DerefMut for Lazy0<T> {
+    #[inline]
     fn deref_mut(&mut self) -> &mut T {
         self.0.get_or_insert_with(|| Box::new(T::fresh(0)))
     }

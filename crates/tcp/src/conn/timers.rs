@@ -90,12 +90,14 @@ fn armed(at: Instant) -> Option<Instant> {
 
 impl std::ops::Deref for Timers {
     type Target = Active;
+    #[inline]
     fn deref(&self) -> &Active {
         self.active.as_deref().unwrap_or(&IDLE)
     }
 }
 
 impl std::ops::DerefMut for Timers {
+    #[inline]
     fn deref_mut(&mut self) -> &mut Active {
         self.active.get_or_insert_with(|| Box::new(IDLE.clone()))
     }
@@ -114,6 +116,7 @@ impl Timers {
     }
 
     /// The deadline slot of `t`, if it exists (an unallocated [`Active`] has none).
+    #[inline]
     fn slot(&self, t: Timer) -> Instant {
         let i = t as usize;
         if i < RESTING {
@@ -123,6 +126,7 @@ impl Timers {
         }
     }
 
+    #[inline]
     fn slot_mut(&mut self, t: Timer) -> &mut Instant {
         let i = t as usize;
         if i < RESTING {
@@ -133,22 +137,26 @@ impl Timers {
     }
 
     /// True if `t` is armed.
+    #[inline]
     pub(crate) fn is_armed(&self, t: Timer) -> bool {
         self.slot(t) != UNARMED
     }
 
     /// When `t` fires, if armed.
+    #[inline]
     pub(crate) fn deadline(&self, t: Timer) -> Option<Instant> {
         armed(self.slot(t))
     }
 
     /// Arms `t` for `at` (re-arms it if it was set).
+    #[inline]
     pub(crate) fn set(&mut self, t: Timer, at: Instant) {
         debug_assert!(at != UNARMED);
         *self.slot_mut(t) = at;
     }
 
     /// Arms `t` for `at` unless it is already armed.
+    #[inline]
     pub(crate) fn set_if_idle(&mut self, t: Timer, at: Instant) {
         if !self.is_armed(t) {
             self.set(t, at);
@@ -156,6 +164,7 @@ impl Timers {
     }
 
     /// Arms `t` for `at`, or stops it when `at` is `None`.
+    #[inline]
     pub(crate) fn update(&mut self, t: Timer, at: Option<Instant>) {
         match at {
             Some(at) => self.set(t, at),
@@ -164,6 +173,7 @@ impl Timers {
     }
 
     /// Stops `t` (never allocates).
+    #[inline]
     pub(crate) fn cancel(&mut self, t: Timer) {
         let i = t as usize;
         if i < RESTING {
@@ -182,6 +192,7 @@ impl Timers {
     }
 
     /// The earliest armed deadline.
+    #[inline]
     pub(crate) fn next(&self) -> Option<Instant> {
         let rest = self.resting.iter().copied().min().unwrap_or(UNARMED);
         let act = self
@@ -192,6 +203,7 @@ impl Timers {
     }
 
     /// If `t` is due at `now`, stops it and returns true (the caller fires it).
+    #[inline]
     pub(crate) fn take_due(&mut self, t: Timer, now: Instant) -> bool {
         let d = self.slot(t);
         let due = d != UNARMED && d <= now;
@@ -211,6 +223,7 @@ impl Timers {
 
     /// The window opened: the persist backoff and the zero window's clock restart (without
     /// allocating the busy part if it is at rest).
+    #[inline]
     pub(crate) fn reset_persist(&mut self) {
         if let Some(a) = &mut self.active {
             a.persist_backoff = 0;
@@ -219,6 +232,7 @@ impl Timers {
     }
 
     /// Sets the user timeout's clock (without allocating the busy part to store `None`).
+    #[inline]
     pub(crate) fn set_unacked_since(&mut self, since: Option<Instant>) {
         if since.is_some() || self.active.is_some() {
             self.unacked_since = since;
@@ -226,11 +240,13 @@ impl Timers {
     }
 
     /// True if the busy part is allocated.
+    #[inline]
     pub(crate) fn is_allocated(&self) -> bool {
         self.active.is_some()
     }
 
     /// True if the busy part is unallocated or back at its initial value.
+    #[inline]
     pub(crate) fn is_at_rest(&self) -> bool {
         self.active.as_deref().is_none_or(|a| *a == IDLE)
     }
