@@ -1,9 +1,11 @@
-//! The TCP table's 4-tuple → slot map, in 4 bytes a bucket (issue 19: a `HashMap<FourTuple,
+//! The TCP table's 4-tuple → slot map, in 8 bytes a bucket (issue 19: a `HashMap<FourTuple,
 //! u32>` costs 17 bytes a bucket, about 30 per connection).
 //!
-//! Open addressing with linear probing and backward-shift deletion. A bucket holds only the
-//! slot; the key is the connection's own 4-tuple, read back through `key_of` — the table
-//! never stores it twice. Buckets are a power of two, at most 7/8 full. Lookups hash with
+//! Open addressing with linear probing and backward-shift deletion. A bucket holds the slot
+//! and 32 bits of the key's hash; the key is the connection's own 4-tuple, read back through
+//! `key_of` (the table never stores it twice) only when the hash bits match, so a probe
+//! rarely touches a connection it does not want. Buckets are a power of two, at most 7/8
+//! full. Lookups hash with
 //! the standard library's randomly keyed SipHash, as `HashMap` did, so a peer cannot aim
 //! its tuples at one bucket chain.
 
@@ -11,13 +13,25 @@ use flowstack_tcp::FourTuple;
 use std::hash::{BuildHasher, RandomState};
 
 /// An empty bucket.
-const EMPTY: u32 = u32::MAX;
+const EMPTY: u64 = u64::MAX;
 
 /// 4-tuple → slot.
 pub(crate) struct Demux {
-    buckets: Vec<u32>,
+    /// `tag << 32 | slot`, where `tag` is the high half of the key's hash: it places the
+    /// entry (its low bits are the home bucket) and screens probes.
+    buckets: Vec<u64>,
     len: usize,
     hasher: RandomState,
+}
+
+#[inline]
+fn tag_of(b: u64) -> u32 {
+    (b >> 32) as u32
+}
+
+#[inline]
+fn slot_of(b: u64) -> u32 {
+    b as u32
 }
 
 impl Demux {
@@ -30,8 +44,13 @@ impl Demux {
     }
 
     #[inline]
-    fn home(&self, t: &FourTuple) -> usize {
-        self.hasher.hash_one(t) as usize & (self.buckets.len() - 1)
+    fn tag(&self, t: &FourTuple) -> u32 {
+        (self.hasher.hash_one(t) >> 32) as u32
+    }
+
+    #[inline]
+    fn home(&self, tag: u32) -> usize {
+        tag as usize & (self.buckets.len() - 1)
     }
 
     /// The bucket holding `t`, if any.
@@ -41,11 +60,12 @@ impl Demux {
             return None;
         }
         let mask = self.buckets.len() - 1;
-        let mut i = self.home(t);
+        let tag = self.tag(t);
+        let mut i = self.home(tag);
         loop {
             match self.buckets[i] {
                 EMPTY => return None,
-                s if key_of(s) == *t => return Some(i),
+                b if tag_of(b) == tag && key_of(slot_of(b)) == *t => return Some(i),
                 _ => i = (i + 1) & mask,
             }
         }
@@ -54,60 +74,60 @@ impl Demux {
     /// The slot of `t`.
     #[inline]
     pub(crate) fn get(&self, t: &FourTuple, key_of: impl Fn(u32) -> FourTuple) -> Option<u32> {
-        self.find(t, key_of).map(|i| self.buckets[i])
+        self.find(t, key_of).map(|i| slot_of(self.buckets[i]))
     }
 
-    /// Adds `slot` under `t` (which is not present; `key_of(slot)` is already `t`).
-    pub(crate) fn insert(&mut self, t: &FourTuple, slot: u32, key_of: impl Fn(u32) -> FourTuple) {
-        debug_assert!(slot != EMPTY);
+    /// Adds `slot` under `t` (which is not present).
+    pub(crate) fn insert(&mut self, t: &FourTuple, slot: u32) {
         if (self.len + 1) * 8 > self.buckets.len() * 7 {
-            self.grow(&key_of);
+            self.grow();
         }
-        let mask = self.buckets.len() - 1;
-        let mut i = self.home(t);
-        while self.buckets[i] != EMPTY {
-            i = (i + 1) & mask;
-        }
-        self.buckets[i] = slot;
+        let tag = self.tag(t);
+        self.place((u64::from(tag) << 32) | u64::from(slot));
         self.len += 1;
     }
 
-    fn grow(&mut self, key_of: &impl Fn(u32) -> FourTuple) {
+    fn place(&mut self, b: u64) {
+        let mask = self.buckets.len() - 1;
+        let mut i = self.home(tag_of(b));
+        while self.buckets[i] != EMPTY {
+            i = (i + 1) & mask;
+        }
+        self.buckets[i] = b;
+    }
+
+    /// Doubles the buckets (entries carry their tag, so nothing is hashed again).
+    fn grow(&mut self) {
         let size = (self.buckets.len() * 2).max(16);
         let old = std::mem::replace(&mut self.buckets, vec![EMPTY; size]);
-        let mask = size - 1;
-        for s in old.into_iter().filter(|&s| s != EMPTY) {
-            let mut i = self.home(&key_of(s));
-            while self.buckets[i] != EMPTY {
-                i = (i + 1) & mask;
-            }
-            self.buckets[i] = s;
+        for b in old.into_iter().filter(|&b| b != EMPTY) {
+            self.place(b);
         }
     }
 
     /// Removes `t`; its slot must still answer `key_of` (remove before freeing the slot).
     pub(crate) fn remove(&mut self, t: &FourTuple, key_of: impl Fn(u32) -> FourTuple) {
-        let Some(mut hole) = self.find(t, &key_of) else {
+        let Some(mut hole) = self.find(t, key_of) else {
             return;
         };
         let mask = self.buckets.len() - 1;
         let mut j = hole;
         loop {
             j = (j + 1) & mask;
-            let s = self.buckets[j];
-            if s == EMPTY {
+            let b = self.buckets[j];
+            if b == EMPTY {
                 break;
             }
-            // Move `s` into the hole unless its home lies cyclically in (hole, j]: then it
-            // is still reachable from its home without crossing the hole.
-            let h = self.home(&key_of(s));
+            // Move the entry into the hole unless its home lies cyclically in (hole, j]:
+            // then it is still reachable from its home without crossing the hole.
+            let h = self.home(tag_of(b));
             let reachable = if hole < j {
                 hole < h && h <= j
             } else {
                 hole < h || h <= j
             };
             if !reachable {
-                self.buckets[hole] = s;
+                self.buckets[hole] = b;
                 hole = j;
             }
         }
@@ -115,9 +135,9 @@ impl Demux {
         self.len -= 1;
     }
 
-    /// Bytes allocated (4 a bucket).
+    /// Bytes allocated (8 a bucket).
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.buckets.capacity() * std::mem::size_of::<u32>()
+        self.buckets.capacity() * std::mem::size_of::<u64>()
     }
 }
 
@@ -142,9 +162,9 @@ mod tests {
         let key = |s: u32| tuple(s * 7919);
         let mut d = Demux::new();
         for s in 0..3000 {
-            d.insert(&key(s), s, key);
+            d.insert(&key(s), s);
         }
-        assert!(d.heap_bytes() <= 4096 * 4 * 2);
+        assert_eq!(d.heap_bytes(), 4096 * 8);
         for s in 0..3000 {
             assert_eq!(d.get(&key(s), key), Some(s));
         }

@@ -370,8 +370,7 @@ impl TcpSockets {
             owned: true,
             tw_listed: false,
         }));
-        self.conns
-            .insert(&tuple, i as Slot, |s| key_of(&self.socks, s));
+        self.conns.insert(&tuple, i as Slot);
         self.count += 1;
         self.mark_ready(i);
         Ok(TcpHandle::from_raw(i))
@@ -648,7 +647,7 @@ impl TcpSockets {
             owned: false,
             tw_listed: false,
         }));
-        self.conns.insert(&t, i as Slot, |s| key_of(&self.socks, s));
+        self.conns.insert(&t, i as Slot);
         self.count += 1;
         i
     }
