@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 mod arp_cache;
+mod demux;
 pub use flowstack_api::counters;
 mod engine;
 pub mod fuzzing;

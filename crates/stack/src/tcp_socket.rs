@@ -3,6 +3,7 @@
 //! queue is full, and RSTs for segments that match nothing (RFC 9293 §3.10.7.1).
 
 use crate::counters::{Counter, Counters};
+use crate::demux::Demux;
 use crate::iface::Iface;
 use crate::SocketError;
 use flowstack_tcp::{Connection, FourTuple, IcmpError, IsnGenerator, State, TcpConfig, TcpError};
@@ -15,6 +16,21 @@ use std::sync::Arc;
 
 /// `ConnSock::scheduled` of a connection with no entry in the timer heap.
 const UNSCHEDULED: u64 = u64::MAX;
+
+/// `ConnSock::listener` of a connection no listener waits on.
+const NO_LISTENER: u32 = u32::MAX;
+
+/// A slot index as the table's lists and maps store it (half a `usize`: issue 19 counts
+/// every byte a connection costs; the table holds fewer than 2³² slots).
+type Slot = u32;
+
+/// An entry of the timer heap: a deadline (nanoseconds) and a slot, in 12 bytes.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(C, packed(4))]
+struct Due {
+    at: u64,
+    slot: Slot,
+}
 
 /// Distinct socket configurations kept for sharing (most engines use one or two).
 const SHARED_CONFIGS: usize = 8;
@@ -58,35 +74,41 @@ struct ConnSock {
     /// The earliest deadline this connection has in the timer heap (nanoseconds;
     /// [`UNSCHEDULED`] for none: half the size of an `Option<Instant>`).
     scheduled: u64,
-    /// Listener that created it, until it is queued for accept (a slot index).
-    listener: Option<u32>,
+    /// Listener that created it, until it is queued for accept (a slot index;
+    /// [`NO_LISTENER`] for none).
+    listener: u32,
     /// The application holds a handle.
     owned: bool,
     /// Listed in `TcpSockets::time_wait` (set once it was seen in TIME-WAIT unowned).
     tw_listed: bool,
 }
 
+/// A table entry, boxed whole: the slot is one pointer (`Option<Box<Sock>>`, 8 bytes), and
+/// the variant tag sits in a niche of `ConnSock`, so a connection's box is no larger than
+/// its `ConnSock`. (Listeners are few; a listener's box being a connection's size is the
+/// price of a one-pointer slot for every connection.)
+#[allow(clippy::large_enum_variant)]
 enum Sock {
-    Listener(Box<Listener>),
-    Conn(Box<ConnSock>),
+    Listener(Listener),
+    Conn(ConnSock),
 }
 
 /// The TCP socket table of one engine.
 pub(crate) struct TcpSockets {
     limits: TcpLimits,
-    socks: Vec<Option<Sock>>,
-    free: Vec<usize>,
-    conns: HashMap<FourTuple, usize>,
+    socks: Vec<Option<Box<Sock>>>,
+    free: Vec<Slot>,
+    conns: Demux,
     listeners: HashMap<u16, usize>,
     isn: IsnGenerator,
     count: usize,
     /// Connections with work to do at the next dispatch (input, an application call).
-    ready: Vec<usize>,
+    ready: Vec<Slot>,
     /// Timer deadlines (nanoseconds, slot); entries may be stale and are re-checked.
-    timers: BinaryHeap<Reverse<(u64, usize)>>,
+    timers: BinaryHeap<Reverse<Due>>,
     /// Slots seen entering TIME-WAIT without an owner, oldest first: what a full table gives
     /// up first. Entries can be stale (the slot expired or was reused) and are re-checked.
-    time_wait: VecDeque<usize>,
+    time_wait: VecDeque<Slot>,
     /// Socket configurations in use, shared by the connections created with them (a
     /// connection holds a pointer, not a copy): the defaults first, then the most recent
     /// distinct ones.
@@ -94,6 +116,32 @@ pub(crate) struct TcpSockets {
     /// TCP's counters (kept apart from the interface's so a connection can count while the
     /// interface is busy sending its segments; the engine merges them when read).
     counters: Counters,
+}
+
+/// The entry in slot `i`, if any (a function of the slot vector alone, so the rest of the
+/// table stays borrowable).
+#[inline]
+fn at_mut(socks: &mut [Option<Box<Sock>>], i: usize) -> Option<&mut Sock> {
+    socks.get_mut(i).and_then(|s| s.as_deref_mut())
+}
+
+/// The 4-tuple of the connection in slot `s` (the demux map's key, kept only there).
+#[inline]
+fn key_of(socks: &[Option<Box<Sock>>], s: Slot) -> FourTuple {
+    match socks.get(s as usize).and_then(|s| s.as_deref()) {
+        Some(Sock::Conn(c)) => c.conn.tuple(),
+        // Never: the map holds connection slots only, removed before the slot is freed. A
+        // key with port 0 matches no segment's tuple.
+        _ => {
+            debug_assert!(false, "demux map names slot {s}, which holds no connection");
+            FourTuple {
+                local_ip: flowstack_wire::ipv4::Ipv4Address([0; 4]),
+                local_port: 0,
+                remote_ip: flowstack_wire::ipv4::Ipv4Address([0; 4]),
+                remote_port: 0,
+            }
+        }
+    }
 }
 
 /// A holder's share of a shared configuration: its size (with the `Arc` counts) divided
@@ -137,7 +185,7 @@ impl TcpSockets {
             limits,
             socks: Vec::new(),
             free: Vec::new(),
-            conns: HashMap::new(),
+            conns: Demux::new(),
             listeners: HashMap::new(),
             isn: IsnGenerator::new(secret),
             count: 0,
@@ -173,22 +221,35 @@ impl TcpSockets {
         &self.counters
     }
 
+    /// The slot of the connection with 4-tuple `t`.
+    #[inline]
+    fn conn_slot(&self, t: &FourTuple) -> Option<usize> {
+        self.conns
+            .get(t, |s| key_of(&self.socks, s))
+            .map(|s| s as usize)
+    }
+
+    #[inline]
+    fn slot(&self, i: usize) -> Option<&Sock> {
+        self.socks.get(i).and_then(|s| s.as_deref())
+    }
+
     fn insert(&mut self, s: Sock) -> usize {
-        match self.free.pop() {
+        match self.free.pop().map(|i| i as usize) {
             Some(i) => {
-                self.socks[i] = Some(s);
+                self.socks[i] = Some(Box::new(s));
                 i
             }
             None => {
-                self.socks.push(Some(s));
+                self.socks.push(Some(Box::new(s)));
                 self.socks.len() - 1
             }
         }
     }
 
     pub fn conn(&self, h: TcpHandle) -> Result<&Connection, SocketError> {
-        match self.socks.get(h.index()) {
-            Some(Some(Sock::Conn(c))) if c.owned => Ok(&c.conn),
+        match self.slot(h.index()) {
+            Some(Sock::Conn(c)) if c.owned => Ok(&c.conn),
             _ => Err(SocketError::InvalidHandle),
         }
     }
@@ -196,8 +257,8 @@ impl TcpSockets {
     /// Mutable access for an application call. A call that changed what the connection has
     /// to send must [`TcpSockets::touch`] it.
     pub fn conn_mut(&mut self, h: TcpHandle) -> Result<&mut Connection, SocketError> {
-        match self.socks.get_mut(h.index()) {
-            Some(Some(Sock::Conn(c))) if c.owned => Ok(&mut c.conn),
+        match at_mut(&mut self.socks, h.index()) {
+            Some(Sock::Conn(c)) if c.owned => Ok(&mut c.conn),
             _ => Err(SocketError::InvalidHandle),
         }
     }
@@ -210,10 +271,10 @@ impl TcpSockets {
     }
 
     fn mark_ready(&mut self, i: usize) {
-        if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
+        if let Some(Sock::Conn(c)) = at_mut(&mut self.socks, i) {
             if !c.ready {
                 c.ready = true;
-                self.ready.push(i);
+                self.ready.push(i as Slot);
             }
         }
     }
@@ -221,12 +282,15 @@ impl TcpSockets {
     /// Records the connection's next deadline in the timer heap, unless an entry at or
     /// before it is already there (so the heap holds about one entry per connection).
     fn schedule(&mut self, i: usize) {
-        if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
+        if let Some(Sock::Conn(c)) = at_mut(&mut self.socks, i) {
             // `PollAt::Now` is keyed at the clock's origin: due at every `now`.
             if let Some(t) = c.conn.poll_at().instant_or(Instant::ZERO) {
                 if t.as_nanos() < c.scheduled {
                     c.scheduled = t.as_nanos();
-                    self.timers.push(Reverse((t.as_nanos(), i)));
+                    self.timers.push(Reverse(Due {
+                        at: t.as_nanos(),
+                        slot: i as Slot,
+                    }));
                 }
             }
         }
@@ -247,31 +311,31 @@ impl TcpSockets {
             return Err(SocketError::AddrInUse);
         }
         let cfg = self.shared_config(cfg);
-        let i = self.insert(Sock::Listener(Box::new(Listener {
+        let i = self.insert(Sock::Listener(Listener {
             port,
             cfg,
             backlog,
             accept_q: VecDeque::new(),
             half_open: 0,
-        })));
+        }));
         self.listeners.insert(port, i);
         Ok(TcpHandle::from_raw(i))
     }
 
     /// Connections waiting in a listener's accept queue.
     pub fn accept_queue_len(&self, h: TcpHandle) -> Result<usize, SocketError> {
-        match self.socks.get(h.index()) {
-            Some(Some(Sock::Listener(l))) => Ok(l.accept_q.len()),
+        match self.slot(h.index()) {
+            Some(Sock::Listener(l)) => Ok(l.accept_q.len()),
             _ => Err(SocketError::InvalidHandle),
         }
     }
 
     pub fn accept(&mut self, h: TcpHandle) -> Result<TcpHandle, SocketError> {
-        let Some(Some(Sock::Listener(l))) = self.socks.get_mut(h.index()) else {
+        let Some(Sock::Listener(l)) = at_mut(&mut self.socks, h.index()) else {
             return Err(SocketError::InvalidHandle);
         };
         let i = l.accept_q.pop_front().ok_or(SocketError::WouldBlock)?;
-        if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
+        if let Some(Sock::Conn(c)) = at_mut(&mut self.socks, i) {
             c.owned = true;
         }
         Ok(TcpHandle::from_raw(i))
@@ -287,7 +351,7 @@ impl TcpSockets {
             self.counters.inc(Counter::TcpExtTCPConnLimit);
             return Err(SocketError::LimitReached);
         }
-        if let Some(&old) = self.conns.get(&tuple) {
+        if let Some(old) = self.conn_slot(&tuple) {
             // Reuse a TIME-WAIT tuple for a new outgoing connection (as Linux's tcp_tw_reuse):
             // the new ISN comes from a clock that has moved on and timestamps (PAWS) reject old
             // duplicates, so only an orphaned TIME-WAIT entry may be replaced.
@@ -298,15 +362,15 @@ impl TcpSockets {
         }
         let iss = self.isn.isn(&tuple, now);
         let conn = Connection::connect(self.shared_config(cfg), tuple, iss, now);
-        let i = self.insert(Sock::Conn(Box::new(ConnSock {
+        let i = self.insert(Sock::Conn(ConnSock {
             conn,
             ready: false,
             scheduled: UNSCHEDULED,
-            listener: None,
+            listener: NO_LISTENER,
             owned: true,
             tw_listed: false,
-        })));
-        self.conns.insert(tuple, i);
+        }));
+        self.conns.insert(&tuple, i as Slot);
         self.count += 1;
         self.mark_ready(i);
         Ok(TcpHandle::from_raw(i))
@@ -314,19 +378,19 @@ impl TcpSockets {
 
     /// True if `t` is taken by a connection that may not be replaced.
     pub fn tuple_in_use(&self, t: &FourTuple) -> bool {
-        self.conns.get(t).is_some_and(|&i| !self.is_reusable(i))
+        self.conn_slot(t).is_some_and(|i| !self.is_reusable(i))
     }
 
     /// An unowned connection in TIME-WAIT may give its tuple to a new outgoing connection.
     fn is_reusable(&self, i: usize) -> bool {
-        matches!(&self.socks[i], Some(Sock::Conn(c)) if !c.owned && c.conn.state() == State::TimeWait)
+        matches!(self.slot(i), Some(Sock::Conn(c)) if !c.owned && c.conn.state() == State::TimeWait)
     }
 
     /// The application lets go of a connection's handle without closing it (the caller has
     /// already closed or aborted the connection); it lives on until CLOSED.
     pub fn release(&mut self, h: TcpHandle) -> Result<(), SocketError> {
-        match self.socks.get_mut(h.index()) {
-            Some(Some(Sock::Conn(c))) if c.owned => {
+        match at_mut(&mut self.socks, h.index()) {
+            Some(Sock::Conn(c)) if c.owned => {
                 c.owned = false;
                 self.mark_ready(h.index());
                 Ok(())
@@ -338,31 +402,31 @@ impl TcpSockets {
     /// The application lets go of a handle. Listeners close at once (their queued
     /// connections are reset); connections close gracefully and live on until CLOSED.
     pub fn close(&mut self, now: Instant, h: TcpHandle) -> Result<(), SocketError> {
-        match self.socks.get_mut(h.index()) {
-            Some(Some(Sock::Listener(_))) => {
-                let Some(Sock::Listener(l)) = self.socks[h.index()].take() else {
+        match at_mut(&mut self.socks, h.index()) {
+            Some(Sock::Listener(_)) => {
+                let Some(Sock::Listener(l)) = self.socks[h.index()].take().map(|b| *b) else {
                     unreachable!()
                 };
-                self.free.push(h.index());
+                self.free.push(h.index() as Slot);
                 self.listeners.remove(&l.port);
                 for i in l.accept_q {
-                    if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
+                    if let Some(Sock::Conn(c)) = at_mut(&mut self.socks, i) {
                         c.conn.abort(now);
                     }
                     self.mark_ready(i);
                 }
                 // Half-open connections of this listener are aborted too.
                 for s in self.socks.iter_mut().flatten() {
-                    if let Sock::Conn(c) = s {
-                        if c.listener == Some(h.index() as u32) {
-                            c.listener = None;
+                    if let Sock::Conn(c) = &mut **s {
+                        if c.listener == h.index() as u32 {
+                            c.listener = NO_LISTENER;
                             c.conn.abort(now);
                         }
                     }
                 }
                 Ok(())
             }
-            Some(Some(Sock::Conn(c))) if c.owned => {
+            Some(Sock::Conn(c)) if c.owned => {
                 c.owned = false;
                 c.conn.close(now);
                 self.mark_ready(h.index());
@@ -386,7 +450,7 @@ impl TcpSockets {
             remote_ip: ip.src,
             remote_port: seg.src_port,
         };
-        if let Some(&i) = self.conns.get(&tuple) {
+        if let Some(i) = self.conn_slot(&tuple) {
             if let Some(iss) = self.reopen(i, ip, iface, seg) {
                 // The TIME-WAIT incarnation is forgotten; the SYN opens the next one.
                 self.counters.inc(Counter::TcpExtTWReused);
@@ -396,7 +460,7 @@ impl TcpSockets {
                 }
                 return;
             }
-            if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
+            if let Some(Sock::Conn(c)) = at_mut(&mut self.socks, i) {
                 c.conn.on_segment(now, seg, &mut self.counters);
             }
             self.after_input(i);
@@ -420,7 +484,7 @@ impl TcpSockets {
     /// connection the application has released, for which a listener waits, is reopened, so
     /// no handle ever comes to name a different connection.
     fn reopen(&self, i: usize, ip: &Ipv4Repr, iface: &Iface, seg: &TcpRepr) -> Option<SeqNum> {
-        let Some(Some(Sock::Conn(c))) = self.socks.get(i) else {
+        let Some(Sock::Conn(c)) = self.slot(i) else {
             return None;
         };
         if c.owned || !iface.owns(ip.dst) || !self.listeners.contains_key(&seg.dst_port) {
@@ -432,10 +496,10 @@ impl TcpSockets {
     /// An ICMP error quoting a TCP header we sent: `t` is the connection as the quoted
     /// header names it, `seq` its sequence number (checked by the connection, RFC 5927).
     pub fn icmp_error(&mut self, now: Instant, t: &FourTuple, seq: SeqNum, err: IcmpError) {
-        let Some(&i) = self.conns.get(t) else {
+        let Some(i) = self.conn_slot(t) else {
             return self.counters.inc(Counter::TcpExtTCPIcmpNoSocket);
         };
-        if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
+        if let Some(Sock::Conn(c)) = at_mut(&mut self.socks, i) {
             c.conn.on_icmp_error(now, err, seq, &mut self.counters);
         }
         self.mark_ready(i);
@@ -486,7 +550,7 @@ impl TcpSockets {
         if f.rst() {
             return;
         }
-        let Some(Some(Sock::Listener(l))) = self.socks.get(li) else {
+        let Some(Sock::Listener(l)) = self.slot(li) else {
             return;
         };
         let (cfg, backlog, queued, half_open) =
@@ -505,10 +569,10 @@ impl TcpSockets {
                     self.counters.inc(Counter::TcpPassiveOpens);
                     let conn = Connection::accept(cfg, t, seg, cookie, now, Some(mss));
                     let i = self.add_conn(t, conn, None);
-                    if let Some(Some(Sock::Conn(cs))) = self.socks.get_mut(i) {
+                    if let Some(Sock::Conn(cs)) = at_mut(&mut self.socks, i) {
                         cs.conn.on_segment(now, seg, &mut self.counters);
                     }
-                    if let Some(Some(Sock::Listener(l))) = self.socks.get_mut(li) {
+                    if let Some(Sock::Listener(l)) = at_mut(&mut self.socks, li) {
                         l.accept_q.push_back(i);
                     }
                     self.after_input(i);
@@ -568,22 +632,22 @@ impl TcpSockets {
         let iss = iss.unwrap_or_else(|| self.isn.isn(&t, now));
         let conn = Connection::accept(cfg, t, seg, iss, now, None);
         let i = self.add_conn(t, conn, Some(li));
-        if let Some(Some(Sock::Listener(l))) = self.socks.get_mut(li) {
+        if let Some(Sock::Listener(l)) = at_mut(&mut self.socks, li) {
             l.half_open += 1;
         }
         self.after_input(i);
     }
 
     fn add_conn(&mut self, t: FourTuple, conn: Connection, listener: Option<usize>) -> usize {
-        let i = self.insert(Sock::Conn(Box::new(ConnSock {
+        let i = self.insert(Sock::Conn(ConnSock {
             conn,
             ready: false,
             scheduled: UNSCHEDULED,
-            listener: listener.map(|l| l as u32),
+            listener: listener.map_or(NO_LISTENER, |l| l as u32),
             owned: false,
             tw_listed: false,
-        })));
-        self.conns.insert(t, i);
+        }));
+        self.conns.insert(&t, i as Slot);
         self.count += 1;
         i
     }
@@ -600,15 +664,16 @@ impl TcpSockets {
     /// Moves a newly established connection to its listener's accept queue (or forgets a
     /// failed half-open one).
     fn settle_listener(&mut self, i: usize) {
-        let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) else {
+        let Some(Sock::Conn(c)) = at_mut(&mut self.socks, i) else {
             return;
         };
         let state = c.conn.state();
-        if let Some(li) = c.listener.map(|l| l as usize) {
+        if c.listener != NO_LISTENER {
+            let li = c.listener as usize;
             if state != State::SynReceived {
-                c.listener = None;
+                c.listener = NO_LISTENER;
                 let established = state != State::Closed;
-                if let Some(Some(Sock::Listener(l))) = self.socks.get_mut(li) {
+                if let Some(Sock::Listener(l)) = at_mut(&mut self.socks, li) {
                     l.half_open -= 1;
                     if established {
                         l.accept_q.push_back(i);
@@ -620,7 +685,7 @@ impl TcpSockets {
 
     /// Sends what connection `i` has to send, and frees it once closed and unowned.
     fn flush(&mut self, now: Instant, i: usize, iface: &mut Iface) {
-        let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) else {
+        let Some(Sock::Conn(c)) = at_mut(&mut self.socks, i) else {
             return;
         };
         let t = c.conn.tuple();
@@ -632,10 +697,10 @@ impl TcpSockets {
             c.tw_listed = true;
             self.list_time_wait(i);
         }
-        let Some(Some(Sock::Conn(c))) = self.socks.get(i) else {
+        let Some(Sock::Conn(c)) = self.slot(i) else {
             return;
         };
-        let in_accept_q_or_half_open = c.listener.is_some();
+        let in_accept_q_or_half_open = c.listener != NO_LISTENER;
         if closed && !c.owned && !in_accept_q_or_half_open && !self.queued(i) {
             self.remove(i);
         } else {
@@ -644,7 +709,7 @@ impl TcpSockets {
     }
 
     fn queued(&self, i: usize) -> bool {
-        self.listeners.values().any(|&li| match &self.socks[li] {
+        self.listeners.values().any(|&li| match self.slot(li) {
             Some(Sock::Listener(l)) => l.accept_q.contains(&i),
             _ => false,
         })
@@ -654,12 +719,14 @@ impl TcpSockets {
     /// entries from the front so the list stays about as long as the TIME-WAIT population.
     fn list_time_wait(&mut self, i: usize) {
         while let Some(&f) = self.time_wait.front() {
-            if self.is_reusable(f) && self.time_wait.len() <= 2 * self.limits.max_connections {
+            if self.is_reusable(f as usize)
+                && self.time_wait.len() <= 2 * self.limits.max_connections
+            {
                 break;
             }
             self.time_wait.pop_front();
         }
-        self.time_wait.push_back(i);
+        self.time_wait.push_back(i as Slot);
     }
 
     /// A full table makes room by ending the oldest orphaned TIME-WAIT connection early, as
@@ -668,7 +735,7 @@ impl TcpSockets {
     /// reopened 4-tuple; refusing every new connection instead would let a burst of short
     /// connections lock the table for a whole minute. False if there is none.
     fn evict_time_wait(&mut self) -> bool {
-        while let Some(i) = self.time_wait.pop_front() {
+        while let Some(i) = self.time_wait.pop_front().map(|i| i as usize) {
             if self.is_reusable(i) {
                 self.remove(i);
                 self.counters.inc(Counter::TcpExtTCPTimeWaitOverflow);
@@ -679,9 +746,13 @@ impl TcpSockets {
     }
 
     fn remove(&mut self, i: usize) {
-        if let Some(Sock::Conn(c)) = self.socks[i].take() {
-            self.conns.remove(&c.conn.tuple());
-            self.free.push(i);
+        if let Some(Sock::Conn(c)) = self.slot(i) {
+            // Out of the map first: its key is read from the slot.
+            let t = c.conn.tuple();
+            self.conns.remove(&t, |s| key_of(&self.socks, s));
+        }
+        if let Some(Sock::Conn(_)) = self.socks[i].take().map(|b| *b) {
+            self.free.push(i as Slot);
             self.count -= 1;
         }
     }
@@ -690,14 +761,15 @@ impl TcpSockets {
     /// touched since the last dispatch and those whose deadline has come (a timer heap, so the
     /// cost does not grow with idle connections, e.g. thousands in TIME-WAIT).
     pub fn dispatch(&mut self, now: Instant, iface: &mut Iface) {
-        while let Some(&Reverse((t, i))) = self.timers.peek() {
+        while let Some(&Reverse(Due { at: t, slot })) = self.timers.peek() {
+            let i = slot as usize;
             if t > now.as_nanos() {
                 break;
             }
             self.timers.pop();
             // Entries can be stale (the deadline moved later, or the slot was reused): re-check,
             // and re-arm a deadline that moved later.
-            if let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) {
+            if let Some(Sock::Conn(c)) = at_mut(&mut self.socks, i) {
                 if c.scheduled == t {
                     c.scheduled = UNSCHEDULED;
                 }
@@ -709,13 +781,20 @@ impl TcpSockets {
                 }
             }
         }
+        // A burst (a wave of handshakes) can leave the heap's allocation far larger than its
+        // entries, about one per connection with a deadline: give most of it back
+        // (amortised: only after the heap shrank to a quarter).
+        let (len, cap) = (self.timers.len(), self.timers.capacity());
+        if cap > 64 && len < cap / 4 {
+            self.timers.shrink_to(2 * len);
+        }
         let ready = std::mem::take(&mut self.ready);
-        for &i in &ready {
-            let Some(Some(Sock::Conn(c))) = self.socks.get_mut(i) else {
+        for i in ready.iter().map(|&i| i as usize) {
+            let Some(Sock::Conn(c)) = at_mut(&mut self.socks, i) else {
                 continue;
             };
             c.ready = false;
-            if c.listener.is_some() {
+            if c.listener != NO_LISTENER {
                 self.settle_listener(i);
             }
             self.flush(now, i, iface);
@@ -735,7 +814,7 @@ impl TcpSockets {
         }
         self.timers
             .peek()
-            .map(|r| Instant::from_nanos(r.0 .0))
+            .map(|r| Instant::from_nanos(r.0.at))
             .into()
     }
 
@@ -753,21 +832,19 @@ impl TcpSockets {
         use std::mem::size_of;
         let map = |cap: usize, entry: usize| cap * (entry + 1);
         let mut n = size_of::<Self>()
-            + self.socks.capacity() * size_of::<Option<Sock>>()
-            + self.free.capacity() * size_of::<usize>()
-            + map(self.conns.capacity(), size_of::<(FourTuple, usize)>())
+            + self.socks.capacity() * size_of::<Option<Box<Sock>>>()
+            + self.free.capacity() * size_of::<Slot>()
+            + self.conns.heap_bytes()
             + map(self.listeners.capacity(), size_of::<(u16, usize)>())
-            + self.ready.capacity() * size_of::<usize>()
-            + self.timers.capacity() * size_of::<Reverse<(u64, usize)>>()
-            + self.time_wait.capacity() * size_of::<usize>()
+            + self.ready.capacity() * size_of::<Slot>()
+            + self.timers.capacity() * size_of::<Reverse<Due>>()
+            + self.time_wait.capacity() * size_of::<Slot>()
             + self.configs.capacity() * size_of::<Arc<TcpConfig>>();
         for s in self.socks.iter().flatten() {
-            n += match s {
-                Sock::Conn(c) => {
-                    size_of::<ConnSock>() - size_of::<Connection>() + c.conn.footprint()
-                }
+            n += match &**s {
+                Sock::Conn(c) => size_of::<Sock>() - size_of::<Connection>() + c.conn.footprint(),
                 Sock::Listener(l) => {
-                    size_of::<Listener>()
+                    size_of::<Sock>()
                         + l.accept_q.capacity() * size_of::<usize>()
                         + shared_share(&l.cfg)
                 }
@@ -778,9 +855,23 @@ impl TcpSockets {
 
     /// Every connection, for `ss`-like listings.
     pub fn iter(&self) -> impl Iterator<Item = &Connection> {
-        self.socks.iter().filter_map(|s| match s {
+        self.socks.iter().filter_map(|s| match s.as_deref() {
             Some(Sock::Conn(c)) => Some(&c.conn),
             _ => None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 19: a slot is one pointer, and the entry's tag costs a connection nothing.
+    #[test]
+    fn a_slot_is_a_pointer_and_the_tag_is_free() {
+        use std::mem::size_of;
+        assert_eq!(size_of::<Option<Box<Sock>>>(), size_of::<usize>());
+        assert_eq!(size_of::<Sock>(), size_of::<ConnSock>());
+        assert_eq!(size_of::<Due>(), 12);
     }
 }

@@ -5,40 +5,47 @@
 
 use flowstack_link::impair::ImpairSpec;
 use flowstack_stack::netsim::{Net, NetConfig, B_IP};
-use flowstack_stack::{SocketError, TcpHandle};
+use flowstack_stack::{Counter, Keepalive, SocketError, TcpHandle};
 use flowstack_wire::Duration;
 use std::net::SocketAddrV4;
 
-/// The accounted bytes per idle established connection endpoint this build must stay under
-/// (measured with 256 connections, where the demux map's share is at its largest: 988 on
-/// the client, 1,013 on the server, whose listener's accept queue grew to 256 entries).
-/// Issue 19's goal is 512; the rest is the TCB's own `size_of` (see README, `bench conns`).
-const IDLE_BUDGET: usize = 1024;
+/// The accounted bytes per idle established connection endpoint (issue 19's goal), measured
+/// with 256 connections, where the table's shares (demux map, slot vector, the server's
+/// accept queue) are at their largest.
+const IDLE_BUDGET: usize = 512;
+
+/// Connections opened at once: fewer SYNs than the simulated link queues, so none is lost
+/// (as `bench conns` opens in batches). A connection whose SYN timed out also holds its
+/// congestion-avoidance state (32 bytes) from then on.
+const BATCH: usize = 32;
 
 /// Opens `n` connections A → B and returns both sides' handles once all are established.
 fn open(net: &mut Net, n: usize) -> (Vec<TcpHandle>, Vec<TcpHandle>) {
     let l = net.b.tcp_listen(80, n).unwrap();
     let mut client = Vec::new();
-    for _ in 0..n {
-        client.push(
-            net.a
-                .tcp_connect(SocketAddrV4::new(B_IP.into(), 80))
-                .unwrap(),
+    let mut server = Vec::new();
+    while client.len() < n {
+        for _ in 0..BATCH.min(n - client.len()) {
+            client.push(
+                net.a
+                    .tcp_connect(SocketAddrV4::new(B_IP.into(), 80))
+                    .unwrap(),
+            );
+        }
+        let want = client.len();
+        assert!(
+            net.run_until(Duration::from_secs(10), |k| {
+                while let Ok(s) = k.b.tcp_accept(l) {
+                    server.push(s);
+                }
+                server.len() == want
+                    && client
+                        .iter()
+                        .all(|&c| k.a.tcp_conn(c).is_ok_and(|c| c.is_open()))
+            }),
+            "connections never opened"
         );
     }
-    let mut server = Vec::new();
-    assert!(
-        net.run_until(Duration::from_secs(10), |k| {
-            while let Ok(s) = k.b.tcp_accept(l) {
-                server.push(s);
-            }
-            server.len() == n
-                && client
-                    .iter()
-                    .all(|&c| k.a.tcp_conn(c).is_ok_and(|c| c.is_open()))
-        }),
-        "connections never opened"
-    );
     (client, server)
 }
 
@@ -48,12 +55,22 @@ fn an_idle_established_connection_fits_the_budget() {
     let (a0, b0) = (net.a.tcp_accounted_bytes(), net.b.tcp_accounted_bytes());
     let n = 256;
     let (client, server) = open(&mut net, n);
+    // Opening allocates nothing that is given back later (what `bench conns` measures
+    // right after opening): already now, no connection holds more than its share.
+    let share = (std::mem::size_of::<flowstack_stack::TcpConfig>() + 16) / n + 1;
+    for (side, e, hs) in [("client", &net.a, &client), ("server", &net.b, &server)] {
+        for &h in hs.iter() {
+            let heap = e.tcp_conn(h).unwrap().heap_bytes();
+            assert!(heap <= share, "{side} heap {heap} right after opening");
+        }
+    }
     // Let every ACK land and the handshake timers lapse: idle.
     net.run_until(Duration::from_secs(3), |_| false);
     assert_eq!(net.a.tcp_connections(), n);
     assert_eq!(net.b.tcp_connections(), n);
     let per_a = (net.a.tcp_accounted_bytes() - a0) / n;
     let per_b = (net.b.tcp_accounted_bytes() - b0) / n;
+    eprintln!("accounted bytes per idle connection: client {per_a}, server {per_b}");
     for (side, per) in [("client", per_a), ("server", per_b)] {
         assert!(
             per <= IDLE_BUDGET,
@@ -62,7 +79,6 @@ fn an_idle_established_connection_fits_the_budget() {
     }
     // An idle connection holds no buffers, lists or lazily allocated state: its heap is
     // only its share of the configuration all of them share (a few bytes among n + 1).
-    let share = (std::mem::size_of::<flowstack_stack::TcpConfig>() + 16) / n + 1;
     for (side, e, hs) in [("client", &net.a, &client), ("server", &net.b, &server)] {
         for &h in hs.iter() {
             let k = e.tcp_conn(h).unwrap();
@@ -123,4 +139,120 @@ fn recovery_state_is_returned_when_recovery_ends() {
     assert!(net.a.tcp_conn(c).unwrap().is_open());
     assert_eq!(net.a.tcp_conn(c).unwrap().recovery_heap_bytes(), 0);
     assert_eq!(net.b.tcp_conn(s).unwrap().recovery_heap_bytes(), 0);
+}
+
+/// Sends `data` from `from` and reads it all at `to` (bounded by a simulated minute).
+fn exchange(net: &mut Net, from_a: bool, h_from: TcpHandle, h_to: TcpHandle, data: &[u8]) {
+    let (mut sent, mut got) = (0, Vec::new());
+    let mut buf = vec![0u8; 16 * 1024];
+    assert!(
+        net.run_until(Duration::from_secs(60), |k| {
+            let (tx, rx) = if from_a {
+                (&mut k.a, &mut k.b)
+            } else {
+                (&mut k.b, &mut k.a)
+            };
+            if sent < data.len() {
+                if let Ok(n) = tx.tcp_send(h_from, &data[sent..]) {
+                    sent += n;
+                }
+            }
+            while let Ok(n) = rx.tcp_recv(h_to, &mut buf) {
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+            got.len() == data.len() && tx.tcp_conn(h_from).unwrap().send_queue() == 0
+        }),
+        "exchange did not finish: {} of {}",
+        got.len(),
+        data.len()
+    );
+    assert_eq!(got, data);
+}
+
+/// Buffers and the timers' busy part are allocated on use and returned once the
+/// connection has been quiet for `REST_AFTER`; TCP_INFO and the data path are unchanged
+/// by it (counters kept, data flows again after the release).
+#[test]
+fn a_quiet_connection_gives_its_buffers_back_and_works_after() {
+    let mut net = Net::new(NetConfig::default(), None).unwrap();
+    let (client, server) = open(&mut net, 1);
+    let (c, s) = (client[0], server[0]);
+    let up: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
+    let down: Vec<u8> = (0..50_000u32).map(|i| (i * 13) as u8).collect();
+    exchange(&mut net, true, c, s, &up);
+    exchange(&mut net, false, s, c, &down);
+    // Busy: the sender holds buffer memory shortly after the exchange (delayed ACKs
+    // settled, well inside REST_AFTER).
+    net.run_until(Duration::from_millis(300), |_| false);
+    let busy = net.a.tcp_conn(c).unwrap().heap_bytes();
+    assert!(
+        busy >= 4096,
+        "the sender's buffers were never allocated: {busy}"
+    );
+    let before = net.a.tcp_info(c).unwrap();
+    // Quiet for longer than REST_AFTER: given back, with no call from the application.
+    net.run_until(flowstack_tcp::REST_AFTER * 2, |_| false);
+    for (side, e, h) in [("client", &net.a, c), ("server", &net.b, s)] {
+        let k = e.tcp_conn(h).unwrap();
+        assert!(k.is_open());
+        // What may stay: RACK's records and the congestion-avoidance state (kept for the
+        // connection's life); no buffer (each is at least 4 KiB), no recovery list.
+        assert!(
+            k.heap_bytes() < 1024,
+            "{side} still holds {}",
+            k.heap_bytes()
+        );
+        assert_eq!(k.recovery_heap_bytes(), 0);
+    }
+    let after = net.a.tcp_info(c).unwrap();
+    assert_eq!(after.stats.bytes_acked, up.len() as u64);
+    assert_eq!(after.stats.bytes_received, down.len() as u64);
+    assert_eq!(after.stats.segs_out, before.stats.segs_out);
+    assert_eq!(
+        (after.send_queue, after.recv_queue, after.unacked),
+        (0, 0, 0)
+    );
+    assert_eq!(after.srtt, before.srtt);
+    assert_eq!(after.cwnd, before.cwnd);
+    assert_eq!(after.snd_wnd, before.snd_wnd);
+    // And the connection carries data again, both ways.
+    exchange(&mut net, true, c, s, &down);
+    exchange(&mut net, false, s, c, &up);
+    let info = net.a.tcp_info(c).unwrap();
+    assert_eq!(info.stats.bytes_acked, (up.len() + down.len()) as u64);
+    assert_eq!(info.stats.bytes_received, (up.len() + down.len()) as u64);
+}
+
+/// Keepalive lives in the connection, not in the state given back at rest: it still fires
+/// (and is answered) after that state was freed, and the connection is back at rest after.
+#[test]
+fn keepalive_fires_after_the_busy_state_was_freed() {
+    let mut net = Net::new(NetConfig::default(), None).unwrap();
+    let (client, server) = open(&mut net, 1);
+    let (c, s) = (client[0], server[0]);
+    exchange(&mut net, true, c, s, b"hello");
+    let ka = Keepalive {
+        idle: Duration::from_secs(10),
+        interval: Duration::from_secs(1),
+        probes: 3,
+    };
+    net.a.tcp_set_keepalive(c, Some(ka)).unwrap();
+    net.run_until(Duration::from_secs(5), |_| false);
+    let rested = net.a.tcp_conn(c).unwrap().heap_bytes();
+    assert!(
+        rested < 1024,
+        "not at rest before the first probe: {rested}"
+    );
+    assert_eq!(net.a.counters().get(Counter::TcpExtTCPKeepAlive), 0);
+    // Idle 10 s: a probe, answered; again 10 s later.
+    net.run_until(Duration::from_secs(20), |_| false);
+    let probes = net.a.counters().get(Counter::TcpExtTCPKeepAlive);
+    assert!(probes >= 2, "keepalive probes sent: {probes}");
+    assert!(net.a.tcp_conn(c).unwrap().is_open());
+    assert_eq!(net.a.tcp_error(c), None);
+    assert!(net.a.tcp_conn(c).unwrap().heap_bytes() <= rested);
+    assert!(net.b.tcp_conn(s).unwrap().is_open());
 }

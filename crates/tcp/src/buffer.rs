@@ -7,77 +7,22 @@
 //! The capacity is a limit, not an allocation: memory grows (doubling, never per packet once
 //! a connection is warm) up to the capacity as data actually queues, and can be released when
 //! the connection no longer needs it, so thousands of short or idle connections (TIME-WAIT)
-//! cost little.
+//! cost little. An empty, released ring is 16 bytes.
 
 /// Smallest allocation once the ring holds data.
 const MIN_ALLOC: usize = 4096;
 
-/// A ring of bytes holding at most `capacity` bytes.
+/// The memory of a ring that holds (or held) data: its bytes and where the readable part
+/// starts.
 #[derive(Debug)]
-pub struct RingBuffer {
-    buf: Vec<u8>,
-    cap: usize,
+struct Storage {
+    buf: Box<[u8]>,
     head: usize,
-    len: usize,
 }
 
-impl RingBuffer {
-    /// A ring holding at most `capacity` bytes (nothing is allocated yet).
-    pub fn new(capacity: usize) -> Self {
-        Self {
-            buf: Vec::new(),
-            cap: capacity,
-            head: 0,
-            len: 0,
-        }
-    }
-    /// Capacity in bytes (the limit).
-    pub fn capacity(&self) -> usize {
-        self.cap
-    }
-    /// Bytes currently allocated.
-    pub fn allocated(&self) -> usize {
-        self.buf.capacity()
-    }
-
-    /// Makes the allocation hold at least `needed` bytes from the head (≤ capacity),
-    /// re-linearising the contents (out-of-order bytes past the end included).
-    fn ensure(&mut self, needed: usize) {
-        if needed <= self.buf.len() {
-            return;
-        }
-        let size = needed.max(self.buf.len() * 2).max(MIN_ALLOC).min(self.cap);
-        let mut nb = vec![0u8; size];
-        let old = self.buf.len();
-        if old > 0 {
-            let first = old - self.head;
-            nb[..first].copy_from_slice(&self.buf[self.head..]);
-            nb[first..old].copy_from_slice(&self.buf[..self.head]);
-        }
-        self.buf = nb;
-        self.head = 0;
-    }
-
-    /// Frees the allocation when the ring is empty (e.g. a connection in TIME-WAIT).
-    pub fn release_if_empty(&mut self) {
-        if self.len == 0 {
-            self.buf = Vec::new();
-            self.head = 0;
-        }
-    }
-    /// Bytes held.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-    /// True if empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-    /// Free bytes (up to the capacity).
-    pub fn window(&self) -> usize {
-        self.cap - self.len
-    }
-
+impl Storage {
+    /// The index of the byte `off` past the head.
+    #[inline]
     fn idx(&self, off: usize) -> usize {
         let i = self.head + off;
         if i >= self.buf.len() {
@@ -86,11 +31,99 @@ impl RingBuffer {
             i
         }
     }
+}
+
+/// A ring of bytes holding at most `capacity` bytes.
+///
+/// 16 bytes while it holds no memory (issue 19: an idle connection has two): the length and
+/// the limit inline, everything else behind one pointer. The limit is below 4 GiB.
+#[derive(Debug)]
+pub struct RingBuffer {
+    mem: Option<Box<Storage>>,
+    len: u32,
+    cap: u32,
+}
+
+impl RingBuffer {
+    /// A ring holding at most `capacity` bytes (nothing is allocated yet); capacities of
+    /// 4 GiB or more hold 4 GiB − 1.
+    pub const fn new(capacity: usize) -> Self {
+        Self {
+            mem: None,
+            len: 0,
+            cap: if capacity > u32::MAX as usize {
+                u32::MAX
+            } else {
+                capacity as u32
+            },
+        }
+    }
+    /// Capacity in bytes (the limit).
+    pub fn capacity(&self) -> usize {
+        self.cap as usize
+    }
+    /// Bytes currently allocated (the ring's bytes and its small header).
+    pub fn allocated(&self) -> usize {
+        self.mem
+            .as_ref()
+            .map_or(0, |m| m.buf.len() + std::mem::size_of::<Storage>())
+    }
+
+    #[inline]
+    fn bytes(&self) -> &[u8] {
+        self.mem.as_ref().map_or(&[], |m| &m.buf)
+    }
+
+    /// Makes the allocation hold at least `needed` bytes from the head (≤ capacity),
+    /// re-linearising the contents (out-of-order bytes past the end included).
+    fn ensure(&mut self, needed: usize) {
+        let old = self.bytes().len();
+        if needed <= old {
+            return;
+        }
+        let size = needed.max(old * 2).max(MIN_ALLOC).min(self.capacity());
+        let mut nb = vec![0u8; size].into_boxed_slice();
+        if let Some(m) = &self.mem {
+            let first = old - m.head;
+            nb[..first].copy_from_slice(&m.buf[m.head..]);
+            nb[first..old].copy_from_slice(&m.buf[..m.head]);
+        }
+        match &mut self.mem {
+            Some(m) => {
+                m.buf = nb;
+                m.head = 0;
+            }
+            None => self.mem = Some(Box::new(Storage { buf: nb, head: 0 })),
+        }
+    }
+
+    /// Frees the allocation when the ring is empty (e.g. a connection at rest). Bytes
+    /// written past the end (out of order) are lost: the caller checks there are none.
+    pub fn release_if_empty(&mut self) {
+        if self.len == 0 {
+            self.mem = None;
+        }
+    }
+    /// Bytes held.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+    /// True if empty.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Free bytes (up to the capacity).
+    #[inline]
+    pub fn window(&self) -> usize {
+        (self.cap - self.len) as usize
+    }
 
     /// Appends as much of `data` as fits; returns how much.
     pub fn enqueue(&mut self, data: &[u8]) -> usize {
         let n = self.write_at(0, data);
-        self.len += n;
+        self.len += n as u32;
         n
     }
 
@@ -104,19 +137,22 @@ impl RingBuffer {
         if n == 0 {
             return 0;
         }
-        self.ensure(self.len + offset + n);
-        let cap = self.buf.len();
-        let start = self.idx(self.len + offset);
-        let first = n.min(cap - start);
-        self.buf[start..start + first].copy_from_slice(&data[..first]);
-        self.buf[..n - first].copy_from_slice(&data[first..n]);
+        let len = self.len();
+        self.ensure(len + offset + n);
+        let Some(m) = &mut self.mem else {
+            return 0; // never: `ensure` allocated (the capacity is above len + offset)
+        };
+        let start = m.idx(len + offset);
+        let first = n.min(m.buf.len() - start);
+        m.buf[start..start + first].copy_from_slice(&data[..first]);
+        m.buf[..n - first].copy_from_slice(&data[first..n]);
         n
     }
 
     /// Makes `n` bytes previously written with `write_at(0, …)` readable.
     pub fn commit(&mut self, n: usize) {
         debug_assert!(n <= self.window());
-        self.len += n.min(self.window());
+        self.len += n.min(self.window()) as u32;
     }
 
     /// Copies up to `out.len()` bytes from the front and removes them.
@@ -128,10 +164,10 @@ impl RingBuffer {
 
     /// Copies bytes starting `offset` from the front into `out`, leaving them in place.
     pub fn peek(&self, offset: usize, out: &mut [u8]) -> usize {
-        if offset >= self.len {
+        if offset >= self.len() {
             return 0;
         }
-        let n = out.len().min(self.len - offset);
+        let n = out.len().min(self.len() - offset);
         let (a, b) = self.slices(offset, n);
         out[..a.len()].copy_from_slice(a);
         out[a.len()..n].copy_from_slice(b);
@@ -140,25 +176,27 @@ impl RingBuffer {
 
     /// The `n` bytes at `offset` as at most two contiguous slices (zero-copy view).
     pub fn slices(&self, offset: usize, n: usize) -> (&[u8], &[u8]) {
-        let n = n.min(self.len.saturating_sub(offset));
-        if n == 0 {
+        let n = n.min(self.len().saturating_sub(offset));
+        let (true, Some(m)) = (n > 0, &self.mem) else {
             return (&[], &[]);
-        }
-        let start = self.idx(offset);
-        let first = n.min(self.buf.len() - start);
-        (&self.buf[start..start + first], &self.buf[..n - first])
+        };
+        let start = m.idx(offset);
+        let first = n.min(m.buf.len() - start);
+        (&m.buf[start..start + first], &m.buf[..n - first])
     }
 
     /// Removes `n` bytes from the front.
     pub fn consume(&mut self, n: usize) {
-        let n = n.min(self.len);
+        let n = n.min(self.len());
         if n == 0 {
             return;
         }
-        self.head = self.idx(n);
-        // The head never jumps back to 0 when the ring empties: bytes written past the end
-        // (out-of-order data) stay where they are.
-        self.len -= n;
+        if let Some(m) = &mut self.mem {
+            // The head never jumps back to 0 when the ring empties: bytes written past the
+            // end (out-of-order data) stay where they are.
+            m.head = m.idx(n);
+        }
+        self.len -= n as u32;
     }
 }
 

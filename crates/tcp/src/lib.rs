@@ -25,6 +25,7 @@ pub use cc::CcAlgorithm;
 pub use config::{Keepalive, LossDetection, TcpConfig};
 pub use conn::{
     syn_option_clamps, ConnStats, Connection, IcmpError, State, TcpError, TcpInfo, MIN_PMTU,
+    REST_AFTER,
 };
 pub use counters::{Counter, Counters};
 pub use isn::{FourTuple, IsnGenerator};

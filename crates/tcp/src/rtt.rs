@@ -3,56 +3,89 @@
 use flowstack_wire::Duration;
 
 /// SRTT/RTTVAR estimator with Karn's backoff.
+///
+/// Kept in 32 bytes (issue 19: every connection has one): SRTT and RTO in nanoseconds as
+/// `u64` (half a `Duration`), RTTVAR in nanoseconds as `u32` (saturating at 4.29 s, where
+/// the RTO is far above any RTT that matters), the bounds in microseconds.
 #[derive(Debug, Clone, Copy)]
 pub struct RttEstimator {
-    srtt: Option<Duration>,
-    rttvar: Duration,
-    rto: Duration,
-    min: Duration,
-    max: Duration,
-    backoff: u32,
+    /// Smoothed RTT in nanoseconds; [`NO_SAMPLE`] before the first measurement.
+    srtt: u64,
+    rto: u64,
+    rttvar: u32,
+    /// Bounds on the RTO in microseconds (a bound below 1 µs counts as 1 µs).
+    min_us: u32,
+    max_us: u32,
+    backoff: u8,
 }
 
-/// RFC 6298 §2: clock granularity G (we use 1 ms).
-const G: Duration = Duration::from_millis(1);
+/// `srtt` before the first measurement.
+const NO_SAMPLE: u64 = u64::MAX;
+
+fn nanos(d: Duration) -> u64 {
+    d.as_secs()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(d.subsec_nanos().into())
+}
+
+fn sat32(ns: u64) -> u32 {
+    u32::try_from(ns).unwrap_or(u32::MAX)
+}
+
+fn micros_up(d: Duration) -> u32 {
+    u32::try_from(nanos(d).div_ceil(1000)).unwrap_or(u32::MAX)
+}
+
+/// RFC 6298 §2: clock granularity G in nanoseconds.
+const G_NS: u64 = 1_000_000;
 
 impl RttEstimator {
-    /// Starts with `initial` RTO, bounded to `[min, max]`.
+    /// Starts with `initial` RTO, bounded to `[min, max]` (microsecond resolution, at most
+    /// about 71 minutes).
     pub fn new(initial: Duration, min: Duration, max: Duration) -> Self {
-        Self {
-            srtt: None,
-            rttvar: Duration::ZERO,
-            rto: initial.clamp(min, max),
-            min,
-            max,
+        let mut e = Self {
+            srtt: NO_SAMPLE,
+            rttvar: 0,
+            rto: 0,
+            min_us: micros_up(min),
+            max_us: micros_up(max),
             backoff: 0,
-        }
+        };
+        e.rto = e.clamp(nanos(initial));
+        e
+    }
+
+    fn max_ns(&self) -> u64 {
+        u64::from(self.max_us.max(self.min_us)) * 1000
+    }
+
+    fn clamp(&self, ns: u64) -> u64 {
+        ns.clamp(u64::from(self.min_us) * 1000, self.max_ns())
     }
 
     /// Feeds one RTT measurement (never from a retransmitted segment without timestamps:
     /// Karn's algorithm, RFC 6298 §3).
     pub fn sample(&mut self, r: Duration) {
-        match self.srtt {
+        let r = nanos(r).min(NO_SAMPLE - 1);
+        if self.srtt == NO_SAMPLE {
             // RFC 6298 §2.2: first measurement.
-            None => {
-                self.srtt = Some(r);
-                self.rttvar = r / 2;
-            }
+            self.srtt = r;
+            self.rttvar = sat32(r / 2);
+        } else {
             // RFC 6298 §2.3: alpha = 1/8, beta = 1/4.
-            Some(srtt) => {
-                let delta = srtt.abs_diff(r);
-                self.rttvar = (self.rttvar * 3 + delta) / 4;
-                self.srtt = Some((srtt * 7 + r) / 8);
-            }
+            let delta = self.srtt.abs_diff(r);
+            self.rttvar = sat32((u64::from(self.rttvar) * 3).saturating_add(delta) / 4);
+            self.srtt = self.srtt.saturating_mul(7).saturating_add(r) / 8;
         }
-        let srtt = self.srtt.expect("set above");
-        self.rto = (srtt + G.max(self.rttvar * 4)).clamp(self.min, self.max);
+        let var4 = u64::from(self.rttvar) * 4;
+        self.rto = self.clamp(self.srtt.saturating_add(G_NS.max(var4)));
         self.backoff = 0;
     }
 
     /// The current timeout, including backoff.
     pub fn rto(&self) -> Duration {
-        (self.rto * (1u32 << self.backoff.min(16))).min(self.max)
+        let backed_off = self.rto.saturating_mul(1u64 << self.backoff.min(16));
+        Duration::from_nanos(backed_off.min(self.max_ns()))
     }
 
     /// RFC 6298 §5.5: double the timeout after it expires.
@@ -62,12 +95,12 @@ impl RttEstimator {
 
     /// Smoothed RTT, if measured.
     pub fn srtt(&self) -> Option<Duration> {
-        self.srtt
+        (self.srtt != NO_SAMPLE).then(|| Duration::from_nanos(self.srtt))
     }
 
     /// RTT variation.
     pub fn rttvar(&self) -> Duration {
-        self.rttvar
+        Duration::from_nanos(self.rttvar.into())
     }
 }
 

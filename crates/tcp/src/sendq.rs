@@ -289,6 +289,11 @@ impl SendQueue {
             })
     }
 
+    /// Completed zero-copy tokens not yet taken.
+    pub fn completions_pending(&self) -> usize {
+        self.completed.as_ref().map_or(0, |q| q.len())
+    }
+
     /// Frees the ring's memory when nothing is queued.
     pub fn release_if_empty(&mut self) {
         if self.len == 0 {

@@ -37,6 +37,10 @@ pub struct TcpInfo {
     pub stats: super::ConnStats,
 }
 
+/// How long a connection must have received nothing before
+/// [`Connection::release_at_rest`] frees its empty buffers.
+pub const REST_AFTER: Duration = Duration::from_secs(1);
+
 impl Connection {
     /// The connection's TCP_INFO.
     pub fn info(&self) -> TcpInfo {
@@ -54,7 +58,7 @@ impl Connection {
             backoff: self.timers.retries,
             options: self.options(),
             soft_error: self.soft_error,
-            stats: self.stats,
+            stats: self.stats.into(),
         }
     }
 
@@ -67,15 +71,56 @@ impl Connection {
         let arc = std::mem::size_of::<crate::TcpConfig>() + 2 * std::mem::size_of::<usize>();
         arc / std::sync::Arc::strong_count(&self.cfg)
             + self.snd.queue.heap_bytes()
-            + self.snd.scratch.capacity()
+            + self.snd.scratch.heap_bytes()
             + self.rcv.buf.allocated()
             + self.rcv.ofo.heap_bytes()
             + self.rec.sack.heap_bytes()
+            + self.rec.cc.heap_bytes()
+            + self.timers.heap_bytes()
+            + if self.challenge.is_allocated() {
+                std::mem::size_of::<super::input::ChallengeAcks>()
+            } else {
+                0
+            }
+            + self
+                .rec
+                .rto_undo
+                .as_ref()
+                .map_or(0, |_| std::mem::size_of::<super::recovery::RtoUndo>())
             + if self.rec.rack.is_allocated() {
                 std::mem::size_of::<super::rack::Rack>() + self.rec.rack.heap_bytes()
             } else {
                 0
             }
+    }
+
+    /// Returns the data path's memory once the connection is at rest (issue 19): the send
+    /// queue (empty, every zero-copy completion taken), the send path's gather space, the
+    /// receive ring (empty, no out-of-order bytes parked past its end), the busy part of
+    /// the timers (every data-path timer stopped, retry and probe counters zero), the
+    /// challenge-ACK limiter and RACK's empty record list. They come
+    /// back on the next send, arriving data or armed timer; behaviour is unchanged. Freeing is the owner's call, not done per packet:
+    /// an engine does it for connections quiet for [`REST_AFTER`], so a busy connection
+    /// keeps its buffers between bursts. Returns the heap bytes freed.
+    pub fn release_at_rest(&mut self, now: Instant) -> usize {
+        if now.saturating_since(self.timers.last_activity) < REST_AFTER {
+            return 0;
+        }
+        let before = self.heap_bytes();
+        if !self.timers.probe_now {
+            self.timers.release_at_rest();
+        }
+        self.snd.queue.release_at_rest();
+        self.snd.scratch.release_at_rest();
+        self.challenge.release_at_rest();
+        if self.rack_records_idle() {
+            // Nothing in flight: the record list's memory goes (RACK's own state stays).
+            self.rec.rack.segs = std::collections::VecDeque::new();
+        }
+        if self.rcv.ofo.is_empty() {
+            self.rcv.buf.release_if_empty();
+        }
+        before - self.heap_bytes()
     }
 
     /// Heap held by loss recovery and reassembly — the SACK scoreboard and the out-of-order
@@ -88,6 +133,35 @@ impl Connection {
     /// Bytes of memory this connection costs: its `size_of` plus [`Connection::heap_bytes`].
     pub fn footprint(&self) -> usize {
         std::mem::size_of::<Connection>() + self.heap_bytes()
+    }
+
+    /// When [`Connection::release_at_rest`] will free something, if the connection stays
+    /// quiet: `None` unless it holds releasable memory and all of it is at rest (queues
+    /// empty, data-path timers stopped). A deadline for [`Connection::poll_at`], so an
+    /// owner that only wakes for deadlines still gives the memory back.
+    #[inline]
+    pub(crate) fn rest_deadline(&self) -> Option<Instant> {
+        // Busy first (the cheap checks that end it on the data path), then holding.
+        if !self.snd.queue.is_empty() || !self.rcv.buf.is_empty() || !self.rcv.ofo.is_empty() {
+            return None;
+        }
+        let holds = self.timers.is_allocated()
+            || self.snd.queue.is_allocated()
+            || self.snd.scratch.is_allocated()
+            || self.challenge.is_allocated()
+            || self.rack_records_idle()
+            || self.rcv.buf.allocated() > 0;
+        if !holds || self.snd.queue.completions_pending() > 0 || !self.timers.is_at_rest() {
+            return None;
+        }
+        Some(self.timers.last_activity + REST_AFTER)
+    }
+
+    /// RACK's record list holds memory but no record (nothing in flight).
+    fn rack_records_idle(&self) -> bool {
+        self.rec.rack.is_allocated()
+            && self.rec.rack.segs.is_empty()
+            && self.rec.rack.segs.capacity() > 0
     }
 
     /// Sets the user timeout (RFC 5482, Linux TCP_USER_TIMEOUT): how long sent data may stay
@@ -129,5 +203,36 @@ impl Connection {
         ) {
             self.abort(now);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::size_of;
+
+    /// Issue 19: what a connection costs in place, part by part (printed with
+    /// `--nocapture`); the total is bounded so that growth is a decision, not an accident.
+    #[test]
+    fn the_tcb_stays_small() {
+        let parts = [
+            ("Connection", size_of::<super::Connection>()),
+            ("Sender", size_of::<super::super::send::Sender>()),
+            ("Receiver", size_of::<super::super::recv::Receiver>()),
+            ("Recovery", size_of::<super::super::recovery::Recovery>()),
+            ("Congestion", size_of::<crate::cc::Congestion>()),
+            ("RttEstimator", size_of::<crate::rtt::RttEstimator>()),
+            ("RingBuffer", size_of::<crate::buffer::RingBuffer>()),
+            ("Timers", size_of::<super::super::timers::Timers>()),
+            ("Options", size_of::<super::super::options::Options>()),
+            ("Stats", size_of::<super::super::Stats>()),
+        ];
+        for (name, size) in parts {
+            eprintln!("{name:>12} {size:4} B");
+        }
+        assert!(size_of::<super::Connection>() <= 456);
+        assert_eq!(size_of::<crate::buffer::RingBuffer>(), 16);
+        assert_eq!(size_of::<super::super::timers::Timers>(), 48);
+        assert_eq!(size_of::<crate::cc::Congestion>(), 24);
+        assert_eq!(size_of::<crate::rtt::RttEstimator>(), 32);
     }
 }

@@ -320,8 +320,7 @@ impl Connection {
         // Window update (RFC 9293 §3.10.7.4: SND.WL1/SND.WL2 rule).
         if self.snd.update_window(seg.seq, seg.ack, window) {
             self.timers.cancel(Timer::Persist);
-            self.timers.persist_backoff = 0;
-            self.timers.zero_window_since = None;
+            self.timers.reset_persist();
         }
     }
 

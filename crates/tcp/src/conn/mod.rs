@@ -26,6 +26,7 @@ mod dsack;
 mod handshake;
 mod info;
 mod input;
+mod lazy;
 mod options;
 mod output;
 mod pmtu;
@@ -48,7 +49,7 @@ use std::sync::Arc;
 use timers::{Timer, Timers};
 
 pub use handshake::syn_option_clamps;
-pub use info::TcpInfo;
+pub use info::{TcpInfo, REST_AFTER};
 pub use pmtu::{IcmpError, MIN_PMTU};
 
 /// RFC 9293 §3.3.2 connection states (LISTEN is the engine's listener table).
@@ -117,7 +118,8 @@ pub enum TcpError {
     Unreachable,
 }
 
-/// Per-connection statistics (for `ss`-like reports).
+/// Per-connection statistics (for `ss`-like reports). Segment and event counts wrap after
+/// 2³² (as Linux's `tcpi_segs_out`); byte counts do not.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ConnStats {
     /// Segments sent.
@@ -136,6 +138,35 @@ pub struct ConnStats {
     pub bytes_received: u64,
     /// Segments that took the header-prediction fast path.
     pub fast_path: u64,
+}
+
+/// The counters behind [`ConnStats`], kept in 40 bytes (issue 19): segment and event counts
+/// in `u32` — as Linux's `tcpi_segs_out`, they wrap after 2³² — and byte counts in `u64`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Stats {
+    pub(crate) bytes_acked: u64,
+    pub(crate) bytes_received: u64,
+    pub(crate) segs_out: u32,
+    pub(crate) segs_in: u32,
+    pub(crate) retransmits: u32,
+    pub(crate) timeouts: u32,
+    pub(crate) fast_retransmits: u32,
+    pub(crate) fast_path: u32,
+}
+
+impl From<Stats> for ConnStats {
+    fn from(s: Stats) -> Self {
+        ConnStats {
+            segs_out: s.segs_out.into(),
+            segs_in: s.segs_in.into(),
+            retransmits: s.retransmits.into(),
+            timeouts: s.timeouts.into(),
+            fast_retransmits: s.fast_retransmits.into(),
+            bytes_acked: s.bytes_acked,
+            bytes_received: s.bytes_received,
+            fast_path: s.fast_path.into(),
+        }
+    }
 }
 
 /// One TCP connection.
@@ -161,14 +192,14 @@ pub struct Connection {
     /// Congestion control and loss recovery.
     pub(crate) rec: Recovery,
     /// RFC 5961 challenge-ACK rate limit.
-    pub(crate) challenge: ChallengeAcks,
+    pub(crate) challenge: lazy::Lazy0<ChallengeAcks>,
     /// A reset to send: (sequence number, ACK number if any).
     pub(crate) pending_rst: Option<(SeqNum, Option<SeqNum>)>,
     pub(crate) error: Option<TcpError>,
     /// The last ICMP soft error (RFC 1122 §4.2.3.9): reported instead of "timed out" if
     /// the connection gives up.
     pub(crate) soft_error: Option<TcpError>,
-    pub(crate) stats: ConnStats,
+    pub(crate) stats: Stats,
 }
 
 impl Connection {
@@ -186,7 +217,7 @@ impl Connection {
             opt: Options::new(&cfg, iss),
             timers: Timers::new(now),
             rec: Recovery::new(&cfg, iss),
-            challenge: ChallengeAcks::new(now),
+            challenge: lazy::Lazy0::new(),
             cfg,
             tuple,
             state,
@@ -194,7 +225,7 @@ impl Connection {
             pending_rst: None,
             error: None,
             soft_error: None,
-            stats: ConnStats::default(),
+            stats: Stats::default(),
         }
     }
 
@@ -216,7 +247,7 @@ impl Connection {
     }
     /// Statistics.
     pub fn stats(&self) -> ConnStats {
-        self.stats
+        self.stats.into()
     }
     /// Smoothed RTT, once measured.
     pub fn srtt(&self) -> Option<Duration> {

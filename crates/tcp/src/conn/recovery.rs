@@ -34,10 +34,10 @@ pub(crate) struct Recovery {
     /// SND.MAX when the latest retransmission was sent (see `lost_retransmission`).
     pub(crate) rexmit_mark: Option<SeqNum>,
     /// What the peer holds above SND.UNA, from its SACK blocks.
-    pub(crate) sack: Scoreboard,
+    pub(crate) sack: super::lazy::Lazy<Scoreboard>,
     /// Armed by the first timeout of an episode (with timestamps): the congestion state
     /// before it and the TSval of the retransmission, for Eifel detection (RFC 3522).
-    pub(crate) rto_undo: Option<RtoUndo>,
+    pub(crate) rto_undo: super::lazy::Rare<RtoUndo>,
     /// RACK-TLP state (RFC 8985).
     pub(crate) rack: super::rack::LazyRack,
 }
@@ -61,7 +61,7 @@ impl Recovery {
             high_rxt: iss,
             rexmit_head: false,
             rexmit_mark: None,
-            sack: Scoreboard::new(cfg.max_ofo_ranges),
+            sack: super::lazy::Lazy::new(cfg.max_ofo_ranges),
             rto_undo: None,
             rack: super::rack::LazyRack::new(),
         }

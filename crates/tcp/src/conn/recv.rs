@@ -22,7 +22,7 @@ pub(crate) struct Receiver {
     /// Bytes received in order and not yet read, with out-of-order text placed beyond them.
     pub(crate) buf: RingBuffer,
     /// The out-of-order ranges held in `buf`.
-    pub(crate) ofo: Assembler,
+    pub(crate) ofo: super::lazy::Lazy<Assembler>,
     /// Where a FIN that arrived out of order sits.
     pub(crate) ofo_fin: Option<SeqNum>,
     /// The peer's FIN is in sequence: end of stream once `buf` is read.
@@ -48,7 +48,7 @@ impl Receiver {
             } else {
                 cfg.recv_buffer.min(65535)
             }),
-            ofo: Assembler::new(cfg.max_ofo_ranges),
+            ofo: super::lazy::Lazy::new(cfg.max_ofo_ranges),
             ofo_fin: None,
             fin_received: false,
             app_closed: false,

@@ -33,11 +33,11 @@ pub(crate) struct Sender {
     /// Effective send MSS.
     pub(crate) mss: usize,
     /// Queued bytes, unsent and unacknowledged.
-    pub(crate) queue: SendQueue,
+    pub(crate) queue: super::lazy::Lazy<SendQueue>,
     /// Next zero-copy buffer token.
     pub(crate) zc_token: u64,
     /// Holds a segment's payload when it straddles the send ring's wrap point.
-    pub(crate) scratch: Vec<u8>,
+    pub(crate) scratch: super::lazy::Lazy0<Vec<u8>>,
     /// Sequence number of our FIN once the application closed the sending side.
     pub(crate) fin_seq: Option<SeqNum>,
     /// Smoothed RTT and RTO (RFC 6298).
@@ -59,9 +59,9 @@ impl Sender {
             wl2: iss,
             max_wnd: 0,
             mss: cfg.mss as usize,
-            queue: SendQueue::new(cfg.send_buffer),
+            queue: super::lazy::Lazy::new(cfg.send_buffer),
             zc_token: 0,
-            scratch: Vec::new(),
+            scratch: super::lazy::Lazy0::new(),
             fin_seq: None,
             rtt: RttEstimator::new(cfg.rto_initial, cfg.rto_min, cfg.rto_max),
             rtt_probe: None,
@@ -148,7 +148,8 @@ impl Connection {
         }
         self.timers.retries = 0;
         // Progress: the user timeout's clock restarts (or stops with nothing in flight).
-        self.timers.unacked_since = (self.snd.max > ack).then_some(now);
+        self.timers
+            .set_unacked_since((self.snd.max > ack).then_some(now));
         self.recovery_on_ack(now, ack, acked, c);
         // RFC 6298 §5.2/5.3: restart the timer if data remains, stop it otherwise.
         let rto = (self.snd.max > self.snd.una).then(|| now + self.snd.rtt.rto());

@@ -5,20 +5,24 @@ use super::{Connection, State, TcpError};
 use crate::counters::{Counter, Counters};
 use flowstack_wire::{Duration, Instant, PollAt};
 
-/// The connection's timers, each an index into [`Timers`]' table.
+/// The connection's timers, each an index into [`Timers`]' tables. The first three live in
+/// the connection: those an otherwise idle connection has armed (keepalive; the bounded
+/// lifetime of a closing state, TIME-WAIT's included) and the retransmission timer, which
+/// the handshake arms (so opening a connection allocates nothing that is freed later). The
+/// rest live in [`Active`], allocated while the connection is busy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Timer {
+    /// Keepalive (RFC 1122 §4.2.3.6).
+    Keepalive,
+    /// The bounded lifetime of a closing state: TIME-WAIT's 2·MSL, FIN-WAIT-2 and
+    /// CLOSE-WAIT idle limits.
+    Lifetime,
     /// Retransmission timeout (RFC 6298).
     Rto,
     /// Delayed ACK (RFC 1122 §4.2.3.2).
     DelayedAck,
     /// Persist: zero-window probe and sender SWS override (RFC 9293 §3.8.6.1).
     Persist,
-    /// Keepalive (RFC 1122 §4.2.3.6).
-    Keepalive,
-    /// The bounded lifetime of a closing state: TIME-WAIT's 2·MSL, FIN-WAIT-2 and
-    /// CLOSE-WAIT idle limits.
-    Lifetime,
     /// SO_LINGER: the deadline of a graceful close.
     Linger,
     /// RACK reordering timer (RFC 8985 §6.3).
@@ -27,32 +31,54 @@ pub(crate) enum Timer {
     Tlp,
 }
 
-impl Timer {
-    /// Size of the table (`Tlp` is the last variant).
-    const COUNT: usize = Timer::Tlp as usize + 1;
-}
+/// Timers kept in the connection itself (`Keepalive`, `Lifetime`, `Rto`).
+const RESTING: usize = 3;
+/// Timers kept in [`Active`] (`DelayedAck` … `Tlp`).
+const ACTIVE: usize = Timer::Tlp as usize + 1 - RESTING;
 
-/// A small table of deadlines indexed by [`Timer`], and the counters the timers keep.
+/// The connection's deadlines and the counters the timers keep (issue 19: 48 bytes at
+/// rest). The busy part — the delayed-ACK, persist, linger and RACK timers, the persist
+/// backoff, the user timeout's and zero window's clocks — is [`Active`], allocated on first
+/// write and freed by [`Timers::release_at_rest`] once everything in it is back at its
+/// initial value; reads of an unallocated one see [`IDLE`]. Its fields are reached through
+/// `Deref` (`timers.unacked_since`); writing one allocates.
 pub(crate) struct Timers {
-    /// Deadlines; [`UNARMED`] for a stopped timer (half the size of `Option<Instant>`, and
-    /// the earliest deadline is a plain minimum).
-    at: [Instant; Timer::COUNT],
-    /// Retransmission timeouts (or closing-state probes) in a row without progress.
-    pub(crate) retries: u32,
-    /// Exponent of the persist timer's backoff.
-    pub(crate) persist_backoff: u32,
-    /// Keepalive probes sent without an answer.
-    pub(crate) keepalive_sent: u32,
-    /// A persist or keepalive probe is to be sent by the next `poll_transmit`.
-    pub(crate) probe_now: bool,
+    /// Deadlines of the resting timers; [`UNARMED`] for a stopped timer (half the size of
+    /// `Option<Instant>`, and the earliest deadline is a plain minimum).
+    resting: [Instant; RESTING],
     /// When the last segment arrived (the idle limit of FIN-WAIT-2 and CLOSE-WAIT).
     pub(crate) last_activity: Instant,
+    /// Retransmission timeouts (or closing-state probes) in a row without progress.
+    pub(crate) retries: u32,
+    /// Keepalive probes sent without an answer (counts to 255; the limit is compared
+    /// saturated).
+    pub(crate) keepalive_sent: u8,
+    /// A persist or keepalive probe is to be sent by the next `poll_transmit`.
+    pub(crate) probe_now: bool,
+    active: Option<Box<Active>>,
+}
+
+/// The busy part of [`Timers`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Active {
+    /// Deadlines of `DelayedAck` … `Tlp`, as `Timers::resting`.
+    at: [Instant; ACTIVE],
+    /// Exponent of the persist timer's backoff (at most 10).
+    pub(crate) persist_backoff: u8,
     /// Since when the peer's window has been zero while we had data to send.
     pub(crate) zero_window_since: Option<Instant>,
     /// Since when sent data has been waiting for an acknowledgment without progress (the
     /// user timeout's clock, RFC 5482).
     pub(crate) unacked_since: Option<Instant>,
 }
+
+/// [`Active`] at rest: what reads of an unallocated one see, and what a fresh one is.
+static IDLE: Active = Active {
+    at: [UNARMED; ACTIVE],
+    persist_backoff: 0,
+    zero_window_since: None,
+    unacked_since: None,
+};
 
 /// The deadline of a stopped timer: later than any instant (`Instant::FAR_FUTURE` included).
 const UNARMED: Instant = Instant::from_nanos(u64::MAX);
@@ -62,78 +88,182 @@ fn armed(at: Instant) -> Option<Instant> {
     (at != UNARMED).then_some(at)
 }
 
+impl std::ops::Deref for Timers {
+    type Target = Active;
+    #[inline]
+    fn deref(&self) -> &Active {
+        self.active.as_deref().unwrap_or(&IDLE)
+    }
+}
+
+impl std::ops::DerefMut for Timers {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut Active {
+        self.active.get_or_insert_with(|| Box::new(IDLE.clone()))
+    }
+}
+
 impl Timers {
     pub(crate) fn new(now: Instant) -> Self {
         Self {
-            at: [UNARMED; Timer::COUNT],
+            resting: [UNARMED; RESTING],
+            last_activity: now,
             retries: 0,
-            persist_backoff: 0,
             keepalive_sent: 0,
             probe_now: false,
-            last_activity: now,
-            zero_window_since: None,
-            unacked_since: None,
+            active: None,
+        }
+    }
+
+    /// The deadline slot of `t`, if it exists (an unallocated [`Active`] has none).
+    #[inline]
+    fn slot(&self, t: Timer) -> Instant {
+        let i = t as usize;
+        if i < RESTING {
+            self.resting[i]
+        } else {
+            self.active.as_ref().map_or(UNARMED, |a| a.at[i - RESTING])
+        }
+    }
+
+    #[inline]
+    fn slot_mut(&mut self, t: Timer) -> &mut Instant {
+        let i = t as usize;
+        if i < RESTING {
+            &mut self.resting[i]
+        } else {
+            &mut self.at[i - RESTING]
         }
     }
 
     /// True if `t` is armed.
+    #[inline]
     pub(crate) fn is_armed(&self, t: Timer) -> bool {
-        self.at[t as usize] != UNARMED
+        self.slot(t) != UNARMED
     }
 
     /// When `t` fires, if armed.
+    #[inline]
     pub(crate) fn deadline(&self, t: Timer) -> Option<Instant> {
-        armed(self.at[t as usize])
+        armed(self.slot(t))
     }
 
     /// Arms `t` for `at` (re-arms it if it was set).
+    #[inline]
     pub(crate) fn set(&mut self, t: Timer, at: Instant) {
         debug_assert!(at != UNARMED);
-        self.at[t as usize] = at;
+        *self.slot_mut(t) = at;
     }
 
     /// Arms `t` for `at` unless it is already armed.
+    #[inline]
     pub(crate) fn set_if_idle(&mut self, t: Timer, at: Instant) {
-        if self.at[t as usize] == UNARMED {
+        if !self.is_armed(t) {
             self.set(t, at);
         }
     }
 
     /// Arms `t` for `at`, or stops it when `at` is `None`.
+    #[inline]
     pub(crate) fn update(&mut self, t: Timer, at: Option<Instant>) {
-        self.at[t as usize] = at.unwrap_or(UNARMED);
+        match at {
+            Some(at) => self.set(t, at),
+            None => self.cancel(t),
+        }
     }
 
-    /// Stops `t`.
+    /// Stops `t` (never allocates).
+    #[inline]
     pub(crate) fn cancel(&mut self, t: Timer) {
-        self.at[t as usize] = UNARMED;
+        let i = t as usize;
+        if i < RESTING {
+            self.resting[i] = UNARMED;
+        } else if let Some(a) = &mut self.active {
+            a.at[i - RESTING] = UNARMED;
+        }
     }
 
     /// Stops every timer.
     pub(crate) fn cancel_all(&mut self) {
-        self.at = [UNARMED; Timer::COUNT];
+        self.resting = [UNARMED; RESTING];
+        if let Some(a) = &mut self.active {
+            a.at = [UNARMED; ACTIVE];
+        }
     }
 
     /// The earliest armed deadline.
+    #[inline]
     pub(crate) fn next(&self) -> Option<Instant> {
-        armed(self.at.iter().copied().min().unwrap_or(UNARMED))
+        let rest = self.resting.iter().copied().min().unwrap_or(UNARMED);
+        let act = self
+            .active
+            .as_ref()
+            .map_or(UNARMED, |a| a.at.iter().copied().min().unwrap_or(UNARMED));
+        armed(rest.min(act))
     }
 
     /// If `t` is due at `now`, stops it and returns true (the caller fires it).
+    #[inline]
     pub(crate) fn take_due(&mut self, t: Timer, now: Instant) -> bool {
-        let d = self.at[t as usize];
+        let d = self.slot(t);
         let due = d != UNARMED && d <= now;
         if due {
-            self.at[t as usize] = UNARMED;
+            self.cancel(t);
         }
         due
+    }
+
+    /// Frees the busy part once every timer in it is stopped and every counter and clock
+    /// in it is back at its initial value; true if nothing is allocated afterwards.
+    pub(crate) fn release_at_rest(&mut self) {
+        if self.is_at_rest() {
+            self.active = None;
+        }
+    }
+
+    /// The window opened: the persist backoff and the zero window's clock restart (without
+    /// allocating the busy part if it is at rest).
+    #[inline]
+    pub(crate) fn reset_persist(&mut self) {
+        if let Some(a) = &mut self.active {
+            a.persist_backoff = 0;
+            a.zero_window_since = None;
+        }
+    }
+
+    /// Sets the user timeout's clock (without allocating the busy part to store `None`).
+    #[inline]
+    pub(crate) fn set_unacked_since(&mut self, since: Option<Instant>) {
+        if since.is_some() || self.active.is_some() {
+            self.unacked_since = since;
+        }
+    }
+
+    /// True if the busy part is allocated.
+    #[inline]
+    pub(crate) fn is_allocated(&self) -> bool {
+        self.active.is_some()
+    }
+
+    /// True if the busy part is unallocated or back at its initial value.
+    #[inline]
+    pub(crate) fn is_at_rest(&self) -> bool {
+        self.active.as_deref().is_none_or(|a| *a == IDLE)
+    }
+
+    /// Heap held: the busy part, if allocated.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.active
+            .as_ref()
+            .map_or(0, |_| std::mem::size_of::<Active>())
     }
 }
 
 impl Connection {
     /// When the connection next needs [`Connection::on_timeout`] and
     /// [`Connection::poll_transmit`]: `Now` if a segment is owed (an ACK, a reset or a
-    /// probe), else the earliest timer, else `Idle` (only input can give it work).
+    /// probe), else the earliest timer — or the moment a connection at rest gives back its
+    /// buffers ([`Connection::release_at_rest`]) — else `Idle` (only input can give it work).
     pub fn poll_at(&self) -> PollAt {
         if self.rcv.ack_now
             || self.pending_rst.is_some()
@@ -142,7 +272,11 @@ impl Connection {
         {
             return PollAt::Now;
         }
-        self.timers.next().into()
+        match (self.timers.next(), self.rest_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+        .into()
     }
 
     /// Fires every timer due at `now`. A timer that closes the connection stops the others,
@@ -172,6 +306,9 @@ impl Connection {
         }
         if self.timers.take_due(Timer::Keepalive, now) {
             self.on_keepalive(now, c);
+        }
+        if self.rest_deadline().is_some_and(|t| t <= now) {
+            self.release_at_rest(now);
         }
     }
 
@@ -259,7 +396,7 @@ impl Connection {
         let Some(k) = self.cfg.keepalive else {
             return;
         };
-        if self.timers.keepalive_sent >= k.probes {
+        if u32::from(self.timers.keepalive_sent) >= k.probes.min(255) {
             self.error = Some(TcpError::TimedOut);
             return self.enter_closed();
         }
@@ -271,7 +408,7 @@ impl Connection {
             State::Established | State::CloseWait | State::FinWait2
         );
         if waiting && self.snd.all_acked() {
-            self.timers.keepalive_sent += 1;
+            self.timers.keepalive_sent = self.timers.keepalive_sent.saturating_add(1);
             self.timers.probe_now = true;
             c.inc(Counter::TcpExtTCPKeepAlive);
             self.timers.set(Timer::Keepalive, now + k.interval);
@@ -310,10 +447,10 @@ impl Connection {
         if self.timers.retries == 1 && self.opt.ts && self.state.is_synchronized() {
             // RFC 3522 §3.2: remember the retransmission's timestamp; an ACK echoing an older
             // one proves the original arrived and the timeout was spurious.
-            self.rec.rto_undo = Some(super::recovery::RtoUndo {
+            self.rec.rto_undo = Some(Box::new(super::recovery::RtoUndo {
                 cc: self.rec.cc.save(),
                 ts: self.opt.ts_now(now),
-            });
+            }));
         }
         self.rec.cc.on_rto(self.snd.flight());
         self.snd.rtt.back_off();
@@ -331,5 +468,44 @@ impl Connection {
         // Go back N: resend from the oldest unacknowledged byte (or the SYN).
         self.snd.nxt = self.snd.una;
         self.timers.set(Timer::Rto, now + self.snd.rtt.rto());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_busy_part_comes_and_goes_with_the_data_path_timers() {
+        let t0 = Instant::from_millis(5);
+        let mut t = Timers::new(t0);
+        // The resting timers (and cancelling anything) allocate nothing.
+        t.set(Timer::Keepalive, t0 + Duration::from_secs(7200));
+        t.set(Timer::Rto, t0 + Duration::from_secs(1));
+        t.cancel(Timer::DelayedAck);
+        t.reset_persist();
+        t.set_unacked_since(None);
+        assert!(!t.is_allocated());
+        assert_eq!(t.next(), Some(t0 + Duration::from_secs(1)));
+        // A data-path timer allocates; the earliest deadline sees both parts.
+        t.set(Timer::DelayedAck, t0 + Duration::from_millis(40));
+        assert!(t.is_allocated());
+        assert_eq!(t.next(), Some(t0 + Duration::from_millis(40)));
+        assert!(!t.take_due(Timer::DelayedAck, t0));
+        t.release_at_rest();
+        assert!(t.is_allocated(), "freed while a timer in it was armed");
+        assert!(t.take_due(Timer::DelayedAck, t0 + Duration::from_millis(40)));
+        t.unacked_since = Some(t0);
+        t.release_at_rest();
+        assert!(t.is_allocated(), "freed while the user timeout's clock ran");
+        t.set_unacked_since(None);
+        t.release_at_rest();
+        assert!(!t.is_allocated());
+        // The resting timers are untouched by the release.
+        assert_eq!(
+            t.deadline(Timer::Keepalive),
+            Some(t0 + Duration::from_secs(7200))
+        );
+        assert_eq!(t.next(), Some(t0 + Duration::from_secs(1)));
     }
 }
