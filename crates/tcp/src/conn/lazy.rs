@@ -140,11 +140,20 @@ impl AtRest for Assembler {
         &IDLE_ASSEMBLER
     }
     fn at_rest(&self) -> bool {
-        self.is_empty() && self.heap_bytes() == 0
+        // A D-SACK block still to report (RFC 2883 §4) is state: freeing it would lose it.
+        self.is_empty() && self.heap_bytes() == 0 && self.dsack().is_none()
     }
 }
 
 impl Lazy<Assembler> {
+    /// The pending D-SACK block went out; frees the list if nothing else is held.
+    #[inline]
+    pub(crate) fn dsack_sent(&mut self) {
+        if let Some(a) = self.b.as_mut() {
+            a.dsack_sent();
+        }
+        self.release_at_rest();
+    }
     /// True if no out-of-order data is held.
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
