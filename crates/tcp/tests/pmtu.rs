@@ -103,13 +103,14 @@ fn lowered_path_mtu_is_raised_after_it_expires_and_lowered_again_if_still_too_bi
 }
 
 /// A raise whose large segments vanish without an ICMP (a black hole for that size): the
-/// first retransmission timeout goes back to the size that worked, not three.
+/// first retransmission timeout goes back to the size that worked, not three, and keeps cwnd.
 #[test]
 fn a_raise_lost_silently_is_taken_back_at_the_first_timeout() {
     let (mut f, sent) = lowered();
     f.now += Duration::from_secs(601);
     f.c.send(&[5u8; 2 * SEG]).unwrap();
     assert_eq!(lens(&f.poll()), vec![SEG, SEG]);
+    let cwnd = f.c.cwnd();
     let mut out = Vec::new();
     for _ in 0..100 {
         out = f.advance(Duration::from_millis(50));
@@ -122,6 +123,11 @@ fn a_raise_lost_silently_is_taken_back_at_the_first_timeout() {
     assert_eq!(f.ctr.get(Counter::TcpExtTCPPMTURaiseFailed), 1);
     assert_eq!(out[0].seq, SeqNum(BASE) + sent);
     assert_eq!(out[0].len, 960, "resent at the size the path carries");
+    assert_eq!(
+        f.c.cwnd(),
+        cwnd,
+        "a size the path cannot carry is not congestion"
+    );
 }
 
 /// `pmtu_expires: None` keeps a lowered estimate for good.

@@ -217,7 +217,7 @@ impl Connection {
     /// A retransmission timeout while a raise is unconfirmed: the larger segments vanish
     /// without an ICMP (a black hole for that size). Go back to the size that worked at once
     /// and try again at the next expiry. Returns true if it did.
-    fn pmtu_raise_timed_out(&mut self, now: Instant, c: &mut Counters) -> bool {
+    pub(crate) fn pmtu_raise_timed_out(&mut self, now: Instant, c: &mut Counters) -> bool {
         let floor = self.rec.rack.pmtu.floor as usize;
         if floor == 0 {
             return false;
@@ -255,9 +255,6 @@ impl Connection {
     /// (as Linux with `tcp_mtu_probing=1`) — unless the lost segment is no larger than the
     /// floor itself (then its size cannot be the problem). Returns true if it did.
     pub(crate) fn blackhole_check(&mut self, now: Instant, c: &mut Counters) -> bool {
-        if self.pmtu_raise_timed_out(now, c) {
-            return true;
-        }
         let floor = MIN_PMTU - HEADERS;
         if !self.cfg.mtu_probing
             || !self.state.is_synchronized()

@@ -441,7 +441,14 @@ impl Connection {
             self.error = Some(self.soft_error.unwrap_or(TcpError::TimedOut));
             return self.enter_closed();
         }
-        self.blackhole_check(now, c);
+        // A raised path MTU not yet confirmed, whose segments vanished without an ICMP
+        // error: the size was the problem, not congestion — like a lost RFC 4821 probe
+        // (§7.6.3), it does not collapse the congestion window. The data is resent at the
+        // size the path carried, with the timer backed off as for any timeout.
+        let raise_lost = self.pmtu_raise_timed_out(now, c);
+        if !raise_lost {
+            self.blackhole_check(now, c);
+        }
         c.inc(Counter::TcpExtTCPTimeouts);
         self.stats.timeouts += 1;
         if self.timers.retries == 1 && self.opt.ts && self.state.is_synchronized() {
@@ -452,7 +459,9 @@ impl Connection {
                 ts: self.opt.ts_now(now),
             }));
         }
-        self.rec.cc.on_rto(self.snd.flight());
+        if !raise_lost {
+            self.rec.cc.on_rto(self.snd.flight());
+        }
         self.snd.rtt.back_off();
         self.snd.rtt_probe = None;
         self.rec.in_recovery = false;
