@@ -86,28 +86,6 @@ fn no_dsack_without_sack() {
     assert_eq!(f.ctr.get(Counter::TcpExtTCPDSACKOldSent), 0);
 }
 
-/// RACK after one segment was sent and acknowledged after `rtt`: RACK.min_RTT = `rtt`.
-fn rack_warm(rtt: Duration) -> Fx {
-    rack_warm_rounds(rtt, 1)
-}
-
-/// RACK after `n` round trips of one segment each, acknowledged after `rtt` (SRTT
-/// approaches `rtt`; the handshake's instant round trip started it at 0).
-fn rack_warm_rounds(rtt: Duration, n: usize) -> Fx {
-    let mut f = sack_established_with(LossDetection::Rack);
-    for i in 1..=n {
-        f.c.send(&[9u8; SEG]).unwrap();
-        assert_eq!(f.poll().len(), 1);
-        f.now += rtt;
-        assert!(ack_sack(&mut f, i * SEG, &[]).is_empty());
-    }
-    f
-}
-
-fn seqs(out: &[Out]) -> Vec<(SeqNum, usize)> {
-    out.iter().map(|o| (o.seq, o.len)).collect()
-}
-
 const BASE: u32 = OUR_ISN + 1;
 
 /// RFC 3708 / RFC 8985 §6.2: a fast retransmit caused by reordering — the original arrives

@@ -6,16 +6,6 @@
 
 include!("fixture/mod.rs");
 
-/// RACK with one segment sent and acknowledged after `rtt`: RACK.min_RTT = `rtt`.
-fn rack_warm(rtt: Duration) -> Fx {
-    let mut f = sack_established_with(LossDetection::Rack);
-    f.c.send(&[9u8; SEG]).unwrap();
-    assert_eq!(f.poll().len(), 1);
-    f.now += rtt;
-    assert!(ack_sack(&mut f, SEG, &[]).is_empty());
-    f
-}
-
 /// RFC 8985 §7: the last segments of a flight are lost and no ACK comes back; a tail loss
 /// probe (the last segment again) fires before the RTO and the ACK it draws repairs the loss.
 #[test]
