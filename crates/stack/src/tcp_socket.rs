@@ -461,6 +461,15 @@ impl TcpSockets {
                 return;
             }
             if let Some(Sock::Conn(c)) = at_mut(&mut self.socks, i) {
+                if c.conn.state() == State::Closed {
+                    // RFC 9293 §3.10.7.1: "If the state is CLOSED (i.e., TCB does not exist)
+                    // [...] An incoming segment not containing a RST causes a RST to be sent
+                    // in response." The connection is over (reset, aborted, timed out) and
+                    // only its handle remains until the application releases it; the peer
+                    // must learn that, as from a port with no socket.
+                    self.counters.inc(Counter::TcpExtTCPNoSocket);
+                    return self.reset_for(now, iface, &tuple, seg);
+                }
                 c.conn.on_segment(now, seg, &mut self.counters);
             }
             self.after_input(i);

@@ -565,3 +565,63 @@ fn thousands_of_idle_connections_while_a_client_is_served() {
     assert!(idle.iter().all(|&h| n.a.tcp_conn(h).unwrap().is_open()));
     assert_eq!(n.b.counters().get(Counter::TcpExtListenDrops), 0);
 }
+
+/// RFC 9293 §3.10.7.1: a connection that is over (here aborted by A's application, which
+/// still holds its handle) answers a segment from the peer with a RST, as a port without a
+/// socket does — before, the segment was silently ignored while the handle lived, so a peer
+/// that missed our RST (or answered it with a challenge ACK) was never told.
+#[test]
+fn a_closed_connection_still_held_answers_with_rst() {
+    let mut n = net(NetConfig::default());
+    let (c, _s) = established(&mut n);
+    let t = n.a.tcp_conn(c).unwrap().tuple();
+    let (_, max) = n.a.tcp_conn(c).unwrap().send_seq();
+    let rcv = n.a.tcp_conn(c).unwrap().recv_next();
+    n.a.tcp_abort(c).unwrap();
+    let now = n.now;
+    n.a.dispatch(now);
+    n.a.tx().clear();
+    assert!(
+        n.a.tcp_conn(c).is_ok(),
+        "the application still holds the handle"
+    );
+    let rsts = n.a.counters().get(Counter::TcpOutRsts);
+    let no_sock = n.a.counters().get(Counter::TcpExtTCPNoSocket);
+    // The peer, unaware, acknowledges and sends more.
+    let f = tcp_frame(
+        B_IP,
+        A_IP,
+        &seg(
+            t.remote_port,
+            t.local_port,
+            rcv,
+            max,
+            Flags::ACK | Flags::PSH,
+        ),
+    );
+    n.a.receive(now, &f);
+    n.a.dispatch(now);
+    assert_eq!(n.a.counters().get(Counter::TcpOutRsts), rsts + 1);
+    assert_eq!(n.a.counters().get(Counter::TcpExtTCPNoSocket), no_sock + 1);
+    let sent: Vec<Vec<u8>> = n.a.tx().iter().map(|f| f.to_vec()).collect();
+    let rst = sent
+        .iter()
+        .filter_map(|f| {
+            let ip = flowstack_wire::ipv4::Packet::new_checked(&f[14..]).ok()?;
+            let tcp = flowstack_wire::tcp::Packet::new_checked(ip.payload()).ok()?;
+            tcp.flags().rst().then(|| tcp.seq())
+        })
+        .next()
+        .expect("a RST went out");
+    // §3.10.7.1: the RST takes its sequence number from the segment's ACK field.
+    assert_eq!(rst, max);
+    // A RST is never answered.
+    let f = tcp_frame(
+        B_IP,
+        A_IP,
+        &seg(t.remote_port, t.local_port, rcv, max, Flags::RST),
+    );
+    n.a.receive(now, &f);
+    n.a.dispatch(now);
+    assert_eq!(n.a.counters().get(Counter::TcpOutRsts), rsts + 1);
+}
