@@ -99,6 +99,14 @@ pub trait Device {
     /// dropped, e.g. a full queue, and counted by the device).
     fn send_batch(&mut self, now: Instant, batch: &TxBatch) -> usize;
 
+    /// [`send_batch`](Device::send_batch) for a caller that clears `batch` afterwards: a
+    /// device that passes frames on in memory (an in-process cable) may take their buffers
+    /// ([`TxBatch::take_frame`]) instead of copying them, as a NIC's DMA would take the
+    /// bytes without the CPU. The default copies, through `send_batch`.
+    fn send_batch_take(&mut self, now: Instant, batch: &mut TxBatch) -> usize {
+        self.send_batch(now, batch)
+    }
+
     /// When the device next has something to do on its own (a delayed frame becoming due).
     fn poll_at(&self) -> Option<Instant> {
         None
@@ -134,6 +142,9 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn send_batch(&mut self, now: Instant, batch: &TxBatch) -> usize {
         (**self).send_batch(now, batch)
+    }
+    fn send_batch_take(&mut self, now: Instant, batch: &mut TxBatch) -> usize {
+        (**self).send_batch_take(now, batch)
     }
     fn poll_at(&self) -> Option<Instant> {
         (**self).poll_at()

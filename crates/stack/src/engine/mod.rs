@@ -280,7 +280,7 @@ impl Engine {
         if sent > 0 {
             let accepted = {
                 let _p = enter(Layer::DevTx);
-                dev.send_batch(now, self.iface.tx())
+                dev.send_batch_take(now, self.iface.tx_mut())
             };
             self.iface
                 .counters_mut()
