@@ -107,6 +107,13 @@ pub struct Sample {
     /// for every flowstack method); the kernel: 0 (its receive work is not separated).
     #[serde(default)]
     pub receiver_cpu_s: f64,
+    /// CPU time of the whole transfer, both ends: flowstack, its one thread (sender and
+    /// receiver engines and applications, including system time in `pread`); the kernel, the
+    /// sender's and the receiver's threads (and the loopback work the kernel charges to them).
+    /// Unlike wall time it does not grow while the threads wait for a core, so ratios of it
+    /// hold on a loaded machine.
+    #[serde(default)]
+    pub total_cpu_s: f64,
 }
 
 /// Every transfer of one method and its medians.
@@ -123,6 +130,10 @@ pub struct MethodSummary {
     /// Median receiver seconds per GiB (flowstack only; see [`Sample::receiver_cpu_s`]).
     #[serde(default)]
     pub receiver_cpu_s_per_gib: f64,
+    /// Median GiB moved per CPU second of both ends ([`Sample::total_cpu_s`]): the
+    /// throughput with a core for each thread whenever it wants one.
+    #[serde(default)]
+    pub gib_per_cpu_s: f64,
     /// The runs.
     pub samples: Vec<Sample>,
 }
@@ -163,6 +174,13 @@ pub struct FileBenchReport {
     /// Median seconds `pread` alone takes per GiB from the page cache (into pooled 256 KiB
     /// buffers): the copy a mapped file would save.
     pub pread_s_per_gib: f64,
+    /// [`MethodSummary::gib_per_cpu_s`] of `send_file` (default mode) over the read/write
+    /// loop's: `speedup_over_read_write` measured in CPU time instead of wall time.
+    #[serde(default)]
+    pub cpu_speedup_over_read_write: Option<f64>,
+    /// The same over kernel `sendfile` (both ends' CPU).
+    #[serde(default)]
+    pub cpu_speedup: Option<f64>,
 }
 
 impl FileBenchReport {
@@ -280,6 +298,16 @@ fn run_on(
             let mut rates: Vec<f64> = samples.iter().map(|s| gib / s.secs).collect();
             let mut cpu: Vec<f64> = samples.iter().map(|s| s.sender_cpu_s / gib).collect();
             let mut rx: Vec<f64> = samples.iter().map(|s| s.receiver_cpu_s / gib).collect();
+            let mut per_cpu: Vec<f64> = samples
+                .iter()
+                .map(|s| {
+                    if s.total_cpu_s > 0.0 {
+                        gib / s.total_cpu_s
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
             let lo = rates.iter().copied().fold(f64::INFINITY, f64::min);
             let hi = rates.iter().copied().fold(0.0, f64::max);
             MethodSummary {
@@ -288,6 +316,7 @@ fn run_on(
                 gib_per_s_range: (lo, hi),
                 sender_cpu_s_per_gib: median(&mut cpu),
                 receiver_cpu_s_per_gib: median(&mut rx),
+                gib_per_cpu_s: median(&mut per_cpu),
                 samples,
             }
         })
@@ -298,6 +327,13 @@ fn run_on(
         _ => None,
     };
     let speedup = ratio(Method::FlowstackSendFile, Method::KernelSendfile);
+    let cpu_ratio_of = |a: Method, b: Method| match (get(a), get(b)) {
+        (Some(x), Some(y)) if y.gib_per_cpu_s > 0.0 => Some(x.gib_per_cpu_s / y.gib_per_cpu_s),
+        _ => None,
+    };
+    let cpu_speedup_over_read_write =
+        cpu_ratio_of(Method::FlowstackSendFile, Method::FlowstackReadWrite);
+    let cpu_speedup = cpu_ratio_of(Method::FlowstackSendFile, Method::KernelSendfile);
     let speedup_over_read_write = ratio(Method::FlowstackSendFile, Method::FlowstackReadWrite);
     let map_mode_speedup = ratio(Method::FlowstackSendFileMap, Method::KernelSendfile);
     let map_mode_speedup_over_read_write =
@@ -333,6 +369,8 @@ fn run_on(
         map_over_read_cpu,
         cpu_ratio_vs_kernel_sendfile: cpu_ratio,
         pread_s_per_gib: median(&mut pread),
+        cpu_speedup_over_read_write,
+        cpu_speedup,
     })
 }
 
@@ -505,6 +543,7 @@ fn flowstack_run(file: &File, size: u64, mode: Option<FileSendMode>) -> Result<S
     };
     let (mut got, mut sender_ns, mut receiver_ns) = (0u64, 0u128, 0u128);
     let t0 = Instant::now();
+    let cpu0 = flowstack_sys::file::thread_cpu_ns();
     while got < size {
         let now = clock.now();
         let s0 = Instant::now();
@@ -518,10 +557,12 @@ fn flowstack_run(file: &File, size: u64, mode: Option<FileSendMode>) -> Result<S
         }
     }
     let secs = t0.elapsed().as_secs_f64();
+    let cpu = flowstack_sys::file::thread_cpu_ns() - cpu0;
     Ok(Sample {
         secs,
         sender_cpu_s: sender_ns as f64 / 1e9,
         receiver_cpu_s: receiver_ns as f64 / 1e9,
+        total_cpu_s: cpu as f64 / 1e9,
     })
 }
 
@@ -566,14 +607,22 @@ fn receiver_turn(
 fn kernel_run(file: &File, size: u64, sendfile: bool) -> Result<Sample, String> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     let addr = l.local_addr().map_err(|e| e.to_string())?;
-    let rx = std::thread::spawn(move || -> std::io::Result<u64> {
+    let rx = std::thread::spawn(move || -> std::io::Result<(u64, u64)> {
         let (mut s, _) = l.accept()?;
         let mut buf = AlignedBuf::new(BUF);
         let mut got = 0u64;
+        // From the first byte: the accept's wait is not part of the transfer.
+        let mut cpu0 = None;
         loop {
             match s.read(buf.get_mut())? {
-                0 => return Ok(got),
-                n => got += n as u64,
+                0 => {
+                    let cpu0 = cpu0.unwrap_or_else(flowstack_sys::file::thread_cpu_ns);
+                    return Ok((got, flowstack_sys::file::thread_cpu_ns() - cpu0));
+                }
+                n => {
+                    cpu0.get_or_insert_with(flowstack_sys::file::thread_cpu_ns);
+                    got += n as u64;
+                }
             }
         }
     });
@@ -601,7 +650,7 @@ fn kernel_run(file: &File, size: u64, sendfile: bool) -> Result<Sample, String> 
     let cpu = flowstack_sys::file::thread_cpu_ns() - cpu0;
     s.shutdown(std::net::Shutdown::Write)
         .map_err(|e| e.to_string())?;
-    let got = rx
+    let (got, rx_cpu) = rx
         .join()
         .map_err(|_| "kernel receiver panicked".to_string())?
         .map_err(|e| e.to_string())?;
@@ -613,6 +662,7 @@ fn kernel_run(file: &File, size: u64, sendfile: bool) -> Result<Sample, String> 
         secs,
         sender_cpu_s: cpu as f64 / 1e9,
         receiver_cpu_s: 0.0,
+        total_cpu_s: (cpu + rx_cpu) as f64 / 1e9,
     })
 }
 
@@ -633,6 +683,13 @@ mod tests {
         assert_eq!(seen.len(), 5);
         assert_eq!(r.methods.len(), 5);
         assert!(r.speedup.is_some() && r.speedup_over_read_write.is_some());
+        assert!(r.cpu_speedup.is_some() && r.cpu_speedup_over_read_write.is_some());
+        assert!(r.methods.iter().all(|m| m.gib_per_cpu_s > 0.0));
+        assert!(r
+            .methods
+            .iter()
+            .filter(|m| !matches!(m.method, Method::KernelSendfile | Method::KernelReadWrite))
+            .all(|m| m.receiver_cpu_s_per_gib > 0.0));
         assert!(r.map_mode_speedup.is_some() && r.map_over_read.is_some());
         assert!(r
             .methods
