@@ -35,11 +35,12 @@ fn main() {
     };
     match once(std::path::Path::new(&args[3]), n * mul, method) {
         Ok(s) => println!(
-            "{}: {:.3} s, {:.2} GiB/s, sender {:.3} s",
+            "{}: {:.3} s, {:.2} GiB/s, sender {:.3} s, cpu {:.3} s",
             method.name(),
             s.secs,
             (n * mul) as f64 / (1u64 << 30) as f64 / s.secs,
-            s.sender_cpu_s
+            s.sender_cpu_s,
+            s.total_cpu_s
         ),
         Err(e) => {
             eprintln!("{e}");

@@ -408,10 +408,11 @@ fn make_file(path: &std::path::Path, size: u64) -> std::io::Result<()> {
 }
 
 /// An application buffer of `len` bytes starting on a page. Every loop here reads into one:
-/// the kernel's copy out of the page cache runs at less than half speed into a destination
-/// 16 bytes past a 32-byte boundary (measured on the bench VM), which is where a `Vec` of this
-/// size may land depending on the heap's history — the same alignment for every method and
-/// every run (`send_file`'s chunks are page-aligned too).
+/// the kernel's copy out of the page cache runs at half speed into a destination 16 bytes
+/// past a 64-byte boundary (measured on the bench VM; see `CHUNK_ALIGN` in the engine's
+/// `file.rs`), which is where a `Vec` of this size may land depending on the heap's history.
+/// The same alignment for every method and every run (`send_file`'s chunks are page-aligned
+/// too).
 struct AlignedBuf {
     mem: Vec<u8>,
     start: usize,

@@ -54,11 +54,13 @@ const POOL_KEEP: usize = 32;
 const POOL_PROBES: usize = 4;
 
 /// Where a chunk starts within its allocation: a page boundary. The kernel's copy out of the
-/// page cache (`pread`) is sensitive to the destination's alignment — on the 2-vCPU AMD EPYC
-/// VM `bench file` runs on, a destination 16 bytes past a 32-byte boundary took 0.13–0.16 s
-/// per GiB against 0.055–0.06 s page-aligned — and where the allocator puts a buffer depends
-/// on the heap's history (glibc hands out 16-byte-aligned blocks). Aligning costs one page
-/// per chunk.
+/// page cache (`pread`) is sensitive to the destination's alignment: on the 2-vCPU AMD EPYC
+/// VM `bench file` runs on, 512 KiB preads into a destination 16 bytes past a 64-byte
+/// boundary ran at half speed (0.51 against 0.24–0.27 s/GiB at 0, 32 and 48 bytes past it,
+/// same run, load 9.5; 0.14 against 0.056 quiet). Where the allocator puts a buffer depends
+/// on the heap's history: `Arc<[u8]>` chunks as allocated before landed at 32, 0, 48 and
+/// then 16 bytes past a cache line (glibc's mmap threshold rises once a large block is
+/// freed, and later chunks come from the heap). Aligning costs one page per chunk.
 pub(crate) const CHUNK_ALIGN: usize = 4096;
 
 /// One pooled chunk: [`FILE_CHUNK`] bytes starting at a [`CHUNK_ALIGN`] boundary inside a
