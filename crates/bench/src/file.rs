@@ -15,7 +15,8 @@
 //! the sender's CPU is its thread CPU clock (which includes whatever loopback receive work the
 //! kernel runs in its context). Receivers discard the bytes (flowstack borrows and consumes
 //! them; the kernel reads them). Variants alternate within each round; the report gives
-//! medians and the range.
+//! medians and the range, and the CPU time of both ends (thread CPU clocks), whose ratios do
+//! not move when a loaded machine preempts the run.
 //!
 //! Also measured: what `pread` alone costs per GiB from the warm page cache — the copy the
 //! mapped mode saves (it pays for mapping and populating windows instead).
