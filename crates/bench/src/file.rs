@@ -15,7 +15,8 @@
 //! the sender's CPU is its thread CPU clock (which includes whatever loopback receive work the
 //! kernel runs in its context). Receivers discard the bytes (flowstack borrows and consumes
 //! them; the kernel reads them). Variants alternate within each round; the report gives
-//! medians and the range.
+//! medians and the range, and the CPU time of both ends (thread CPU clocks), whose ratios do
+//! not move when a loaded machine preempts the run.
 //!
 //! Also measured: what `pread` alone costs per GiB from the warm page cache — the copy the
 //! mapped mode saves (it pays for mapping and populating windows instead).
@@ -23,7 +24,7 @@
 use crate::flowstack::{engine, pipe_caps, CLIENT_IP, SERVER_IP};
 use crate::spec::RunOpts;
 use flowstack_api::{FileError, SocketError};
-use flowstack_link::pipe::pipe;
+use flowstack_link::pipe::{pipe, PipeEnd};
 use flowstack_runtime::Clock;
 use flowstack_stack::{Engine, FileSendMode, TcpHandle};
 use serde::{Deserialize, Serialize};
@@ -103,6 +104,17 @@ pub struct Sample {
     pub secs: f64,
     /// The sender's CPU time.
     pub sender_cpu_s: f64,
+    /// flowstack: the time spent in the receiver's engine and application (the same receiver
+    /// for every flowstack method); the kernel: 0 (its receive work is not separated).
+    #[serde(default)]
+    pub receiver_cpu_s: f64,
+    /// CPU time of the whole transfer, both ends: flowstack, its one thread (sender and
+    /// receiver engines and applications, including system time in `pread`); the kernel, the
+    /// sender's and the receiver's threads (and the loopback work the kernel charges to them).
+    /// Unlike wall time it does not grow while the threads wait for a core, so ratios of it
+    /// hold on a loaded machine.
+    #[serde(default)]
+    pub total_cpu_s: f64,
 }
 
 /// Every transfer of one method and its medians.
@@ -116,6 +128,13 @@ pub struct MethodSummary {
     pub gib_per_s_range: (f64, f64),
     /// Median sender CPU seconds per GiB sent.
     pub sender_cpu_s_per_gib: f64,
+    /// Median receiver seconds per GiB (flowstack only; see [`Sample::receiver_cpu_s`]).
+    #[serde(default)]
+    pub receiver_cpu_s_per_gib: f64,
+    /// Median GiB moved per CPU second of both ends ([`Sample::total_cpu_s`]): the
+    /// throughput with a core for each thread whenever it wants one.
+    #[serde(default)]
+    pub gib_per_cpu_s: f64,
     /// The runs.
     pub samples: Vec<Sample>,
 }
@@ -156,6 +175,13 @@ pub struct FileBenchReport {
     /// Median seconds `pread` alone takes per GiB from the page cache (into pooled 256 KiB
     /// buffers): the copy a mapped file would save.
     pub pread_s_per_gib: f64,
+    /// [`MethodSummary::gib_per_cpu_s`] of `send_file` (default mode) over the read/write
+    /// loop's: `speedup_over_read_write` measured in CPU time instead of wall time.
+    #[serde(default)]
+    pub cpu_speedup_over_read_write: Option<f64>,
+    /// The same over kernel `sendfile` (both ends' CPU).
+    #[serde(default)]
+    pub cpu_speedup: Option<f64>,
 }
 
 impl FileBenchReport {
@@ -272,6 +298,17 @@ fn run_on(
         .map(|(&method, samples)| {
             let mut rates: Vec<f64> = samples.iter().map(|s| gib / s.secs).collect();
             let mut cpu: Vec<f64> = samples.iter().map(|s| s.sender_cpu_s / gib).collect();
+            let mut rx: Vec<f64> = samples.iter().map(|s| s.receiver_cpu_s / gib).collect();
+            let mut per_cpu: Vec<f64> = samples
+                .iter()
+                .map(|s| {
+                    if s.total_cpu_s > 0.0 {
+                        gib / s.total_cpu_s
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
             let lo = rates.iter().copied().fold(f64::INFINITY, f64::min);
             let hi = rates.iter().copied().fold(0.0, f64::max);
             MethodSummary {
@@ -279,6 +316,8 @@ fn run_on(
                 gib_per_s: median(&mut rates),
                 gib_per_s_range: (lo, hi),
                 sender_cpu_s_per_gib: median(&mut cpu),
+                receiver_cpu_s_per_gib: median(&mut rx),
+                gib_per_cpu_s: median(&mut per_cpu),
                 samples,
             }
         })
@@ -289,6 +328,13 @@ fn run_on(
         _ => None,
     };
     let speedup = ratio(Method::FlowstackSendFile, Method::KernelSendfile);
+    let cpu_ratio_of = |a: Method, b: Method| match (get(a), get(b)) {
+        (Some(x), Some(y)) if y.gib_per_cpu_s > 0.0 => Some(x.gib_per_cpu_s / y.gib_per_cpu_s),
+        _ => None,
+    };
+    let cpu_speedup_over_read_write =
+        cpu_ratio_of(Method::FlowstackSendFile, Method::FlowstackReadWrite);
+    let cpu_speedup = cpu_ratio_of(Method::FlowstackSendFile, Method::KernelSendfile);
     let speedup_over_read_write = ratio(Method::FlowstackSendFile, Method::FlowstackReadWrite);
     let map_mode_speedup = ratio(Method::FlowstackSendFileMap, Method::KernelSendfile);
     let map_mode_speedup_over_read_write =
@@ -324,7 +370,26 @@ fn run_on(
         map_over_read_cpu,
         cpu_ratio_vs_kernel_sendfile: cpu_ratio,
         pread_s_per_gib: median(&mut pread),
+        cpu_speedup_over_read_write,
+        cpu_speedup,
     })
+}
+
+/// One transfer of `size` bytes of the file at `path` by `method`, after a warming read:
+/// what `examples/file_once.rs` runs under an instruction profiler.
+pub fn once(path: &std::path::Path, size: u64, method: Method) -> Result<Sample, String> {
+    if !path.exists() {
+        make_file(path, size).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    pread_all(&file, size)?;
+    match method {
+        Method::FlowstackSendFile => flowstack_run(&file, size, Some(FileSendMode::Read)),
+        Method::FlowstackSendFileMap => flowstack_run(&file, size, Some(FileSendMode::Map)),
+        Method::FlowstackReadWrite => flowstack_run(&file, size, None),
+        Method::KernelSendfile => kernel_run(&file, size, true),
+        Method::KernelReadWrite => kernel_run(&file, size, false),
+    }
 }
 
 /// Writes `size` bytes of a cheap position-dependent pattern.
@@ -343,9 +408,40 @@ fn make_file(path: &std::path::Path, size: u64) -> std::io::Result<()> {
     f.flush()
 }
 
+/// An application buffer of `len` bytes starting on a page. Every loop here reads into one:
+/// the kernel's copy out of the page cache runs at half speed into a destination 16 bytes
+/// past a 64-byte boundary (measured on the bench VM; see `CHUNK_ALIGN` in the engine's
+/// `file.rs`), which is where a `Vec` of this size may land depending on the heap's history.
+/// The same alignment for every method and every run (`send_file`'s chunks are page-aligned
+/// too).
+struct AlignedBuf {
+    mem: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl AlignedBuf {
+    const ALIGN: usize = 4096;
+
+    fn new(len: usize) -> Self {
+        let mem = vec![0u8; len + Self::ALIGN];
+        let start = (Self::ALIGN - mem.as_ptr() as usize % Self::ALIGN) % Self::ALIGN;
+        AlignedBuf { mem, start, len }
+    }
+
+    fn get(&self) -> &[u8] {
+        &self.mem[self.start..self.start + self.len]
+    }
+
+    fn get_mut(&mut self) -> &mut [u8] {
+        &mut self.mem[self.start..self.start + self.len]
+    }
+}
+
 /// Reads the first `size` bytes with `pread` into one 256 KiB buffer; seconds taken.
 fn pread_all(file: &File, size: u64) -> Result<f64, String> {
-    let mut buf = vec![0u8; BUF];
+    let mut buf = AlignedBuf::new(BUF);
+    let buf = buf.get_mut();
     let t = Instant::now();
     let mut off = 0u64;
     while off < size {
@@ -364,7 +460,7 @@ fn pread_all(file: &File, size: u64) -> Result<f64, String> {
 struct Sender {
     send_file: Option<FileSendMode>,
     queued: u64,
-    buf: Vec<u8>,
+    buf: AlignedBuf,
     /// `buf[pos..filled]` is read and not yet sent.
     pos: usize,
     filled: usize,
@@ -389,16 +485,16 @@ impl Sender {
                 if at >= size {
                     return Ok(());
                 }
-                let want = (size - at).min(self.buf.len() as u64) as usize;
+                let want = (size - at).min(BUF as u64) as usize;
                 let n = file
-                    .read_at(&mut self.buf[..want], at)
+                    .read_at(&mut self.buf.get_mut()[..want], at)
                     .map_err(|e| e.to_string())?;
                 if n == 0 {
                     return Err("the file shrank".into());
                 }
                 (self.pos, self.filled) = (0, n);
             }
-            match e.tcp_send(c, &self.buf[self.pos..self.filled]) {
+            match e.tcp_send(c, &self.buf.get()[self.pos..self.filled]) {
                 Ok(n) => {
                     self.pos += n;
                     self.queued += n as u64;
@@ -443,48 +539,92 @@ fn flowstack_run(file: &File, size: u64, mode: Option<FileSendMode>) -> Result<S
     let mut sender = Sender {
         send_file: mode,
         queued: 0,
-        buf: vec![0; BUF],
+        buf: AlignedBuf::new(BUF),
         pos: 0,
         filled: 0,
     };
-    let (mut got, mut sender_ns) = (0u64, 0u128);
+    let (mut got, mut sender_ns, mut receiver_ns) = (0u64, 0u128, 0u128);
     let t0 = Instant::now();
+    let cpu0 = flowstack_sys::file::thread_cpu_ns();
     while got < size {
         let now = clock.now();
         let s0 = Instant::now();
-        ea.poll(now, &mut da);
-        sender.step(&mut ea, c, file, size)?;
-        ea.dispatch(now);
-        sender_ns += s0.elapsed().as_nanos();
-        eb.poll(now, &mut db);
-        let (a, b) = eb.tcp_peek(s, usize::MAX).map_err(|e| e.to_string())?;
-        let n = a.len() + b.len();
-        std::hint::black_box((a, b));
-        eb.tcp_consume(s, n).map_err(|e| e.to_string())?;
-        got += n as u64;
+        sender_turn(&mut ea, &mut da, &mut sender, c, file, size, now)?;
+        let s1 = Instant::now();
+        got += receiver_turn(&mut eb, &mut db, s, now)? as u64;
+        sender_ns += (s1 - s0).as_nanos();
+        receiver_ns += s1.elapsed().as_nanos();
         if t0.elapsed() > LIMIT {
             return Err("flowstack transfer timed out".into());
         }
     }
     let secs = t0.elapsed().as_secs_f64();
+    let cpu = flowstack_sys::file::thread_cpu_ns() - cpu0;
     Ok(Sample {
         secs,
         sender_cpu_s: sender_ns as f64 / 1e9,
+        receiver_cpu_s: receiver_ns as f64 / 1e9,
+        total_cpu_s: cpu as f64 / 1e9,
     })
+}
+
+/// The sender's share of one turn: its engine's input and output, and its application.
+/// Not inlined, so an instruction profile (`callgrind`) tells the sender's cost from the
+/// receiver's.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn sender_turn(
+    ea: &mut Engine,
+    da: &mut PipeEnd,
+    sender: &mut Sender,
+    c: TcpHandle,
+    file: &File,
+    size: u64,
+    now: flowstack_wire::Instant,
+) -> Result<(), String> {
+    ea.poll(now, da);
+    sender.step(ea, c, file, size)?;
+    ea.dispatch(now);
+    Ok(())
+}
+
+/// The receiver's share of one turn: its engine, then every readable byte borrowed where it
+/// lies and consumed (discarded, the same for every flowstack method). Bytes consumed.
+#[inline(never)]
+fn receiver_turn(
+    eb: &mut Engine,
+    db: &mut PipeEnd,
+    s: TcpHandle,
+    now: flowstack_wire::Instant,
+) -> Result<usize, String> {
+    eb.poll(now, db);
+    let (a, b) = eb.tcp_peek(s, usize::MAX).map_err(|e| e.to_string())?;
+    let n = a.len() + b.len();
+    std::hint::black_box((a, b));
+    eb.tcp_consume(s, n).map_err(|e| e.to_string())?;
+    Ok(n)
 }
 
 /// The kernel over loopback: receiver thread, sender on this thread.
 fn kernel_run(file: &File, size: u64, sendfile: bool) -> Result<Sample, String> {
     let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     let addr = l.local_addr().map_err(|e| e.to_string())?;
-    let rx = std::thread::spawn(move || -> std::io::Result<u64> {
+    let rx = std::thread::spawn(move || -> std::io::Result<(u64, u64)> {
         let (mut s, _) = l.accept()?;
-        let mut buf = vec![0u8; BUF];
+        let mut buf = AlignedBuf::new(BUF);
         let mut got = 0u64;
+        // From the first byte: the accept's wait is not part of the transfer.
+        let mut cpu0 = None;
         loop {
-            match s.read(&mut buf)? {
-                0 => return Ok(got),
-                n => got += n as u64,
+            match s.read(buf.get_mut())? {
+                0 => {
+                    let cpu0 = cpu0.unwrap_or_else(flowstack_sys::file::thread_cpu_ns);
+                    return Ok((got, flowstack_sys::file::thread_cpu_ns() - cpu0));
+                }
+                n => {
+                    cpu0.get_or_insert_with(flowstack_sys::file::thread_cpu_ns);
+                    got += n as u64;
+                }
             }
         }
     });
@@ -492,7 +632,8 @@ fn kernel_run(file: &File, size: u64, sendfile: bool) -> Result<Sample, String> 
     let t0 = Instant::now();
     let cpu0 = flowstack_sys::file::thread_cpu_ns();
     let mut off = 0u64;
-    let mut buf = vec![0u8; BUF];
+    let mut buf = AlignedBuf::new(BUF);
+    let buf = buf.get_mut();
     while off < size {
         let want = (size - off).min(1 << 30) as usize;
         let n = if sendfile {
@@ -511,7 +652,7 @@ fn kernel_run(file: &File, size: u64, sendfile: bool) -> Result<Sample, String> 
     let cpu = flowstack_sys::file::thread_cpu_ns() - cpu0;
     s.shutdown(std::net::Shutdown::Write)
         .map_err(|e| e.to_string())?;
-    let got = rx
+    let (got, rx_cpu) = rx
         .join()
         .map_err(|_| "kernel receiver panicked".to_string())?
         .map_err(|e| e.to_string())?;
@@ -522,6 +663,8 @@ fn kernel_run(file: &File, size: u64, sendfile: bool) -> Result<Sample, String> 
     Ok(Sample {
         secs,
         sender_cpu_s: cpu as f64 / 1e9,
+        receiver_cpu_s: 0.0,
+        total_cpu_s: (cpu + rx_cpu) as f64 / 1e9,
     })
 }
 
@@ -542,6 +685,13 @@ mod tests {
         assert_eq!(seen.len(), 5);
         assert_eq!(r.methods.len(), 5);
         assert!(r.speedup.is_some() && r.speedup_over_read_write.is_some());
+        assert!(r.cpu_speedup.is_some() && r.cpu_speedup_over_read_write.is_some());
+        assert!(r.methods.iter().all(|m| m.gib_per_cpu_s > 0.0));
+        assert!(r
+            .methods
+            .iter()
+            .filter(|m| !matches!(m.method, Method::KernelSendfile | Method::KernelReadWrite))
+            .all(|m| m.receiver_cpu_s_per_gib > 0.0));
         assert!(r.map_mode_speedup.is_some() && r.map_over_read.is_some());
         assert!(r
             .methods

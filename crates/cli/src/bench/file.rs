@@ -43,12 +43,13 @@ pub fn run(a: &BenchArgs) -> ExitCode {
     let gib = spec.size as f64 / (1u64 << 30) as f64;
     let r = flowstack_bench::file::run(&spec, &mut |m: Method, round, s: &Sample| {
         println!(
-            "[{:<26}] round {}: {:>7.3} s  {:>6.2} GiB/s  sender CPU {:.3} s/GiB",
+            "[{:<26}] round {}: {:>7.3} s  {:>6.2} GiB/s  sender CPU {:.3} s/GiB  receiver {:.3} s/GiB",
             m.name(),
             round + 1,
             s.secs,
             gib / s.secs,
-            s.sender_cpu_s / gib
+            s.sender_cpu_s / gib,
+            s.receiver_cpu_s / gib
         );
     });
     let r = match r {
@@ -71,16 +72,27 @@ pub fn run(a: &BenchArgs) -> ExitCode {
 fn summary(r: &FileBenchReport) {
     println!();
     println!(
-        "{:<27} {:>14} {:>17} {:>18}",
-        "method", "GiB/s (median)", "[min - max]", "sender CPU s/GiB"
+        "{:<27} {:>14} {:>17} {:>18} {:>16} {:>14}",
+        "method",
+        "GiB/s (median)",
+        "[min - max]",
+        "sender CPU s/GiB",
+        "receiver s/GiB",
+        "GiB per CPU s"
     );
     for m in &r.methods {
         println!(
-            "{:<27} {:>14.2} {:>17} {:>18.3}",
+            "{:<27} {:>14.2} {:>17} {:>18.3} {:>16} {:>14.2}",
             m.method.name(),
             m.gib_per_s,
             format!("[{:.2} - {:.2}]", m.gib_per_s_range.0, m.gib_per_s_range.1),
-            m.sender_cpu_s_per_gib
+            m.sender_cpu_s_per_gib,
+            if m.receiver_cpu_s_per_gib > 0.0 {
+                format!("{:.3}", m.receiver_cpu_s_per_gib)
+            } else {
+                "-".to_string()
+            },
+            m.gib_per_cpu_s
         );
     }
     if let Some(x) = r.speedup {
@@ -88,6 +100,11 @@ fn summary(r: &FileBenchReport) {
     }
     if let Some(x) = r.speedup_over_read_write {
         println!("flowstack send_file (read) / flowstack read/write = {x:.2}x");
+    }
+    if let (Some(x), Some(y)) = (r.cpu_speedup_over_read_write, r.cpu_speedup) {
+        println!(
+            "in CPU time (both ends; load-independent): send_file (read) / read/write = {x:.2}x, / kernel sendfile = {y:.2}x"
+        );
     }
     if let Some(x) = r.map_mode_speedup {
         println!("flowstack send_file (map) / kernel sendfile = {x:.2}x");
