@@ -107,6 +107,9 @@ struct Sock {
     error: Option<SocketError>,
     /// Accepted connections not yet handed to the application (listeners).
     accepted: VecDeque<u32>,
+    /// Events that may have made it readable / writable, counted (edge-triggered waits).
+    rgen: u32,
+    wgen: u32,
 }
 
 /// A registered application: its rings, its data areas and its sockets.
@@ -144,6 +147,9 @@ pub struct Client {
     sleeps: u64,
     zc_tokens: HashMap<u32, VecDeque<u64>>,
     next_token: u64,
+    /// Passes of [`Client::pump`] that took at least one event (a waiter that saw the same
+    /// value before announcing sleep missed nothing, see `posix::fast`).
+    gen: u64,
 }
 
 impl std::fmt::Debug for Client {
@@ -253,6 +259,7 @@ impl Client {
             dead: false,
             zc_tokens: HashMap::new(),
             next_token: 1,
+            gen: 0,
         })
     }
 
@@ -362,6 +369,9 @@ impl Client {
             self.dead = true;
         }
         let n = evs.len();
+        if n > 0 {
+            self.gen += 1;
+        }
         for e in evs {
             self.on_event(e);
         }
@@ -389,6 +399,8 @@ impl Client {
                     // An async call failed: reported by the next call on that socket.
                     if let Some(s) = self.socks.get_mut(&e.handle) {
                         s.error = Some(err);
+                        s.rgen = s.rgen.wrapping_add(1);
+                        s.wgen = s.wgen.wrapping_add(1);
                     }
                 }
             }
@@ -398,6 +410,7 @@ impl Client {
                     return;
                 };
                 if let Some(s) = self.socks.get_mut(&e.handle) {
+                    s.rgen = s.rgen.wrapping_add(1);
                     let start = s.rx.len();
                     s.rx.resize(start + len, 0);
                     let (a, b) = s.rx.as_mut_slices();
@@ -422,14 +435,25 @@ impl Client {
             }
             EventKind::Writable => {
                 if let Some(s) = self.socks.get_mut(&e.handle) {
+                    // An edge only when it becomes writable (as the kernel's write-space
+                    // wake-up after a full buffer), not for every returned credit.
+                    if !s.open || s.unflushed >= flowstack_api::region::SOCK_SNDBUF {
+                        s.wgen = s.wgen.wrapping_add(1);
+                    }
                     s.open = true;
                     s.unflushed = s.unflushed.saturating_sub(e.len);
                 }
             }
-            EventKind::Readable => {}
+            EventKind::Readable => {
+                if let Some(s) = self.socks.get_mut(&e.handle) {
+                    s.rgen = s.rgen.wrapping_add(1);
+                }
+            }
             EventKind::Closed => {
                 if let Some(s) = self.socks.get_mut(&e.handle) {
                     s.eof = true;
+                    s.rgen = s.rgen.wrapping_add(1);
+                    s.wgen = s.wgen.wrapping_add(1);
                     if e.result < 0 {
                         s.error = Some(e.outcome().err().unwrap_or(SocketError::ConnectionReset));
                     }
@@ -445,6 +469,7 @@ impl Client {
         });
         if let Some(l) = self.socks.get_mut(&listener) {
             l.accepted.push_back(h);
+            l.rgen = l.rgen.wrapping_add(1);
         }
     }
 

@@ -47,7 +47,9 @@ use std::path::{Path as FsPath, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
+mod fast;
 mod file;
+pub use fast::{FastReady, SleepTicket};
 pub use file::MAX_SENDFILE;
 
 /// A kernel errno value.
@@ -211,6 +213,8 @@ struct PSock {
     opts: HashMap<Opt, i64>,
     /// The file attached in the daemon for `sendfile` (its device and inode), if any.
     file: Option<(u64, u64)>,
+    /// No tokens for it (`Command::SetNotify`): readiness from this process's view only.
+    quiet: bool,
 }
 
 struct Inner {
@@ -220,6 +224,8 @@ struct Inner {
     next: u32,
     /// Inodes known not to be placeholders of this daemon.
     not_ours: HashSet<(u64, u64)>,
+    /// This process's end of its wake-up pair (the daemon has the other), see `fast`.
+    wake: Option<OwnedFd>,
 }
 
 /// The process-wide POSIX layer (`Send + Sync`; one mutex inside, never held while a call
@@ -269,6 +275,7 @@ impl Posix {
                 socks: HashMap::new(),
                 next: POSIX_BASE,
                 not_ours: HashSet::new(),
+                wake: None,
             }),
         })
     }
@@ -839,6 +846,7 @@ impl PSock {
             shut_rd: false,
             opts: HashMap::new(),
             file: None,
+            quiet: false,
         }
     }
 }
@@ -869,6 +877,7 @@ fn forked(g: &mut Inner, pid: u32) {
     // only unmaps and closes this process's descriptors.
     g.client = None;
     g.socks.clear();
+    g.wake = None;
     g.pid = pid;
 }
 
@@ -932,7 +941,11 @@ fn connect_state(g: &mut Inner, id: SockId) -> Result<Option<Result<(), Errno>>,
 
 /// The socket's view here is unreadable: read the tokens back and tell the daemon.
 fn clear_tokens(g: &mut Inner, id: SockId) -> Result<(), Errno> {
-    let taken = placeholder::take_tokens(g.sock(id)?.a.as_fd());
+    let ps = g.sock(id)?;
+    if ps.quiet {
+        return Ok(()); // no tokens to take (stale ones cost a spurious wake-up at most)
+    }
+    let taken = placeholder::take_tokens(ps.a.as_fd());
     match taken {
         Ok(Tokens::Read(0)) => Ok(()), // none outstanding: nothing to tell
         Ok(Tokens::Read(_)) => {

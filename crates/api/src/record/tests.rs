@@ -280,10 +280,12 @@ fn spans_are_checked_against_the_area() {
 
 #[test]
 fn file_sends_are_versioned_and_their_ranges_checked() {
-    assert!(
-        VERSION >= 3,
-        "AttachOp::File and FileRelease came with version 3"
-    );
+    const {
+        assert!(
+            VERSION >= 3,
+            "AttachOp::File and FileRelease came with version 3"
+        )
+    };
     assert_eq!(
         AttachOp::from_code(AttachOp::File.code()),
         Some(AttachOp::File)

@@ -9,6 +9,9 @@ use super::*;
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn fork() -> pid_t {
     let pid = real::fork();
+    if pid == 0 {
+        crate::epoll::after_fork();
+    }
     if pid == 0 && state::get().is_some_and(|s| s.connected().is_some()) {
         state::mark_forked();
     }

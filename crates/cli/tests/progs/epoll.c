@@ -1,0 +1,234 @@
+/* The shim's epoll fast path (crates/preload/src/epoll.rs), under `flowstack run`.
+ *
+ * usage: epoll PORT            semantics; prints "ok" and exits 0, else "FAIL ..." and 1
+ *        epoll PORT killwait   connects, prints "waiting", sleeps in epoll_wait(-1) until
+ *                              the daemon is killed; prints "woke EVENTS" (the socket must
+ *                              report EPOLLERR|EPOLLHUP)
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static int step;
+#define CHECK(c, ...)                                                                  \
+    do {                                                                               \
+        step++;                                                                        \
+        if (!(c)) {                                                                    \
+            printf("FAIL step %d line %d: ", step, __LINE__);                          \
+            printf(__VA_ARGS__);                                                       \
+            printf(" (errno %d)\n", errno);                                            \
+            exit(1);                                                                   \
+        }                                                                              \
+    } while (0)
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+/* A connected pair through flowstack: *c is the client side, *s the accepted one. */
+static void pair(int port, int *c, int *s) {
+    static int l = -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (l < 0) {
+        l = socket(AF_INET, SOCK_STREAM, 0);
+        int one = 1;
+        setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        CHECK(bind(l, (struct sockaddr *)&a, sizeof a) == 0, "bind");
+        CHECK(listen(l, 16) == 0, "listen");
+    }
+    *c = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(connect(*c, (struct sockaddr *)&a, sizeof a) == 0, "connect");
+    *s = accept(l, NULL, NULL);
+    CHECK(*s >= 0, "accept");
+    fcntl(*s, F_SETFL, O_NONBLOCK);
+}
+
+static int wait1(int ep, struct epoll_event *ev, int ms) {
+    int n;
+    do
+        n = epoll_wait(ep, ev, 8, ms);
+    while (n < 0 && errno == EINTR);
+    return n;
+}
+
+static void drain(int s) {
+    char b[256];
+    while (recv(s, b, sizeof b, MSG_DONTWAIT) > 0) {
+    }
+}
+
+struct waiter {
+    int ep, n;
+    struct epoll_event ev[8];
+};
+
+static void *sleeper(void *p) {
+    struct waiter *w = p;
+    w->n = wait1(w->ep, w->ev, 10000);
+    return NULL;
+}
+
+static int killwait(int port) {
+    int c, s;
+    pair(port, &c, &s);
+    int ep = epoll_create1(0);
+    struct epoll_event e = {.events = EPOLLIN | EPOLLRDHUP, .data.u64 = 7};
+    CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, s, &e) == 0, "add");
+    printf("waiting\n");
+    fflush(stdout);
+    struct epoll_event ev[8];
+    int n = epoll_wait(ep, ev, 8, -1);
+    CHECK(n == 1 && ev[0].data.u64 == 7, "one event for the socket, got %d", n);
+    printf("woke %s%s\n", ev[0].events & EPOLLERR ? "ERR " : "",
+           ev[0].events & EPOLLHUP ? "HUP" : "");
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    int port = atoi(argv[1]);
+    if (argc > 2 && !strcmp(argv[2], "killwait"))
+        return killwait(port);
+    int c, s;
+    pair(port, &c, &s);
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event e = {.events = EPOLLIN, .data.u64 = 42}, ev[8];
+
+    /* Level-triggered. */
+    CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, s, &e) == 0, "add");
+    CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, s, &e) < 0 && errno == EEXIST, "second add: EEXIST");
+    CHECK(wait1(ep, ev, 0) == 0, "nothing ready yet");
+    CHECK(send(c, "a", 1, 0) == 1, "send");
+    CHECK(wait1(ep, ev, 5000) == 1 && ev[0].data.u64 == 42 && (ev[0].events & EPOLLIN),
+          "LT readable");
+    CHECK(wait1(ep, ev, 0) == 1, "LT: still readable while unread");
+    drain(s);
+    CHECK(wait1(ep, ev, 0) == 0, "LT: not readable once read");
+
+    /* Edge-triggered: one report per arrival. */
+    e.events = EPOLLIN | EPOLLET;
+    CHECK(epoll_ctl(ep, EPOLL_CTL_MOD, s, &e) == 0, "mod ET");
+    send(c, "b", 1, 0);
+    CHECK(wait1(ep, ev, 5000) == 1, "ET: first edge");
+    CHECK(wait1(ep, ev, 50) == 0, "ET: no second report without new data");
+    send(c, "c", 1, 0);
+    CHECK(wait1(ep, ev, 5000) == 1, "ET: new data is a new edge");
+    drain(s);
+
+    /* One-shot: silent after one report until MOD re-arms it. */
+    e.events = EPOLLIN | EPOLLONESHOT;
+    CHECK(epoll_ctl(ep, EPOLL_CTL_MOD, s, &e) == 0, "mod oneshot");
+    send(c, "d", 1, 0);
+    CHECK(wait1(ep, ev, 5000) == 1, "oneshot: reported");
+    send(c, "e", 1, 0);
+    CHECK(wait1(ep, ev, 50) == 0, "oneshot: disabled after the report");
+    CHECK(epoll_ctl(ep, EPOLL_CTL_MOD, s, &e) == 0, "re-arm");
+    CHECK(wait1(ep, ev, 0) == 1, "oneshot: re-armed and still readable");
+    drain(s);
+    e.events = EPOLLIN;
+    CHECK(epoll_ctl(ep, EPOLL_CTL_MOD, s, &e) == 0, "mod LT");
+
+    /* A kernel pipe and the flowstack socket in one set. */
+    int p[2];
+    CHECK(pipe(p) == 0, "pipe");
+    struct epoll_event pe = {.events = EPOLLIN, .data.u64 = 99};
+    CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, p[0], &pe) == 0, "add pipe");
+    CHECK(write(p[1], "x", 1) == 1, "write pipe");
+    CHECK(wait1(ep, ev, 5000) == 1 && ev[0].data.u64 == 99, "the pipe alone");
+    send(c, "f", 1, 0);
+    int n = 0, got = 0;
+    double t0 = now_ms();
+    while (got != 3 && now_ms() - t0 < 5000) {
+        n = wait1(ep, ev, 100);
+        for (int i = 0; i < n; i++)
+            got |= ev[i].data.u64 == 99 ? 1 : ev[i].data.u64 == 42 ? 2 : 4;
+    }
+    CHECK(got == 3 && n == 2, "pipe and socket both reported (got %d, n %d)", got, n);
+    char x;
+    CHECK(read(p[0], &x, 1) == 1, "read pipe");
+    drain(s);
+    CHECK(wait1(ep, ev, 0) == 0, "mixed set quiet again");
+
+    /* poll on the same two descriptors. */
+    struct pollfd pf[2] = {{.fd = s, .events = POLLIN}, {.fd = p[0], .events = POLLIN}};
+    CHECK(poll(pf, 2, 0) == 0, "poll: nothing");
+    send(c, "g", 1, 0);
+    CHECK(poll(pf, 2, 5000) == 1 && (pf[0].revents & POLLIN), "poll: the socket");
+    write(p[1], "y", 1);
+    CHECK(poll(pf, 2, 5000) == 2 && (pf[1].revents & POLLIN), "poll: both");
+    read(p[0], &x, 1);
+    drain(s);
+    CHECK(wait1(ep, ev, 0) == 0, "epoll after poll: quiet");
+    send(c, "h", 1, 0);
+    CHECK(wait1(ep, ev, 5000) == 1 && ev[0].data.u64 == 42, "epoll after poll: readable");
+    drain(s);
+
+    /* A timeout with nothing ready returns 0 after the timeout. */
+    t0 = now_ms();
+    CHECK(wait1(ep, ev, 200) == 0, "timeout: nothing");
+    CHECK(now_ms() - t0 >= 150, "timeout honoured (%.0f ms)", now_ms() - t0);
+
+    /* Another thread asleep in epoll_wait is woken by data. */
+    struct waiter w = {.ep = ep};
+    pthread_t th;
+    pthread_create(&th, NULL, sleeper, &w);
+    usleep(100000);
+    send(c, "i", 1, 0);
+    pthread_join(th, NULL);
+    CHECK(w.n == 1 && w.ev[0].data.u64 == 42, "sleeping thread woken (n %d)", w.n);
+    drain(s);
+
+    /* EPOLLOUT and EPOLLRDHUP. */
+    e.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP;
+    CHECK(epoll_ctl(ep, EPOLL_CTL_MOD, s, &e) == 0, "mod out");
+    CHECK(wait1(ep, ev, 5000) == 1 && ev[0].events == EPOLLOUT, "writable only (%x)",
+          ev[0].events);
+
+    /* close of a registered socket removes it; a dup keeps the registration. */
+    int c2, s2;
+    pair(port, &c2, &s2);
+    struct epoll_event e2 = {.events = EPOLLIN, .data.u64 = 77};
+    CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, s2, &e2) == 0, "add s2");
+    int d2 = dup(s2);
+    close(s2);
+    send(c2, "j", 1, 0);
+    e.events = EPOLLIN;
+    epoll_ctl(ep, EPOLL_CTL_MOD, s, &e);
+    CHECK(wait1(ep, ev, 5000) == 1 && ev[0].data.u64 == 77, "dup keeps the registration");
+    close(d2);
+    send(c2, "k", 1, 0);
+    CHECK(wait1(ep, ev, 100) == 0, "closed socket removed from the set");
+    CHECK(epoll_ctl(ep, EPOLL_CTL_DEL, s, NULL) == 0, "del");
+    send(c, "l", 1, 0);
+    CHECK(wait1(ep, ev, 100) == 0, "deleted: not reported");
+
+    /* Peer close: EPOLLIN|EPOLLRDHUP. */
+    e.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
+    CHECK(epoll_ctl(ep, EPOLL_CTL_ADD, s, &e) == 0, "re-add");
+    drain(s);
+    close(c);
+    t0 = now_ms();
+    n = 0;
+    while (now_ms() - t0 < 5000) {
+        n = wait1(ep, ev, 100);
+        if (n == 1 && (ev[0].events & EPOLLRDHUP))
+            break;
+    }
+    CHECK(n == 1 && (ev[0].events & EPOLLRDHUP) && (ev[0].events & EPOLLIN), "rdhup (%x)",
+          ev[0].events);
+    printf("ok\n");
+    return 0;
+}
