@@ -49,6 +49,7 @@ use std::time::{Duration, Instant};
 
 mod fast;
 mod file;
+use fast::clear_tokens;
 pub use fast::{FastReady, SleepTicket};
 pub use file::MAX_SENDFILE;
 
@@ -937,35 +938,6 @@ fn connect_state(g: &mut Inner, id: SockId) -> Result<Option<Result<(), Errno>>,
         None => {}
     }
     Ok(r)
-}
-
-/// The socket's view here is unreadable: read the tokens back and tell the daemon.
-fn clear_tokens(g: &mut Inner, id: SockId) -> Result<(), Errno> {
-    let ps = g.sock(id)?;
-    if ps.quiet {
-        return Ok(()); // no tokens to take (stale ones cost a spurious wake-up at most)
-    }
-    let taken = placeholder::take_tokens(ps.a.as_fd());
-    match taken {
-        Ok(Tokens::Read(0)) => Ok(()), // none outstanding: nothing to tell
-        Ok(Tokens::Read(_)) => {
-            let c = g.client.as_mut().expect("registered");
-            c.post(
-                Mode::Async,
-                Command::TokenCleared {
-                    handle: id.0,
-                    seen: 0,
-                },
-            )
-            .map(|_| ())
-            .map_err(Errno::from)
-        }
-        Ok(Tokens::Closed) => {
-            g.client.as_mut().expect("registered").dead = true;
-            Err(Errno::ECONNRESET)
-        }
-        Err(_) => Err(Errno::EBADF),
-    }
 }
 
 /// Fills A (unwritable) and asks the daemon to empty it when send space returns.

@@ -217,3 +217,32 @@ impl Posix {
         c.dead
     }
 }
+
+/// The socket's view here is unreadable: read the tokens back and tell the daemon.
+pub(super) fn clear_tokens(g: &mut Inner, id: SockId) -> Result<(), Errno> {
+    let ps = g.sock(id)?;
+    if ps.quiet {
+        return Ok(()); // no tokens to take (stale ones cost a spurious wake-up at most)
+    }
+    let taken = placeholder::take_tokens(ps.a.as_fd());
+    match taken {
+        Ok(Tokens::Read(0)) => Ok(()), // none outstanding: nothing to tell
+        Ok(Tokens::Read(_)) => {
+            let c = g.client.as_mut().expect("registered");
+            c.post(
+                Mode::Async,
+                Command::TokenCleared {
+                    handle: id.0,
+                    seen: 0,
+                },
+            )
+            .map(|_| ())
+            .map_err(Errno::from)
+        }
+        Ok(Tokens::Closed) => {
+            g.client.as_mut().expect("registered").dead = true;
+            Err(Errno::ECONNRESET)
+        }
+        Err(_) => Err(Errno::EBADF),
+    }
+}
