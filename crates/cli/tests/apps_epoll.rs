@@ -4,7 +4,8 @@
 //! re-arm, a pipe and a flowstack socket in one epoll set and one poll set, a timeout with
 //! nothing ready (0, after the timeout), another thread asleep in epoll_wait woken by data,
 //! EPOLLOUT and EPOLLRDHUP, close of a registered socket (a dup keeps the registration, the
-//! last close removes it), EPOLL_CTL_DEL; and, with the daemon SIGKILLed while it sleeps in
+//! last close removes it), EPOLL_CTL_DEL, nested sets (either order), a set used by the child
+//! after `fork`; and, with the daemon SIGKILLed while it sleeps in
 //! epoll_wait(-1), that it wakes with the socket reporting EPOLLERR|EPOLLHUP.
 //!
 //! Each test has its own daemon socket in its own temporary directory; every wait is bounded

@@ -110,6 +110,9 @@ struct Sock {
     /// Events that may have made it readable / writable, counted (edge-triggered waits).
     rgen: u32,
     wgen: u32,
+    /// A send found no room and filled the placeholder (`posix`): unwritable until a
+    /// `Writable` event or the placeholder is writable again (`Posix::unblock`).
+    blocked: bool,
 }
 
 /// A registered application: its rings, its data areas and its sockets.
@@ -437,7 +440,8 @@ impl Client {
                 if let Some(s) = self.socks.get_mut(&e.handle) {
                     // An edge only when it becomes writable (as the kernel's write-space
                     // wake-up after a full buffer), not for every returned credit.
-                    if !s.open || s.unflushed >= flowstack_api::region::SOCK_SNDBUF {
+                    if !s.open || s.blocked || s.unflushed >= flowstack_api::region::SOCK_SNDBUF {
+                        s.blocked = false;
                         s.wgen = s.wgen.wrapping_add(1);
                     }
                     s.open = true;

@@ -945,6 +945,9 @@ fn make_unwritable(g: &mut Inner, id: SockId) -> Result<(), Errno> {
     let a = g.sock(id)?.a.try_clone().map_err(|_| Errno(24))?;
     placeholder::fill(a.as_fd()).map_err(|_| Errno::ECONNRESET)?;
     let c = g.client.as_mut().expect("registered");
+    if let Some(s) = c.socks.get_mut(&id.0) {
+        s.blocked = true; // unwritable in the fast path's view too, until `Posix::unblock`
+    }
     c.post(Mode::Async, Command::WantWritable { handle: id.0 })
         .map(|_| ())
         .map_err(Errno::from)

@@ -97,6 +97,8 @@ pub trait Backend: Sync {
     fn ready_many(&self, _ids: &[SockId], _out: &mut Vec<Option<FastReady>>) -> Result<u64, Errno> {
         Err(libc::ENOSYS)
     }
+    /// The placeholder of `id` is writable again.
+    fn unblock(&self, _id: SockId) {}
     /// This process's wake-up descriptor.
     fn wake_fd(&self) -> Result<i32, Errno> {
         Err(libc::ENOSYS)
@@ -383,6 +385,9 @@ impl Backend for PosixBackend {
     }
     fn wake_fd(&self) -> Result<i32, Errno> {
         self.p.wake_fd().map_err(e)
+    }
+    fn unblock(&self, id: SockId) {
+        let _ = self.p.unblock(posix::SockId(id));
     }
     fn sleep_begin(&self, gen: u64, writable: bool) -> Result<Option<SleepTicket>, Errno> {
         self.p.sleep_begin(gen, writable).map_err(e)

@@ -21,11 +21,10 @@
 //!   interest stays under the number it was added with, as in the kernel. `dup` of an epoll
 //!   descriptor shares the set; closing the last number forgets it.
 //! - **Fallback.** A set used after `fork` by the child (its handles are the parent's) moves
-//!   its interests to the kernel's set (the placeholders, tokens on); a dead daemon makes
-//!   every interest report error and hang-up. Nested epoll sets (an epoll descriptor added to
-//!   another) are ordinary kernel descriptors: the inner set's flowstack interests are not
-//!   seen through the outer one (its wake-up descriptor is: the outer set wakes, then the
-//!   inner `epoll_wait` answers).
+//!   its interests to the kernel's set (the placeholders, tokens on), and so does a nested
+//!   set (an epoll descriptor added to another set through the kernel, before or after its
+//!   flowstack interests: the outer set could not see them); a dead daemon makes every
+//!   interest report error and hang-up.
 
 use crate::backend::{Backend, Errno, FastReady};
 use crate::real;
@@ -33,12 +32,18 @@ use crate::state::{self, inside, outside};
 use crate::table::SockId;
 use libc::{c_int, epoll_event};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// The data word of the wake-up descriptor's registration in the kernel's set.
 const WAKE_TAG: u64 = 0x666c_6f77_7374_6b57;
+/// The high half of the data word of a placeholder registered for `EPOLLOUT` (the low half
+/// is its descriptor).
+const OUT_TAG: u64 = 0x666c_6f78 << 32;
+
+/// `create`'s answer for a nested set (no errno of `epoll_ctl`).
+const NESTED: Errno = -1;
 
 const EPOLLEXCLUSIVE: u32 = 1 << 28;
 const EPOLLONESHOT: u32 = 1 << 30;
@@ -54,6 +59,9 @@ struct Interest {
     off: bool,
     /// Event counts at the last report (edge-triggered).
     seen: Option<(u32, u32)>,
+    /// The placeholder is in the kernel's set for `EPOLLOUT` (edge), tagged `OUT_TAG | fd`:
+    /// registered the first time a send found no room, so the daemon emptying it wakes us.
+    out_armed: bool,
 }
 
 #[derive(Debug, Default)]
@@ -142,7 +150,9 @@ pub unsafe fn ctl(
             return match op {
                 libc::EPOLL_CTL_ADD => Err(libc::EEXIST),
                 libc::EPOLL_CTL_DEL => {
-                    g.fast.swap_remove(i);
+                    if g.fast.swap_remove(i).out_armed {
+                        real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut());
+                    }
                     Ok(0)
                 }
                 libc::EPOLL_CTL_MOD => {
@@ -172,7 +182,13 @@ pub unsafe fn ctl(
     }
     let ep = match ep {
         Some(ep) => ep,
-        None => create(b, epfd)?,
+        None => match create(b, epfd) {
+            Err(NESTED) => {
+                b.tokens_on(id);
+                return kernel();
+            }
+            r => r?,
+        },
     };
     let e = *ev;
     let mut g = lock(&ep);
@@ -183,13 +199,42 @@ pub unsafe fn ctl(
         data: e.u64,
         off: false,
         seen: None,
+        out_armed: false,
     });
     Ok(0)
+}
+
+/// Descriptors added to some kernel epoll set (one bit each): such an epoll descriptor is
+/// nested, and its flowstack interests stay in the kernel's set (see the module docs).
+static IN_SET: [AtomicU64; crate::table::MAX_FDS / 64] =
+    [const { AtomicU64::new(0) }; crate::table::MAX_FDS / 64];
+
+fn bit(fd: c_int) -> Option<(&'static AtomicU64, u64)> {
+    let i = usize::try_from(fd).ok()?;
+    Some((IN_SET.get(i / 64)?, 1u64 << (i % 64)))
+}
+
+/// `epoll_ctl(ADD)` of a kernel descriptor (or an epoll descriptor) to the kernel's set.
+fn note_added(fd: c_int) {
+    if let Some((w, b)) = bit(fd) {
+        w.fetch_or(b, Ordering::Relaxed);
+    }
+    if let Some(inner) = find(fd) {
+        // An epoll set with interests here goes inside another: back to the kernel.
+        to_kernel(fd, &inner);
+    }
+}
+
+fn nested(epfd: c_int) -> bool {
+    bit(epfd).is_some_and(|(w, b)| w.load(Ordering::Relaxed) & b != 0)
 }
 
 /// State for `epfd`, with the wake-up descriptor in the kernel's set (which also checks
 /// that `epfd` is an epoll descriptor).
 fn create(b: &dyn Backend, epfd: c_int) -> Result<Shared, Errno> {
+    if nested(epfd) {
+        return Err(NESTED);
+    }
     let ep: Shared = Arc::new(Mutex::new(Ep {
         pid: pid(),
         ..Ep::default()
@@ -227,6 +272,9 @@ fn to_kernel(epfd: c_int, ep: &Shared) {
     let fast = std::mem::take(&mut lock(ep).fast);
     forget_set(epfd);
     let st = state::get();
+    if let Some(st) = st {
+        state::readopt_if_forked(st);
+    }
     for x in fast {
         if let (Some(st), true) = (st, st.is_some_and(|s| s.table.get(x.fd).is_some())) {
             if let (Some(b), Some(e)) = (st.connected(), st.table.get(x.fd)) {
@@ -237,8 +285,13 @@ fn to_kernel(epfd: c_int, ep: &Shared) {
             events: x.events & !EPOLLEXCLUSIVE,
             u64: x.data,
         };
+        let op = if x.out_armed {
+            libc::EPOLL_CTL_MOD
+        } else {
+            libc::EPOLL_CTL_ADD
+        };
         // SAFETY: a valid epoll_event on the stack.
-        unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, x.fd, &mut ev) };
+        unsafe { real::epoll_ctl(epfd, op, x.fd, &mut ev) };
     }
 }
 
@@ -253,6 +306,11 @@ fn forget_set(epfd: c_int) {
 
 /// `close(fd)`: forgets `fd` as an epoll descriptor (its other numbers keep the set).
 pub fn on_close(fd: c_int) {
+    if let Some((w, b)) = bit(fd) {
+        if w.load(Ordering::Relaxed) & b != 0 {
+            w.fetch_and(!b, Ordering::Relaxed);
+        }
+    }
     if ACTIVE.load(Ordering::Acquire) != 0 {
         forget_set(fd);
     }
@@ -290,7 +348,12 @@ pub fn takes(epfd: c_int) -> Option<Shared> {
 
 /// Fills `out` with the ready interests; returns (count, pump count, some interest waits
 /// for send space).
-fn scan(b: &dyn Backend, g: &mut Ep, out: &mut [epoll_event]) -> Result<(usize, u64, bool), Errno> {
+fn scan(
+    b: &dyn Backend,
+    epfd: c_int,
+    g: &mut Ep,
+    out: &mut [epoll_event],
+) -> Result<(usize, u64, bool), Errno> {
     let Ep {
         fast, ids, out: rd, ..
     } = g;
@@ -314,6 +377,9 @@ fn scan(b: &dyn Backend, g: &mut Ep, out: &mut [epoll_event]) -> Result<(usize, 
                 ev |= libc::EPOLLOUT as u32;
             } else {
                 want_w = true;
+                if f.blocked && !x.out_armed {
+                    arm_out(epfd, x);
+                }
             }
         }
         if want & libc::EPOLLRDHUP as u32 != 0 && f.rdhup {
@@ -341,14 +407,44 @@ fn scan(b: &dyn Backend, g: &mut Ep, out: &mut [epoll_event]) -> Result<(usize, 
     Ok((n, gen, want_w))
 }
 
-/// Removes the wake-up descriptor's entries from `evs[..n]`; returns the new count.
-fn strip_wake(evs: &mut [epoll_event], n: usize) -> usize {
+/// Puts the placeholder of `x` in the kernel's set for `EPOLLOUT` (edge-triggered).
+fn arm_out(epfd: c_int, x: &mut Interest) {
+    let mut ev = epoll_event {
+        events: (libc::EPOLLOUT | libc::EPOLLET) as u32,
+        u64: OUT_TAG | x.fd as u32 as u64,
+    };
+    // SAFETY: a valid epoll_event on the stack.
+    let r = unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, x.fd, &mut ev) };
+    x.out_armed = r == 0;
+}
+
+/// Removes the shim's own entries (the wake-up descriptor, placeholders writable again)
+/// from `evs[..n]`; returns the new count. Placeholders writable again are unblocked.
+fn strip(b: &dyn Backend, ep: &Shared, evs: &mut [epoll_event], n: usize) -> usize {
     let mut k = 0;
+    let mut writable: Vec<c_int> = Vec::new();
     for i in 0..n {
-        if evs[i].u64 != WAKE_TAG {
-            evs[k] = evs[i];
-            k += 1;
+        let d = evs[i].u64;
+        if d == WAKE_TAG {
+            continue;
         }
+        if d & !0xffff_ffff == OUT_TAG {
+            writable.push(d as u32 as c_int);
+            continue;
+        }
+        evs[k] = evs[i];
+        k += 1;
+    }
+    if !writable.is_empty() {
+        let ids: Vec<SockId> = {
+            let g = lock(ep);
+            g.fast
+                .iter()
+                .filter(|x| writable.contains(&x.fd))
+                .map(|x| x.id)
+                .collect()
+        };
+        inside(|| ids.iter().for_each(|&id| b.unblock(id)));
     }
     k
 }
@@ -379,7 +475,7 @@ pub unsafe fn wait(
     loop {
         let r = inside(|| {
             let mut g = lock(ep);
-            let (n, gen, want_w) = scan(b, &mut g, evs)?;
+            let (n, gen, want_w) = scan(b, epfd, &mut g, evs)?;
             let sleep = if n == 0 && ms != 0 && !g.gone {
                 register_wake(b, epfd, &mut g)?;
                 b.sleep_begin(gen, want_w)?
@@ -404,7 +500,7 @@ pub unsafe fn wait(
                 real::epoll_pwait(epfd, rest.as_mut_ptr(), rest.len() as c_int, 0, sigmask)
             };
             let k = if k > 0 {
-                strip_wake(rest, k as usize)
+                strip(b, ep, rest, k as usize)
             } else {
                 0
             };
@@ -441,7 +537,7 @@ pub unsafe fn wait(
             real::set_errno(err);
             return -1;
         }
-        let k = strip_wake(evs, k as usize);
+        let k = strip(b, ep, evs, k as usize);
         if k > 0 {
             return k as c_int;
         }
@@ -477,7 +573,13 @@ pub unsafe extern "C" fn epoll_ctl(
     ev: *mut epoll_event,
 ) -> c_int {
     match crate::shim::placeholder(fd) {
-        None => real::epoll_ctl(epfd, op, fd, ev),
+        None => {
+            let r = real::epoll_ctl(epfd, op, fd, ev);
+            if r == 0 && op == libc::EPOLL_CTL_ADD {
+                note_added(fd);
+            }
+            r
+        }
         Some((_, b, e)) => crate::shim::run(|| ctl(b, epfd, op, fd, e.id, ev)),
     }
 }

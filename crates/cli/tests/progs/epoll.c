@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -197,6 +198,68 @@ int main(int argc, char **argv) {
     CHECK(wait1(ep, ev, 5000) == 1 && ev[0].events == EPOLLOUT, "writable only (%x)",
           ev[0].events);
 
+    /* EPOLLOUT edge after a full send buffer, once the peer reads. */
+    {
+        int c6, s6;
+        pair(port, &c6, &s6);
+        fcntl(c6, F_SETFL, O_NONBLOCK);
+        static char big[65536];
+        long sent = 0;
+        ssize_t k;
+        int ep6 = epoll_create1(0);
+        struct epoll_event e6 = {.events = EPOLLOUT | EPOLLET, .data.u64 = 66};
+        CHECK(epoll_ctl(ep6, EPOLL_CTL_ADD, c6, &e6) == 0, "add c6");
+        /* Fill until the socket stays unwritable: the stack takes bytes from the send
+         * buffer while the peer's window lasts, each time a new EPOLLOUT edge. */
+        int full = 0;
+        for (int round = 0; round < 1000 && !full; round++) {
+            while ((k = send(c6, big, sizeof big, 0)) > 0 || (k < 0 && errno == EINTR))
+                sent += k > 0 ? k : 0;
+            CHECK(k < 0 && errno == EAGAIN, "send: EAGAIN when full");
+            full = wait1(ep6, ev, 200) == 0;
+        }
+        CHECK(full && sent > 0, "the send buffer stays full (%ld bytes sent)", sent);
+        long got6 = 0;
+        int writable = 0;
+        double t1 = now_ms();
+        while (!writable && now_ms() - t1 < 20000) {
+            ssize_t r = recv(s6, big, sizeof big, MSG_DONTWAIT);
+            if (r > 0)
+                got6 += r;
+            n = wait1(ep6, ev, r > 0 ? 0 : 10);
+            for (int i = 0; i < n; i++)
+                writable |= ev[i].data.u64 == 66 && (ev[i].events & EPOLLOUT);
+        }
+        CHECK(writable, "EPOLLOUT once the peer read (%ld of %ld bytes)", got6, sent);
+        CHECK(send(c6, big, 1, 0) == 1, "send after EPOLLOUT");
+        CHECK(epoll_ctl(ep6, EPOLL_CTL_DEL, c6, NULL) == 0, "del c6");
+        close(c6);
+        close(s6);
+        close(ep6);
+    }
+
+    /* Nested: a set holding a flowstack socket inside another set, and a socket added to
+     * a set that is already nested. */
+    int c3, s3, c4, s4;
+    pair(port, &c3, &s3);
+    pair(port, &c4, &s4);
+    int inner = epoll_create1(0), outer = epoll_create1(0);
+    struct epoll_event e3 = {.events = EPOLLIN, .data.u64 = 33};
+    CHECK(epoll_ctl(inner, EPOLL_CTL_ADD, s3, &e3) == 0, "inner add");
+    struct epoll_event eo = {.events = EPOLLIN, .data.u64 = 44};
+    CHECK(epoll_ctl(outer, EPOLL_CTL_ADD, inner, &eo) == 0, "outer add");
+    send(c3, "m", 1, 0);
+    CHECK(wait1(outer, ev, 5000) == 1 && ev[0].data.u64 == 44, "outer wakes for the inner set");
+    CHECK(wait1(inner, ev, 0) == 1 && ev[0].data.u64 == 33, "inner reports the socket");
+    drain(s3);
+    CHECK(wait1(outer, ev, 50) == 0, "nested: quiet once read");
+    e3.data.u64 = 34;
+    CHECK(epoll_ctl(inner, EPOLL_CTL_ADD, s4, &e3) == 0, "add to a nested set");
+    send(c4, "n", 1, 0);
+    CHECK(wait1(outer, ev, 5000) == 1 && ev[0].data.u64 == 44, "outer wakes for s4");
+    CHECK(wait1(inner, ev, 0) == 1 && ev[0].data.u64 == 34, "inner reports s4");
+    drain(s4);
+
     /* close of a registered socket removes it; a dup keeps the registration. */
     int c2, s2;
     pair(port, &c2, &s2);
@@ -229,6 +292,28 @@ int main(int argc, char **argv) {
     }
     CHECK(n == 1 && (ev[0].events & EPOLLRDHUP) && (ev[0].events & EPOLLIN), "rdhup (%x)",
           ev[0].events);
+    /* A set shared across fork, used by the child (its sockets move to the kernel's set).
+     * Last: the child adopts every socket of the process (the daemon's holder moves). */
+    int c5, s5, sync_[2];
+    pair(port, &c5, &s5);
+    CHECK(pipe(sync_) == 0, "pipe");
+    int epf = epoll_create1(0);
+    struct epoll_event e5 = {.events = EPOLLIN, .data.u64 = 55};
+    CHECK(epoll_ctl(epf, EPOLL_CTL_ADD, s5, &e5) == 0, "add before fork");
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct epoll_event cev[8];
+        int z = wait1(epf, cev, 0);
+        write(sync_[1], "r", 1);
+        int k = wait1(epf, cev, 5000);
+        _exit(z == 0 && k == 1 && cev[0].data.u64 == 55 ? 0 : 1);
+    }
+    CHECK(read(sync_[0], &x, 1) == 1, "child ready");
+    send(c5, "o", 1, 0);
+    int status = -1;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child saw the event");
+
     printf("ok\n");
     return 0;
 }

@@ -38,6 +38,9 @@ pub struct FastReady {
     pub rgen: u32,
     /// Events that may have made it writable, counted.
     pub wgen: u32,
+    /// A send found no room: unwritable until the daemon empties the placeholder (watch it
+    /// for `EPOLLOUT` in the kernel, then [`Posix::unblock`]) or returns credit.
+    pub blocked: bool,
 }
 
 /// What [`Posix::sleep_begin`] announced (hand it back to [`Posix::sleep_end`]).
@@ -132,13 +135,15 @@ impl Posix {
                     rdhup: true,
                     rgen: s.rgen.wrapping_add(1),
                     wgen: s.wgen.wrapping_add(1),
+                    blocked: false,
                 }));
                 continue;
             }
             let r = match ps.state {
                 State::Connected | State::Connecting | State::Failed => Readiness {
                     readable: !s.rx.is_empty() || s.eof || s.error.is_some() || ps.shut_rd,
-                    writable: (s.open && s.unflushed < SOCK_SNDBUF) || s.error.is_some(),
+                    writable: (s.open && !s.blocked && s.unflushed < SOCK_SNDBUF)
+                        || s.error.is_some(),
                     hup: s.error.is_some() || ps.state == State::Failed,
                     error: s.error.map(Errno::from),
                 },
@@ -152,9 +157,24 @@ impl Posix {
                 rdhup: s.eof || ps.shut_rd,
                 rgen: s.rgen,
                 wgen: s.wgen,
+                blocked: s.blocked,
             }));
         }
         Ok(c.gen)
+    }
+
+    /// The placeholder of `id` was seen writable again (the daemon emptied it): writable in
+    /// the view too (an edge).
+    pub fn unblock(&self, id: SockId) -> Result<(), Errno> {
+        let mut g = self.lock()?;
+        let c = g.client.as_mut().expect("registered");
+        if let Some(s) = c.socks.get_mut(&id.0) {
+            if s.blocked {
+                s.blocked = false;
+                s.wgen = s.wgen.wrapping_add(1);
+            }
+        }
+        Ok(())
     }
 
     /// This process's end of its wake-up pair, created and handed to the daemon on first use.
