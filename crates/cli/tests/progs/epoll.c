@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -118,6 +119,17 @@ int main(int argc, char **argv) {
     CHECK(wait1(ep, ev, 0) == 1, "LT: still readable while unread");
     drain(s);
     CHECK(wait1(ep, ev, 0) == 0, "LT: not readable once read");
+
+    /* Raw system calls through syscall(3) take the same path. */
+    int epr = epoll_create1(0);
+    struct epoll_event er = {.events = EPOLLIN, .data.u64 = 5};
+    CHECK(syscall(SYS_epoll_ctl, epr, EPOLL_CTL_ADD, s, &er) == 0, "raw epoll_ctl");
+    send(c, "r", 1, 0);
+    CHECK(syscall(SYS_epoll_pwait, epr, ev, 8, 5000, NULL, 8) == 1 && ev[0].data.u64 == 5,
+          "raw epoll_pwait");
+    drain(s);
+    CHECK(syscall(SYS_epoll_pwait, epr, ev, 8, 0, NULL, 8) == 0, "raw: nothing after read");
+    close(epr);
 
     /* Edge-triggered: one report per arrival. */
     e.events = EPOLLIN | EPOLLET;
