@@ -153,6 +153,8 @@ pub struct Client {
     /// Passes of [`Client::pump`] that took at least one event (a waiter that saw the same
     /// value before announcing sleep missed nothing, see `posix::fast`).
     gen: u64,
+    /// Scratch for [`Client::pump`].
+    evs: Vec<EventRecord>,
 }
 
 impl std::fmt::Debug for Client {
@@ -263,6 +265,7 @@ impl Client {
             zc_tokens: HashMap::new(),
             next_token: 1,
             gen: 0,
+            evs: Vec::new(),
         })
     }
 
@@ -360,7 +363,9 @@ impl Client {
 
     /// Drains the event ring: completions, urgent data, readiness. Returns how many events.
     pub fn pump(&mut self) -> usize {
-        let mut evs: Vec<EventRecord> = Vec::new();
+        // Reused between passes: no allocation per call once warm.
+        let mut evs = std::mem::take(&mut self.evs);
+        evs.clear();
         let r = self.evt.recv(EVENT_BUDGET, |b| {
             if let Ok(b) = <&[u8; RECORD_LEN]>::try_from(b) {
                 if let Ok(e) = EventRecord::decode(b) {
@@ -375,9 +380,10 @@ impl Client {
         if n > 0 {
             self.gen += 1;
         }
-        for e in evs {
+        for e in evs.drain(..) {
             self.on_event(e);
         }
+        self.evs = evs;
         n
     }
 
