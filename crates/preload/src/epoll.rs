@@ -407,6 +407,15 @@ fn scan(
     Ok((n, gen, want_w))
 }
 
+/// The daemon is gone: no more sleeping on the wake-up descriptor (it would stay readable).
+fn set_gone(epfd: c_int, g: &mut Ep) {
+    g.gone = true;
+    if let Some(w) = g.wake.take() {
+        // SAFETY: removes a descriptor from a set; no memory is passed.
+        unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, w, std::ptr::null_mut()) };
+    }
+}
+
 /// Puts the placeholder of `x` in the kernel's set for `EPOLLOUT` (edge-triggered).
 fn arm_out(epfd: c_int, x: &mut Interest) {
     let mut ev = epoll_event {
@@ -477,8 +486,13 @@ pub unsafe fn wait(
             let mut g = lock(ep);
             let (n, gen, want_w) = scan(b, epfd, &mut g, evs)?;
             let sleep = if n == 0 && ms != 0 && !g.gone {
-                register_wake(b, epfd, &mut g)?;
-                b.sleep_begin(gen, want_w)?
+                let t = register_wake(b, epfd, &mut g).and_then(|()| b.sleep_begin(gen, want_w));
+                t.unwrap_or_else(|_| {
+                    // The daemon is gone (or the wake-up pair could not be made): wait in the
+                    // kernel from now on; the interests report error and hang-up.
+                    set_gone(epfd, &mut g);
+                    None
+                })
             } else {
                 None
             };
@@ -525,13 +539,7 @@ pub unsafe fn wait(
         let err = real::errno();
         let gone = inside(|| b.sleep_end(t));
         if gone {
-            let mut g = lock(ep);
-            if !g.gone {
-                g.gone = true;
-                if let Some(w) = g.wake.take() {
-                    real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, w, std::ptr::null_mut());
-                }
-            }
+            set_gone(epfd, &mut lock(ep));
         }
         if k < 0 {
             real::set_errno(err);

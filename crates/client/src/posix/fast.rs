@@ -193,10 +193,13 @@ impl Posix {
 
     /// Announces that the caller is about to sleep (waiting for send space too if
     /// `writable`); `None` if something arrived since the view of pump count `gen` (compute
-    /// again instead of sleeping). See the module docs.
+    /// again instead of sleeping); `ECONNRESET` once the daemon is gone. See the module docs.
     pub fn sleep_begin(&self, gen: u64, writable: bool) -> Result<Option<SleepTicket>, Errno> {
         let g = self.lock()?;
         let c = g.client.as_ref().expect("registered");
+        if c.dead {
+            return Err(Errno::ECONNRESET); // nothing will wake a sleeper
+        }
         let t = SleepTicket(1 | if writable { 1 << 16 } else { 0 });
         let Some(a) = sleepers(c) else {
             return Ok(None);
