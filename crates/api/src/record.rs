@@ -43,7 +43,7 @@ use crate::SocketError;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 /// Version of the record layout.
-pub const VERSION: u16 = 3;
+pub const VERSION: u16 = 4;
 /// Size of every record.
 pub const RECORD_LEN: usize = 64;
 /// Largest handle index a record may carry.
@@ -256,6 +256,17 @@ pub enum Command {
         /// Socket.
         handle: u32,
     },
+    /// (Version 4.) How the daemon tells this application that the socket became readable:
+    /// `quiet` — only through the event ring (the application computes readiness from its own
+    /// view and sleeps on its wake-up descriptor, [`AttachOp::Wake`]); otherwise by tokens in
+    /// the placeholder (the default). Turning tokens back on writes one at once if the socket
+    /// is readable. Any other application attaching the socket turns them back on.
+    SetNotify {
+        /// Socket.
+        handle: u32,
+        /// No tokens.
+        quiet: bool,
+    },
     /// This process dropped its last descriptor for the socket: the handle is released in
     /// this application only; the socket lives until its last placeholder copy anywhere is
     /// closed.
@@ -305,7 +316,10 @@ pub enum SockType {
 ///   flowstack listener (its readability makes the placeholder readable);
 /// - `File` (version 3): a regular file open for reading, attached to connection `handle`
 ///   of this application for [`Command::TcpSendFile`] (replacing any file attached before)
-///   until [`Command::FileRelease`] or the handle's close.
+///   until [`Command::FileRelease`] or the handle's close;
+/// - `Wake` (version 4; `handle` 0): an eventfd the daemon signals after publishing events
+///   while the application announces sleepers in its header (`flowstack_api::region::at::
+///   APP_SLEEPERS`), replacing any given before.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttachOp {
     /// A new socket.
@@ -318,6 +332,8 @@ pub enum AttachOp {
     KernelListener,
     /// A file to send on a connection.
     File,
+    /// The application's wake-up eventfd.
+    Wake,
 }
 
 impl AttachOp {
@@ -329,6 +345,7 @@ impl AttachOp {
             AttachOp::Place => 3,
             AttachOp::KernelListener => 4,
             AttachOp::File => 5,
+            AttachOp::Wake => 6,
         }
     }
     /// From [`AttachOp::code`].
@@ -339,6 +356,7 @@ impl AttachOp {
             3 => AttachOp::Place,
             4 => AttachOp::KernelListener,
             5 => AttachOp::File,
+            6 => AttachOp::Wake,
             _ => return None,
         })
     }
@@ -346,7 +364,7 @@ impl AttachOp {
     pub fn fds(self) -> usize {
         match self {
             AttachOp::New | AttachOp::Place => 2,
-            AttachOp::Adopt | AttachOp::KernelListener | AttachOp::File => 1,
+            AttachOp::Adopt | AttachOp::KernelListener | AttachOp::File | AttachOp::Wake => 1,
         }
     }
 }
@@ -405,6 +423,7 @@ const OP_CARRIES: u16 = 37;
 const OP_GET_ADDR: u16 = 38;
 const OP_REPORT: u16 = 39;
 const OP_FILE_RELEASE: u16 = 40;
+const OP_SET_NOTIFY: u16 = 41;
 
 fn put(out: &mut [u8; RECORD_LEN], r: core::ops::Range<usize>, v: &[u8]) {
     out[r].copy_from_slice(v);
@@ -513,6 +532,9 @@ impl CommandRecord {
             ),
             Command::TokenCleared { handle, seen } => (OP_TOKEN_CLEARED, handle, None, seen, 0, 0),
             Command::WantWritable { handle } => (OP_WANT_WRITABLE, handle, None, 0, 0, 0),
+            Command::SetNotify { handle, quiet } => {
+                (OP_SET_NOTIFY, handle, None, quiet as u32, 0, 0)
+            }
             Command::Forget { handle } => (OP_FORGET, handle, None, 0, 0, 0),
             Command::Carries { remote } => {
                 (OP_CARRIES, 0, Some((*remote.ip(), remote.port())), 0, 0, 0)
@@ -722,6 +744,16 @@ impl CommandRecord {
             OP_WANT_WRITABLE => {
                 unused(true, true, true, true)?;
                 Command::WantWritable { handle }
+            }
+            OP_SET_NOTIFY => {
+                unused(true, false, true, true)?;
+                if arg > 1 {
+                    return Err(RecordError::BadArgument);
+                }
+                Command::SetNotify {
+                    handle,
+                    quiet: arg == 1,
+                }
             }
             OP_FORGET => {
                 unused(true, true, true, true)?;

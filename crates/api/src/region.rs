@@ -17,6 +17,8 @@
 //!  80  rx area offset, 88 size          (bytes the daemon delivers: urgent delivery)
 //!  96  application id   u64
 //! 104  wants_writable   u32  1 while the application waits for send space (app writes)
+//! 108  sleepers         u32  threads asleep on the wake-up eventfd (app writes): low 16
+//!                            bits all of them, high 16 bits those also waiting for send space
 //! ```
 
 /// "FSDREGN2" little-endian (2: `wants_writable`, credit events published without a wake-up).
@@ -54,6 +56,11 @@ pub mod at {
     /// u32: the application waits for send space, so events that only return send credit
     /// must wake it (otherwise the daemon publishes them without a wake-up).
     pub const APP_WANTS_WRITABLE: usize = 104;
+    /// u32 (version 4): threads of the application asleep on its wake-up eventfd
+    /// (`AttachOp::Wake`); bits 16.. count those that also wait for send space. The daemon
+    /// signals the eventfd after publishing events while it is not zero (for events that only
+    /// return send credit: while the high half is not zero).
+    pub const APP_SLEEPERS: usize = 108;
 }
 /// Bytes of the header.
 pub const HEADER_BYTES: usize = 4096;
@@ -97,6 +104,7 @@ mod tests {
             (at::RX_SIZE, 8),
             (at::APP_ID, 8),
             (at::APP_WANTS_WRITABLE, 4),
+            (at::APP_SLEEPERS, 4),
         ];
         for w in fields.windows(2) {
             let ((a, wa), (b, _)) = (w[0], w[1]);

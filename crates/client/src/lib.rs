@@ -107,6 +107,12 @@ struct Sock {
     error: Option<SocketError>,
     /// Accepted connections not yet handed to the application (listeners).
     accepted: VecDeque<u32>,
+    /// Events that may have made it readable / writable, counted (edge-triggered waits).
+    rgen: u32,
+    wgen: u32,
+    /// A send found no room and filled the placeholder (`posix`): unwritable until a
+    /// `Writable` event or the placeholder is writable again (`Posix::unblock`).
+    blocked: bool,
 }
 
 /// A registered application: its rings, its data areas and its sockets.
@@ -144,6 +150,11 @@ pub struct Client {
     sleeps: u64,
     zc_tokens: HashMap<u32, VecDeque<u64>>,
     next_token: u64,
+    /// Passes of [`Client::pump`] that took at least one event (a waiter that saw the same
+    /// value before announcing sleep missed nothing, see `posix::fast`).
+    gen: u64,
+    /// Scratch for [`Client::pump`].
+    evs: Vec<EventRecord>,
 }
 
 impl std::fmt::Debug for Client {
@@ -253,6 +264,8 @@ impl Client {
             dead: false,
             zc_tokens: HashMap::new(),
             next_token: 1,
+            gen: 0,
+            evs: Vec::new(),
         })
     }
 
@@ -350,7 +363,9 @@ impl Client {
 
     /// Drains the event ring: completions, urgent data, readiness. Returns how many events.
     pub fn pump(&mut self) -> usize {
-        let mut evs: Vec<EventRecord> = Vec::new();
+        // Reused between passes: no allocation per call once warm.
+        let mut evs = std::mem::take(&mut self.evs);
+        evs.clear();
         let r = self.evt.recv(EVENT_BUDGET, |b| {
             if let Ok(b) = <&[u8; RECORD_LEN]>::try_from(b) {
                 if let Ok(e) = EventRecord::decode(b) {
@@ -362,9 +377,13 @@ impl Client {
             self.dead = true;
         }
         let n = evs.len();
-        for e in evs {
+        if n > 0 {
+            self.gen += 1;
+        }
+        for e in evs.drain(..) {
             self.on_event(e);
         }
+        self.evs = evs;
         n
     }
 
@@ -389,6 +408,8 @@ impl Client {
                     // An async call failed: reported by the next call on that socket.
                     if let Some(s) = self.socks.get_mut(&e.handle) {
                         s.error = Some(err);
+                        s.rgen = s.rgen.wrapping_add(1);
+                        s.wgen = s.wgen.wrapping_add(1);
                     }
                 }
             }
@@ -398,6 +419,7 @@ impl Client {
                     return;
                 };
                 if let Some(s) = self.socks.get_mut(&e.handle) {
+                    s.rgen = s.rgen.wrapping_add(1);
                     let start = s.rx.len();
                     s.rx.resize(start + len, 0);
                     let (a, b) = s.rx.as_mut_slices();
@@ -422,14 +444,26 @@ impl Client {
             }
             EventKind::Writable => {
                 if let Some(s) = self.socks.get_mut(&e.handle) {
+                    // An edge only when it becomes writable (as the kernel's write-space
+                    // wake-up after a full buffer), not for every returned credit.
+                    if !s.open || s.blocked || s.unflushed >= flowstack_api::region::SOCK_SNDBUF {
+                        s.blocked = false;
+                        s.wgen = s.wgen.wrapping_add(1);
+                    }
                     s.open = true;
                     s.unflushed = s.unflushed.saturating_sub(e.len);
                 }
             }
-            EventKind::Readable => {}
+            EventKind::Readable => {
+                if let Some(s) = self.socks.get_mut(&e.handle) {
+                    s.rgen = s.rgen.wrapping_add(1);
+                }
+            }
             EventKind::Closed => {
                 if let Some(s) = self.socks.get_mut(&e.handle) {
                     s.eof = true;
+                    s.rgen = s.rgen.wrapping_add(1);
+                    s.wgen = s.wgen.wrapping_add(1);
                     if e.result < 0 {
                         s.error = Some(e.outcome().err().unwrap_or(SocketError::ConnectionReset));
                     }
@@ -445,6 +479,7 @@ impl Client {
         });
         if let Some(l) = self.socks.get_mut(&listener) {
             l.accepted.push_back(h);
+            l.rgen = l.rgen.wrapping_add(1);
         }
     }
 

@@ -47,7 +47,10 @@ use std::path::{Path as FsPath, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
+mod fast;
 mod file;
+use fast::clear_tokens;
+pub use fast::{FastReady, SleepTicket};
 pub use file::MAX_SENDFILE;
 
 /// A kernel errno value.
@@ -211,6 +214,8 @@ struct PSock {
     opts: HashMap<Opt, i64>,
     /// The file attached in the daemon for `sendfile` (its device and inode), if any.
     file: Option<(u64, u64)>,
+    /// No tokens for it (`Command::SetNotify`): readiness from this process's view only.
+    quiet: bool,
 }
 
 struct Inner {
@@ -220,6 +225,8 @@ struct Inner {
     next: u32,
     /// Inodes known not to be placeholders of this daemon.
     not_ours: HashSet<(u64, u64)>,
+    /// This process's end of its wake-up pair (the daemon has the other), see `fast`.
+    wake: Option<OwnedFd>,
 }
 
 /// The process-wide POSIX layer (`Send + Sync`; one mutex inside, never held while a call
@@ -269,6 +276,7 @@ impl Posix {
                 socks: HashMap::new(),
                 next: POSIX_BASE,
                 not_ours: HashSet::new(),
+                wake: None,
             }),
         })
     }
@@ -839,6 +847,7 @@ impl PSock {
             shut_rd: false,
             opts: HashMap::new(),
             file: None,
+            quiet: false,
         }
     }
 }
@@ -869,6 +878,7 @@ fn forked(g: &mut Inner, pid: u32) {
     // only unmaps and closes this process's descriptors.
     g.client = None;
     g.socks.clear();
+    g.wake = None;
     g.pid = pid;
 }
 
@@ -930,36 +940,14 @@ fn connect_state(g: &mut Inner, id: SockId) -> Result<Option<Result<(), Errno>>,
     Ok(r)
 }
 
-/// The socket's view here is unreadable: read the tokens back and tell the daemon.
-fn clear_tokens(g: &mut Inner, id: SockId) -> Result<(), Errno> {
-    let taken = placeholder::take_tokens(g.sock(id)?.a.as_fd());
-    match taken {
-        Ok(Tokens::Read(0)) => Ok(()), // none outstanding: nothing to tell
-        Ok(Tokens::Read(_)) => {
-            let c = g.client.as_mut().expect("registered");
-            c.post(
-                Mode::Async,
-                Command::TokenCleared {
-                    handle: id.0,
-                    seen: 0,
-                },
-            )
-            .map(|_| ())
-            .map_err(Errno::from)
-        }
-        Ok(Tokens::Closed) => {
-            g.client.as_mut().expect("registered").dead = true;
-            Err(Errno::ECONNRESET)
-        }
-        Err(_) => Err(Errno::EBADF),
-    }
-}
-
 /// Fills A (unwritable) and asks the daemon to empty it when send space returns.
 fn make_unwritable(g: &mut Inner, id: SockId) -> Result<(), Errno> {
     let a = g.sock(id)?.a.try_clone().map_err(|_| Errno(24))?;
     placeholder::fill(a.as_fd()).map_err(|_| Errno::ECONNRESET)?;
     let c = g.client.as_mut().expect("registered");
+    if let Some(s) = c.socks.get_mut(&id.0) {
+        s.blocked = true; // unwritable in the fast path's view too, until `Posix::unblock`
+    }
     c.post(Mode::Async, Command::WantWritable { handle: id.0 })
         .map(|_| ())
         .map_err(Errno::from)

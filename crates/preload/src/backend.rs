@@ -83,7 +83,37 @@ pub trait Backend: Sync {
     fn after_fork(&self);
     /// Tells the daemon a socket went to the kernel and why (`flowstack stats`).
     fn report(&self, why: crate::addr::Reason, dst: Option<SocketAddrV4>);
+
+    // ---- readiness fast path (`epoll`; `flowstack_client::posix` fast module) ----------
+    /// Stops tokens for `id` if its readiness can be computed in this process; `Ok(false)`:
+    /// watch the placeholder in the kernel instead.
+    fn watch(&self, _id: SockId) -> Result<bool, Errno> {
+        Ok(false)
+    }
+    /// Tokens again for `id` (before anyone sleeps on its placeholder in the kernel).
+    fn tokens_on(&self, _id: SockId) {}
+    /// Drains the events and answers for `ids` (None: not computable here); returns the
+    /// pump count for [`Backend::sleep_begin`].
+    fn ready_many(&self, _ids: &[SockId], _out: &mut Vec<Option<FastReady>>) -> Result<u64, Errno> {
+        Err(libc::ENOSYS)
+    }
+    /// The placeholder of `id` is writable again.
+    fn unblock(&self, _id: SockId) {}
+    /// This process's wake-up descriptor.
+    fn wake_fd(&self) -> Result<i32, Errno> {
+        Err(libc::ENOSYS)
+    }
+    /// Announces a sleep; None: something arrived since pump count `gen`.
+    fn sleep_begin(&self, _gen: u64, _writable: bool) -> Result<Option<SleepTicket>, Errno> {
+        Err(libc::ENOSYS)
+    }
+    /// Ends a sleep; true if the daemon is gone.
+    fn sleep_end(&self, _t: SleepTicket) -> bool {
+        true
+    }
 }
+
+pub use flowstack_client::posix::{FastReady, SleepTicket};
 
 /// The daemon API: `flowstack_client::posix` on the daemon named by `FLOWSTACK_SOCKET`
 /// (or the default path), registered now; `Err` says why not.
@@ -341,6 +371,29 @@ impl Backend for PosixBackend {
     }
     fn after_fork(&self) {
         self.p.after_fork();
+    }
+    fn watch(&self, id: SockId) -> Result<bool, Errno> {
+        self.p.watch(posix::SockId(id)).map_err(e)
+    }
+    fn tokens_on(&self, id: SockId) {
+        let _ = self.p.tokens_on(posix::SockId(id));
+    }
+    fn ready_many(&self, ids: &[SockId], out: &mut Vec<Option<FastReady>>) -> Result<u64, Errno> {
+        self.p
+            .ready_many(ids.iter().map(|&i| posix::SockId(i)), out)
+            .map_err(e)
+    }
+    fn wake_fd(&self) -> Result<i32, Errno> {
+        self.p.wake_fd().map_err(e)
+    }
+    fn unblock(&self, id: SockId) {
+        let _ = self.p.unblock(posix::SockId(id));
+    }
+    fn sleep_begin(&self, gen: u64, writable: bool) -> Result<Option<SleepTicket>, Errno> {
+        self.p.sleep_begin(gen, writable).map_err(e)
+    }
+    fn sleep_end(&self, t: SleepTicket) -> bool {
+        self.p.sleep_end(t)
     }
     fn report(&self, why: crate::addr::Reason, dst: Option<SocketAddrV4>) {
         use crate::addr::Reason;

@@ -25,8 +25,10 @@
 
 pub mod addr;
 pub mod backend;
+mod epoll;
 pub mod inherit;
 mod ops;
+mod poll;
 pub mod real;
 mod shim;
 pub mod sig;

@@ -82,7 +82,13 @@ fn blocking<T>(
         match op() {
             // The daemon is gone and the call still has nothing: fail rather than spin.
             Err(libc::EAGAIN) if hup => return Err(libc::ECONNRESET),
-            Err(libc::EAGAIN) if !nonblocking(fd, e, flags) => hup = wait(fd, events, dl)?,
+            Err(libc::EAGAIN) if !nonblocking(fd, e, flags) => {
+                // A socket watched by the epoll fast path has no tokens: turn them on first.
+                if let Some(b) = crate::state::get().and_then(|s| s.connected()) {
+                    b.tokens_on(e.id);
+                }
+                hup = wait(fd, events, dl)?
+            }
             r => return r,
         }
     }

@@ -178,6 +178,24 @@ real! {
         sys(libc::SYS_getpeername, [fd as _, a as _, l as _, 0, 0, 0]) as c_int;
     poll(f: *mut libc::pollfd, n: libc::nfds_t, t: c_int) -> c_int =
         sys(libc::SYS_poll, [f as _, n as _, t as _, 0, 0, 0]) as c_int;
+    ppoll(f: *mut libc::pollfd, n: libc::nfds_t, t: *const libc::timespec,
+          m: *const libc::sigset_t) -> c_int =
+        sys(libc::SYS_ppoll, [f as _, n as _, t as _, m as _, 8, 0]) as c_int;
+    select(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set,
+           t: *mut libc::timeval) -> c_int =
+        sys(libc::SYS_select, [n as _, r as _, w as _, e as _, t as _, 0]) as c_int;
+    pselect(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set,
+            t: *const libc::timespec, m: *const libc::sigset_t) -> c_int = no_raw();
+    epoll_ctl(ep: c_int, op: c_int, fd: c_int, ev: *mut libc::epoll_event) -> c_int =
+        sys(libc::SYS_epoll_ctl, [ep as _, op as _, fd as _, ev as _, 0, 0]) as c_int;
+    epoll_wait(ep: c_int, ev: *mut libc::epoll_event, n: c_int, t: c_int) -> c_int =
+        sys(libc::SYS_epoll_pwait, [ep as _, ev as _, n as _, t as _, 0, 8]) as c_int;
+    epoll_pwait(ep: c_int, ev: *mut libc::epoll_event, n: c_int, t: c_int,
+                m: *const libc::sigset_t) -> c_int =
+        sys(libc::SYS_epoll_pwait, [ep as _, ev as _, n as _, t as _, m as _, 8]) as c_int;
+    epoll_pwait2(ep: c_int, ev: *mut libc::epoll_event, n: c_int, t: *const libc::timespec,
+                 m: *const libc::sigset_t) -> c_int =
+        sys(441, [ep as _, ev as _, n as _, t as _, m as _, 8]) as c_int;
     close_range(a: c_uint, b: c_uint, f: c_int) -> c_int =
         sys(libc::SYS_close_range, [a as _, b as _, f as _, 0, 0, 0]) as c_int;
     fork() -> pid_t = no_raw();

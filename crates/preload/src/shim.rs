@@ -3,8 +3,8 @@
 //! the operation in `ops`, inside `catch_unwind` so that no Rust panic reaches C (a panic
 //! becomes `EIO`).
 //!
-//! Not interposed because placeholders are real descriptors: poll, ppoll, select, pselect,
-//! epoll_* and their FORTIFY variants — the kernel's own readiness covers mixed sets.
+//! Readiness calls are in `epoll` (the shared-memory fast path for flowstack connections) and
+//! `poll` (poll/ppoll/select/pselect: the kernel answers, kept honest for quiet sockets).
 #![allow(clippy::missing_safety_doc)]
 
 use crate::addr::{self, Reason};
@@ -22,7 +22,7 @@ use std::os::fd::IntoRawFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// The failure value of a C return type.
-trait Fail {
+pub(crate) trait Fail {
     const FAIL: Self;
 }
 impl Fail for c_int {
@@ -34,7 +34,7 @@ impl Fail for ssize_t {
 
 /// Runs a placeholder operation: interposition off for the thread, panics caught, errors to
 /// `errno`.
-fn run<R: Fail>(f: impl FnOnce() -> Result<R, Errno>) -> R {
+pub(crate) fn run<R: Fail>(f: impl FnOnce() -> Result<R, Errno>) -> R {
     match catch_unwind(AssertUnwindSafe(|| inside(f))) {
         Ok(Ok(v)) => v,
         Ok(Err(e)) => {
@@ -50,7 +50,7 @@ fn run<R: Fail>(f: impl FnOnce() -> Result<R, Errno>) -> R {
 
 /// The placeholder behind `fd`, if it is one and this thread is not inside the shim.
 #[inline]
-fn placeholder(fd: c_int) -> Option<(&'static State, &'static dyn Backend, Entry)> {
+pub(crate) fn placeholder(fd: c_int) -> Option<(&'static State, &'static dyn Backend, Entry)> {
     let st = state::get()?;
     st.table.get(fd)?;
     if is_inside() {
@@ -654,6 +654,7 @@ fn forget_fd(fd: c_int) {
         let aux = st.table.aux(fd);
         if let Some(e) = st.table.clear(fd) {
             if st.release(e.id) {
+                crate::epoll::forget_sock(e.id);
                 if let Some(k) = aux {
                     // SAFETY: the shim's own copy of the kernel listener, closed once.
                     unsafe { real::close(k) };
@@ -667,6 +668,7 @@ fn forget_fd(fd: c_int) {
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     if !is_inside() {
         forget_fd(fd);
+        crate::epoll::on_close(fd);
     }
     real::close(fd)
 }
@@ -708,6 +710,7 @@ fn dup_done(old: c_int, new: c_int) {
             forget_fd(new);
         }
         st.table.copy(old, new);
+        crate::epoll::on_dup(old, new);
         if let Some(e) = st.table.get(new) {
             st.hold(e.id);
         }

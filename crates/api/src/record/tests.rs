@@ -64,6 +64,19 @@ fn all_commands() -> Vec<Command> {
             seen: 77,
         },
         Command::WantWritable { handle: 9 },
+        Command::SetNotify {
+            handle: 9,
+            quiet: true,
+        },
+        Command::SetNotify {
+            handle: 9,
+            quiet: false,
+        },
+        Command::Attach {
+            handle: 0,
+            op: AttachOp::Wake,
+            ty: SockType::Stream,
+        },
         Command::Forget { handle: 9 },
         Command::Carries {
             remote: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 6379),
@@ -267,10 +280,12 @@ fn spans_are_checked_against_the_area() {
 
 #[test]
 fn file_sends_are_versioned_and_their_ranges_checked() {
-    assert_eq!(
-        VERSION, 3,
-        "AttachOp::File and FileRelease came with version 3"
-    );
+    const {
+        assert!(
+            VERSION >= 3,
+            "AttachOp::File and FileRelease came with version 3"
+        )
+    };
     assert_eq!(
         AttachOp::from_code(AttachOp::File.code()),
         Some(AttachOp::File)
@@ -298,4 +313,28 @@ fn file_sends_are_versioned_and_their_ranges_checked() {
     rec(0, 1).encode(&mut b);
     b[field::ARG.start] = 1;
     assert_eq!(CommandRecord::decode(&b), Err(RecordError::ReservedNotZero));
+}
+
+#[test]
+fn notify_modes_are_versioned_and_strict() {
+    assert_eq!(
+        VERSION, 4,
+        "SetNotify and AttachOp::Wake came with version 4"
+    );
+    assert_eq!(AttachOp::from_code(6), Some(AttachOp::Wake));
+    assert_eq!(AttachOp::Wake.fds(), 1);
+    let mut b = [0; RECORD_LEN];
+    CommandRecord {
+        id: 1,
+        mode: Mode::Async,
+        cmd: Command::SetNotify {
+            handle: 3,
+            quiet: true,
+        },
+    }
+    .encode(&mut b);
+    assert!(CommandRecord::decode(&b).is_ok());
+    // Only 0 and 1 are modes.
+    b[field::ARG.start] = 2;
+    assert_eq!(CommandRecord::decode(&b), Err(RecordError::BadArgument));
 }

@@ -55,6 +55,7 @@ use std::sync::Arc;
 
 mod control;
 mod file;
+mod notify;
 mod service;
 mod snapshot;
 use control::{
@@ -144,14 +145,16 @@ pub(crate) struct Placeholder {
     /// Readable events posted (informative, see the module docs).
     seq: u32,
     want_writable: bool,
+    /// No tokens while this application holds the socket (`SetNotify`, see `notify`).
+    quiet_for: Option<u64>,
 }
 
 impl Placeholder {
     /// Token and filler actions wait until the events that explain them are in the ring
     /// (see [`Shared::placeholder_actions`]), so an application woken by A finds them.
-    fn readable(&mut self) {
+    fn readable(&mut self, quiet: bool) {
         self.seq = self.seq.wrapping_add(1);
-        if !self.token_out {
+        if !self.token_out && !quiet {
             self.token_out = placeholder::put_token(self.d.as_fd()).unwrap_or(false);
         }
     }
@@ -273,13 +276,8 @@ impl Shared {
     pub fn placeholder_actions(&mut self) -> bool {
         let any = !self.ph_actions.is_empty();
         for (gid, r, w) in self.ph_actions.drain(..) {
-            if let Some(ph) = self.socks.get_mut(&gid).and_then(|g| g.ph.as_mut()) {
-                if r {
-                    ph.readable();
-                }
-                if w {
-                    ph.writable();
-                }
+            if let Some(g) = self.socks.get_mut(&gid) {
+                notify::ph_action(g, r, w);
             }
         }
         any
@@ -375,6 +373,8 @@ pub(crate) struct App {
     tx_scratch: Vec<u8>,
     /// Files attached to this application's connections (`Attach{File}`), by handle.
     files: HashMap<u32, std::fs::File>,
+    /// The wake-up channel of the shim's fast path (`Attach{Wake}`, see `notify`).
+    wake: notify::Wake,
 }
 
 impl App {
@@ -404,6 +404,7 @@ impl App {
             recs: Vec::new(),
             tx_scratch: Vec::new(),
             files: HashMap::new(),
+            wake: notify::Wake::default(),
         })
     }
 
@@ -463,6 +464,9 @@ impl App {
             // stores the flag before it announces sleep, fences and re-reads `head`, so either
             // it sees the credit or we see the flag (the ring's argument, ring.rs module docs).
             self.evt.wake();
+        }
+        if moved {
+            notify::after_publish(self, loud);
         }
         moved
     }
@@ -716,6 +720,9 @@ impl App {
                     want_writable(sh, gid);
                 }
             }
+            Command::SetNotify { handle, quiet } => {
+                notify::set_notify(sh, self.gid(handle), self.id, quiet)
+            }
             Command::Carries { remote } => {
                 let yes = is_loopback(remote.ip())
                     && sh.ports.get(&remote.port()).is_some_and(|g| {
@@ -864,6 +871,9 @@ impl App {
             let f = fds.pop().expect("one descriptor");
             return self.attach_file(handle, f);
         }
+        if op == AttachOp::Wake {
+            return notify::attach_wake(self, fds.pop().expect("one descriptor"));
+        }
         if matches!(op, AttachOp::New | AttachOp::Adopt) && self.at_limit(sh) {
             return Err(SocketError::LimitReached);
         }
@@ -890,6 +900,7 @@ impl App {
                     token_out: false,
                     seq: 0,
                     want_writable: false,
+                    quiet_for: None,
                 };
                 let gid = if op == AttachOp::New {
                     fresh_handle(self)?;
@@ -933,9 +944,10 @@ impl App {
                     Kind::Failed(_) => 5,
                 };
                 g.holder = Some((self.id, handle));
+                notify::on_new_holder(sh, gid);
                 Ok((kind as u64) << 32 | handle as u64)
             }
-            AttachOp::File => Err(SocketError::InvalidArgument), // taken above
+            AttachOp::File | AttachOp::Wake => Err(SocketError::InvalidArgument), // taken above
             AttachOp::KernelListener => {
                 let k = fds.pop().expect("one descriptor");
                 let gid = self.gid(handle)?;

@@ -9,6 +9,9 @@ use super::*;
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn fork() -> pid_t {
     let pid = real::fork();
+    if pid == 0 {
+        crate::epoll::after_fork();
+    }
     if pid == 0 && state::get().is_some_and(|s| s.connected().is_some()) {
         state::mark_forked();
     }
@@ -203,6 +206,28 @@ pub unsafe extern "C" fn syscall(
             getsockopt(i, a2 as c_int, a3 as c_int, a4 as *mut _, a5 as *mut _) as c_long
         }
         libc::SYS_sendfile => sendfile(i, a2 as c_int, a3 as *mut _, a4) as c_long,
+        // Readiness: flowstack connections in an epoll set are not in the kernel's set, and
+        // quiet sockets have no tokens (crate::epoll, crate::poll).
+        libc::SYS_epoll_ctl => {
+            crate::epoll::epoll_ctl(i, a2 as c_int, a3 as c_int, a4 as *mut _) as c_long
+        }
+        libc::SYS_epoll_pwait => {
+            crate::epoll::epoll_pwait(i, p.cast(), a3 as c_int, a4 as c_int, a5 as *const _)
+                as c_long
+        }
+        libc::SYS_epoll_pwait2 => {
+            crate::epoll::epoll_pwait2(i, p.cast(), a3 as c_int, a4 as *const _, a5 as *const _)
+                as c_long
+        }
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_epoll_wait => {
+            crate::epoll::epoll_wait(i, p.cast(), a3 as c_int, a4 as c_int) as c_long
+        }
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_poll => crate::poll::poll(a1 as *mut _, a2 as _, a3 as c_int) as c_long,
+        libc::SYS_ppoll => {
+            crate::poll::ppoll(a1 as *mut _, a2 as _, a3 as *const _, a4 as *const _) as c_long
+        }
         _ => real::syscall6(n, [a1, a2, a3, a4, a5, a6]),
     }
 }

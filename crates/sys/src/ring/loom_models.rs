@@ -197,3 +197,51 @@ fn loom_quiet_publish_wakes_a_consumer_that_asked() {
         assert_eq!(got, [7]);
     });
 }
+
+/// The offload daemon's wake-up of an application asleep on its wake-up pair (the shim's
+/// epoll fast path, `flowstack_client::posix` fast module and `offload::app::notify`): the
+/// consumer counts itself in `sleepers`, fences and checks the ring once more before it
+/// sleeps in the kernel on the pair (modelled as a futex on a token count: level-triggered,
+/// it sleeps only while no token arrived since it last drained); the producer publishes,
+/// fences (in `publish_quiet`), and writes a token if it sees a sleeper. Neither the ring's
+/// own futex nor its `waiting` flag is used: only this protocol can wake the consumer.
+#[test]
+fn loom_wake_pair_sleeper_is_woken_after_a_publish() {
+    use crate::sync::{fence, futex, AtomicU32, Ordering::SeqCst};
+    check(3, || {
+        let (r, l, _) = region(1, 8);
+        let sleepers = Arc::new(AtomicU32::new(0));
+        let tokens = Arc::new(AtomicU32::new(0));
+        let mut p = Producer::new(r.clone(), l[0]).unwrap();
+        let mut c = Consumer::new(r, l[0]).unwrap();
+        let (s, t) = (sleepers.clone(), tokens.clone());
+        let th = thread::spawn(move || {
+            for v in [1u8, 2] {
+                p.push(&[v]).unwrap();
+                if p.publish_quiet() && s.load(SeqCst) != 0 {
+                    t.fetch_add(1, SeqCst);
+                    futex::wake(&t, 1);
+                }
+            }
+        });
+        let mut got = Vec::new();
+        let mut drained = 0;
+        while got.len() < 2 {
+            c.recv(usize::MAX, |rec| got.push(rec[0])).unwrap();
+            if got.len() == 2 {
+                break;
+            }
+            sleepers.fetch_add(1, SeqCst);
+            fence(SeqCst);
+            if !c.pending() {
+                while tokens.load(SeqCst) == drained {
+                    futex::wait(&tokens, drained, Some(FOREVER));
+                }
+            }
+            sleepers.fetch_sub(1, SeqCst);
+            drained = tokens.load(SeqCst);
+        }
+        th.join().unwrap();
+        assert_eq!(got, [1, 2]);
+    });
+}

@@ -1,0 +1,271 @@
+//! Readiness from this process's own view, for the shim's `epoll_wait`/`poll` fast path.
+//!
+//! - [`Posix::watch`] makes a socket *quiet* (the daemon stops writing tokens into its
+//!   placeholder, `Command::SetNotify`) when its readiness can be computed here: connections
+//!   (connected, connecting or failed). Listeners and fresh sockets keep their tokens (the
+//!   caller watches their placeholder in the kernel). [`Posix::tokens_on`] undoes it before a
+//!   sleep on the placeholder itself (a blocking call, a `poll` the shim hands to the kernel).
+//! - [`Posix::ready_many`] drains the event ring once and answers for many sockets under one
+//!   lock, with per-socket event counts for edge-triggered waits.
+//! - Sleeping: the caller sleeps in the kernel on its own descriptors plus this process's end
+//!   of its *wake-up pair* ([`Posix::wake_fd`]; the daemon holds the other end, handed over
+//!   with `Attach{Wake}`). [`Posix::sleep_begin`] counts the caller in the header's
+//!   `APP_SLEEPERS`, fences (SeqCst) and checks once more that nothing arrived since the view
+//!   it computed — the ring's `head`, and [`Client`]'s pump count for events another thread
+//!   took meanwhile; the daemon stores `head`, fences, reads `APP_SLEEPERS` and writes a
+//!   byte into its end: one side sees the other (no lost wake-up). [`Posix::sleep_end`]
+//!   uncounts the caller; the last sleeper out drains the pair, so every thread asleep on it
+//!   (level-triggered) wakes for the same byte. When the daemon dies its end closes: every
+//!   sleeper wakes at once and finds the client dead (sockets report error and hang-up).
+//!
+//! The lock is never held while the caller sleeps.
+
+use super::{placeholder, Errno, Inner, Posix, Readiness, SockId, State, Tokens};
+use crate::Client;
+use flowstack_api::record::{AttachOp, Command, Mode};
+use flowstack_api::region::{at, SOCK_SNDBUF};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::sync::atomic::{fence, Ordering};
+
+/// One socket's readiness and event counts (edge-triggered waits compare them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FastReady {
+    /// Readable, writable, hang-up, error.
+    pub r: Readiness,
+    /// Peer closed its side (`EPOLLRDHUP`).
+    pub rdhup: bool,
+    /// Events that may have made it readable, counted.
+    pub rgen: u32,
+    /// Events that may have made it writable, counted.
+    pub wgen: u32,
+    /// A send found no room: unwritable until the daemon empties the placeholder (watch it
+    /// for `EPOLLOUT` in the kernel, then [`Posix::unblock`]) or returns credit.
+    pub blocked: bool,
+}
+
+/// What [`Posix::sleep_begin`] announced (hand it back to [`Posix::sleep_end`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SleepTicket(u32);
+
+fn sleepers(c: &Client) -> Option<&std::sync::atomic::AtomicU32> {
+    c.region.atomic_u32(at::APP_SLEEPERS)
+}
+
+impl Posix {
+    /// Makes `id` quiet if its readiness can be computed here; `Ok(false)`: watch its
+    /// placeholder in the kernel instead (listener, fresh socket).
+    pub fn watch(&self, id: SockId) -> Result<bool, Errno> {
+        let mut g = self.lock()?;
+        let ps = g.sock(id)?;
+        if !matches!(
+            ps.state,
+            State::Connected | State::Connecting | State::Failed
+        ) {
+            return Ok(false);
+        }
+        if ps.quiet {
+            return Ok(true);
+        }
+        ps.quiet = true;
+        let c = g.client.as_mut().expect("registered");
+        c.post(
+            Mode::Async,
+            Command::SetNotify {
+                handle: id.0,
+                quiet: true,
+            },
+        )
+        .map_err(Errno::from)?;
+        Ok(true)
+    }
+
+    /// Tokens again for `id` (before a sleep on its placeholder); no-op if it is not quiet.
+    pub fn tokens_on(&self, id: SockId) -> Result<(), Errno> {
+        let mut g = self.lock()?;
+        let ps = g.sock(id)?;
+        if !ps.quiet {
+            return Ok(());
+        }
+        ps.quiet = false;
+        let c = g.client.as_mut().expect("registered");
+        c.post(
+            Mode::Async,
+            Command::SetNotify {
+                handle: id.0,
+                quiet: false,
+            },
+        )
+        .map(|_| ())
+        .map_err(Errno::from)
+    }
+
+    /// Drains the event ring once and writes each socket's readiness into `out` (`None`:
+    /// unknown here — closed, or not a connection). Returns the pump count to hand to
+    /// [`Posix::sleep_begin`].
+    pub fn ready_many(
+        &self,
+        ids: impl Iterator<Item = SockId>,
+        out: &mut Vec<Option<FastReady>>,
+    ) -> Result<u64, Errno> {
+        let mut g = self.lock()?;
+        let g = &mut *g;
+        let c = g.client.as_mut().expect("registered");
+        c.pump();
+        if !c.dead && c.last_liveness.elapsed() >= crate::LIVENESS_CHECK {
+            // A busy loop never sleeps on the wake-up pair (whose hang-up tells of a dead
+            // daemon), so check now and then.
+            c.last_liveness = std::time::Instant::now();
+            c.check_daemon();
+        }
+        let dead = c.dead;
+        out.clear();
+        for id in ids {
+            let (Some(ps), Some(s)) = (g.socks.get(&id.0), c.socks.get(&id.0)) else {
+                out.push(None);
+                continue;
+            };
+            if dead {
+                out.push(Some(FastReady {
+                    r: Readiness {
+                        readable: true,
+                        writable: true,
+                        hup: true,
+                        error: Some(Errno::ECONNRESET),
+                    },
+                    rdhup: true,
+                    rgen: s.rgen.wrapping_add(1),
+                    wgen: s.wgen.wrapping_add(1),
+                    blocked: false,
+                }));
+                continue;
+            }
+            let r = match ps.state {
+                State::Connected | State::Connecting | State::Failed => Readiness {
+                    readable: !s.rx.is_empty() || s.eof || s.error.is_some() || ps.shut_rd,
+                    writable: (s.open && !s.blocked && s.unflushed < SOCK_SNDBUF)
+                        || s.error.is_some(),
+                    hup: s.error.is_some() || ps.state == State::Failed,
+                    error: s.error.map(Errno::from),
+                },
+                _ => {
+                    out.push(None);
+                    continue;
+                }
+            };
+            out.push(Some(FastReady {
+                r,
+                rdhup: s.eof || ps.shut_rd,
+                rgen: s.rgen,
+                wgen: s.wgen,
+                blocked: s.blocked,
+            }));
+        }
+        Ok(c.gen)
+    }
+
+    /// The placeholder of `id` was seen writable again (the daemon emptied it): writable in
+    /// the view too (an edge).
+    pub fn unblock(&self, id: SockId) -> Result<(), Errno> {
+        let mut g = self.lock()?;
+        let c = g.client.as_mut().expect("registered");
+        if let Some(s) = c.socks.get_mut(&id.0) {
+            if s.blocked {
+                s.blocked = false;
+                s.wgen = s.wgen.wrapping_add(1);
+            }
+        }
+        Ok(())
+    }
+
+    /// This process's end of its wake-up pair, created and handed to the daemon on first use.
+    pub fn wake_fd(&self) -> Result<RawFd, Errno> {
+        let mut g = self.lock()?;
+        if let Some(w) = &g.wake {
+            return Ok(w.as_raw_fd());
+        }
+        let (mine, theirs) = placeholder::pair().map_err(|_| Errno(24))?;
+        let c = g.client.as_mut().expect("registered");
+        super::attach_fds(c, 0, AttachOp::Wake, &[theirs.as_fd()])?;
+        let fd = mine.as_raw_fd();
+        g.wake = Some(mine);
+        Ok(fd)
+    }
+
+    /// Announces that the caller is about to sleep (waiting for send space too if
+    /// `writable`); `None` if something arrived since the view of pump count `gen` (compute
+    /// again instead of sleeping); `ECONNRESET` once the daemon is gone. See the module docs.
+    pub fn sleep_begin(&self, gen: u64, writable: bool) -> Result<Option<SleepTicket>, Errno> {
+        let g = self.lock()?;
+        let c = g.client.as_ref().expect("registered");
+        if c.dead {
+            return Err(Errno::ECONNRESET); // nothing will wake a sleeper
+        }
+        let t = SleepTicket(1 | if writable { 1 << 16 } else { 0 });
+        let Some(a) = sleepers(c) else {
+            return Ok(None);
+        };
+        a.fetch_add(t.0, Ordering::SeqCst);
+        // Pairs with the daemon's fence between its store of `head` and its load of
+        // APP_SLEEPERS (`offload::app::notify`).
+        fence(Ordering::SeqCst);
+        if c.evt.pending() || c.gen != gen || c.dead {
+            a.fetch_sub(t.0, Ordering::SeqCst);
+            return Ok(None);
+        }
+        Ok(Some(t))
+    }
+
+    /// The caller woke (or gave up sleeping): uncounts it; the last sleeper drains the
+    /// wake-up pair. A hung-up pair means the daemon is gone.
+    /// Returns true if the daemon is gone.
+    pub fn sleep_end(&self, t: SleepTicket) -> bool {
+        let Ok(mut g) = self.lock() else {
+            return true;
+        };
+        let g: &mut Inner = &mut g;
+        let Some(c) = g.client.as_mut() else {
+            return true;
+        };
+        let Some(a) = sleepers(c) else {
+            return c.dead;
+        };
+        let before = a.fetch_sub(t.0, Ordering::SeqCst);
+        if before & 0xffff == 1 {
+            if let Some(w) = &g.wake {
+                if let Ok(Tokens::Closed) = placeholder::take_tokens(w.as_fd()) {
+                    c.dead = true;
+                }
+            }
+        }
+        c.dead
+    }
+}
+
+/// The socket's view here is unreadable: read the tokens back and tell the daemon.
+pub(super) fn clear_tokens(g: &mut Inner, id: SockId) -> Result<(), Errno> {
+    let ps = g.sock(id)?;
+    if ps.quiet {
+        return Ok(()); // no tokens to take (stale ones cost a spurious wake-up at most)
+    }
+    let taken = placeholder::take_tokens(ps.a.as_fd());
+    match taken {
+        Ok(Tokens::Read(0)) => Ok(()), // none outstanding: nothing to tell
+        Ok(Tokens::Read(_)) => {
+            let c = g.client.as_mut().expect("registered");
+            c.post(
+                Mode::Async,
+                Command::TokenCleared {
+                    handle: id.0,
+                    seen: 0,
+                },
+            )
+            .map(|_| ())
+            .map_err(Errno::from)
+        }
+        Ok(Tokens::Closed) => {
+            g.client.as_mut().expect("registered").dead = true;
+            Err(Errno::ECONNRESET)
+        }
+        Err(_) => Err(Errno::EBADF),
+    }
+}

@@ -1,0 +1,118 @@
+//! Readiness without tokens: the daemon side of the shim's epoll/poll fast path (record
+//! version 4).
+//!
+//! An application that computes readiness from its own view of the event ring (the shim's
+//! interposed `epoll_wait`/`poll`) does not need a token in a socket's placeholder per
+//! readiness change; it needs to be woken when it sleeps. So:
+//! - **Wake-up channel.** The application hands the daemon one end of a unix socket pair
+//!   (`Attach{Wake}`); it sleeps in the kernel (`epoll_wait`/`poll` on its own descriptors
+//!   plus the other end). Before sleeping it counts itself in its header's `APP_SLEEPERS`
+//!   (bits 16.. too if it waits for send space), issues a sequentially consistent fence and
+//!   checks the event ring once more. After publishing events the daemon (whose publish
+//!   fenced after storing `head`) reads `APP_SLEEPERS` and, if a sleeper could want them,
+//!   writes one byte into its end (`MSG_DONTWAIT`, never blocking on a full or hostile
+//!   peer). One side or the other sees the other's store: no lost wake-up (the ring's
+//!   argument; `scripts/loom.sh` models it). When the daemon dies its end closes and every
+//!   sleeper wakes at once (hang-up).
+//! - **Quiet sockets.** `SetNotify{quiet}` stops token writes for a socket while the
+//!   application that asked is its holder; any other holder (an adopting child, a process
+//!   without the shim's fast path) gets tokens as before, and turning tokens back on writes
+//!   one at once if the socket is readable (as `TokenCleared` does).
+
+use super::{App, GSock, Shared};
+use crate::layout::at;
+use flowstack_api::SocketError;
+use flowstack_sys::placeholder;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::Ordering;
+
+/// An application's wake-up channel.
+#[derive(Debug, Default)]
+pub(crate) struct Wake {
+    fd: Option<OwnedFd>,
+    /// Wake-ups written (a system call each).
+    pub signals: u64,
+}
+
+/// After events were published (the publish fenced after storing `head`): wakes a sleeper
+/// that may want them. `loud`: events other than send credit.
+pub(super) fn after_publish(app: &mut App, loud: bool) {
+    let Some(fd) = &app.wake.fd else {
+        return;
+    };
+    let v = app
+        .region
+        .atomic_u32(at::APP_SLEEPERS)
+        .map(|a| a.load(Ordering::SeqCst))
+        .unwrap_or(0);
+    let want = if loud { v != 0 } else { v >> 16 != 0 };
+    if want && placeholder::put_token(fd.as_fd()).unwrap_or(false) {
+        app.wake.signals += 1;
+    }
+}
+
+/// `Attach{Wake}`: the daemon's end of the application's wake-up pair (a unix stream
+/// socket; anything else is refused).
+pub(super) fn attach_wake(app: &mut App, fd: OwnedFd) -> Result<u64, SocketError> {
+    if !placeholder::is_unix_stream(fd.as_fd()) {
+        return Err(SocketError::InvalidArgument);
+    }
+    app.wake.fd = Some(fd);
+    Ok(0)
+}
+
+/// A deferred placeholder action (`Shared::placeholder_actions`): a token unless quiet,
+/// the filler emptied.
+pub(super) fn ph_action(g: &mut GSock, readable: bool, writable: bool) {
+    let quiet = quiet(g);
+    if let Some(ph) = g.ph.as_mut() {
+        if readable {
+            ph.readable(quiet);
+        }
+        if writable {
+            ph.writable();
+        }
+    }
+}
+
+/// Whether token writes are off for this socket (quiet, and still held by the application
+/// that asked).
+pub(super) fn quiet(g: &GSock) -> bool {
+    match (&g.ph, g.holder) {
+        (Some(ph), Some((app, _))) => ph.quiet_for == Some(app),
+        _ => false,
+    }
+}
+
+/// `SetNotify`: quiet (no tokens) or tokens for socket `gid`, asked by application `app`.
+pub(super) fn set_notify(sh: &mut Shared, gid: Result<u32, SocketError>, app: u64, on: bool) {
+    let Some(g) = gid.ok().and_then(|gid| sh.socks.get_mut(&gid)) else {
+        return;
+    };
+    let gid = gid.expect("found");
+    let holder = g.holder.map(|h| h.0) == Some(app);
+    let again = super::control::readable_now(&sh.lo, &g.kind);
+    let Some(ph) = &mut g.ph else {
+        return;
+    };
+    if on {
+        if holder {
+            ph.quiet_for = Some(app);
+        }
+    } else if ph.quiet_for.take().is_some() && again {
+        sh.ph_actions.push((gid, true, false));
+    }
+}
+
+/// Another application became the holder: tokens again (one now if readable).
+pub(super) fn on_new_holder(sh: &mut Shared, gid: u32) {
+    let Some(g) = sh.socks.get_mut(&gid) else {
+        return;
+    };
+    let again = super::control::readable_now(&sh.lo, &g.kind);
+    if let Some(ph) = &mut g.ph {
+        if ph.quiet_for.take().is_some() && again {
+            sh.ph_actions.push((gid, true, false));
+        }
+    }
+}

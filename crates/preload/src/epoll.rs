@@ -1,0 +1,645 @@
+//! `epoll` over shared memory: flowstack connections in an epoll set are watched from this
+//! process's own view of the event ring, not through their placeholders.
+//!
+//! - **Interest lists.** `epoll_ctl(ADD)` of a flowstack *connection* (connected, connecting
+//!   or failed) keeps the interest here (events, data, one-shot state) and turns the
+//!   socket's tokens off (`Backend::watch`); the kernel's epoll set gets, once, this
+//!   process's wake-up descriptor instead. Anything else — kernel descriptors, listeners and
+//!   fresh flowstack sockets (their placeholders keep tokens) — goes to the kernel's
+//!   `epoll_ctl` as before.
+//! - **`epoll_wait`** on a set with such interests drains the event ring once and reports
+//!   the ready connections (level- or edge-triggered: an edge is a new event on the socket
+//!   since the last report, as the kernel's wake-ups; `EPOLLONESHOT` disables the interest
+//!   until `MOD`; `EPOLLERR`/`EPOLLHUP` always), then the kernel's ready descriptors without
+//!   waiting. With nothing ready it sleeps in the kernel's `epoll_pwait` on the set (kernel
+//!   descriptors plus the wake-up descriptor) after announcing the sleep (no lost wake-up:
+//!   `flowstack_client::posix` fast module), never holding a lock meanwhile; signals
+//!   interrupt it (`EINTR`) as they do the kernel's. Sets without such interests cost one
+//!   atomic load (and a map lookup once any exists) before the C library's call.
+//! - **Lifetimes.** Closing a socket's last descriptor in this process removes it from every
+//!   set (the kernel drops an epoll registration with the file's last reference); a `dup`'s
+//!   interest stays under the number it was added with, as in the kernel. `dup` of an epoll
+//!   descriptor shares the set; closing the last number forgets it.
+//! - **Fallback.** A set used after `fork` by the child (its handles are the parent's) moves
+//!   its interests to the kernel's set (the placeholders, tokens on), and so does a nested
+//!   set (an epoll descriptor added to another set through the kernel, before or after its
+//!   flowstack interests: the outer set could not see them); a dead daemon makes every
+//!   interest report error and hang-up.
+
+use crate::backend::{Backend, Errno, FastReady};
+use crate::real;
+use crate::state::{self, inside, outside};
+use crate::table::SockId;
+use libc::{c_int, epoll_event};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// The data word of the wake-up descriptor's registration in the kernel's set.
+const WAKE_TAG: u64 = 0x666c_6f77_7374_6b57;
+/// The high half of the data word of a placeholder registered for `EPOLLOUT` (the low half
+/// is its descriptor).
+const OUT_TAG: u64 = 0x666c_6f78 << 32;
+
+/// `create`'s answer for a nested set (no errno of `epoll_ctl`).
+const NESTED: Errno = -1;
+
+const EPOLLEXCLUSIVE: u32 = 1 << 28;
+const EPOLLONESHOT: u32 = 1 << 30;
+const EPOLLET: u32 = 1 << 31;
+
+#[derive(Debug, Clone, Copy)]
+struct Interest {
+    fd: c_int,
+    id: SockId,
+    events: u32,
+    data: u64,
+    /// Reported once with `EPOLLONESHOT`: silent until `MOD`.
+    off: bool,
+    /// Event counts at the last report (edge-triggered).
+    seen: Option<(u32, u32)>,
+    /// The placeholder is in the kernel's set for `EPOLLOUT` (edge), tagged `OUT_TAG | fd`:
+    /// registered the first time a send found no room, so the daemon emptying it wakes us.
+    out_armed: bool,
+}
+
+#[derive(Debug, Default)]
+pub struct Ep {
+    pid: u32,
+    fast: Vec<Interest>,
+    /// The wake-up descriptor registered in the kernel's set.
+    wake: Option<c_int>,
+    /// The daemon is gone: nothing to sleep for.
+    gone: bool,
+    ids: Vec<SockId>,
+    out: Vec<Option<FastReady>>,
+}
+
+type Shared = Arc<Mutex<Ep>>;
+
+/// Epoll descriptors with state here; `ACTIVE` is their count (0: nothing to look up).
+static SETS: Mutex<Option<HashMap<c_int, Shared>>> = Mutex::new(None);
+static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+
+fn sets() -> MutexGuard<'static, Option<HashMap<c_int, Shared>>> {
+    SETS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn lock(ep: &Shared) -> MutexGuard<'_, Ep> {
+    ep.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn find(epfd: c_int) -> Option<Shared> {
+    if ACTIVE.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    sets().as_ref()?.get(&epfd).cloned()
+}
+
+/// This process's id, cached (the C library's `getpid` is a system call); reset by the
+/// shim's `fork` in the child.
+static PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+fn pid() -> u32 {
+    match PID.load(Ordering::Relaxed) {
+        0 => {
+            // SAFETY: getpid has no preconditions.
+            let p = unsafe { libc::getpid() as u32 };
+            PID.store(p, Ordering::Relaxed);
+            p
+        }
+        p => p,
+    }
+}
+
+/// In the child of `fork`: sets made before belong to the parent (see `to_kernel`).
+pub fn after_fork() {
+    PID.store(0, Ordering::Relaxed);
+}
+
+/// `epoll_ctl` for a flowstack placeholder `fd` (the caller checked it is one).
+///
+/// # Safety
+/// `ev` is null or points to an `epoll_event` (the C contract).
+pub unsafe fn ctl(
+    b: &dyn Backend,
+    epfd: c_int,
+    op: c_int,
+    fd: c_int,
+    id: SockId,
+    ev: *mut epoll_event,
+) -> Result<c_int, Errno> {
+    let kernel = || {
+        let r = real::epoll_ctl(epfd, op, fd, ev);
+        if r < 0 {
+            Err(real::errno())
+        } else {
+            Ok(r)
+        }
+    };
+    let ep = find(epfd);
+    if let Some(ep) = &ep {
+        let mut g = lock(ep);
+        if g.pid != pid() {
+            drop(g);
+            to_kernel(epfd, ep);
+            return kernel();
+        }
+        if let Some(i) = g.fast.iter().position(|x| x.fd == fd) {
+            return match op {
+                libc::EPOLL_CTL_ADD => Err(libc::EEXIST),
+                libc::EPOLL_CTL_DEL => {
+                    if g.fast.swap_remove(i).out_armed {
+                        real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut());
+                    }
+                    Ok(0)
+                }
+                libc::EPOLL_CTL_MOD => {
+                    if ev.is_null() {
+                        return Err(libc::EFAULT);
+                    }
+                    let e = *ev;
+                    if e.events & EPOLLEXCLUSIVE != 0 || g.fast[i].events & EPOLLEXCLUSIVE != 0 {
+                        return Err(libc::EINVAL);
+                    }
+                    let x = &mut g.fast[i];
+                    x.events = e.events;
+                    x.data = e.u64;
+                    x.off = false;
+                    x.seen = None;
+                    Ok(0)
+                }
+                _ => Err(libc::EINVAL),
+            };
+        }
+    }
+    if op != libc::EPOLL_CTL_ADD || ev.is_null() || epfd == fd {
+        return kernel();
+    }
+    if ep.as_ref().is_some_and(|ep| lock(ep).gone) || !b.watch(id)? {
+        return kernel();
+    }
+    let ep = match ep {
+        Some(ep) => ep,
+        None => match create(b, epfd) {
+            Err(NESTED) => {
+                b.tokens_on(id);
+                return kernel();
+            }
+            r => r?,
+        },
+    };
+    let e = *ev;
+    let mut g = lock(&ep);
+    g.fast.push(Interest {
+        fd,
+        id,
+        events: e.events,
+        data: e.u64,
+        off: false,
+        seen: None,
+        out_armed: false,
+    });
+    Ok(0)
+}
+
+/// Descriptors added to some kernel epoll set (one bit each): such an epoll descriptor is
+/// nested, and its flowstack interests stay in the kernel's set (see the module docs).
+static IN_SET: [AtomicU64; crate::table::MAX_FDS / 64] =
+    [const { AtomicU64::new(0) }; crate::table::MAX_FDS / 64];
+
+fn bit(fd: c_int) -> Option<(&'static AtomicU64, u64)> {
+    let i = usize::try_from(fd).ok()?;
+    Some((IN_SET.get(i / 64)?, 1u64 << (i % 64)))
+}
+
+/// `epoll_ctl(ADD)` of a kernel descriptor (or an epoll descriptor) to the kernel's set.
+fn note_added(fd: c_int) {
+    if let Some((w, b)) = bit(fd) {
+        w.fetch_or(b, Ordering::Relaxed);
+    }
+    if let Some(inner) = find(fd) {
+        // An epoll set with interests here goes inside another: back to the kernel.
+        to_kernel(fd, &inner);
+    }
+}
+
+fn nested(epfd: c_int) -> bool {
+    bit(epfd).is_some_and(|(w, b)| w.load(Ordering::Relaxed) & b != 0)
+}
+
+/// State for `epfd`, with the wake-up descriptor in the kernel's set (which also checks
+/// that `epfd` is an epoll descriptor).
+fn create(b: &dyn Backend, epfd: c_int) -> Result<Shared, Errno> {
+    if nested(epfd) {
+        return Err(NESTED);
+    }
+    let ep: Shared = Arc::new(Mutex::new(Ep {
+        pid: pid(),
+        ..Ep::default()
+    }));
+    register_wake(b, epfd, &mut lock(&ep))?;
+    let mut s = sets();
+    let m = s.get_or_insert_with(HashMap::new);
+    if m.insert(epfd, ep.clone()).is_none() {
+        ACTIVE.fetch_add(1, Ordering::AcqRel);
+    }
+    Ok(ep)
+}
+
+fn register_wake(b: &dyn Backend, epfd: c_int, g: &mut Ep) -> Result<(), Errno> {
+    let w = b.wake_fd()?;
+    if g.wake == Some(w) {
+        return Ok(());
+    }
+    let mut ev = epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: WAKE_TAG,
+    };
+    // SAFETY: a valid epoll_event on the stack.
+    let r = unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, w, &mut ev) };
+    if r < 0 && real::errno() != libc::EEXIST {
+        return Err(real::errno());
+    }
+    g.wake = Some(w);
+    Ok(())
+}
+
+/// The set is used by another process (after `fork`): its interests go to the kernel's set
+/// as placeholders with tokens; the state is dropped here.
+fn to_kernel(epfd: c_int, ep: &Shared) {
+    let fast = std::mem::take(&mut lock(ep).fast);
+    forget_set(epfd);
+    let st = state::get();
+    if let Some(st) = st {
+        state::readopt_if_forked(st);
+    }
+    for x in fast {
+        if let (Some(st), true) = (st, st.is_some_and(|s| s.table.get(x.fd).is_some())) {
+            if let (Some(b), Some(e)) = (st.connected(), st.table.get(x.fd)) {
+                inside(|| b.tokens_on(e.id));
+            }
+        }
+        let mut ev = epoll_event {
+            events: x.events & !EPOLLEXCLUSIVE,
+            u64: x.data,
+        };
+        let op = if x.out_armed {
+            libc::EPOLL_CTL_MOD
+        } else {
+            libc::EPOLL_CTL_ADD
+        };
+        // SAFETY: a valid epoll_event on the stack.
+        unsafe { real::epoll_ctl(epfd, op, x.fd, &mut ev) };
+    }
+}
+
+fn forget_set(epfd: c_int) {
+    let mut s = sets();
+    if let Some(m) = s.as_mut() {
+        if m.remove(&epfd).is_some() {
+            ACTIVE.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// `close(fd)`: forgets `fd` as an epoll descriptor (its other numbers keep the set).
+pub fn on_close(fd: c_int) {
+    if let Some((w, b)) = bit(fd) {
+        if w.load(Ordering::Relaxed) & b != 0 {
+            w.fetch_and(!b, Ordering::Relaxed);
+        }
+    }
+    if ACTIVE.load(Ordering::Acquire) != 0 {
+        forget_set(fd);
+    }
+}
+
+/// `dup` of an epoll descriptor: the new number names the same set.
+pub fn on_dup(old: c_int, new: c_int) {
+    on_close(new);
+    if let Some(ep) = find(old) {
+        let mut s = sets();
+        if s.get_or_insert_with(HashMap::new).insert(new, ep).is_none() {
+            ACTIVE.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// The last descriptor of socket `id` in this process was closed: out of every set.
+pub fn forget_sock(id: SockId) {
+    if ACTIVE.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let all: Vec<Shared> = sets()
+        .as_ref()
+        .map(|m| m.values().cloned().collect())
+        .unwrap_or_default();
+    for ep in all {
+        lock(&ep).fast.retain(|x| x.id != id);
+    }
+}
+
+/// Whether `epoll_wait` on `epfd` takes the fast path.
+pub fn takes(epfd: c_int) -> Option<Shared> {
+    find(epfd)
+}
+
+/// Fills `out` with the ready interests; returns (count, pump count, some interest waits
+/// for send space).
+fn scan(
+    b: &dyn Backend,
+    epfd: c_int,
+    g: &mut Ep,
+    out: &mut [epoll_event],
+) -> Result<(usize, u64, bool), Errno> {
+    let Ep {
+        fast, ids, out: rd, ..
+    } = g;
+    ids.clear();
+    ids.extend(fast.iter().map(|x| x.id));
+    let gen = b.ready_many(ids, rd)?;
+    let mut n = 0;
+    let mut want_w = false;
+    for (x, r) in fast.iter_mut().zip(rd.iter()) {
+        let Some(f) = r else { continue };
+        if x.off || n == out.len() {
+            continue;
+        }
+        let want = x.events;
+        let mut ev = 0u32;
+        if want & libc::EPOLLIN as u32 != 0 && f.r.readable {
+            ev |= libc::EPOLLIN as u32;
+        }
+        if want & libc::EPOLLOUT as u32 != 0 {
+            if f.r.writable {
+                ev |= libc::EPOLLOUT as u32;
+            } else {
+                want_w = true;
+                if f.blocked && !x.out_armed {
+                    arm_out(epfd, x);
+                }
+            }
+        }
+        if want & libc::EPOLLRDHUP as u32 != 0 && f.rdhup {
+            ev |= libc::EPOLLRDHUP as u32;
+        }
+        if f.r.error.is_some() {
+            ev |= libc::EPOLLERR as u32;
+        }
+        if f.r.hup {
+            ev |= libc::EPOLLHUP as u32;
+        }
+        if ev == 0 || (want & EPOLLET != 0 && x.seen == Some((f.rgen, f.wgen))) {
+            continue;
+        }
+        x.seen = Some((f.rgen, f.wgen));
+        if want & EPOLLONESHOT != 0 {
+            x.off = true;
+        }
+        out[n] = epoll_event {
+            events: ev,
+            u64: x.data,
+        };
+        n += 1;
+    }
+    Ok((n, gen, want_w))
+}
+
+/// The daemon is gone: no more sleeping on the wake-up descriptor (it would stay readable).
+fn set_gone(epfd: c_int, g: &mut Ep) {
+    g.gone = true;
+    if let Some(w) = g.wake.take() {
+        // SAFETY: removes a descriptor from a set; no memory is passed.
+        unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, w, std::ptr::null_mut()) };
+    }
+}
+
+/// Puts the placeholder of `x` in the kernel's set for `EPOLLOUT` (edge-triggered).
+fn arm_out(epfd: c_int, x: &mut Interest) {
+    let mut ev = epoll_event {
+        events: (libc::EPOLLOUT | libc::EPOLLET) as u32,
+        u64: OUT_TAG | x.fd as u32 as u64,
+    };
+    // SAFETY: a valid epoll_event on the stack.
+    let r = unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, x.fd, &mut ev) };
+    x.out_armed = r == 0;
+}
+
+/// Removes the shim's own entries (the wake-up descriptor, placeholders writable again)
+/// from `evs[..n]`; returns the new count. Placeholders writable again are unblocked.
+fn strip(b: &dyn Backend, ep: &Shared, evs: &mut [epoll_event], n: usize) -> usize {
+    let mut k = 0;
+    let mut writable: Vec<c_int> = Vec::new();
+    for i in 0..n {
+        let d = evs[i].u64;
+        if d == WAKE_TAG {
+            continue;
+        }
+        if d & !0xffff_ffff == OUT_TAG {
+            writable.push(d as u32 as c_int);
+            continue;
+        }
+        evs[k] = evs[i];
+        k += 1;
+    }
+    if !writable.is_empty() {
+        let ids: Vec<SockId> = {
+            let g = lock(ep);
+            g.fast
+                .iter()
+                .filter(|x| writable.contains(&x.fd))
+                .map(|x| x.id)
+                .collect()
+        };
+        inside(|| ids.iter().for_each(|&id| b.unblock(id)));
+    }
+    k
+}
+
+/// `epoll_pwait` with the fast path (`ms` < 0: forever).
+///
+/// # Safety
+/// `events` holds `max` entries and `sigmask` is null or valid (the C contract).
+pub unsafe fn wait(
+    b: &dyn Backend,
+    epfd: c_int,
+    ep: &Shared,
+    events: *mut epoll_event,
+    max: c_int,
+    ms: c_int,
+    sigmask: *const libc::sigset_t,
+) -> c_int {
+    if max <= 0 || events.is_null() {
+        return real::epoll_pwait(epfd, events, max, ms, sigmask);
+    }
+    if lock(ep).pid != pid() {
+        to_kernel(epfd, ep);
+        return real::epoll_pwait(epfd, events, max, ms, sigmask);
+    }
+    // SAFETY: the caller's array of `max` events.
+    let evs = std::slice::from_raw_parts_mut(events, max as usize);
+    let deadline = (ms > 0).then(|| Instant::now() + Duration::from_millis(ms as u64));
+    loop {
+        let r = inside(|| {
+            let mut g = lock(ep);
+            let (n, gen, want_w) = scan(b, epfd, &mut g, evs)?;
+            let sleep = if n == 0 && ms != 0 && !g.gone {
+                let t = register_wake(b, epfd, &mut g).and_then(|()| b.sleep_begin(gen, want_w));
+                t.unwrap_or_else(|_| {
+                    // The daemon is gone (or the wake-up pair could not be made): wait in the
+                    // kernel from now on; the interests report error and hang-up.
+                    set_gone(epfd, &mut g);
+                    None
+                })
+            } else {
+                None
+            };
+            Ok::<_, Errno>((n, sleep))
+        });
+        let (n, ticket) = match r {
+            Ok(v) => v,
+            Err(e) => {
+                real::set_errno(e);
+                return -1;
+            }
+        };
+        if n > 0 || ticket.is_none() && (ms == 0 || lock(ep).gone) {
+            // Kernel descriptors too, without waiting.
+            let rest = &mut evs[n..];
+            let k = if rest.is_empty() {
+                0
+            } else {
+                real::epoll_pwait(epfd, rest.as_mut_ptr(), rest.len() as c_int, 0, sigmask)
+            };
+            let k = if k > 0 {
+                strip(b, ep, rest, k as usize)
+            } else {
+                0
+            };
+            if n + k > 0 || ms == 0 || !lock(ep).gone {
+                return (n + k) as c_int;
+            }
+            // The daemon is gone and nothing is ready: an ordinary kernel wait.
+            return real::epoll_pwait(epfd, events, max, ms, sigmask);
+        }
+        let Some(t) = ticket else {
+            continue; // something arrived meanwhile: look again
+        };
+        let left = match deadline {
+            None => -1,
+            Some(d) => {
+                let l = d.saturating_duration_since(Instant::now());
+                l.as_millis().min(i32::MAX as u128) as c_int
+            }
+        };
+        crate::sig::clear_last();
+        let k = outside(|| real::epoll_pwait(epfd, events, max, left, sigmask));
+        let err = real::errno();
+        let gone = inside(|| b.sleep_end(t));
+        if gone {
+            set_gone(epfd, &mut lock(ep));
+        }
+        if k < 0 {
+            real::set_errno(err);
+            return -1;
+        }
+        let k = strip(b, ep, evs, k as usize);
+        if k > 0 {
+            return k as c_int;
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return 0;
+        }
+    }
+}
+
+// ---- the C entry points ----------------------------------------------------------------------
+
+fn guarded(f: impl FnOnce() -> c_int) -> c_int {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        real::set_errno(libc::EIO);
+        -1
+    })
+}
+
+/// The fast path's backend, if `epfd` has state here and this thread is not inside the shim.
+fn fast_set(epfd: c_int) -> Option<(&'static dyn Backend, Shared)> {
+    let ep = takes(epfd)?;
+    if state::is_inside() {
+        return None;
+    }
+    Some((state::get()?.connected()?, ep))
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn epoll_ctl(
+    epfd: c_int,
+    op: c_int,
+    fd: c_int,
+    ev: *mut epoll_event,
+) -> c_int {
+    match crate::shim::placeholder(fd) {
+        None => {
+            let r = real::epoll_ctl(epfd, op, fd, ev);
+            if r == 0 && op == libc::EPOLL_CTL_ADD {
+                note_added(fd);
+            }
+            r
+        }
+        Some((_, b, e)) => crate::shim::run(|| ctl(b, epfd, op, fd, e.id, ev)),
+    }
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn epoll_wait(
+    epfd: c_int,
+    ev: *mut epoll_event,
+    n: c_int,
+    ms: c_int,
+) -> c_int {
+    epoll_pwait(epfd, ev, n, ms, std::ptr::null())
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn epoll_pwait(
+    epfd: c_int,
+    ev: *mut epoll_event,
+    n: c_int,
+    ms: c_int,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    match fast_set(epfd) {
+        None => real::epoll_pwait(epfd, ev, n, ms, mask),
+        Some((b, ep)) => guarded(|| wait(b, epfd, &ep, ev, n, ms, mask)),
+    }
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn epoll_pwait2(
+    epfd: c_int,
+    ev: *mut epoll_event,
+    n: c_int,
+    ts: *const libc::timespec,
+    mask: *const libc::sigset_t,
+) -> c_int {
+    match fast_set(epfd) {
+        None => real::epoll_pwait2(epfd, ev, n, ts, mask),
+        Some((b, ep)) => {
+            let ms = if ts.is_null() {
+                -1
+            } else {
+                let t = *ts;
+                if t.tv_sec < 0 || !(0..1_000_000_000).contains(&t.tv_nsec) {
+                    real::set_errno(libc::EINVAL);
+                    return -1;
+                }
+                // Rounded up to the millisecond (a sub-millisecond timeout still waits).
+                let ms = t.tv_sec as i128 * 1000 + (t.tv_nsec as i128 + 999_999) / 1_000_000;
+                ms.min(i32::MAX as i128) as c_int
+            };
+            guarded(|| wait(b, epfd, &ep, ev, n, ms, mask))
+        }
+    }
+}
