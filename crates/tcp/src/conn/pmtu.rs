@@ -145,6 +145,7 @@ impl Connection {
         c.inc(Counter::TcpExtTCPPMTUReduced);
         self.pmtu_lowered(now, mss, c);
         self.lower_mss(now, mss);
+        self.plp_icmp(mss);
     }
 
     /// ICMP lowered the estimate to `mss`: remember what to raise it back to, and when.
@@ -275,8 +276,11 @@ impl Connection {
             return false; // already as small as the floor: not a size problem
         }
         c.inc(Counter::TcpExtTCPMTUPBlackhole);
+        let from = self.snd.mss;
         self.snd.mss = mss;
         self.rec.cc.set_smss(mss);
+        // RFC 4821: search upwards from here again (`plpmtud`).
+        self.plp_blackhole(from);
         let _ = now;
         true
     }
