@@ -74,12 +74,19 @@ impl Search {
     }
 
     /// The size to probe next, if the range is still wider than the threshold (§7.3: the
-    /// middle of it).
+    /// middle of it). Once it is narrower while its top is still the ceiling (never seen to
+    /// fail), the ceiling itself is tried once: a path that carries the full size gets it
+    /// back exactly — and with it segmentation offload, which needs the link's full MSS —
+    /// rather than stopping a few bytes short.
     fn next_probe(&self) -> Option<u16> {
-        if self.low == 0 || self.probe_mss != 0 || self.high < self.low + PROBE_THRESHOLD {
+        if self.low == 0 || self.probe_mss != 0 || self.low >= self.high {
             return None;
         }
-        Some(self.low + (self.high - self.low) / 2)
+        if self.high >= self.low + PROBE_THRESHOLD {
+            Some(self.low + (self.high - self.low) / 2)
+        } else {
+            (self.high == self.ceiling).then_some(self.ceiling)
+        }
     }
 }
 
@@ -149,6 +156,16 @@ impl Connection {
         s.probe_mss = 0;
     }
 
+    /// ICMP reported an MTU at or above the current MSS (ignored by RFC 1191 §6.3, which
+    /// never raises on ICMP) — typically about a probe: the search's top comes down to it.
+    /// The probe itself is judged by its loss.
+    pub(crate) fn plp_icmp_above(&mut self, mss: usize) {
+        let s = &mut self.rec.rack.plp;
+        if s.low != 0 && (mss as u16) < s.high {
+            s.high = (mss as u16).max(s.low);
+        }
+    }
+
     /// If a probe may go out now with `avail` bytes of new data at SND.NXT, its size (an
     /// MSS). RFC 4821 §7.4, probing preconditions, each checked here: no probe outstanding
     /// and no loss being repaired (no recovery, no timeout episode, no go-back-N resend, no
@@ -166,7 +183,6 @@ impl Connection {
             || self.rec.in_recovery
             || self.timers.retries != 0
             || self.snd.nxt != self.snd.max
-            || self.rec.rack.lost_bytes() != 0
         {
             return None;
         }
@@ -174,7 +190,11 @@ impl Connection {
         let payload = probe - options;
         let needed = payload + (DUP_THRESH + 1) * self.full_seg();
         let cwnd_room = self.rec.cc.cwnd().saturating_sub(self.pipe());
-        (avail >= needed && self.snd.window_room() >= payload && cwnd_room >= payload)
+        // The scan of RACK's records last: it is the one check that is not O(1).
+        (avail >= needed
+            && self.snd.window_room() >= payload
+            && cwnd_room >= payload
+            && self.rec.rack.lost_bytes() == 0)
             .then_some(probe)
     }
 
@@ -224,7 +244,7 @@ impl Connection {
         c.inc(Counter::TcpExtTCPMTUPFail);
         let interval = self.cfg.plpmtud_interval;
         let s = &mut self.rec.rack.plp;
-        s.high = (s.probe_mss - 1).max(s.low);
+        s.high = s.high.min(s.probe_mss - 1).max(s.low);
         s.probe_mss = 0;
         if s.next_probe().is_none() {
             s.reprobe_at = Some(now + interval);
