@@ -196,7 +196,8 @@ fn measure_black_hole_transfer_times() {
     fn always(c: &mut flowstack_stack::EngineConfig) {
         c.tcp.defaults.plpmtud = Plpmtud::Always;
     }
-    let modes: [(&str, fn(&mut flowstack_stack::EngineConfig)); 3] = [
+    type Tune = fn(&mut flowstack_stack::EngineConfig);
+    let modes: [(&str, Tune); 3] = [
         ("off", off),
         ("after black hole", after),
         ("always", always),
