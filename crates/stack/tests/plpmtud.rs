@@ -88,7 +88,11 @@ fn probing_always_climbs_from_the_base_without_timeouts() {
     assert!(r.complete && r.mismatch_at.is_none(), "{r:?}");
     let k = n.a.counters();
     assert_eq!(k.get(Counter::TcpExtTCPMTUPBlackhole), 0);
+    // Every probe above 1240 was lost, and none of those losses was taken for congestion:
+    // no timeout, no fast retransmit (recovery), on a path that loses nothing else.
+    assert!(k.get(Counter::TcpExtTCPMTUPFail) >= 1);
     assert_eq!(r.client.timeouts, 0, "{r:?}");
+    assert_eq!(r.client.fast_retransmits, 0, "{r:?}");
     let path_mss = 1280 - HEADERS;
     for mss in client_mss(&n) {
         assert!(mss <= path_mss && mss > path_mss - THRESHOLD, "{mss}");

@@ -29,7 +29,7 @@
 //!   older data unacknowledged — congestion may have caused it. The range is kept, the
 //!   losses get the usual congestion response, and the same size is tried again later.
 //!
-//! The state lives in RACK's lazily allocated box (cold, 16 bytes): a connection that never
+//! The state lives in RACK's lazily allocated box (cold, 32 bytes): a connection that never
 //! met a black hole reads one flag per transmission.
 
 use super::{Connection, State};
@@ -320,5 +320,14 @@ impl Connection {
         }
         self.plp_failed(now, c);
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The search rides in RACK's box of every connection that sent data: kept small.
+    #[test]
+    fn the_search_state_stays_small() {
+        assert!(std::mem::size_of::<super::Search>() <= 32);
     }
 }
