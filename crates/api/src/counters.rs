@@ -240,6 +240,12 @@ counters! {
     /// MSS lowered after repeated timeouts of full-sized segments (black-hole detection,
     /// RFC 4821 §7.7; Linux `tcp_mtu_probing=1`).
     TcpExtTCPMTUPBlackhole,
+    /// RFC 4821 probes (one segment larger than the MSS) acknowledged: the MSS was raised
+    /// to the probe's size (Linux `TCPMTUPSuccess`).
+    TcpExtTCPMTUPSuccess,
+    /// RFC 4821 probes lost alone: the path cannot carry that size; no congestion response
+    /// (Linux `TCPMTUPFail`).
+    TcpExtTCPMTUPFail,
     /// ICMP unreachable errors recorded as soft errors on a connection (RFC 1122 §4.2.3.9).
     TcpExtTCPIcmpSoftErrors,
     /// SACK blocks ignored: outside the send window or below SND.UNA.

@@ -64,6 +64,14 @@ pub struct TcpConfig {
     /// Black-hole detection (RFC 4821 §7.7, Linux `tcp_mtu_probing=1`): lower the MSS after
     /// repeated timeouts of full-sized segments.
     pub mtu_probing: bool,
+    /// RFC 4821 packetization-layer path MTU discovery: probing for a larger MSS with
+    /// single larger segments (Linux `tcp_mtu_probing`: 1 probes after a black hole, 2
+    /// always).
+    pub plpmtud: Plpmtud,
+    /// How long a finished search holds before it starts again from the largest size the
+    /// peer and our interface allow, so a path that grew is found (Linux
+    /// `tcp_probe_interval` = 600 s).
+    pub plpmtud_interval: Duration,
     /// How long a path MTU lowered by ICMP "fragmentation needed" holds before the MSS is
     /// raised back to what the peer and our interface allow (RFC 1191 §6.3; Linux
     /// `ip_rt_mtu_expires` = 600 s). `None` = never raised.
@@ -80,6 +88,19 @@ pub enum LossDetection {
     Rack,
     /// RFC 6675 SACK scoreboard / RFC 5681 duplicate ACKs, with RFC 5827 early retransmit.
     DupAck,
+}
+
+/// When RFC 4821 probing searches for a larger MSS (see [`TcpConfig::plpmtud`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plpmtud {
+    /// Never: an MSS lowered by black-hole detection stays low.
+    Off,
+    /// Once black-hole detection (`mtu_probing`) has lowered the MSS: search between that
+    /// size and what the peer and our interface allow (Linux `tcp_mtu_probing=1`).
+    AfterBlackHole,
+    /// From the start: every connection begins at 1024 bytes (Linux `tcp_base_mss`) and
+    /// probes upwards (Linux `tcp_mtu_probing=2`).
+    Always,
 }
 
 /// Keepalive parameters (RFC 1122 §4.2.3.6).
@@ -130,6 +151,8 @@ impl Default for TcpConfig {
             max_ofo_ranges: 64,
             max_tso_segment: 0,
             mtu_probing: true,
+            plpmtud: Plpmtud::AfterBlackHole,
+            plpmtud_interval: Duration::from_secs(600),
             pmtu_expires: Some(Duration::from_secs(600)),
             user_timeout: None,
             zero_window_timeout: Some(Duration::from_secs(600)),

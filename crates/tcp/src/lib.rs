@@ -22,7 +22,7 @@ pub mod sack;
 pub mod sendq;
 
 pub use cc::CcAlgorithm;
-pub use config::{Keepalive, LossDetection, TcpConfig};
+pub use config::{Keepalive, LossDetection, Plpmtud, TcpConfig};
 pub use conn::{
     syn_option_clamps, ConnStats, Connection, IcmpError, State, TcpError, TcpInfo, MIN_PMTU,
     REST_AFTER,

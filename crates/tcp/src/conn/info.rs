@@ -15,6 +15,12 @@ pub struct TcpInfo {
     pub rto: Duration,
     /// Effective send MSS (after the peer's option and path MTU discovery).
     pub snd_mss: usize,
+    /// The path MTU the connection sends at: the effective MSS plus 40 bytes of IP and TCP
+    /// headers (Linux `tcpi_pmtu`).
+    pub pmtu: usize,
+    /// The RFC 4821 search range (search_low, search_high) as MSS values, once probing
+    /// has started (`TcpConfig::plpmtud`).
+    pub mtu_search: Option<(usize, usize)>,
     /// Congestion window in bytes.
     pub cwnd: usize,
     /// Slow-start threshold in bytes (`usize::MAX` until the first loss).
@@ -49,6 +55,8 @@ impl Connection {
             srtt: self.snd.rtt.srtt(),
             rto: self.snd.rtt.rto(),
             snd_mss: self.snd.mss,
+            pmtu: self.snd.mss + 40,
+            mtu_search: self.mtu_search(),
             cwnd: self.rec.cc.cwnd(),
             ssthresh: self.rec.cc.ssthresh(),
             snd_wnd: self.snd.wnd,

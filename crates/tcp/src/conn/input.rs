@@ -310,7 +310,11 @@ impl Connection {
         } else if seg.payload.is_empty() && seg.ack == self.snd.una {
             c.inc(Counter::TcpExtTCPPureAcks);
         }
-        self.detect_loss(c);
+        if sack_news && !ack_advanced {
+            // An RFC 4821 probe SACKed is delivered.
+            self.plp_on_ack(now, self.snd.una, c);
+        }
+        self.detect_loss(now, c);
         if sack_news {
             self.lost_retransmission(c);
         }

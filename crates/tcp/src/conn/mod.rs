@@ -29,6 +29,7 @@ mod input;
 mod lazy;
 mod options;
 mod output;
+mod plpmtud;
 mod pmtu;
 mod rack;
 mod recovery;

@@ -46,6 +46,8 @@ impl Connection {
         if self.state.is_synchronized() {
             // RFC 1191 §6.3: a lowered path MTU estimate may have expired.
             self.pmtu_expiry(now, c);
+            // RFC 4821: start or restart a search for a larger MSS (`plpmtud`).
+            self.plp_tick(now);
             if self.rec.in_recovery || self.rack_on() {
                 n += self.send_recovery(now, c, emit);
             }
@@ -193,16 +195,30 @@ impl Connection {
         c: &mut Counters,
         emit: &mut dyn FnMut(&TcpRepr),
     ) -> usize {
-        let off = seq - self.snd.data_start();
-        let retrans = seq < self.snd.max;
-        let mut r = self.base(seq, Flags::NONE);
-        self.with_options(now, &mut r);
-        // RFC 6691: the MSS counts data only; options in this segment take from it.
         let max = if self.tso_allowed() {
             self.cfg.max_tso_segment
         } else {
             self.snd.mss
         };
+        self.emit_range_max(now, seq, len, max, c, emit)
+    }
+
+    /// [`Connection::emit_range`] with a segment of at most `max` bytes of data and options
+    /// (an RFC 4821 probe is larger than the MSS).
+    pub(super) fn emit_range_max(
+        &mut self,
+        now: Instant,
+        seq: SeqNum,
+        len: usize,
+        max: usize,
+        c: &mut Counters,
+        emit: &mut dyn FnMut(&TcpRepr),
+    ) -> usize {
+        let off = seq - self.snd.data_start();
+        let retrans = seq < self.snd.max;
+        let mut r = self.base(seq, Flags::NONE);
+        self.with_options(now, &mut r);
+        // RFC 6691: the MSS counts data only; options in this segment take from it.
         let room = max - r.options.buffer_len();
         let data_len = self.snd.queue.len().saturating_sub(off).min(len).min(room);
         // A segment is never cut short at the ring's wrap point (that would make needless

@@ -20,8 +20,8 @@
 //! lowered again (counted as a failed raise) and the data resent smaller, with no change to
 //! the congestion window (§6.5). If the path drops it silently instead, the first
 //! retransmission timeout of an unconfirmed raise takes it back (no waiting for black-hole
-//! detection's three). Not raised: an MSS lowered by black-hole detection (with no ICMP to
-//! correct an optimistic raise, that needs RFC 4821 §7.6 probes; not implemented).
+//! detection's three). Not raised here: an MSS lowered by black-hole detection (with no ICMP
+//! to correct an optimistic raise) — RFC 4821 probes find that one again (`plpmtud`).
 
 use super::{Connection, State, TcpError};
 use crate::counters::{Counter, Counters};
@@ -140,11 +140,13 @@ impl Connection {
             // RFC 1191 §6.3: an MTU at or above the current estimate is ignored (a host
             // never raises its estimate on an ICMP message).
             c.inc(Counter::TcpExtTCPPMTUIgnored);
+            self.plp_icmp_above(mss);
             return;
         }
         c.inc(Counter::TcpExtTCPPMTUReduced);
         self.pmtu_lowered(now, mss, c);
         self.lower_mss(now, mss);
+        self.plp_icmp(mss);
     }
 
     /// ICMP lowered the estimate to `mss`: remember what to raise it back to, and when.
@@ -275,8 +277,11 @@ impl Connection {
             return false; // already as small as the floor: not a size problem
         }
         c.inc(Counter::TcpExtTCPMTUPBlackhole);
+        let from = self.snd.mss;
         self.snd.mss = mss;
         self.rec.cc.set_smss(mss);
+        // RFC 4821: search upwards from here again (`plpmtud`).
+        self.plp_blackhole(from);
         let _ = now;
         true
     }

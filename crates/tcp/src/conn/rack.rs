@@ -79,6 +79,8 @@ pub(crate) struct Rack {
     pub(crate) undo: super::dsack::Undo,
     /// A lowered path MTU's expiry (`pmtu`), cold state kept here for the same reason.
     pub(crate) pmtu: super::pmtu::PmtuRaise,
+    /// The RFC 4821 search (`plpmtud`), cold state kept here as well.
+    pub(crate) plp: super::plpmtud::Search,
 }
 
 /// The state of a connection that has sent no data yet: what an unallocated [`LazyRack`]
@@ -135,6 +137,7 @@ impl Rack {
             dsack_round: None,
             undo: super::dsack::Undo::new(),
             pmtu: super::pmtu::PmtuRaise::new(),
+            plp: super::plpmtud::Search::new(),
         }
     }
 
@@ -347,7 +350,10 @@ impl Connection {
         self.timers.update(Timer::Reorder, timeout);
         if marked > 0 {
             c.add(Counter::TcpExtTCPRackLoss, marked);
-            if !self.rec.in_recovery {
+            // RFC 4821 §7.6.2: an RFC 4821 probe lost alone is no congestion signal: its
+            // bytes are resent (below) without entering recovery.
+            let probe_only = self.plp_rack_lost(now, c);
+            if !self.rec.in_recovery && !probe_only {
                 if self.rec.rack.tlp_end.is_some() {
                     // The probe's SACK revealed the tail loss: repaired without a timeout.
                     c.inc(Counter::TcpExtTCPLossProbeRecovery);

@@ -169,7 +169,7 @@ impl Connection {
     /// After an ACK was processed: enter recovery on DupThresh duplicate ACKs (RFC 5681
     /// §3.2) or, with SACK, once the scoreboard declares the segment at SND.UNA lost
     /// (RFC 6675 IsLost), unless the previous recovery forbids it.
-    pub(crate) fn detect_loss(&mut self, c: &mut Counters) {
+    pub(crate) fn detect_loss(&mut self, now: Instant, c: &mut Counters) {
         if self.rack_on() {
             return; // RFC 8985 decides (`rack_detect_loss`).
         }
@@ -183,6 +183,9 @@ impl Connection {
                         .is_lost(self.snd.una, self.full_seg(), self.dup_thresh())))
             && self.may_enter_recovery()
         {
+            if self.plp_dupack_lost(now, c) {
+                return; // RFC 4821 §7.6.2: a lost probe is not congestion
+            }
             self.enter_recovery(c);
         }
     }

@@ -143,6 +143,7 @@ impl Connection {
         self.sample_rtt(now, seg);
         self.snd.una = ack;
         self.pmtu_on_ack(ack);
+        self.plp_on_ack(now, ack, c);
         if self.snd.nxt < ack {
             self.snd.nxt = ack;
         }
@@ -313,7 +314,20 @@ impl Connection {
                 }
             }
             let seq = self.snd.nxt;
-            let used = self.emit_range(now, seq, len, c, emit);
+            // RFC 4821 §7.5: one segment of the probe's size, cut from queued data.
+            let probe = if self.snd.nxt == self.snd.max {
+                self.plp_probe_size(avail)
+            } else {
+                None
+            };
+            let used = match probe {
+                Some(size) => {
+                    let used = self.emit_range_max(now, seq, avail, size, c, emit);
+                    self.plp_probe_sent(size, seq, seq + used);
+                    used
+                }
+                None => self.emit_range(now, seq, len, c, emit),
+            };
             if used == 0 {
                 break;
             }

@@ -446,7 +446,10 @@ impl Connection {
         // (§7.6.3), it does not collapse the congestion window. The data is resent at the
         // size the path carried, with the timer backed off as for any timeout.
         let raise_lost = self.pmtu_raise_timed_out(now, c);
-        if !raise_lost {
+        // The same for an RFC 4821 probe that timed out at the head (`plpmtud`).
+        let probe_lost = !raise_lost && self.plp_timed_out(now, c);
+        let size_lost = raise_lost || probe_lost;
+        if !size_lost {
             self.blackhole_check(now, c);
         }
         c.inc(Counter::TcpExtTCPTimeouts);
@@ -459,7 +462,7 @@ impl Connection {
                 ts: self.opt.ts_now(now),
             }));
         }
-        if !raise_lost {
+        if !size_lost {
             self.rec.cc.on_rto(self.snd.flight());
         }
         self.snd.rtt.back_off();
