@@ -103,6 +103,10 @@ pub struct DaemonConfig {
     pub cores: Vec<usize>,
     /// Engine threads when `cores` is empty (`--engines N`, unpinned); at least one.
     pub engines: usize,
+    /// Assign every application round robin, even one whose process (or parent) has one
+    /// registered already (`--spread`): for a process whose threads register one
+    /// application each and share no sockets (a thread-per-core server, a benchmark).
+    pub spread: bool,
 }
 
 impl DaemonConfig {
@@ -134,6 +138,7 @@ impl Default for DaemonConfig {
             cpu: None,
             cores: Vec::new(),
             engines: 1,
+            spread: false,
         }
     }
 }
@@ -145,6 +150,7 @@ pub struct Daemon {
     spin: Duration,
     /// Each engine thread's CPU.
     placement: Vec<Option<usize>>,
+    spread: bool,
     path: PathBuf,
     /// Each engine thread's doorbell eventfd.
     bells: Vec<Arc<EventFd>>,
@@ -228,6 +234,7 @@ impl Daemon {
             spin: cfg.spin,
             tids: placement.iter().map(|_| AtomicU32::new(0)).collect(),
             placement,
+            spread: cfg.spread,
             path,
             bells,
         })
@@ -319,9 +326,10 @@ impl Daemon {
             path,
             bells: all_bells,
             tids,
+            spread,
             ..
         } = self;
-        let ctl = Control::new(listener, all_bells.clone(), peers, registry);
+        let ctl = Control::new(listener, all_bells.clone(), peers, registry, spread);
         let start = |i: usize| -> io::Result<()> {
             tids[i].store(flowstack_sys::process::thread_id(), Ordering::SeqCst);
             if let Some(cpu) = placement[i] {

@@ -189,7 +189,9 @@ pub const LINK_CAPS: DeviceCaps = DeviceCaps {
 pub const LOOPBACK_IP: Ipv4Addr = Ipv4Addr::LOCALHOST;
 
 fn engine(i: usize, ephemeral: Option<(u16, u16)>) -> Engine {
-    let mac = EthernetAddress([0x02, 0x66, 0x73, 0x7f, 0, 1 + i as u8]);
+    // One interface seen from several engines: one address (frames cross engines unchanged).
+    let _ = i;
+    let mac = EthernetAddress([0x02, 0x66, 0x73, 0x7f, 0, 1]);
     let mut cfg = EngineConfig::new(IfaceConfig::loopback(
         mac,
         Ipv4Cidr::new(Ipv4Address::from(LOOPBACK_IP), 8),

@@ -6,6 +6,8 @@
 //! application already registered goes to that application's engine: a forked child (nginx
 //! workers) or an exec'd image uses its parent's process-shared sockets, and those live on
 //! the parent's engine — a socket's bytes and events only reach applications of its engine.
+//! `DaemonConfig::spread` (`--spread`) leaves out the exception, for processes whose
+//! threads register one application each and share no sockets.
 //! (An attach of a socket living on another engine — a descriptor passed to an unrelated
 //! process — is refused with `EINVAL` and counted, `FlowstackdCrossEngineAttach`.)
 //!
@@ -97,6 +99,8 @@ pub(crate) struct Control {
     registry: Arc<Registry>,
     /// When the daemon last looked for registrations (`None`: look now, e.g. it just woke).
     last_accept: Option<Instant>,
+    /// Round robin only (`DaemonConfig::spread`).
+    spread: bool,
 }
 
 impl Control {
@@ -105,6 +109,7 @@ impl Control {
         bells: Vec<Arc<EventFd>>,
         peers: Vec<Peer>,
         registry: Arc<Registry>,
+        spread: bool,
     ) -> Self {
         Self {
             listener,
@@ -115,6 +120,7 @@ impl Control {
             peers,
             registry,
             last_accept: None,
+            spread,
         }
     }
 
@@ -238,10 +244,13 @@ impl Control {
     /// The engine a new application of `pid` goes to (module docs).
     fn assign(&mut self, pid: u32) -> usize {
         let n = 1 + self.peers.len();
-        let family = self
-            .registry
-            .engine_of(pid)
-            .or_else(|| parent_pid(pid).and_then(|pp| self.registry.engine_of(pp)));
+        let family = if self.spread || n == 1 {
+            None
+        } else {
+            self.registry
+                .engine_of(pid)
+                .or_else(|| parent_pid(pid).and_then(|pp| self.registry.engine_of(pp)))
+        };
         family.unwrap_or_else(|| {
             let e = self.rr % n;
             self.rr = self.rr.wrapping_add(1);
