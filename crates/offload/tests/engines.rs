@@ -293,7 +293,10 @@ fn spawn_child(path: &Path, env: &[(&str, String)]) -> (Child, u32) {
     loop {
         line.clear();
         let n = out.read_line(&mut line).unwrap();
-        assert!(n > 0, "the child ended before it was ready");
+        if n == 0 {
+            let st = child.wait();
+            panic!("the child ended before it was ready: {st:?}");
+        }
         if let Some(pid) = line.trim().strip_prefix("ready ") {
             std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
             return (child, pid.parse().unwrap());
