@@ -277,7 +277,9 @@ fn child_app() {
 }
 
 /// Starts `child_app` against `path` and waits for its "ready".
-/// (Its output is drained by a thread, so it never blocks on a full pipe.)
+/// (Its output is drained by a thread, so it never blocks on a full pipe.) The caller waits
+/// for the child it gets back.
+#[allow(clippy::zombie_processes)]
 fn spawn_child(path: &Path, env: &[(&str, String)]) -> (Child, u32) {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["--ignored", "--exact", "child_app", "--nocapture"])
@@ -293,10 +295,7 @@ fn spawn_child(path: &Path, env: &[(&str, String)]) -> (Child, u32) {
     loop {
         line.clear();
         let n = out.read_line(&mut line).unwrap();
-        if n == 0 {
-            let st = child.wait();
-            panic!("the child ended before it was ready: {st:?}");
-        }
+        assert!(n > 0, "the child ended before it was ready");
         if let Some(pid) = line.trim().strip_prefix("ready ") {
             std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
             return (child, pid.parse().unwrap());
