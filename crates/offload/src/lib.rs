@@ -122,9 +122,13 @@ impl DaemonConfig {
     }
 }
 
-/// Bytes of frame data in each ring between two engines: a window's worth of the loopback's
-/// 64 KiB segments, so a burst between two engines is not dropped at the ring.
+/// Bytes of frame data in each ring between two engines (up to four engines): a window's
+/// worth of the loopback's 64 KiB segments, so a burst between two engines is not dropped at
+/// the ring. With more engines each ring gets [`MESH_RING_BYTES_MANY`] (the rings are
+/// `n·(n-1)`; their pages are only backed once used).
 pub const MESH_RING_BYTES: usize = 8 << 20;
+/// Bytes of each ring between engines with more than four engines.
+pub const MESH_RING_BYTES_MANY: usize = 2 << 20;
 
 /// Default of [`DaemonConfig::spin`].
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
@@ -281,7 +285,11 @@ impl Daemon {
                 .map(|b| Some(b.clone() as Arc<dyn Wake>))
                 .collect();
             let spec = RingSpec {
-                capacity: MESH_RING_BYTES,
+                capacity: if n <= 4 {
+                    MESH_RING_BYTES
+                } else {
+                    MESH_RING_BYTES_MANY
+                },
                 ..RingSpec::default()
             };
             let mesh = Mesh::new("flowstackd-mesh", spec, wakers)?;
