@@ -309,6 +309,13 @@ fn offload_run(spec: &OffloadSpec, place: Option<Placement>) -> Result<Run, Stri
         cli.set_spin(spin);
     }
     let l = srv.tcp_listen(PORT, 64).map_err(e)?;
+    // The listen is posted: an accept the daemon answers at once confirms it before the
+    // client (on another engine with --daemon-cores) can connect.
+    match srv.tcp_accept(l) {
+        Err(flowstack_api::SocketError::WouldBlock) => {}
+        Err(x) => return Err(e(x)),
+        Ok(_) => return Err("offload: a connection before the client connected".into()),
+    }
     let (w, msg) = (spec.workload, spec.msg);
     let stop = Arc::new(AtomicBool::new(false));
     let st = stop.clone();

@@ -13,21 +13,26 @@
 //! with `flowstack-client`.
 //!
 //! # The loop of an engine thread ([`Daemon::run`], engine.rs)
-//! Engine 0 accepts registrations (and stats queries); every engine drains every one of its applications' command rings (validated
-//! record by record, see [`app`](self)); run its engine; move bytes between the engines and
-//! the applications' areas and post events; then, if nothing moved, sleep: announce it in
-//! every application's header (`daemon_sleeping`), fence, check every command ring once more,
-//! and `poll(2)` the unix listener, the doorbell eventfd and every application's socket until
-//! the engines' next deadline. An application that posts after reading the announcement
-//! signals the eventfd, so no command waits for a timeout; an idle daemon makes no system
-//! call but a `poll` every [`IDLE_CHECK`] (for process liveness).
+//! Engine 0 also accepts registrations and stats queries (registry.rs). Every engine
+//! drains its applications' command rings (validated record by record, see
+//! [`app`](self)); runs its engine; moves bytes between the engine and the applications'
+//! areas and posts events; then, if nothing moved, sleeps: it announces it in every one of
+//! its applications' headers (`daemon_sleeping`) and on its mesh doorbell, fences, checks
+//! every command ring and mesh ring once more, and `poll(2)`s its doorbell eventfd, its
+//! applications' sockets (engine 0: and the unix listener) until its engine's next
+//! deadline. An application that posts after reading the announcement, or another engine
+//! that sends it frames, signals the eventfd, so nothing waits for a timeout; an idle engine
+//! makes no system call but a `poll` every [`IDLE_CHECK`] (for process liveness).
 //!
 //! # Faults
 //! An application whose registration socket hangs up, whose process is gone (its pidfd
-//! becomes readable, which wakes a sleeping daemon; without pidfds the pid is checked every
-//! [`IDLE_CHECK`]) — also when the socket leaked into a child — or whose rings hold values
-//! no honest client writes is dropped: its connections are reset or closed as the kernel
-//! would on exit, its ports freed, its region unmapped.
+//! becomes readable, which wakes its sleeping engine; without pidfds the pid is checked
+//! every [`IDLE_CHECK`]) — also when the socket leaked into a child — or whose rings hold
+//! values no honest client writes is dropped by its engine: its connections are reset or
+//! closed as the kernel would on exit, its ports freed daemon-wide, its region unmapped.
+//! Nothing an application writes reaches another engine but the frames of its connections,
+//! which its engine built. If one engine thread fails, the whole daemon stops (every
+//! application's blocked calls then fail as on the daemon's death).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
