@@ -27,7 +27,8 @@ pub struct DaemonArgs {
     /// assigned round robin, a process's children and exec'd images to its engine.
     #[arg(long, value_name = "LIST", conflicts_with = "engines")]
     pub cores: Option<String>,
-    /// N engine threads, not pinned [default: 1].
+    /// N engine threads, not pinned [default: $FLOWSTACK_DAEMON_ENGINES, else 1 — so a daemon
+    /// that `flowstack run` starts can have several].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
     pub engines: Option<u32>,
     /// Assign applications round robin even within one process (threads that register one
@@ -61,7 +62,17 @@ pub fn run(a: DaemonArgs) -> ExitCode {
             }
         }
     }
-    cfg.engines = a.engines.unwrap_or(1) as usize;
+    let from_env = || {
+        std::env::var("FLOWSTACK_DAEMON_ENGINES")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|n| (1..=flowstack_offload::ports::MAX_ENGINES).contains(n))
+    };
+    cfg.engines = match (a.engines, &a.cores, a.cpu) {
+        (Some(n), _, _) => n as usize,
+        (None, None, None) => from_env().unwrap_or(1),
+        _ => 1,
+    };
     cfg.spread = a.spread;
     let d = match Daemon::bind(&cfg) {
         Ok(d) => d,
