@@ -369,3 +369,28 @@ fn sigkill_of_an_app_on_engine_1_frees_its_ports_while_engine_0_carries_on() {
     other.close(l2, T).unwrap();
     d.stop().unwrap();
 }
+
+#[test]
+fn a_socket_of_another_engine_is_not_adopted_and_the_refusal_is_counted() {
+    use flowstack_client::posix::{Errno, Posix, Type};
+    use std::os::fd::AsFd;
+    let d = daemon("adopt", 2, true);
+    let p0 = Posix::attach(&d.path).unwrap(); // engine 0
+    let p1 = Posix::attach(&d.path).unwrap(); // engine 1
+    let p2 = Posix::attach(&d.path).unwrap(); // engine 0 again
+    let (a, id) = p0.socket(Type::Stream).unwrap();
+    let port = p0.bind(id, lo(0)).unwrap();
+    assert_eq!(p0.listen(id, 4, None).unwrap(), port);
+    // As if the descriptor had been passed to an unrelated process served by engine 1.
+    assert_eq!(p1.adopt(a.as_fd()), Err(Errno::EINVAL));
+    // A process of the same engine adopts it (a forked child's case).
+    assert!(p2.adopt(a.as_fd()).unwrap().is_some());
+    let s = query(&d.path).unwrap();
+    assert_eq!(
+        s.counters["FlowstackdCrossEngineAttach"],
+        1,
+        "{}",
+        s.table()
+    );
+    d.stop().unwrap();
+}
