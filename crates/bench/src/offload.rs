@@ -39,6 +39,10 @@ pub struct OffloadSpec {
     pub duration: f64,
     /// Runs per peer (medians reported).
     pub runs: usize,
+    /// The daemon's engine CPUs (`--daemon-cores`): one pinned engine thread each, the
+    /// client and the server applications spread over them (with two or more, their
+    /// connection crosses engines). `None`: one engine on the placement's daemon CPU.
+    pub daemon_cores: Option<Vec<usize>>,
 }
 
 /// Which CPUs the threads run on.
@@ -59,7 +63,16 @@ impl Placement {
         }
     }
 
-    fn describe(p: Option<Self>) -> String {
+    fn describe(p: Option<Self>, daemon_cores: Option<&[usize]>) -> String {
+        if let Some(c) = daemon_cores {
+            let s = Self::describe(p, None);
+            let list: Vec<String> = c.iter().map(|c| c.to_string()).collect();
+            return format!(
+                "{s}; offload daemon: {} engine(s) on cpus {} instead, apps spread over them",
+                c.len(),
+                list.join(",")
+            );
+        }
         match p {
             Some(p) => format!(
                 "placement: offload daemon on cpu {np} (spins {spin} µs before sleeping), \
@@ -238,7 +251,7 @@ pub fn run(spec: &OffloadSpec) -> Result<OffloadReport, String> {
         peers,
         speedup,
         app_cpu_ratio,
-        placement: Placement::describe(place),
+        placement: Placement::describe(place, spec.daemon_cores.as_deref()),
     })
 }
 
@@ -282,6 +295,8 @@ fn offload_run(spec: &OffloadSpec, place: Option<Placement>) -> Result<Run, Stri
     let d = Daemon::spawn(&DaemonConfig {
         socket: dir.join("d.sock"),
         cpu: place.map(|p| p.np),
+        cores: spec.daemon_cores.clone().unwrap_or_default(),
+        spread: spec.daemon_cores.is_some(),
         ..DaemonConfig::default()
     })
     .map_err(|e| format!("daemon: {e}"))?;
@@ -294,6 +309,13 @@ fn offload_run(spec: &OffloadSpec, place: Option<Placement>) -> Result<Run, Stri
         cli.set_spin(spin);
     }
     let l = srv.tcp_listen(PORT, 64).map_err(e)?;
+    // The listen is posted: an accept the daemon answers at once confirms it before the
+    // client (on another engine with --daemon-cores) can connect.
+    match srv.tcp_accept(l) {
+        Err(flowstack_api::SocketError::WouldBlock) => {}
+        Err(x) => return Err(e(x)),
+        Ok(_) => return Err("offload: a connection before the client connected".into()),
+    }
     let (w, msg) = (spec.workload, spec.msg);
     let stop = Arc::new(AtomicBool::new(false));
     let st = stop.clone();
@@ -307,17 +329,24 @@ fn offload_run(spec: &OffloadSpec, place: Option<Placement>) -> Result<Run, Stri
         })
         .map_err(|e| e.to_string())?;
     let duration = Duration::from_secs_f64(spec.duration);
-    let tid = loop {
-        if let Some(t) = d.thread_id() {
+    let tids = loop {
+        let t = d.thread_ids();
+        if t.iter().all(|&t| t != 0) {
             break t;
         }
         std::thread::yield_now();
     };
-    let (c0, s0) = (proc_cpu(), cpu_time(me(), Some(tid)).unwrap_or_default());
+    // The stack's CPU: every engine thread's.
+    let daemon_cpu = || -> Duration {
+        tids.iter()
+            .map(|&t| cpu_time(me(), Some(t)).unwrap_or_default())
+            .sum()
+    };
+    let (c0, s0) = (proc_cpu(), daemon_cpu());
     let start = Instant::now();
     let r = offload_client(&mut cli, w, msg, duration);
     let secs = start.elapsed().as_secs_f64();
-    let (c1, s1) = (proc_cpu(), cpu_time(me(), Some(tid)).unwrap_or_default());
+    let (c1, s1) = (proc_cpu(), daemon_cpu());
     drop(cli);
     stop.store(true, Ordering::SeqCst);
     let _ = server.join();
@@ -548,6 +577,7 @@ mod tests {
             msg: 64,
             duration: 0.2,
             runs: 1,
+            daemon_cores: None,
         })
         .unwrap();
         assert_eq!(r.peers.len(), 2);

@@ -20,9 +20,21 @@ pub struct DaemonArgs {
     /// (0: sleep at once; it owns its core in offload mode).
     #[arg(long, value_name = "N", default_value_t = 50)]
     pub spin_us: u64,
-    /// Pin the daemon to this CPU (its "network processor" core).
-    #[arg(long, value_name = "CPU")]
+    /// Pin the daemon to this CPU (its "network processor" core); the same as `--cores CPU`.
+    #[arg(long, value_name = "CPU", conflicts_with_all = ["cores", "engines"])]
     pub cpu: Option<usize>,
+    /// One engine thread per CPU listed, pinned to it (`0,2`, `2-5`): applications are
+    /// assigned round robin, a process's children and exec'd images to its engine.
+    #[arg(long, value_name = "LIST", conflicts_with = "engines")]
+    pub cores: Option<String>,
+    /// N engine threads, not pinned [default: $FLOWSTACK_DAEMON_ENGINES, else 1 — so a daemon
+    /// that `flowstack run` starts can have several].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub engines: Option<u32>,
+    /// Assign applications round robin even within one process (threads that register one
+    /// application each and share no sockets).
+    #[arg(long)]
+    pub spread: bool,
 }
 
 /// Runs the daemon until it is killed.
@@ -34,6 +46,34 @@ pub fn run(a: DaemonArgs) -> ExitCode {
     cfg.max_sockets_per_app = a.max_sockets_per_app as usize;
     cfg.spin = std::time::Duration::from_micros(a.spin_us);
     cfg.cpu = a.cpu;
+    if let Some(list) = &a.cores {
+        match flowstack_runtime::parse_cores(list) {
+            Ok(c) if c.len() <= flowstack_offload::ports::MAX_ENGINES => cfg.cores = c,
+            Ok(_) => {
+                eprintln!(
+                    "flowstack: daemon: --cores: at most {} engines",
+                    flowstack_offload::ports::MAX_ENGINES
+                );
+                return ExitCode::from(2);
+            }
+            Err(e) => {
+                eprintln!("flowstack: daemon: --cores: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let from_env = || {
+        std::env::var("FLOWSTACK_DAEMON_ENGINES")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|n| (1..=flowstack_offload::ports::MAX_ENGINES).contains(n))
+    };
+    cfg.engines = match (a.engines, &a.cores, a.cpu) {
+        (Some(n), _, _) => n as usize,
+        (None, None, None) => from_env().unwrap_or(1),
+        _ => 1,
+    };
+    cfg.spread = a.spread;
     let d = match Daemon::bind(&cfg) {
         Ok(d) => d,
         Err(e) => {
@@ -41,9 +81,16 @@ pub fn run(a: DaemonArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let engines: Vec<String> = cfg
+        .placement()
+        .iter()
+        .map(|c| c.map_or("-".to_string(), |c| c.to_string()))
+        .collect();
     println!(
-        "flowstackd: serving 127.0.0.0/8 (its own loopback interface) for applications on {}",
-        d.path().display()
+        "flowstackd: serving 127.0.0.0/8 (its own loopback interface) for applications on {}; {} engine(s), cpus {}",
+        d.path().display(),
+        engines.len(),
+        engines.join(",")
     );
     let stop = AtomicBool::new(false);
     match d.run(&stop) {

@@ -303,6 +303,7 @@ fn run_offload(
         msg,
         duration: a.duration,
         runs: a.runs,
+        daemon_cores: None,
     })
 }
 

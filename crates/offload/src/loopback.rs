@@ -2,18 +2,24 @@
 //!
 //! [`LoopbackDevice`] is the device a loopback interface wants: every frame transmitted comes
 //! back as a received frame. Each engine is configured as a loopback interface
-//! (`IfaceConfig::loopback`): it owns the whole prefix, so a connection from 127.0.0.1:x to
-//! 127.0.0.1:y (or any 127/8 address) stays inside one engine, as on Linux's `lo`.
+//! (`IfaceConfig::loopback`): it owns the whole prefix, as on Linux's `lo`.
 //!
-//! [`Loopback`] holds one engine per daemon core (one today); a connection lives on the
-//! engine of the application that opened it, and every listener listens on every engine, so
-//! any engine's connections reach every listener.
-
+//! [`Loopback`] is one engine thread's interface: its engine and its device. With one engine
+//! the device is a plain [`LoopbackDevice`]. With several ([`Loopback::routed`]) every engine
+//! thread has its own, and a TCP frame an engine transmits goes to the engine that owns its
+//! destination port in the daemon's [`PortTable`] — through the cross-engine rings of a
+//! [`Mesh`](flowstack_runtime::xring::Mesh), whose doorbells wake a sleeping engine — or stays
+//! local when the port is its own or nobody's (so a SYN to a closed port gets its RST from
+//! the sender's own engine). The per-frame path reads one atomic byte and copies the frame
+//! once into the ring; no lock, no allocation.
+use crate::ports::PortTable;
 use flowstack_link::{Device, DeviceCaps, TxBatch};
+use flowstack_runtime::xring::MeshPort;
 use flowstack_stack::{Engine, EngineConfig, IfaceConfig, SocketError, TcpHandle};
 use flowstack_wire::{ChecksumCaps, EthernetAddress, Instant, Ipv4Address, Ipv4Cidr};
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::Arc;
 
 /// A device whose transmitted frames are received back (a loopback interface).
 #[derive(Debug, Default)]
@@ -24,6 +30,21 @@ pub struct LoopbackDevice {
 
 /// Frames a loopback device holds at most (more are dropped, as a full ring would).
 pub const LOOPBACK_CAPACITY: usize = 4096;
+
+impl LoopbackDevice {
+    /// Queues one frame to come back; false if the device is full (dropped).
+    #[inline]
+    fn send_one(&mut self, f: &[u8]) -> bool {
+        if self.frames.len() >= LOOPBACK_CAPACITY {
+            return false;
+        }
+        let mut b = self.pool.pop().unwrap_or_default();
+        b.clear();
+        b.extend_from_slice(f);
+        self.frames.push_back(b);
+        true
+    }
+}
 
 impl Device for LoopbackDevice {
     fn caps(&self) -> DeviceCaps {
@@ -42,21 +63,113 @@ impl Device for LoopbackDevice {
         n
     }
     fn send_batch(&mut self, _now: Instant, batch: &TxBatch) -> usize {
-        let mut sent = 0;
-        for f in batch.iter() {
-            if self.frames.len() >= LOOPBACK_CAPACITY {
-                continue;
-            }
-            let mut b = self.pool.pop().unwrap_or_default();
-            b.clear();
-            b.extend_from_slice(f);
-            self.frames.push_back(b);
-            sent += 1;
-        }
-        sent
+        batch.iter().map(|f| self.send_one(f) as usize).sum()
     }
     fn rx_pending(&self, _now: Instant) -> bool {
         !self.frames.is_empty()
+    }
+}
+
+/// One engine thread's end of a multi-engine loopback: frames for ports of other engines
+/// leave through the mesh, the rest come back here.
+pub struct RoutedDevice {
+    me: usize,
+    local: LoopbackDevice,
+    mesh: MeshPort,
+    ports: Arc<PortTable>,
+    /// Frames dropped because the ring to their engine was full (`FlowstackdMeshDrops`).
+    pub drops: u64,
+    /// Frames sent to other engines (`FlowstackdMeshFrames`).
+    pub forwarded: u64,
+}
+
+/// The TCP destination port of an Ethernet/IPv4 frame, if it is one.
+#[inline]
+fn tcp_dst_port(f: &[u8]) -> Option<u16> {
+    if f.len() < 14 + 20 || f[12] != 0x08 || f[13] != 0x00 || f[14 + 9] != 6 {
+        return None;
+    }
+    let ihl = ((f[14] & 0x0f) as usize) * 4;
+    let at = 14 + ihl + 2;
+    let b = f.get(at..at + 2)?;
+    Some(u16::from_be_bytes([b[0], b[1]]))
+}
+
+impl Device for RoutedDevice {
+    fn caps(&self) -> DeviceCaps {
+        LINK_CAPS
+    }
+    fn recv_batch(&mut self, now: Instant, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+        let n = self.local.recv_batch(now, budget, sink);
+        if n >= budget {
+            return n;
+        }
+        // Frames are read in place from the shared ring. A corrupt ring (never written by
+        // anything but our own engines) stays stuck and is reported by `pending` forever;
+        // nothing to recover here.
+        let (m, _) = self.mesh.recv(budget - n, &mut |_, f| sink(f));
+        n + m
+    }
+    fn send_batch(&mut self, now: Instant, batch: &TxBatch) -> usize {
+        let mut sent = 0;
+        let mut remote = false;
+        for f in batch.iter() {
+            match tcp_dst_port(f).and_then(|p| self.ports.route(p)) {
+                Some(to) if to != self.me => {
+                    remote = true;
+                    if self.mesh.push(to, f).is_ok() {
+                        self.forwarded += 1;
+                        sent += 1;
+                    } else {
+                        self.drops += 1;
+                    }
+                }
+                _ => sent += self.local.send_one(f) as usize,
+            }
+        }
+        if remote {
+            self.mesh.flush();
+        }
+        let _ = now;
+        sent
+    }
+    fn rx_pending(&self, _now: Instant) -> bool {
+        !self.local.frames.is_empty() || self.mesh.pending()
+    }
+}
+
+/// The device of a [`Loopback`]: one engine alone, or one of several.
+pub enum LoDev {
+    /// The only engine: every frame comes back.
+    Local(LoopbackDevice),
+    /// One of several engines.
+    Routed(Box<RoutedDevice>),
+}
+
+impl Device for LoDev {
+    fn caps(&self) -> DeviceCaps {
+        LINK_CAPS
+    }
+    #[inline]
+    fn recv_batch(&mut self, now: Instant, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+        match self {
+            LoDev::Local(d) => d.recv_batch(now, budget, sink),
+            LoDev::Routed(d) => d.recv_batch(now, budget, sink),
+        }
+    }
+    #[inline]
+    fn send_batch(&mut self, now: Instant, batch: &TxBatch) -> usize {
+        match self {
+            LoDev::Local(d) => d.send_batch(now, batch),
+            LoDev::Routed(d) => d.send_batch(now, batch),
+        }
+    }
+    #[inline]
+    fn rx_pending(&self, now: Instant) -> bool {
+        match self {
+            LoDev::Local(d) => d.rx_pending(now),
+            LoDev::Routed(d) => d.rx_pending(now),
+        }
     }
 }
 
@@ -75,12 +188,17 @@ pub const LINK_CAPS: DeviceCaps = DeviceCaps {
 /// The loopback interface's own address (the prefix is 127.0.0.0/8).
 pub const LOOPBACK_IP: Ipv4Addr = Ipv4Addr::LOCALHOST;
 
-fn engine(i: usize) -> Engine {
-    let mac = EthernetAddress([0x02, 0x66, 0x73, 0x7f, 0, 1 + i as u8]);
-    let cfg = EngineConfig::new(IfaceConfig::loopback(
+fn engine(i: usize, ephemeral: Option<(u16, u16)>) -> Engine {
+    // One interface seen from several engines: one address (frames cross engines unchanged).
+    let _ = i;
+    let mac = EthernetAddress([0x02, 0x66, 0x73, 0x7f, 0, 1]);
+    let mut cfg = EngineConfig::new(IfaceConfig::loopback(
         mac,
         Ipv4Cidr::new(Ipv4Address::from(LOOPBACK_IP), 8),
     ));
+    if let Some(r) = ephemeral {
+        cfg.ephemeral = r;
+    }
     Engine::new(cfg, LINK_CAPS)
 }
 
@@ -89,11 +207,12 @@ pub fn is_loopback(ip: &Ipv4Addr) -> bool {
     ip.octets()[0] == 127
 }
 
-/// The daemon's 127.0.0.0/8: one loopback engine per core, each with its own device.
+/// One engine thread's 127.0.0.0/8: its engine (`engines[0]`; the vector keeps the
+/// single-thread layout of several engines per loop possible) and their devices.
 pub struct Loopback {
     /// The engines; a connection lives on one of them.
     pub engines: Vec<Engine>,
-    devs: Vec<LoopbackDevice>,
+    devs: Vec<LoDev>,
 }
 
 impl Default for Loopback {
@@ -107,9 +226,42 @@ impl Loopback {
     pub fn new(n: usize) -> Self {
         let n = n.max(1);
         Self {
-            engines: (0..n).map(engine).collect(),
-            devs: (0..n).map(|_| LoopbackDevice::default()).collect(),
+            engines: (0..n).map(|i| engine(i, None)).collect(),
+            devs: (0..n)
+                .map(|_| LoDev::Local(LoopbackDevice::default()))
+                .collect(),
         }
+    }
+
+    /// Engine `me` of several: frames for other engines' ports go through `mesh`.
+    pub fn routed(me: usize, mesh: MeshPort, ports: Arc<PortTable>) -> Self {
+        Self {
+            engines: vec![engine(me, Some(ports.connect_slice(me)))],
+            devs: vec![LoDev::Routed(Box::new(RoutedDevice {
+                me,
+                local: LoopbackDevice::default(),
+                mesh,
+                ports,
+                drops: 0,
+                forwarded: 0,
+            }))],
+        }
+    }
+
+    /// Frames (dropped at a full ring, sent) between this engine and the others.
+    pub fn mesh_counters(&self) -> (u64, u64) {
+        self.devs.iter().fold((0, 0), |(d, f), x| match x {
+            LoDev::Routed(r) => (d + r.drops, f + r.forwarded),
+            LoDev::Local(_) => (d, f),
+        })
+    }
+
+    /// Frames from other engines wait in this engine's rings (checked before sleeping).
+    pub fn mesh_pending(&self) -> bool {
+        self.devs.iter().any(|x| match x {
+            LoDev::Routed(r) => r.mesh.pending(),
+            LoDev::Local(_) => false,
+        })
     }
 
     /// One turn of every engine; true if frames moved.

@@ -5,10 +5,17 @@
 //! the daemon answers with one JSON document ([`Stats`]) and closes. [`query`] is the client
 //! side; [`Stats::table`] renders it for people.
 //!
+//! With several engines (`--cores`, `--engines`) the control part asks every engine thread
+//! for its part when the query comes and merges them ([`Stats::merge`]): each row and each
+//! application carries its `engine`, and the snapshot is each engine's state at the query.
+//!
 //! Counters: every engine counter (nstat names, summed over the engines) and the daemon's
 //! own, named in the same style: `FlowstackdApps` (registered now), `FlowstackdAppsRegistered`,
 //! `FlowstackdAppsRefused`, `FlowstackdBadRecords`, `FlowstackdLimitsHit`,
-//! `FlowstackdLastCloses`, `FlowstackdSendFileBytes` and `FlowstackdSendFileCalls` (bytes
+//! `FlowstackdLastCloses`, `FlowstackdEngines`, `FlowstackdCrossEngineAttach` (attaches of
+//! a socket living on another engine, refused with `EINVAL`), `FlowstackdMeshFrames` and
+//! `FlowstackdMeshDrops` (frames sent to other engines, dropped at a full ring),
+//! `FlowstackdSendFileBytes` and `FlowstackdSendFileCalls` (bytes
 //! and calls of applications' `sendfile` sent from their files by the daemon), and the fallbacks shims reported (`Command::Report`):
 //! `FlowstackdFallbackNotCarried`, `…Unsupported`, `…NoDaemon`, `…Ipv6`, `…Other`.
 
@@ -51,6 +58,9 @@ pub struct SockRow {
     pub path: String,
     /// It has a placeholder (POSIX/shim socket).
     pub placeholder: bool,
+    /// The engine thread it lives on (`--cores`/`--engines`; 0 with one engine).
+    #[serde(default)]
+    pub engine: usize,
 }
 
 /// One registered application.
@@ -68,6 +78,9 @@ pub struct AppRow {
     pub commands: u64,
     /// Command records rejected.
     pub bad_records: u64,
+    /// The engine thread serving it.
+    #[serde(default)]
+    pub engine: usize,
 }
 
 /// A daemon's answer to a stats query.
@@ -94,6 +107,17 @@ pub fn query(path: impl AsRef<Path>) -> io::Result<Stats> {
 }
 
 impl Stats {
+    /// Adds another engine's part: its rows, and its counters to these.
+    pub fn merge(&mut self, o: Stats) {
+        self.sockets.extend(o.sockets);
+        self.apps.extend(o.apps);
+        for (k, v) in o.counters {
+            *self.counters.entry(k).or_insert(0) += v;
+        }
+        self.sockets.sort_by_key(|r| (r.engine, r.id));
+        self.apps.sort_by_key(|a| a.id);
+    }
+
     /// Pretty JSON (the `--json` output; [`query`] reads the same schema back).
     pub fn to_json_pretty(&self) -> String {
         serde_json::to_string_pretty(self).unwrap_or_default()
@@ -105,15 +129,15 @@ impl Stats {
         let mut o = String::new();
         let _ = writeln!(
             o,
-            "{:<5} {:<9} {:>8} {:>8} {:<22} {:<22} {:>8} {:>8} {:<10} path",
-            "Proto", "State", "Recv-Q", "Send-Q", "Local", "Peer", "rtt_us", "cwnd", "pids"
+            "{:<5} {:<9} {:>8} {:>8} {:<22} {:<22} {:>8} {:>8} {:>3} {:<10} path",
+            "Proto", "State", "Recv-Q", "Send-Q", "Local", "Peer", "rtt_us", "cwnd", "eng", "pids"
         );
         for r in &self.sockets {
             let pids: Vec<String> = r.pids.iter().map(|p| p.to_string()).collect();
             let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "-".into());
             let _ = writeln!(
                 o,
-                "{:<5} {:<9} {:>8} {:>8} {:<22} {:<22} {:>8} {:>8} {:<10} {}",
+                "{:<5} {:<9} {:>8} {:>8} {:<22} {:<22} {:>8} {:>8} {:>3} {:<10} {}",
                 r.proto,
                 r.state,
                 r.recv_q,
@@ -122,6 +146,7 @@ impl Stats {
                 r.peer,
                 opt(r.rtt_us),
                 opt(r.cwnd),
+                r.engine,
                 if pids.is_empty() {
                     "-".into()
                 } else {
@@ -132,14 +157,14 @@ impl Stats {
         }
         let _ = writeln!(
             o,
-            "\n{:<6} {:<8} {:>8} {:>10} {:>8}",
-            "App", "Pid", "Sockets", "Commands", "BadRecs"
+            "\n{:<6} {:<8} {:>8} {:>10} {:>8} {:>6}",
+            "App", "Pid", "Sockets", "Commands", "BadRecs", "Engine"
         );
         for a in &self.apps {
             let _ = writeln!(
                 o,
-                "{:<6} {:<8} {:>8} {:>10} {:>8}",
-                a.id, a.pid, a.sockets, a.commands, a.bad_records
+                "{:<6} {:<8} {:>8} {:>10} {:>8} {:>6}",
+                a.id, a.pid, a.sockets, a.commands, a.bad_records, a.engine
             );
         }
         let _ = writeln!(o);
@@ -173,6 +198,7 @@ mod tests {
                 pids: vec![7, 8],
                 path: "flowstack".into(),
                 placeholder: true,
+                engine: 1,
             }],
             apps: vec![AppRow {
                 id: 1,
@@ -181,6 +207,7 @@ mod tests {
                 sockets: 1,
                 commands: 5,
                 bad_records: 0,
+                engine: 1,
             }],
             counters: [("TcpActiveOpens".to_string(), 4)].into_iter().collect(),
         };

@@ -18,13 +18,45 @@ fn sock_path(name: &str) -> PathBuf {
     dir.join("d.sock")
 }
 
-fn daemon(name: &str) -> DaemonHandle {
+/// A daemon of `engines` engine threads; with several, the applications of this process
+/// are spread over them (`DaemonConfig::spread`), so every connection between two of them
+/// crosses engines.
+fn daemon(name: &str, engines: usize) -> DaemonHandle {
     Daemon::spawn(&DaemonConfig {
-        socket: sock_path(name),
+        socket: sock_path(&format!("{name}-{engines}")),
+        engines,
+        spread: engines > 1,
         ..DaemonConfig::default()
     })
     .unwrap()
 }
+
+/// Each test, on one engine and on two (`one_engine::NAME`, `two_engines::NAME`).
+macro_rules! on_one_and_two_engines {
+    ($($name:ident),* $(,)?) => {
+        mod one_engine {
+            $(#[test]
+            fn $name() {
+                super::$name(1)
+            })*
+        }
+        mod two_engines {
+            $(#[test]
+            fn $name() {
+                super::$name(2)
+            })*
+        }
+    };
+}
+
+on_one_and_two_engines!(
+    two_apps_echo_4_mib_byte_exact,
+    async_connect_then_send_before_the_handshake,
+    eaddrinuse_across_two_apps,
+    garbage_in_one_apps_rings_hurts_nobody_else,
+    killed_app_has_its_connections_closed,
+    daemon_death_unblocks_a_waiting_recv_within_a_second,
+);
 
 fn lo(port: u16) -> SocketAddrV4 {
     SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 1), port)
@@ -38,6 +70,9 @@ fn pattern(i: usize) -> u8 {
 fn echo_server(path: PathBuf, port: u16) -> std::thread::JoinHandle<u64> {
     let mut app = Client::connect(&path).unwrap();
     let l = app.tcp_listen(port, 16).unwrap();
+    // The listen is posted; an accept the daemon answers at once says it took effect (a
+    // client on another engine could otherwise connect before it).
+    assert_eq!(app.tcp_accept(l), Err(SocketError::WouldBlock));
     std::thread::spawn(move || {
         let c = app.accept(l, T).unwrap();
         let mut buf = vec![0u8; 64 * 1024];
@@ -107,9 +142,8 @@ fn echo_through(app: &mut Client, c: TcpHandle, len: usize) {
     );
 }
 
-#[test]
-fn two_apps_echo_4_mib_byte_exact() {
-    let d = daemon("echo");
+fn two_apps_echo_4_mib_byte_exact(engines: usize) {
+    let d = daemon("echo", engines);
     let server = echo_server(d.path.clone(), 7000);
     let mut app = Client::connect(&d.path).unwrap();
     let c = app.connect_to(lo(7000), T).unwrap();
@@ -126,9 +160,8 @@ fn two_apps_echo_4_mib_byte_exact() {
     d.stop().unwrap();
 }
 
-#[test]
-fn async_connect_then_send_before_the_handshake() {
-    let d = daemon("async");
+fn async_connect_then_send_before_the_handshake(engines: usize) {
+    let d = daemon("async", engines);
     let server = echo_server(d.path.clone(), 7100);
     let mut app = Client::connect(&d.path).unwrap();
     // Posted and returned: the handle is usable at once, the bytes wait for the handshake.
@@ -151,9 +184,8 @@ fn async_connect_then_send_before_the_handshake() {
     assert!(app.connect_to(lo(7199), T).is_err());
 }
 
-#[test]
-fn eaddrinuse_across_two_apps() {
-    let d = daemon("inuse");
+fn eaddrinuse_across_two_apps(engines: usize) {
+    let d = daemon("inuse", engines);
     let mut a = Client::connect(&d.path).unwrap();
     let mut b = Client::connect(&d.path).unwrap();
     let la = a.tcp_listen(8000, 8).unwrap();
@@ -190,10 +222,9 @@ fn eaddrinuse_across_two_apps() {
     assert!(b.tcp_send(fake, b"nope").is_err() || c.index() == s.index());
 }
 
-#[test]
-fn garbage_in_one_apps_rings_hurts_nobody_else() {
+fn garbage_in_one_apps_rings_hurts_nobody_else(engines: usize) {
     use flowstack_sys::SharedRegion;
-    let d = daemon("garbage");
+    let d = daemon("garbage", engines);
     let server = echo_server(d.path.clone(), 7200);
     let mut good = Client::connect(&d.path).unwrap();
     let c = good.connect_to(lo(7200), T).unwrap();
@@ -265,9 +296,8 @@ fn child_app() {
     let _ = app.recv(c, &mut b, Duration::from_secs(60));
 }
 
-#[test]
-fn killed_app_has_its_connections_closed() {
-    let d = daemon("kill");
+fn killed_app_has_its_connections_closed(engines: usize) {
+    let d = daemon("kill", engines);
     let mut srv = Client::connect(&d.path).unwrap();
     let l = srv.tcp_listen(7300, 8).unwrap();
     let mut child = Command::new(std::env::current_exe().unwrap())
@@ -294,12 +324,13 @@ fn killed_app_has_its_connections_closed() {
     assert!(start.elapsed() < Duration::from_secs(5));
 }
 
-#[test]
-fn daemon_death_unblocks_a_waiting_recv_within_a_second() {
-    let path = sock_path("death");
+fn daemon_death_unblocks_a_waiting_recv_within_a_second(engines: usize) {
+    let path = sock_path(&format!("death-{engines}"));
     let mut d = Command::new(env!("CARGO_BIN_EXE_flowstackd"))
         .arg("--socket")
         .arg(&path)
+        .args(["--engines", &engines.to_string()])
+        .args(if engines > 1 { &["--spread"][..] } else { &[] })
         .stderr(Stdio::null())
         .spawn()
         .unwrap();

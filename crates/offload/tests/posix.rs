@@ -15,12 +15,22 @@ use std::time::Duration;
 const T: Option<Duration> = Some(Duration::from_secs(20));
 const POLL: Duration = Duration::from_secs(10);
 
+/// `FLOWSTACK_TEST_ENGINES=N` runs these tests on a daemon of N engine threads (the
+/// applications of this process, and its forked children, all on one of them).
+fn engines() -> usize {
+    std::env::var("FLOWSTACK_TEST_ENGINES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+}
+
 fn daemon(name: &str) -> DaemonHandle {
     let dir = std::env::temp_dir().join(format!("flowstack-posix-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     Daemon::spawn(&DaemonConfig {
         socket: dir.join("d.sock"),
+        engines: engines(),
         ..DaemonConfig::default()
     })
     .unwrap()

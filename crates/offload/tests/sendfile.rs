@@ -28,12 +28,22 @@ impl Drop for Dir {
     }
 }
 
+/// `FLOWSTACK_TEST_ENGINES=N` runs these tests on a daemon of N engine threads (the
+/// applications of this process, and its forked children, all on one of them).
+fn engines() -> usize {
+    std::env::var("FLOWSTACK_TEST_ENGINES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+}
+
 fn daemon(name: &str) -> (DaemonHandle, Dir) {
     let dir = std::env::temp_dir().join(format!("flowstack-sf-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let d = Daemon::spawn(&DaemonConfig {
         socket: dir.join("d.sock"),
+        engines: engines(),
         ..DaemonConfig::default()
     })
     .unwrap();

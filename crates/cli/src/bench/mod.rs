@@ -157,6 +157,11 @@ pub struct BenchArgs {
     /// and the core's client threads). Without it: the classic run (one client, one server).
     #[arg(long, value_name = "N")]
     cores: Option<usize>,
+    /// --peer offload: the daemon's engine CPUs, one pinned engine thread each (`0,1`); the
+    /// client and server applications are spread over them (two or more: their connection
+    /// crosses engines) [default: one engine on the first allowed CPU].
+    #[arg(long, value_name = "LIST")]
+    daemon_cores: Option<String>,
     /// Write results as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -282,11 +287,24 @@ pub fn run(a: BenchArgs) -> ExitCode {
 
 /// `--peer offload`: the daemon's client library against the kernel, same run.
 fn offload(a: &BenchArgs, spec: &BenchSpec) -> ExitCode {
+    let daemon_cores = match a
+        .daemon_cores
+        .as_deref()
+        .map(flowstack_runtime::parse_cores)
+    {
+        None => None,
+        Some(Ok(c)) => Some(c),
+        Some(Err(e)) => {
+            eprintln!("flowstack: --daemon-cores: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let o = flowstack_bench::offload::OffloadSpec {
         workload: spec.workload,
         msg: spec.msg_size(),
         duration: spec.duration,
         runs: spec.runs,
+        daemon_cores,
     };
     let r = match flowstack_bench::offload::run(&o) {
         Ok(r) => r,

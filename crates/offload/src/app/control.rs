@@ -19,7 +19,10 @@ pub(super) fn detach(sh: &mut Shared, gid: u32, app: u64, handle: u32, close: bo
 }
 
 pub(super) fn set_failed(sh: &mut Shared, gid: u32, e: SocketError) {
-    sh.ports.retain(|_, v| *v != gid);
+    if let Some(mut g) = sh.socks.remove(&gid) {
+        sh.unhold(gid, &mut g);
+        sh.socks.insert(gid, g);
+    }
     if let Some(g) = sh.socks.get_mut(&gid) {
         g.kind = Kind::Failed(e);
         if g.ph.is_some() {
@@ -39,38 +42,35 @@ pub(super) fn bind(sh: &mut Shared, gid: u32, local: SocketAddrV4) -> Result<u16
         Some(_) => return Err(SocketError::InvalidArgument),
         None => return Err(SocketError::InvalidHandle),
     }
-    let port = match local.port() {
-        0 => sh.ephemeral_port()?,
-        p => {
-            if let Some(&old) = sh.ports.get(&p) {
-                // The program closed its listener and binds the port again at once (iperf3 -s
-                // between tests): its last close, if every placeholder copy is gone, is taken
-                // now rather than at the next periodic check, which the bind would beat.
-                let closed = sh.socks.get(&old).is_some_and(|g| {
-                    !matches!(g.kind, Kind::Conn(_))
-                        && g.ph.as_ref().is_some_and(|ph| {
-                            placeholder::poll_sets(
-                                &[],
-                                &[ph.d.as_fd()],
-                                Some(std::time::Duration::ZERO),
-                            )
-                            .is_ok_and(|(_, h)| h.first() == Some(&true))
-                        })
-                });
-                if closed {
-                    sh.counters.last_closes += 1;
-                    sh.release(old, false);
-                }
+    let port = local.port();
+    if port != 0 {
+        if let Some((_, old)) = sh.ports.holder(port).filter(|&(e, _)| e == sh.me) {
+            // The program closed its listener and binds the port again at once (iperf3 -s
+            // between tests): its last close, if every placeholder copy is gone, is taken
+            // now rather than at the next periodic check, which the bind would beat.
+            let closed = sh.socks.get(&old).is_some_and(|g| {
+                !matches!(g.kind, Kind::Conn(_))
+                    && g.ph.as_ref().is_some_and(|ph| {
+                        placeholder::poll_sets(
+                            &[],
+                            &[ph.d.as_fd()],
+                            Some(std::time::Duration::ZERO),
+                        )
+                        .is_ok_and(|(_, h)| h.first() == Some(&true))
+                    })
+            });
+            if closed {
+                sh.counters.last_closes += 1;
+                sh.release(old, false);
             }
-            if sh.ports.contains_key(&p) {
-                return Err(SocketError::AddrInUse);
-            }
-            p
         }
-    };
-    sh.ports.insert(port, gid);
-    if let Some(Kind::Fresh { bound, .. }) = sh.socks.get_mut(&gid).map(|g| &mut g.kind) {
-        *bound = Some(SocketAddrV4::new(*local.ip(), port));
+    }
+    let port = sh.ports.bind(sh.me, gid, port)?;
+    if let Some(g) = sh.socks.get_mut(&gid) {
+        g.hold = Some(Hold::Bound(port));
+        if let Kind::Fresh { bound, .. } = &mut g.kind {
+            *bound = Some(SocketAddrV4::new(*local.ip(), port));
+        }
     }
     Ok(port)
 }
@@ -93,12 +93,15 @@ pub(super) fn listen(sh: &mut Shared, gid: u32, backlog: u32) -> Result<u16, Soc
     let port = match port {
         Some(p) => p,
         None => {
-            let p = sh.ephemeral_port()?;
-            sh.ports.insert(p, gid);
+            let p = sh.ports.bind(sh.me, gid, 0)?;
+            if let Some(g) = sh.socks.get_mut(&gid) {
+                g.hold = Some(Hold::Bound(p));
+            }
             p
         }
     };
     let hs = sh.lo.listen(port, (backlog as usize).clamp(1, 4096))?;
+    sh.ports.set_listening(port);
     if let Some(g) = sh.socks.get_mut(&gid) {
         g.kind = Kind::Listener {
             ip,

@@ -37,6 +37,7 @@
 
 use crate::layout::{self, at, LAYOUT, RX_SIZE, SOCK_RCVBUF, SOCK_SNDBUF, TX_SIZE};
 use crate::loopback::{is_loopback, Loopback};
+use crate::ports::PortTable;
 use flowstack_api::record::{
     check_span, AttachOp, Command, CommandRecord, EventKind, EventRecord, Mode, SockType,
     RECORD_LEN, REPORT_KINDS,
@@ -53,6 +54,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+mod attach;
 mod control;
 mod file;
 mod notify;
@@ -166,10 +168,21 @@ impl Placeholder {
     }
 }
 
-/// One daemon-wide socket.
+/// What a socket holds in the daemon-wide port table ([`PortTable`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Hold {
+    /// Bound to the port (bound, listening, or connected from a bound port).
+    Bound(u16),
+    /// Accepted on the port.
+    Accepted(u16),
+}
+
+/// One socket of an engine.
 #[derive(Debug)]
 pub(crate) struct GSock {
     pub kind: Kind,
+    /// Its port in the daemon-wide table, released with the socket.
+    pub hold: Option<Hold>,
     /// The application (and its handle) whose rings carry the socket's bytes and events.
     pub holder: Option<(u64, u32)>,
     /// Applications that may name it, with their handles.
@@ -183,6 +196,7 @@ impl GSock {
     fn new(kind: Kind, app: u64, handle: u32) -> Self {
         Self {
             kind,
+            hold: None,
             holder: Some((app, handle)),
             owners: vec![(app, handle)],
             ph: None,
@@ -211,18 +225,39 @@ pub struct DaemonCounters {
     pub sendfile_bytes: u64,
     /// `TcpSendFile` calls that queued at least one byte.
     pub sendfile_calls: u64,
+    /// Attaches refused because the socket lives on another engine (`EINVAL`).
+    pub cross_engine_attach: u64,
 }
 
-/// Daemon-wide state the applications share: the engines, the sockets, the port namespace.
+impl DaemonCounters {
+    /// Adds another engine's counters.
+    pub fn merge(&mut self, o: &DaemonCounters) {
+        self.apps_registered += o.apps_registered;
+        self.apps_refused += o.apps_refused;
+        self.bad_records += o.bad_records;
+        self.limits_hit += o.limits_hit;
+        self.last_closes += o.last_closes;
+        for (a, b) in self.fallbacks.iter_mut().zip(o.fallbacks.iter()) {
+            *a += b;
+        }
+        self.sendfile_bytes += o.sendfile_bytes;
+        self.sendfile_calls += o.sendfile_calls;
+        self.cross_engine_attach += o.cross_engine_attach;
+    }
+}
+
+/// One engine thread's state, shared by its applications: its engine, its sockets, and the
+/// daemon-wide port namespace.
 pub(crate) struct Shared {
+    /// This engine's index.
+    pub me: usize,
     pub lo: Loopback,
     pub socks: HashMap<u32, GSock>,
     next_gid: u32,
     /// Placeholder identity (device, inode of A) → socket.
     by_ident: HashMap<(u64, u64), u32>,
-    /// TCP ports bound or listening → socket.
-    pub ports: HashMap<u16, u32>,
-    next_port: u16,
+    /// TCP ports bound, listening or accepted on, daemon-wide.
+    pub ports: Arc<PortTable>,
     scratch: Vec<u8>,
     pub counters: DaemonCounters,
     /// Placeholder actions (socket, readable, writable) deferred until the events posted
@@ -233,14 +268,14 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub fn new() -> Self {
+    pub fn new(me: usize, lo: Loopback, ports: Arc<PortTable>) -> Self {
         Self {
-            lo: Loopback::new(1),
+            me,
+            lo,
             socks: HashMap::new(),
             next_gid: 1,
             by_ident: HashMap::new(),
-            ports: HashMap::new(),
-            next_port: *EPHEMERAL.start(),
+            ports,
             scratch: vec![0; RX_CHUNK],
             counters: DaemonCounters::default(),
             ph_actions: Vec::new(),
@@ -255,20 +290,13 @@ impl Shared {
         gid
     }
 
-    fn ephemeral_port(&mut self) -> Result<u16, SocketError> {
-        let span = (*EPHEMERAL.end() - *EPHEMERAL.start()) as u32 + 1;
-        for _ in 0..span {
-            let p = self.next_port;
-            self.next_port = if p >= *EPHEMERAL.end() {
-                *EPHEMERAL.start()
-            } else {
-                p + 1
-            };
-            if !self.ports.contains_key(&p) {
-                return Ok(p);
-            }
+    /// Releases what `g` holds in the port table (before the caller reports the close).
+    fn unhold(&mut self, gid: u32, g: &mut GSock) {
+        match g.hold.take() {
+            Some(Hold::Bound(p)) => self.ports.release(self.me, gid, p),
+            Some(Hold::Accepted(p)) => self.ports.release_accepted(self.me, p),
+            None => {}
         }
-        Err(SocketError::AddrInUse)
     }
 
     /// Writes tokens and empties placeholders as decided this turn; call after the
@@ -293,8 +321,9 @@ impl Shared {
         };
         if let Some(ph) = g.ph.take() {
             self.by_ident.remove(&ph.ident);
+            self.ports.forget_ident(ph.ident);
         }
-        self.ports.retain(|_, v| *v != gid);
+        self.unhold(gid, &mut g);
         if let Kind::Conn(c) = &mut g.kind {
             let e = &self.lo.engines[c.eng];
             let unread =
@@ -724,13 +753,7 @@ impl App {
                 notify::set_notify(sh, self.gid(handle), self.id, quiet)
             }
             Command::Carries { remote } => {
-                let yes = is_loopback(remote.ip())
-                    && sh.ports.get(&remote.port()).is_some_and(|g| {
-                        matches!(
-                            sh.socks.get(g).map(|g| &g.kind),
-                            Some(Kind::Listener { .. })
-                        )
-                    });
+                let yes = is_loopback(remote.ip()) && sh.ports.listening(remote.port());
                 self.complete(id, mode, 0, Ok(yes as u64));
             }
             Command::GetAddr { handle, peer } => {
@@ -848,118 +871,16 @@ impl App {
     fn adopt_accepted(&mut self, sh: &mut Shared, eng: usize, h: TcpHandle) -> u32 {
         let handle = self.next_accepted;
         self.next_accepted = (self.next_accepted + 1).min(flowstack_api::region::POSIX_BASE - 1);
-        self.new_sock(sh, handle, Kind::Conn(Conn::new(eng, h, None, true)));
+        let port = sh.lo.engines[eng].tcp_conn(h).map(|k| k.tuple().local_port);
+        let gid = self.new_sock(sh, handle, Kind::Conn(Conn::new(eng, h, None, true)));
+        if let (Ok(p), Some(g)) = (port, sh.socks.get_mut(&gid)) {
+            // (Held only if the port is this engine's.)
+            // Its listener's port stays routed here while it lives (ports.rs).
+            if sh.ports.hold_accepted(sh.me, p) {
+                g.hold = Some(Hold::Accepted(p));
+            }
+        }
         handle
-    }
-
-    /// Takes the descriptors of an `Attach` from the registration stream.
-    fn attach(
-        &mut self,
-        sh: &mut Shared,
-        handle: u32,
-        op: AttachOp,
-        ty: SockType,
-    ) -> Result<u64, SocketError> {
-        let mut byte = [0u8; 1];
-        let mut fds = Vec::new();
-        let n = flowstack_sys::fdpass::recv_fds(&self.stream, &mut byte, &mut fds)
-            .map_err(|_| SocketError::InvalidArgument)?;
-        if n != 1 || byte[0] != op.code() || fds.len() != op.fds() {
-            return Err(SocketError::InvalidArgument);
-        }
-        if op == AttachOp::File {
-            let f = fds.pop().expect("one descriptor");
-            return self.attach_file(handle, f);
-        }
-        if op == AttachOp::Wake {
-            return notify::attach_wake(self, fds.pop().expect("one descriptor"));
-        }
-        if matches!(op, AttachOp::New | AttachOp::Adopt) && self.at_limit(sh) {
-            return Err(SocketError::LimitReached);
-        }
-        let fresh_handle = |app: &App| {
-            if app.handles.contains_key(&handle) || handle == 0 {
-                Err(SocketError::InvalidArgument)
-            } else {
-                Ok(())
-            }
-        };
-        match op {
-            AttachOp::New | AttachOp::Place => {
-                let a = fds.pop().expect("two descriptors");
-                let d = fds.pop().expect("two descriptors");
-                let ident =
-                    placeholder::identity(a.as_fd()).map_err(|_| SocketError::InvalidArgument)?;
-                drop(a);
-                if sh.by_ident.contains_key(&ident) {
-                    return Err(SocketError::InvalidArgument);
-                }
-                let ph = Placeholder {
-                    d,
-                    ident,
-                    token_out: false,
-                    seq: 0,
-                    want_writable: false,
-                    quiet_for: None,
-                };
-                let gid = if op == AttachOp::New {
-                    fresh_handle(self)?;
-                    if ty == SockType::Dgram {
-                        return Err(SocketError::InvalidState); // UDP: not yet
-                    }
-                    self.new_sock(sh, handle, Kind::Fresh { ty, bound: None })
-                } else {
-                    let gid = self.gid(handle)?;
-                    match sh.socks.get(&gid) {
-                        Some(g) if g.ph.is_none() => gid,
-                        _ => return Err(SocketError::InvalidArgument),
-                    }
-                };
-                sh.by_ident.insert(ident, gid);
-                let g = sh.socks.get_mut(&gid).expect("just found");
-                g.ph = Some(ph);
-                // A readable socket (accepted with data already in) gets its token now.
-                if readable_now(&sh.lo, &g.kind) {
-                    sh.ph_actions.push((gid, true, false));
-                }
-                Ok(handle as u64)
-            }
-            AttachOp::Adopt => {
-                fresh_handle(self)?;
-                let a = fds.pop().expect("one descriptor");
-                let ident =
-                    placeholder::identity(a.as_fd()).map_err(|_| SocketError::InvalidArgument)?;
-                let gid = *sh.by_ident.get(&ident).ok_or(SocketError::InvalidHandle)?;
-                let g = sh.socks.get_mut(&gid).ok_or(SocketError::InvalidHandle)?;
-                self.handles.insert(handle, gid);
-                g.owners.push((self.id, handle));
-                let kind = match &mut g.kind {
-                    Kind::Fresh { .. } => 1,
-                    Kind::Listener { .. } => 2,
-                    Kind::Conn(c) => {
-                        // Its bytes and events come here from now on.
-                        c.outstanding = 0;
-                        3
-                    }
-                    Kind::Failed(_) => 5,
-                };
-                g.holder = Some((self.id, handle));
-                notify::on_new_holder(sh, gid);
-                Ok((kind as u64) << 32 | handle as u64)
-            }
-            AttachOp::File | AttachOp::Wake => Err(SocketError::InvalidArgument), // taken above
-            AttachOp::KernelListener => {
-                let k = fds.pop().expect("one descriptor");
-                let gid = self.gid(handle)?;
-                match sh.socks.get_mut(&gid).map(|g| &mut g.kind) {
-                    Some(Kind::Listener { kernel, .. }) => {
-                        *kernel = Some(k);
-                        Ok(0)
-                    }
-                    _ => Err(SocketError::InvalidState),
-                }
-            }
-        }
     }
 
     /// Leaves every socket: native ones are closed (FIN, or RST where received bytes were

@@ -18,7 +18,7 @@ fn ss_state(s: flowstack_stack::State) -> &'static str {
     }
 }
 
-/// The daemon's state for `flowstack stats`.
+/// One engine's part of `flowstack stats` (the control part merges them, [`crate::stats::Stats::merge`]).
 pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
     use crate::stats::{AppRow, SockRow, Stats, SCHEMA};
     let pid_of = |app: u64| apps.iter().find(|a| a.id == app).map(|a| a.pid);
@@ -42,6 +42,7 @@ pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
                 pids,
                 path: "flowstack".into(),
                 placeholder: g.ph.is_some(),
+                engine: sh.me,
             };
             match &g.kind {
                 Kind::Fresh { bound, .. } => {
@@ -86,6 +87,7 @@ pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
             sockets: a.handles.len(),
             commands: a.stats.commands,
             bad_records: a.stats.bad_records,
+            engine: sh.me,
         })
         .collect();
     let mut counters = std::collections::BTreeMap::new();
@@ -106,6 +108,9 @@ pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
         ("FlowstackdLastCloses", d.last_closes),
         ("FlowstackdSendFileBytes", d.sendfile_bytes),
         ("FlowstackdSendFileCalls", d.sendfile_calls),
+        ("FlowstackdCrossEngineAttach", d.cross_engine_attach),
+        ("FlowstackdMeshFrames", sh.lo.mesh_counters().1),
+        ("FlowstackdMeshDrops", sh.lo.mesh_counters().0),
         ("FlowstackdFallbackNotCarried", d.fallbacks[1]),
         ("FlowstackdFallbackUnsupported", d.fallbacks[2]),
         ("FlowstackdFallbackNoDaemon", d.fallbacks[3]),

@@ -5,8 +5,9 @@ use flowstack_offload::{Daemon, DaemonConfig};
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 
-const USAGE: &str = "usage: flowstackd [--socket PATH] [--spin-us N] [--cpu CPU]\n\
-serves TCP on 127.0.0.0/8 to applications that register on the unix socket\n\
+const USAGE: &str = "usage: flowstackd [--socket PATH] [--spin-us N] [--cpu CPU | --cores LIST | --engines N] [--spread]\n\
+serves TCP on 127.0.0.0/8 to applications that register on the unix socket;\n\
+--cores: one pinned engine thread per CPU listed (0,2 or 2-5), --engines: N unpinned ones\n\
 (default: $XDG_RUNTIME_DIR/flowstack.sock, or /run/flowstack/flowstack.sock as root)";
 
 fn main() -> ExitCode {
@@ -35,6 +36,37 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             },
+            "--cores" => match args.next().map(|v| flowstack_runtime::parse_cores(&v)) {
+                Some(Ok(c)) if c.len() <= flowstack_offload::ports::MAX_ENGINES => cfg.cores = c,
+                Some(Ok(_)) => {
+                    eprintln!(
+                        "flowstackd: --cores: at most {} engines",
+                        flowstack_offload::ports::MAX_ENGINES
+                    );
+                    return ExitCode::from(2);
+                }
+                Some(Err(e)) => {
+                    eprintln!("flowstackd: --cores: {e}");
+                    return ExitCode::from(2);
+                }
+                None => {
+                    eprintln!("flowstackd: --cores needs a CPU list");
+                    return ExitCode::from(2);
+                }
+            },
+            "--engines" => match args.next().and_then(|v| v.parse::<usize>().ok()) {
+                Some(n) if (1..=flowstack_offload::ports::MAX_ENGINES).contains(&n) => {
+                    cfg.engines = n
+                }
+                _ => {
+                    eprintln!(
+                        "flowstackd: --engines needs a number from 1 to {}",
+                        flowstack_offload::ports::MAX_ENGINES
+                    );
+                    return ExitCode::from(2);
+                }
+            },
+            "--spread" => cfg.spread = true,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return ExitCode::SUCCESS;
@@ -45,6 +77,10 @@ fn main() -> ExitCode {
             }
         }
     }
+    if !cfg.cores.is_empty() && (cfg.cpu.is_some() || cfg.engines > 1) {
+        eprintln!("flowstackd: --cores excludes --cpu and --engines");
+        return ExitCode::from(2);
+    }
     let d = match Daemon::bind(&cfg) {
         Ok(d) => d,
         Err(e) => {
@@ -53,8 +89,9 @@ fn main() -> ExitCode {
         }
     };
     eprintln!(
-        "flowstackd: serving 127.0.0.1 and 127.0.0.2 (127.0.0.0/8) on {}",
-        d.path().display()
+        "flowstackd: serving 127.0.0.1 and 127.0.0.2 (127.0.0.0/8) on {}, {} engine(s)",
+        d.path().display(),
+        cfg.placement().len()
     );
     let stop = AtomicBool::new(false);
     match d.run(&stop) {

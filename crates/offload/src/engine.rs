@@ -1,0 +1,260 @@
+//! One engine thread: the daemon's loop for the applications assigned to it (lib.rs module
+//! docs), with its own loopback engine, sockets, doorbell eventfd and sleep.
+//!
+//! Engine 0 also runs the control part ([`Control`]): registrations and stats queries. With
+//! several engines, the others get their applications and stats requests through a
+//! [`Ctl`] channel, each message followed by a ring of their doorbell; frames between
+//! engines go through the loopback's mesh rings (loopback.rs).
+
+use crate::app::{self, App, Shared};
+use crate::registry::{Control, Registry};
+use crate::{IDLE_CHECK, LAST_CLOSE_CHECK};
+use flowstack_runtime::xring::Doorbell;
+use flowstack_runtime::Clock;
+use flowstack_sys::eventfd::EventFd;
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A message from the control part to another engine thread.
+pub(crate) enum Ctl {
+    /// Serve this newly registered application.
+    Adopt(Box<App>),
+    /// Answer with this engine's part of `flowstack stats`, as it is now.
+    Stats(std::sync::mpsc::Sender<crate::stats::Stats>),
+}
+
+/// One engine thread's state.
+pub(crate) struct EngineLoop {
+    pub me: usize,
+    pub sh: Shared,
+    pub apps: Vec<App>,
+    /// The doorbell eventfd its applications (and the other engines) ring.
+    pub bell: Arc<EventFd>,
+    /// The mesh doorbells (several engines): announcing sleep on ours makes the other
+    /// engines ring `bell` when they send us frames.
+    pub bells: Option<Arc<[Doorbell]>>,
+    /// Applications and stats requests from the control part (engines other than 0).
+    pub inbox: Option<Receiver<Ctl>>,
+    pub spin: Duration,
+    pub registry: Arc<Registry>,
+}
+
+impl EngineLoop {
+    /// Runs until `stop` is set; `ctl` is the control part (engine 0 only).
+    pub fn run(mut self, mut ctl: Option<Control>, stop: &AtomicBool) -> io::Result<()> {
+        let clock = Clock::start();
+        let mut last_check = Instant::now();
+        let mut last_close_check = Instant::now();
+        // When the current run of empty turns began (the spin before sleeping).
+        let mut idle_since: Option<Instant> = None;
+        while !stop.load(Ordering::SeqCst) {
+            let mut busy = false;
+            if let Some(c) = ctl.as_mut() {
+                busy |= c.turn(&mut self.sh, &mut self.apps);
+            }
+            if let Some(inbox) = &self.inbox {
+                while let Ok(m) = inbox.try_recv() {
+                    busy = true;
+                    match m {
+                        Ctl::Adopt(a) => self.apps.push(*a),
+                        Ctl::Stats(to) => {
+                            let _ = to.send(app::snapshot(&self.sh, &self.apps));
+                        }
+                    }
+                }
+            }
+            let (sh, apps) = (&mut self.sh, &mut self.apps);
+            for a in apps.iter_mut() {
+                busy |= a.drain_commands(sh) > 0;
+            }
+            let now = clock.now();
+            sh.lo.set_now(now);
+            busy |= sh.lo.poll(now);
+            busy |= app::service(sh, apps);
+            for a in apps.iter_mut() {
+                busy |= a.flush_events();
+            }
+            // Tokens and filler after the events that explain them are published.
+            busy |= sh.placeholder_actions();
+            // Output the socket calls above produced.
+            busy |= sh.lo.poll(clock.now());
+            if last_check.elapsed() >= IDLE_CHECK {
+                last_check = Instant::now();
+                reap(apps, sh, &self.registry, true);
+            }
+            if busy && last_close_check.elapsed() >= LAST_CLOSE_CHECK {
+                last_close_check = Instant::now();
+                busy |= last_closes(sh, apps)?;
+            }
+            if busy {
+                idle_since = None;
+                continue;
+            }
+            // Spin (bounded) before sleeping: a command posted within `spin` is taken without
+            // a doorbell (the applications see `daemon_sleeping` clear and make no call).
+            let since = *idle_since.get_or_insert_with(Instant::now);
+            if since.elapsed() < self.spin {
+                std::hint::spin_loop();
+                continue;
+            }
+            idle_since = None;
+            self.sleep(&clock, ctl.as_mut())?;
+            if let Some(c) = ctl.as_mut() {
+                c.woke();
+            }
+        }
+        if let Some(c) = ctl.as_mut() {
+            c.stop_peers();
+        }
+        for mut a in self.apps.drain(..) {
+            self.registry.leave(a.pid);
+            a.release_all(&mut self.sh);
+        }
+        self.sh.lo.poll(clock.now());
+        Ok(())
+    }
+
+    /// Sleep: announce it (in every application's header and on the mesh doorbell), look once
+    /// more, then `poll(2)` until something arrives or the engine's next deadline.
+    fn sleep(&mut self, clock: &Clock, ctl: Option<&mut Control>) -> io::Result<()> {
+        let (sh, apps) = (&mut self.sh, &mut self.apps);
+        for a in apps.iter() {
+            a.set_sleeping(true);
+        }
+        let wait = sh
+            .lo
+            .poll_at()
+            .map(|t| t.saturating_since(clock.now()))
+            .map(|d| Duration::from_nanos(d.as_nanos().min(u64::MAX as u128) as u64))
+            .unwrap_or(IDLE_CHECK)
+            .min(IDLE_CHECK);
+        let mut out: io::Result<Option<(Vec<bool>, bool)>> = Ok(None);
+        let base = usize::from(ctl.is_some()) + 1;
+        {
+            let sh: &Shared = sh;
+            let apps: &[App] = apps;
+            let poll = || -> io::Result<(Vec<bool>, bool)> {
+                let mut fds = Vec::new();
+                if let Some(c) = &ctl {
+                    fds.push(c.listener_fd());
+                }
+                fds.push(self.bell.as_fd());
+                fds.extend(apps.iter().map(|a| a.stream.as_fd()));
+                fds.extend(
+                    apps.iter()
+                        .filter_map(|a| a.pidfd.as_ref().map(|p| p.as_fd())),
+                );
+                fds.extend(sh.kernel_listeners());
+                if let Some(c) = &ctl {
+                    fds.extend(c.pending_fds());
+                }
+                let ds: Vec<_> = sh.placeholders().map(|(_, d)| d).collect();
+                let (r, h) = flowstack_sys::placeholder::poll_sets(&fds, &ds, Some(wait))?;
+                Ok((r, h.iter().any(|&x| x)))
+            };
+            let pending = || apps.iter().any(|a| a.pending()) || sh.lo.mesh_pending();
+            match &self.bells {
+                Some(b) => {
+                    b[self.me].sleep(pending, || out = poll().map(Some));
+                }
+                None => {
+                    fence(Ordering::SeqCst);
+                    if !pending() {
+                        out = poll().map(Some);
+                    }
+                }
+            }
+        }
+        for a in apps.iter() {
+            a.set_sleeping(false);
+        }
+        let Some((ready, closed)) = out? else {
+            return Ok(());
+        };
+        let _ = self.bell.take();
+        let pidfds = apps.iter().filter(|a| a.pidfd.is_some()).count();
+        if ready
+            .iter()
+            .skip(base)
+            .take(apps.len() + pidfds)
+            .any(|&r| r)
+        {
+            reap(apps, sh, &self.registry, false);
+        }
+        if closed {
+            last_closes(sh, apps)?;
+        }
+        Ok(())
+    }
+}
+
+/// Closes every socket whose placeholder's last copy is gone; true if any.
+///
+/// Whatever an application posted before closing its last copy (sends, consumed bytes) is
+/// in its ring by then: every ring is drained first, so the close comes after it.
+fn last_closes(sh: &mut Shared, apps: &mut [App]) -> io::Result<bool> {
+    let (gids, ds): (Vec<u32>, Vec<_>) = sh.placeholders().unzip();
+    if ds.is_empty() {
+        return Ok(false);
+    }
+    let (_, h) = flowstack_sys::placeholder::poll_sets(&[], &ds, Some(Duration::ZERO))?;
+    let gone: Vec<u32> = gids
+        .into_iter()
+        .zip(h)
+        .filter_map(|(g, x)| x.then_some(g))
+        .collect();
+    if gone.is_empty() {
+        return Ok(false);
+    }
+    for a in apps.iter_mut() {
+        for _ in 0..64 {
+            if a.drain_commands(sh) == 0 {
+                break;
+            }
+        }
+    }
+    for &g in &gone {
+        sh.counters.last_closes += 1;
+        sh.release(g, false);
+    }
+    Ok(!gone.is_empty())
+}
+
+/// Drops applications that hung up, died or broke their rings.
+fn reap(apps: &mut Vec<App>, sh: &mut Shared, registry: &Registry, check_pids: bool) {
+    let mut i = 0;
+    while i < apps.len() {
+        let a = &apps[i];
+        let exited = match &a.pidfd {
+            Some(p) => flowstack_sys::poll::wait_readable(p, Duration::ZERO).unwrap_or(false),
+            None => check_pids && !flowstack_sys::process::is_alive(a.pid),
+        };
+        let gone = a.broken || hung_up(&a.stream) || exited;
+        if gone {
+            let mut a = apps.swap_remove(i);
+            if !a.broken {
+                // What it posted before leaving still counts (consumed bytes above all: a
+                // socket closed with nothing unread ends with FIN, not RST).
+                for _ in 0..64 {
+                    if a.drain_commands(sh) == 0 {
+                        break;
+                    }
+                }
+            }
+            a.release_all(sh);
+            registry.leave(a.pid);
+        } else {
+            i += 1;
+        }
+    }
+}
+
+fn hung_up(s: &UnixStream) -> bool {
+    // Peek only: the stream also carries the descriptors of `Attach` records.
+    flowstack_sys::placeholder::peer_closed(s.as_fd())
+}

@@ -1,0 +1,353 @@
+//! The daemon-wide TCP port namespace of 127.0.0.0/8, shared by every engine thread (and
+//! the placeholder identities, so an attach knows which engine holds the socket).
+//!
+//! Two views of one table:
+//! - **Who may bind** ([`PortTable::bind`], [`PortTable::release`], …): a map behind a mutex,
+//!   taken only on the control path of a socket (bind, listen, an ephemeral port for
+//!   connect, accept, close) — never per frame. Conflicts (`EADDRINUSE`) and ephemeral ports
+//!   are therefore daemon-wide: two engines never hand out the same port.
+//! - **Where a frame goes** ([`PortTable::route`]): one atomic byte per port, the engine that
+//!   owns it plus one (0: nobody). Engines read it for every TCP frame they transmit on the
+//!   loopback, without a lock; it is written only under the mutex, in the same critical
+//!   section as the map.
+//!
+//! # Who owns a port
+//! - A port bound (or listening) is owned by the binder's engine; the connections accepted
+//!   on it live there too and hold it: a listener closed while connections it accepted live
+//!   on leaves the port to them, another engine's bind is refused until they are gone (as
+//!   Linux refuses it without `SO_REUSEADDR`), the same engine may bind it again.
+//! - With several engines, the ports of `connect` without `bind` come from a fixed slice of
+//!   [`CONNECT_PORTS`] per engine ([`PortTable::connect_slice`]): the engine's own allocator
+//!   picks them (4-tuple and TIME-WAIT aware, no lock per connect), their route is fixed, and
+//!   no other engine may bind them (`EADDRINUSE`). `bind(0)` and `listen` without `bind`
+//!   then draw from the rest of the ephemeral range ([`EPHEMERAL_SHARED`]), so the two kinds
+//!   never collide. With one engine nothing is sliced (the behaviour of a one-engine daemon
+//!   is unchanged).
+//! - A released port keeps its last route until another engine binds it: the connections of
+//!   a closed socket that are still closing (FIN exchange, TIME-WAIT) keep receiving their
+//!   segments, and a SYN to the closed port still gets its RST from an engine without a
+//!   listener there.
+//!
+//! Release is synchronous: when [`PortTable::release`] returns, the port is free for every
+//! engine — the caller posts the close's completion only afterwards, so an application told
+//! "closed" can have another process bind the port at once, on any engine.
+
+use flowstack_api::SocketError;
+use std::collections::HashMap;
+use std::ops::RangeInclusive;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Mutex;
+
+/// Most engines a daemon runs (the route table stores engine + 1 in a byte).
+pub const MAX_ENGINES: usize = 64;
+/// With several engines: the ports of `connect` without `bind`, sliced between the engines.
+pub const CONNECT_PORTS: RangeInclusive<u16> = 49152..=65535;
+/// With several engines: the ports of `bind(0)` and of `listen` without `bind`.
+pub const EPHEMERAL_SHARED: RangeInclusive<u16> = 32768..=49151;
+
+#[derive(Debug, Default)]
+struct Entry {
+    engine: usize,
+    /// The socket bound to the port on `engine`, if any.
+    bound: Option<u32>,
+    /// It listens (connections to it are "carried").
+    listening: bool,
+    /// Connections accepted on the port that still live on `engine`.
+    accepted: u32,
+}
+
+#[derive(Debug, Default)]
+struct Map {
+    ports: HashMap<u16, Entry>,
+    next: u16,
+}
+
+/// The port namespace (see the module docs).
+pub struct PortTable {
+    map: Mutex<Map>,
+    /// Placeholder identity (device, inode) → the engine of its socket: an attach on another
+    /// engine is refused (and counted) instead of looking like an unknown descriptor.
+    idents: Mutex<HashMap<(u64, u64), usize>>,
+    route: Box<[AtomicU8]>,
+    range: RangeInclusive<u16>,
+    engines: usize,
+}
+
+impl std::fmt::Debug for PortTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PortTable")
+            .field("range", &self.range)
+            .finish()
+    }
+}
+
+impl PortTable {
+    /// The table of a daemon with `engines` engines; with one, `bind(0)` draws from `range`
+    /// (with several, from [`EPHEMERAL_SHARED`]).
+    pub fn new(range: RangeInclusive<u16>, engines: usize) -> Self {
+        let engines = engines.clamp(1, MAX_ENGINES);
+        let range = if engines > 1 { EPHEMERAL_SHARED } else { range };
+        let t = Self {
+            map: Mutex::new(Map {
+                ports: HashMap::new(),
+                next: *range.start(),
+            }),
+            idents: Mutex::new(HashMap::new()),
+            route: (0..=u16::MAX as usize).map(|_| AtomicU8::new(0)).collect(),
+            range,
+            engines,
+        };
+        if engines > 1 {
+            for e in 0..engines {
+                let (a, b) = t.connect_slice(e);
+                for p in a..=b {
+                    t.set_route(p, Some(e));
+                }
+            }
+        }
+        t
+    }
+
+    /// The ports engine `engine` connects from (first, last), with several engines.
+    pub fn connect_slice(&self, engine: usize) -> (u16, u16) {
+        let (first, last) = (
+            *CONNECT_PORTS.start() as usize,
+            *CONNECT_PORTS.end() as usize,
+        );
+        let per = (last - first + 1) / self.engines;
+        let a = first + engine * per;
+        let b = if engine + 1 == self.engines {
+            last
+        } else {
+            a + per - 1
+        };
+        (a as u16, b as u16)
+    }
+
+    /// The engine whose connect slice holds `port` (several engines only).
+    fn slice_owner(&self, port: u16) -> Option<usize> {
+        if self.engines == 1 || !CONNECT_PORTS.contains(&port) {
+            return None;
+        }
+        (0..self.engines).find(|&e| {
+            let (a, b) = self.connect_slice(e);
+            (a..=b).contains(&port)
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Map> {
+        // A panic elsewhere cannot leave the map half-written (every update is one insert or
+        // remove plus the route byte), so a poisoned lock is still usable.
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set_route(&self, port: u16, engine: Option<usize>) {
+        let v = engine.map_or(0, |e| e as u8 + 1);
+        self.route[port as usize].store(v, Ordering::Release);
+    }
+
+    /// The engine that owns `port`, if any (lock-free: the per-frame path).
+    #[inline]
+    pub fn route(&self, port: u16) -> Option<usize> {
+        match self.route[port as usize].load(Ordering::Acquire) {
+            0 => None,
+            v => Some(v as usize - 1),
+        }
+    }
+
+    /// The socket (engine, id) bound to `port`, if any.
+    pub fn holder(&self, port: u16) -> Option<(usize, u32)> {
+        let m = self.lock();
+        m.ports
+            .get(&port)
+            .and_then(|e| e.bound.map(|g| (e.engine, g)))
+    }
+
+    /// True if a listener holds `port` (connections to it are carried by the daemon).
+    pub fn listening(&self, port: u16) -> bool {
+        self.lock().ports.get(&port).is_some_and(|e| e.listening)
+    }
+
+    /// Binds socket `gid` of `engine` to `port` (0: an ephemeral port); returns the port.
+    pub fn bind(&self, engine: usize, gid: u32, port: u16) -> Result<u16, SocketError> {
+        let mut m = self.lock();
+        let port = match port {
+            0 => self.ephemeral(&mut m)?,
+            p => p,
+        };
+        if self.slice_owner(port).is_some_and(|o| o != engine) {
+            return Err(SocketError::AddrInUse); // another engine connects from it
+        }
+        match m.ports.get_mut(&port) {
+            None => {
+                m.ports.insert(
+                    port,
+                    Entry {
+                        engine,
+                        bound: Some(gid),
+                        ..Entry::default()
+                    },
+                );
+                self.set_route(port, Some(engine));
+            }
+            // Only accepted connections left, on the same engine: the port is free to bind
+            // there (routes stay right).
+            Some(e) if e.bound.is_none() && e.engine == engine => e.bound = Some(gid),
+            Some(_) => return Err(SocketError::AddrInUse),
+        }
+        Ok(port)
+    }
+
+    fn ephemeral(&self, m: &mut Map) -> Result<u16, SocketError> {
+        let (first, last) = (*self.range.start(), *self.range.end());
+        let span = (last - first) as u32 + 1;
+        for _ in 0..span {
+            let p = m.next;
+            m.next = if p >= last || p < first { first } else { p + 1 };
+            if (first..=last).contains(&p) && !m.ports.contains_key(&p) {
+                return Ok(p);
+            }
+        }
+        Err(SocketError::AddrInUse)
+    }
+
+    /// Marks the socket bound to `port` as listening.
+    pub fn set_listening(&self, port: u16) {
+        if let Some(e) = self.lock().ports.get_mut(&port) {
+            e.listening = true;
+        }
+    }
+
+    /// A connection was accepted on `port` of `engine` (held until
+    /// [`PortTable::release_accepted`]); false if the port is not `engine`'s.
+    pub fn hold_accepted(&self, engine: usize, port: u16) -> bool {
+        match self.lock().ports.get_mut(&port) {
+            Some(e) if e.engine == engine => {
+                e.accepted += 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Records that the placeholder `ident` names a socket of `engine`; false if it already
+    /// names one (anywhere).
+    pub fn claim_ident(&self, ident: (u64, u64), engine: usize) -> bool {
+        let mut m = self.idents.lock().unwrap_or_else(|p| p.into_inner());
+        match m.entry(ident) {
+            std::collections::hash_map::Entry::Occupied(_) => false,
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(engine);
+                true
+            }
+        }
+    }
+
+    /// The engine whose socket the placeholder `ident` names.
+    pub fn ident_engine(&self, ident: (u64, u64)) -> Option<usize> {
+        let m = self.idents.lock().unwrap_or_else(|p| p.into_inner());
+        m.get(&ident).copied()
+    }
+
+    /// The placeholder `ident` names nothing any more.
+    pub fn forget_ident(&self, ident: (u64, u64)) {
+        let mut m = self.idents.lock().unwrap_or_else(|p| p.into_inner());
+        m.remove(&ident);
+    }
+
+    /// Releases the binding of socket `gid` of `engine` to `port` (nothing if it is not the
+    /// holder). When this returns, every engine may bind the port (unless connections
+    /// accepted on it still live).
+    pub fn release(&self, engine: usize, gid: u32, port: u16) {
+        let mut m = self.lock();
+        let Some(e) = m.ports.get_mut(&port) else {
+            return;
+        };
+        if e.engine != engine || e.bound != Some(gid) {
+            return;
+        }
+        e.bound = None;
+        e.listening = false;
+        if e.accepted == 0 {
+            m.ports.remove(&port); // the route stays (see the module docs)
+        }
+    }
+
+    /// A connection accepted on `port` of `engine` is gone.
+    pub fn release_accepted(&self, engine: usize, port: u16) {
+        let mut m = self.lock();
+        let Some(e) = m.ports.get_mut(&port) else {
+            return;
+        };
+        if e.engine != engine || e.accepted == 0 {
+            return;
+        }
+        e.accepted -= 1;
+        if e.accepted == 0 && e.bound.is_none() {
+            m.ports.remove(&port);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conflicts_are_daemon_wide_and_release_is_immediate() {
+        let t = PortTable::new(40000..=40002, 2);
+        assert_eq!(t.route(80), None);
+        assert_eq!(t.bind(0, 1, 80), Ok(80));
+        assert_eq!(t.route(80), Some(0));
+        assert_eq!(t.bind(1, 7, 80), Err(SocketError::AddrInUse));
+        t.release(1, 7, 80); // not the holder: nothing
+        assert_eq!(t.bind(1, 7, 80), Err(SocketError::AddrInUse));
+        t.release(0, 1, 80);
+        assert_eq!(t.route(80), Some(0), "a released port keeps its route");
+        assert_eq!(t.bind(1, 7, 80), Ok(80));
+        assert_eq!(t.route(80), Some(1));
+    }
+
+    #[test]
+    fn ephemeral_ports_never_collide_and_run_out_cleanly() {
+        let t = PortTable::new(40000..=40002, 1);
+        let mut got: Vec<u16> = (0..3).map(|i| t.bind(0, i as u32, 0).unwrap()).collect();
+        got.sort();
+        assert_eq!(got, vec![40000, 40001, 40002]);
+        assert_eq!(t.bind(0, 9, 0), Err(SocketError::AddrInUse));
+        // Several engines: bind(0) stays out of the connect slices, which are disjoint,
+        // cover CONNECT_PORTS, are routed to their engine and bound only by it.
+        let t = PortTable::new(40000..=40002, 3);
+        for i in 0..100 {
+            let p = t.bind(i % 3, i as u32, 0).unwrap();
+            assert!(EPHEMERAL_SHARED.contains(&p), "{p}");
+        }
+        let s: Vec<_> = (0..3).map(|e| t.connect_slice(e)).collect();
+        assert_eq!(s[0].0, *CONNECT_PORTS.start());
+        assert_eq!(s[2].1, *CONNECT_PORTS.end());
+        assert_eq!(s[0].1 + 1, s[1].0);
+        assert_eq!(s[1].1 + 1, s[2].0);
+        assert_eq!(t.route(s[1].0), Some(1));
+        assert_eq!(t.bind(0, 1000, s[1].0), Err(SocketError::AddrInUse));
+        assert_eq!(t.bind(1, 1000, s[1].0), Ok(s[1].0));
+    }
+
+    #[test]
+    fn accepted_connections_keep_the_route_of_a_closed_listener() {
+        let t = PortTable::new(40000..=40002, 2);
+        t.bind(0, 1, 80).unwrap();
+        t.set_listening(80);
+        assert!(t.listening(80));
+        assert!(t.hold_accepted(0, 80));
+        assert!(!t.hold_accepted(1, 80));
+        t.release(0, 1, 80);
+        assert!(!t.listening(80));
+        assert_eq!(t.route(80), Some(0), "the accepted connection still lives");
+        assert_eq!(t.bind(1, 2, 80), Err(SocketError::AddrInUse));
+        assert_eq!(t.bind(0, 3, 80), Ok(80), "same engine: free to bind again");
+        t.release(0, 3, 80);
+        t.release_accepted(0, 80);
+        assert_eq!(t.bind(1, 2, 80), Ok(80));
+        assert_eq!(t.route(80), Some(1));
+    }
+}
