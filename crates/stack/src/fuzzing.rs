@@ -320,8 +320,12 @@ pub fn tcp_conn(data: &[u8]) {
                 _ => c.set_nodelay(b.u8() & 1 == 1),
             },
         }
+        // RFC 4821 §7.5: a PLPMTUD probe is larger than the current MSS, but never above
+        // search_high (itself at most the size the connection started the search at).
         let mss = c.mss();
-        let max_seg = mss.max(cfg.max_tso_segment);
+        let search_high = c.mtu_search().map_or(0, |(_, high)| high);
+        assert!(search_high <= cfg.mss as usize, "search_high above our MSS");
+        let max_seg = mss.max(search_high).max(cfg.max_tso_segment);
         let (una, max) = c.send_seq();
         c.poll_transmit(now, &mut ctr, &mut |r| {
             assert!(
