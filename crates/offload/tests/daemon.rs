@@ -3,32 +3,19 @@
 
 use flowstack_api::{SocketError, Sockets, TcpHandle};
 use flowstack_client::Client;
-use flowstack_offload::{Daemon, DaemonConfig, DaemonHandle};
+use flowstack_offload::DaemonHandle;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const T: Duration = Duration::from_secs(20);
-
-fn sock_path(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("flowstack-offload-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join("d.sock")
-}
+mod common;
+use common::{echo_through, listen, lo, pattern, sock_path, T};
 
 /// A daemon of `engines` engine threads; with several, the applications of this process
-/// are spread over them (`DaemonConfig::spread`), so every connection between two of them
-/// crosses engines.
+/// are spread over them, so every connection between two of them crosses engines.
 fn daemon(name: &str, engines: usize) -> DaemonHandle {
-    Daemon::spawn(&DaemonConfig {
-        socket: sock_path(&format!("{name}-{engines}")),
-        engines,
-        spread: engines > 1,
-        ..DaemonConfig::default()
-    })
-    .unwrap()
+    common::daemon(&format!("{name}-{engines}"), engines, engines > 1)
 }
 
 /// Each test, on one engine and on two (`one_engine::NAME`, `two_engines::NAME`).
@@ -58,88 +45,11 @@ on_one_and_two_engines!(
     daemon_death_unblocks_a_waiting_recv_within_a_second,
 );
 
-fn lo(port: u16) -> SocketAddrV4 {
-    SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 1), port)
-}
-
-fn pattern(i: usize) -> u8 {
-    (i.wrapping_mul(131) ^ (i >> 11)) as u8
-}
-
 /// An echo server on `port` serving one connection, in its own application.
 fn echo_server(path: PathBuf, port: u16) -> std::thread::JoinHandle<u64> {
     let mut app = Client::connect(&path).unwrap();
-    let l = app.tcp_listen(port, 16).unwrap();
-    // The listen is posted; an accept the daemon answers at once says it took effect (a
-    // client on another engine could otherwise connect before it).
-    assert_eq!(app.tcp_accept(l), Err(SocketError::WouldBlock));
-    std::thread::spawn(move || {
-        let c = app.accept(l, T).unwrap();
-        let mut buf = vec![0u8; 64 * 1024];
-        let mut total = 0u64;
-        loop {
-            let n = app.recv(c, &mut buf, T).unwrap();
-            if n == 0 {
-                break;
-            }
-            total += n as u64;
-            app.send_all(c, &buf[..n], T).unwrap();
-        }
-        app.tcp_shutdown(c).unwrap();
-        app.close(c, T).unwrap();
-        total
-    })
-}
-
-/// Sends `len` patterned bytes through an echo and checks every byte that comes back.
-fn echo_through(app: &mut Client, c: TcpHandle, len: usize) {
-    let (mut sent, mut got) = (0usize, 0usize);
-    let mut out = vec![0u8; 32 * 1024];
-    let mut inb = vec![0u8; 64 * 1024];
-    let start = Instant::now();
-    while got < len {
-        assert!(start.elapsed() < T, "stuck at sent {sent} got {got}");
-        let mut moved = false;
-        if sent < len {
-            let n = out.len().min(len - sent);
-            for (k, b) in out[..n].iter_mut().enumerate() {
-                *b = pattern(sent + k);
-            }
-            match app.tcp_send(c, &out[..n]) {
-                Ok(k) => {
-                    sent += k;
-                    moved = true;
-                }
-                Err(SocketError::WouldBlock) => {}
-                Err(e) => panic!("send: {e:?}"),
-            }
-            if sent == len {
-                app.tcp_shutdown(c).unwrap();
-            }
-        }
-        match app.tcp_recv(c, &mut inb) {
-            Ok(0) => panic!("early end of stream at {got}"),
-            Ok(n) => {
-                for (k, &b) in inb[..n].iter().enumerate() {
-                    assert_eq!(b, pattern(got + k), "byte {}", got + k);
-                }
-                got += n;
-                moved = true;
-            }
-            Err(SocketError::WouldBlock) => {}
-            Err(e) => panic!("recv: {e:?}"),
-        }
-        if !moved {
-            // Nothing to do: a sync recv sleeps until the daemon posts something.
-            app.wait(Duration::from_millis(5)).unwrap();
-        }
-    }
-    let mut b = [0u8; 16];
-    assert_eq!(
-        app.recv(c, &mut b, T),
-        Ok(0),
-        "end of stream after the echo"
-    );
+    let l = listen(&mut app, port).unwrap();
+    common::echo_server(app, l)
 }
 
 fn two_apps_echo_4_mib_byte_exact(engines: usize) {
@@ -147,7 +57,7 @@ fn two_apps_echo_4_mib_byte_exact(engines: usize) {
     let server = echo_server(d.path.clone(), 7000);
     let mut app = Client::connect(&d.path).unwrap();
     let c = app.connect_to(lo(7000), T).unwrap();
-    echo_through(&mut app, c, 4 << 20);
+    echo_through(&mut app, c, 4 << 20, true);
     app.close(c, T).unwrap();
     assert_eq!(server.join().unwrap(), 4 << 20);
     // Both addresses of the loopback reach the listener.
@@ -155,7 +65,7 @@ fn two_apps_echo_4_mib_byte_exact(engines: usize) {
     let c = app
         .connect_to(SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 2), 7001), T)
         .unwrap();
-    echo_through(&mut app, c, 100_000);
+    echo_through(&mut app, c, 100_000, true);
     assert_eq!(server.join().unwrap(), 100_000);
     d.stop().unwrap();
 }
@@ -265,7 +175,7 @@ fn garbage_in_one_apps_rings_hurts_nobody_else(engines: usize) {
         bell.signal().unwrap();
         std::thread::sleep(Duration::from_millis(50));
     }
-    echo_through(&mut good, c, 1 << 20);
+    echo_through(&mut good, c, 1 << 20, true);
     assert!(server.join().is_ok());
 }
 

@@ -4,38 +4,16 @@
 //! `DaemonConfig::spread` (they share one pid); child processes show the default
 //! assignment (a child goes to its parent's engine). Every wait is bounded.
 
-use flowstack_api::{SocketError, Sockets, TcpHandle};
+use flowstack_api::{SocketError, Sockets};
 use flowstack_client::Client;
 use flowstack_offload::stats::{query, Stats};
-use flowstack_offload::{Daemon, DaemonConfig, DaemonHandle};
 use std::io::{BufRead, BufReader, Write};
-use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-const T: Duration = Duration::from_secs(20);
-
-fn daemon(name: &str, engines: usize, spread: bool) -> DaemonHandle {
-    let dir = std::env::temp_dir().join(format!("flowstack-engines-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    Daemon::spawn(&DaemonConfig {
-        socket: dir.join("d.sock"),
-        engines,
-        spread,
-        ..DaemonConfig::default()
-    })
-    .unwrap()
-}
-
-fn lo(port: u16) -> SocketAddrV4 {
-    SocketAddrV4::new(Ipv4Addr::LOCALHOST, port)
-}
-
-fn pattern(i: usize) -> u8 {
-    (i.wrapping_mul(131) ^ (i >> 11)) as u8
-}
+mod common;
+use common::{daemon, echo_server, echo_through, listen, lo, recv_exact, T};
 
 /// The engine serving the application of `pid` (the first one of that pid).
 fn engine_of_pid(s: &Stats, pid: u32) -> usize {
@@ -52,85 +30,6 @@ fn engine_of_app(s: &Stats, app: &Client) -> usize {
         .find(|a| a.id == app.app_id())
         .expect("registered")
         .engine
-}
-
-/// An echo server for one connection on `l`; returns the bytes echoed.
-fn echo_server(mut app: Client, l: TcpHandle) -> std::thread::JoinHandle<u64> {
-    std::thread::spawn(move || {
-        let c = app.accept(l, T).unwrap();
-        let mut buf = vec![0u8; 64 * 1024];
-        let mut total = 0u64;
-        loop {
-            let n = app.recv(c, &mut buf, T).unwrap();
-            if n == 0 {
-                break;
-            }
-            total += n as u64;
-            app.send_all(c, &buf[..n], T).unwrap();
-        }
-        app.close(c, T).unwrap();
-        total
-    })
-}
-
-/// Sends `len` patterned bytes and checks every byte of the echo.
-fn echo_through(app: &mut Client, c: TcpHandle, len: usize) {
-    let (mut sent, mut got) = (0usize, 0usize);
-    let mut out = vec![0u8; 32 * 1024];
-    let mut inb = vec![0u8; 64 * 1024];
-    let start = Instant::now();
-    while got < len {
-        assert!(start.elapsed() < T, "stuck at sent {sent} got {got}");
-        if sent < len {
-            let n = out.len().min(len - sent);
-            for (k, b) in out[..n].iter_mut().enumerate() {
-                *b = pattern(sent + k);
-            }
-            match app.tcp_send(c, &out[..n]) {
-                Ok(k) => sent += k,
-                Err(SocketError::WouldBlock) => {}
-                Err(e) => panic!("send: {e:?}"),
-            }
-        }
-        match app.tcp_recv(c, &mut inb) {
-            Ok(0) => panic!("end of stream at {got}"),
-            Ok(n) => {
-                for (k, &b) in inb[..n].iter().enumerate() {
-                    assert_eq!(b, pattern(got + k), "byte {}", got + k);
-                }
-                got += n;
-            }
-            Err(SocketError::WouldBlock) => {
-                let _ = app.wait(Duration::from_millis(10));
-            }
-            Err(e) => panic!("recv: {e:?}"),
-        }
-    }
-}
-
-fn recv_exact(app: &mut Client, c: TcpHandle, n: usize) -> Vec<u8> {
-    let mut b = vec![0u8; n];
-    let mut got = 0;
-    while got < n {
-        let k = app.recv(c, &mut b[got..], T).unwrap();
-        assert!(k > 0, "end of stream after {got} of {n}");
-        got += k;
-    }
-    b
-}
-
-/// Listens on `port`; the outcome of the (asynchronous) listen comes with the next call, an
-/// accept the daemon answers at once (no accept is left waiting).
-fn listen(app: &mut Client, port: u16) -> Result<TcpHandle, SocketError> {
-    let l = app.tcp_listen(port, 16)?;
-    match app.tcp_accept(l) {
-        Err(SocketError::WouldBlock) => Ok(l),
-        Err(e) => {
-            let _ = app.close(l, T);
-            Err(e)
-        }
-        Ok(c) => panic!("nothing should connect yet: {c:?}"),
-    }
 }
 
 #[test]
@@ -151,7 +50,7 @@ fn two_engines_exchange_bytes_both_ways_and_stats_show_both_ends() {
         cli.send_all(c, &[i as u8], T).unwrap();
         assert_eq!(recv_exact(&mut cli, c, 1), [i as u8]);
     }
-    echo_through(&mut cli, c, 1 << 20);
+    echo_through(&mut cli, c, 1 << 20, false);
     // Right after the exchange, both ends are in the snapshot, each on its engine.
     let s = query(&d.path).unwrap();
     let server_end = s
