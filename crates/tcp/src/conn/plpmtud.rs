@@ -289,14 +289,9 @@ impl Connection {
     /// MSS as after an ICMP decrease (RFC 1191 §6.5 style, as Linux's
     /// tcp_simple_retransmit), no recovery entered, no window reduction. Returns true then.
     pub(crate) fn plp_dupack_lost(&mut self, now: Instant, c: &mut Counters) -> bool {
-        if !self.plp_outstanding() {
+        if !self.plp_lost_at_una(now, c) {
             return false;
         }
-        if self.snd.una != self.rec.rack.plp.probe.0 {
-            self.plp_inconclusive();
-            return false;
-        }
-        self.plp_failed(now, c);
         self.rec.dupacks = 0;
         // The duplicate ACKs the resend draws must not start a recovery for it.
         self.rec.recover = self.snd.max;
@@ -311,6 +306,12 @@ impl Connection {
     /// a raise lost silently) — returns true and the caller skips the window collapse.
     /// Older data unacknowledged too: inconclusive.
     pub(crate) fn plp_timed_out(&mut self, now: Instant, c: &mut Counters) -> bool {
+        self.plp_lost_at_una(now, c)
+    }
+
+    /// The segment at SND.UNA was found lost with a probe outstanding: if the probe starts
+    /// there, a failure (true); otherwise older data is missing too, inconclusive (false).
+    fn plp_lost_at_una(&mut self, now: Instant, c: &mut Counters) -> bool {
         if !self.plp_outstanding() {
             return false;
         }
