@@ -48,7 +48,9 @@ pub use app::{AppStats, DaemonCounters, EPHEMERAL};
 
 use app::Shared;
 use engine::EngineLoop;
+use flowstack_link::Device;
 use flowstack_runtime::xring::{Mesh, RingSpec, Wake};
+use flowstack_runtime::{AddrSpec, LinkSpec};
 use flowstack_sys::eventfd::EventFd;
 use ports::PortTable;
 use registry::{Control, Peer, Registry};
@@ -112,6 +114,57 @@ pub struct DaemonConfig {
     /// registered already (`--spread`): for a process whose threads register one
     /// application each and share no sockets (a thread-per-core server, a benchmark).
     pub spread: bool,
+    /// A real link the daemon owns beside its loopback (`--tap`, `--packet`, `--xdp`,
+    /// `--shm-fd` with `--ip`): connections to its subnet (or through its gateway) leave
+    /// through it, listeners on 0.0.0.0 or its address accept on it. One engine only
+    /// ([`LinkError`]).
+    pub link: Option<LinkSpec>,
+    /// Most bytes the sockets of one application may hold queued in the daemon (send and
+    /// receive queues, `--max-app-memory`): above it new sockets are refused with `ENOBUFS`
+    /// and its sends stall until its queues drain (`FlowstackdAppMemLimited`).
+    pub max_app_memory: u64,
+}
+
+/// Default of [`DaemonConfig::max_app_memory`]: 256 MiB, the full send and receive buffers
+/// (1 MiB each) of 128 connections.
+pub const DEFAULT_MAX_APP_MEMORY: u64 = 256 << 20;
+
+/// Why the daemon cannot take a link.
+#[derive(Debug)]
+pub enum LinkError {
+    /// A link needs the daemon's one engine (`--engines 1`, one CPU in `--cores`): the
+    /// daemon does not yet split a link's queues between its engines.
+    SeveralEngines(usize),
+    /// The device could not be opened (privileges, no such interface).
+    Open(flowstack_runtime::link::LinkError),
+}
+
+impl std::fmt::Display for LinkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LinkError::SeveralEngines(n) => write!(
+                f,
+                "a link needs one engine ({n} asked): the daemon does not split a link's queues between engines yet"
+            ),
+            LinkError::Open(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for LinkError {}
+
+impl DaemonConfig {
+    /// Checks that the link (if any) can be served and opens it.
+    pub fn open_link(&self) -> Result<Option<Box<dyn Device + Send>>, LinkError> {
+        let Some(spec) = &self.link else {
+            return Ok(None);
+        };
+        let n = self.placement().len();
+        if n != 1 {
+            return Err(LinkError::SeveralEngines(n));
+        }
+        spec.open_device_send().map(Some).map_err(LinkError::Open)
+    }
 }
 
 impl DaemonConfig {
@@ -148,6 +201,8 @@ impl Default for DaemonConfig {
             cores: Vec::new(),
             engines: 1,
             spread: false,
+            link: None,
+            max_app_memory: DEFAULT_MAX_APP_MEMORY,
         }
     }
 }
@@ -164,6 +219,9 @@ pub struct Daemon {
     /// Each engine thread's doorbell eventfd.
     bells: Vec<Arc<EventFd>>,
     tids: Arc<[AtomicU32]>,
+    /// The real link's device and addresses.
+    link: Option<(Box<dyn Device + Send>, AddrSpec)>,
+    max_app_memory: u64,
 }
 
 /// A daemon running on its own thread ([`Daemon::spawn`]); stops and joins on drop.
@@ -214,8 +272,33 @@ impl Drop for DaemonHandle {
 
 impl Daemon {
     /// Binds the unix socket (its directory is created; a stale socket file left by a dead
-    /// daemon is replaced, a live daemon's is not).
+    /// daemon is replaced, a live daemon's is not) and opens the link, if any.
     pub fn bind(cfg: &DaemonConfig) -> io::Result<Self> {
+        let dev = cfg.open_link().map_err(|e| match e {
+            LinkError::SeveralEngines(_) => io::Error::new(io::ErrorKind::InvalidInput, e),
+            LinkError::Open(_) => io::Error::other(e),
+        })?;
+        Self::bind_on(cfg, dev)
+    }
+
+    /// [`Daemon::bind`] with the link's device already opened ([`DaemonConfig::open_link`]).
+    pub fn bind_on(cfg: &DaemonConfig, dev: Option<Box<dyn Device + Send>>) -> io::Result<Self> {
+        let link = match (dev, &cfg.link) {
+            (Some(d), Some(spec)) => Some((d, spec.addr)),
+            (None, None) => None,
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "a link device needs the link's spec in the configuration",
+                ))
+            }
+        };
+        if link.is_some() && cfg.placement().len() != 1 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                LinkError::SeveralEngines(cfg.placement().len()),
+            ));
+        }
         let path = cfg.socket.clone();
         if let Some(dir) = path.parent() {
             if !dir.as_os_str().is_empty() {
@@ -246,6 +329,8 @@ impl Daemon {
             spread: cfg.spread,
             path,
             bells,
+            link,
+            max_app_memory: cfg.max_app_memory,
         })
     }
 
@@ -277,12 +362,16 @@ impl Daemon {
     /// Runs until `stop` is set (checked at least every [`IDLE_CHECK`]); removes the socket
     /// file on the way out. Engine 0 runs on the calling thread, the others on threads of
     /// their own (`flowstackd-N`); they all stop when one fails.
-    pub fn run(self, stop: &AtomicBool) -> io::Result<()> {
+    pub fn run(mut self, stop: &AtomicBool) -> io::Result<()> {
         let n = self.placement.len();
         let ports = Arc::new(PortTable::new(EPHEMERAL, n));
         let registry = Arc::new(Registry::default());
         let (mut los, bells) = if n == 1 {
-            (vec![loopback::Loopback::new(1)], None)
+            let mut lo = loopback::Loopback::new(1);
+            if let Some((dev, addr)) = self.link.take() {
+                lo.attach_link(dev, addr);
+            }
+            (vec![lo], None)
         } else {
             let wakers = self
                 .bells
@@ -312,6 +401,7 @@ impl Daemon {
         for (i, lo) in los.drain(..).enumerate() {
             let mut sh = Shared::new(i, lo, ports.clone());
             sh.max_sockets_per_app = self.max_sockets_per_app;
+            sh.max_app_memory = self.max_app_memory;
             let inbox = if i == 0 {
                 None
             } else {

@@ -88,6 +88,7 @@ pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
             commands: a.stats.commands,
             bad_records: a.stats.bad_records,
             engine: sh.me,
+            memory: a.memory,
         })
         .collect();
     let mut counters = std::collections::BTreeMap::new();
@@ -109,6 +110,7 @@ pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
         ("FlowstackdSendFileBytes", d.sendfile_bytes),
         ("FlowstackdSendFileCalls", d.sendfile_calls),
         ("FlowstackdCrossEngineAttach", d.cross_engine_attach),
+        ("FlowstackdAppMemLimited", d.app_mem_limited),
         ("FlowstackdMeshFrames", sh.lo.mesh_counters().1),
         ("FlowstackdMeshDrops", sh.lo.mesh_counters().0),
         ("FlowstackdFallbackNotCarried", d.fallbacks[1]),
