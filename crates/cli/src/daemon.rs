@@ -7,8 +7,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 
-/// Arguments of `flowstack daemon`.
+/// Arguments of `flowstack daemon`. The link and its address are optional here (the
+/// daemon always has its loopback): both groups are present or both absent (checked in
+/// [`run`]).
 #[derive(Args, Debug)]
+#[command(mut_arg("ip", |a| a.required(false)), mut_group("device", |g| g.required(false)))]
 pub struct DaemonArgs {
     /// Unix socket applications register on [default: $XDG_RUNTIME_DIR/flowstack.sock, or
     /// /run/flowstack/flowstack.sock as root].
