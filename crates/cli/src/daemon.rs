@@ -133,7 +133,10 @@ pub fn run(a: DaemonArgs) -> ExitCode {
         .map(|c| c.map_or("-".to_string(), |c| c.to_string()))
         .collect();
     let link = cfg.link.as_ref().map_or(String::new(), |l| {
-        let gw = l.addr.gateway.map_or(String::new(), |g| format!(" via {g}"));
+        let gw = l
+            .addr
+            .gateway
+            .map_or(String::new(), |g| format!(" via {g}"));
         format!(" and {}{gw} on {}", l.addr.ip, l.link)
     });
     println!(

@@ -170,9 +170,7 @@ impl EngineLoop {
             };
             let now = clock.now();
             let pending = || {
-                apps.iter().any(|a| a.pending())
-                    || sh.lo.mesh_pending()
-                    || sh.lo.link_pending(now)
+                apps.iter().any(|a| a.pending()) || sh.lo.mesh_pending() || sh.lo.link_pending(now)
             };
             match &self.bells {
                 Some(b) => {

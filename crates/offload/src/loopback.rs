@@ -14,8 +14,8 @@
 //! once into the ring; no lock, no allocation.
 use crate::ports::PortTable;
 use flowstack_link::{Device, DeviceCaps, RxMeta, TxBatch};
-use flowstack_runtime::AddrSpec;
 use flowstack_runtime::xring::MeshPort;
+use flowstack_runtime::AddrSpec;
 use flowstack_stack::{Engine, EngineConfig, IfaceConfig, SocketError, TcpHandle};
 use flowstack_wire::{ChecksumCaps, EthernetAddress, Instant, Ipv4Address, Ipv4Cidr};
 use std::collections::VecDeque;
@@ -356,7 +356,10 @@ impl Loopback {
 
     /// True if `ip` is one of the daemon's own addresses: 127/8 or the link's.
     pub fn is_local(&self, ip: &Ipv4Addr) -> bool {
-        is_loopback(ip) || self.link.is_some_and(|(_, a)| Ipv4Address::from(*ip) == a.ip.addr)
+        is_loopback(ip)
+            || self
+                .link
+                .is_some_and(|(_, a)| Ipv4Address::from(*ip) == a.ip.addr)
     }
 
     /// True if a connection to `ip` leaves through the real link: on its subnet, or anywhere
@@ -467,5 +470,45 @@ mod tests {
             lo.engine_for(&SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 1), 0),
             Err(SocketError::NoRoute)
         );
+    }
+
+    /// A link beside the loopback: routes by destination, listeners by bound address.
+    #[test]
+    fn a_link_engine_routes_its_subnet_and_listens_on_its_address() {
+        let cidr = Ipv4Cidr::new(Ipv4Address::new(10, 0, 0, 2), 24);
+        let mut lo = Loopback::new(1);
+        lo.attach_link(Box::new(LoopbackDevice::default()), AddrSpec::new(cidr));
+        let at = |ip: [u8; 4]| SocketAddrV4::new(Ipv4Addr::from(ip), 80);
+        assert_eq!(lo.engine_for(&at([127, 0, 0, 1]), 0), Ok(0));
+        assert_eq!(lo.engine_for(&at([10, 0, 0, 9]), 0), Ok(1));
+        // Off the subnet without a gateway, or the subnet's broadcast: no route.
+        assert_eq!(
+            lo.engine_for(&at([8, 8, 8, 8]), 0),
+            Err(SocketError::NoRoute)
+        );
+        assert_eq!(
+            lo.engine_for(&at([10, 0, 0, 255]), 0),
+            Err(SocketError::NoRoute)
+        );
+        assert!(lo.is_local(&Ipv4Addr::new(10, 0, 0, 2)));
+        assert!(!lo.is_local(&Ipv4Addr::new(10, 0, 0, 3)));
+        let engines = |hs: Vec<(usize, TcpHandle)>| hs.iter().map(|h| h.0).collect::<Vec<_>>();
+        let any = lo.listen(Ipv4Addr::UNSPECIFIED, 80, 8).unwrap();
+        assert_eq!(engines(any), vec![0, 1]);
+        let link = lo.listen(Ipv4Addr::new(10, 0, 0, 2), 81, 8).unwrap();
+        assert_eq!(engines(link), vec![1]);
+        let local = lo.listen(Ipv4Addr::new(127, 0, 0, 1), 82, 8).unwrap();
+        assert_eq!(engines(local), vec![0]);
+        assert_eq!(
+            lo.listen(Ipv4Addr::new(10, 0, 0, 3), 83, 8),
+            Err(SocketError::AddrNotAvailable)
+        );
+        // With a gateway, everything off the loopback leaves through the link.
+        let mut gw = AddrSpec::new(cidr);
+        gw.gateway = Some(Ipv4Address::new(10, 0, 0, 1));
+        let mut lo = Loopback::new(1);
+        lo.attach_link(Box::new(LoopbackDevice::default()), gw);
+        assert_eq!(lo.engine_for(&at([8, 8, 8, 8]), 0), Ok(1));
+        assert_eq!(lo.engine_for(&at([127, 9, 9, 9]), 0), Ok(0));
     }
 }
