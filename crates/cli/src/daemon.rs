@@ -2,7 +2,7 @@
 
 use crate::net::{AddrArgs, LinkArgs};
 use clap::Args;
-use flowstack_offload::{Daemon, DaemonConfig, LinkError};
+use flowstack_offload::{Daemon, DaemonConfig};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
@@ -109,18 +109,18 @@ pub fn run(a: DaemonArgs) -> ExitCode {
         }
     }
     // The link first, as `serve` opens it: misuse exits 2, a device that cannot be opened 1.
-    let dev = match cfg.open_link() {
+    let devs = match cfg.open_link() {
         Ok(d) => d,
-        Err(e @ LinkError::SeveralEngines(_)) => {
-            eprintln!("flowstack: daemon: {e}");
-            return ExitCode::from(2);
-        }
         Err(e) => {
             eprintln!("flowstack: daemon: {e}");
-            return ExitCode::FAILURE;
+            return if e.is_usage() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            };
         }
     };
-    let d = match Daemon::bind_on(&cfg, dev) {
+    let d = match Daemon::bind_on(&cfg, devs) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("flowstack: daemon: {}: {e}", cfg.socket.display());

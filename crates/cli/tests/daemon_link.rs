@@ -13,6 +13,7 @@ use flowstack_client::Client;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 const FLOWSTACK: &str = env!("CARGO_BIN_EXE_flowstack");
@@ -31,7 +32,12 @@ struct Ns {
 
 impl Ns {
     fn new() -> Self {
-        let pid = std::process::id();
+        static SEQ: AtomicUsize = AtomicUsize::new(0);
+        let pid = format!(
+            "{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::SeqCst)
+        );
         let dir = std::env::temp_dir().join(format!("fsd-dlinks-{pid}"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -105,12 +111,14 @@ impl Ns {
         None
     }
 
-    /// Starts the daemon on the veth end and waits (bounded) for its socket.
-    fn daemon(&mut self) -> PathBuf {
+    /// Starts a daemon of `engines` engines on the veth end (with several, applications of
+    /// this process are spread over them) and waits (bounded) for its socket.
+    fn daemon(&mut self, engines: usize) -> PathBuf {
         let sock = self.dir.join("d.sock");
         let mut c = self.cmd(FLOWSTACK);
         c.args(["daemon", "--packet", "fsdd0", "--ip", DAEMON, "--socket"])
-            .arg(&sock);
+            .arg(&sock)
+            .args(["--engines", &engines.to_string(), "--spread"]);
         self.spawn(c, "daemon.log");
         let end = Instant::now() + T;
         while !sock.exists() {
@@ -201,27 +209,18 @@ fn wait_for(path: &Path, what: &str, ns: &Ns, log: &str) {
     }
 }
 
-/// (a) An application connects through the daemon to a kernel server across the link; 1 MiB
-/// goes there and back byte-exact. (b) A kernel client connects to a listener an application
-/// opened on 0.0.0.0 through the daemon; 256 KiB echoed byte-exact, twice.
-#[test]
-fn daemon_link_carries_both_directions_with_the_kernel() {
-    if !available() {
-        return;
-    }
-    let mut ns = Ns::new();
-    let path = ns.daemon();
-
-    // (a) application → kernel server.
+/// (a) Application `app` connects through the daemon to a kernel echo server on `port`
+/// across the link; 1 MiB goes there and back byte-exact.
+fn app_to_kernel(ns: &mut Ns, app: &mut Client, port: u16) {
+    let log = format!("echo-{port}.log");
     let mut c = ns.cmd("python3");
-    c.args(["-c", ECHO_PY, &KERNEL.to_string(), "7000"]);
-    let echo = ns.spawn(c, "echo.log");
-    wait_for(&ns.dir.join("echo.log"), "listening", &ns, "echo.log");
-    let mut app = Client::connect(&path).unwrap();
+    c.args(["-c", ECHO_PY, &KERNEL.to_string(), &port.to_string()]);
+    let echo = ns.spawn(c, &log);
+    wait_for(&ns.dir.join(&log), "listening", ns, &log);
     let h = app
-        .connect_to(SocketAddrV4::new(KERNEL, 7000), T)
+        .connect_to(SocketAddrV4::new(KERNEL, port), T)
         .unwrap_or_else(|e| panic!("connect: {e:?}: {}", ns.log("daemon.log")));
-    let data = pattern(1 << 20, 3);
+    let data = pattern(1 << 20, port as u8);
     let mut back = Vec::with_capacity(data.len());
     let mut buf = vec![0u8; 64 * 1024];
     for chunk in data.chunks(64 * 1024) {
@@ -235,12 +234,16 @@ fn daemon_link_carries_both_directions_with_the_kernel() {
     }
     assert!(back == data, "echo differs from what was sent");
     app.close(h, T).unwrap();
-    assert_eq!(ns.wait(echo), Some(0), "{}", ns.log("echo.log"));
+    assert_eq!(ns.wait(echo), Some(0), "{}", ns.log(&log));
+}
 
-    // (b) kernel client → application listener on 0.0.0.0 (twice: the listener stays).
-    let l = app.tcp_listen(7001, 8).unwrap();
-    for port in [7001u16, 7001] {
-        assert_eq!(app.tcp_accept(l), Err(SocketError::WouldBlock));
+/// (b) Kernel clients connect (twice) to a listener `app` opened on 0.0.0.0:`port` through
+/// the daemon; 256 KiB echoed byte-exact each time.
+fn kernel_to_app(ns: &mut Ns, app: &mut Client, port: u16) {
+    let l = app.tcp_listen(port, 8).unwrap();
+    assert_eq!(app.tcp_accept(l), Err(SocketError::WouldBlock));
+    let mut buf = vec![0u8; 64 * 1024];
+    for round in 0..2 {
         let mut c = ns.cmd("python3");
         let n = 256 * 1024;
         c.args([
@@ -250,7 +253,7 @@ fn daemon_link_carries_both_directions_with_the_kernel() {
             &port.to_string(),
             &n.to_string(),
         ]);
-        let log = format!("client-{port}.log");
+        let log = format!("client-{port}-{round}.log");
         let k = ns.spawn(c, &log);
         let s = app
             .accept(l, T)
@@ -271,4 +274,38 @@ fn daemon_link_carries_both_directions_with_the_kernel() {
         assert!(ns.log(&log).contains(&format!("echoed {n}")));
     }
     app.close(l, T).unwrap();
+}
+
+/// Every application of a daemon of `engines` engines does (a) and (b).
+fn both_directions(engines: usize) {
+    if !available() {
+        return;
+    }
+    let mut ns = Ns::new();
+    let path = ns.daemon(engines);
+    let mut apps: Vec<Client> = (0..engines)
+        .map(|_| Client::connect(&path).unwrap())
+        .collect();
+    // One application per engine (`--spread`).
+    let st = flowstack_offload::stats::query(&path).unwrap();
+    let mut on: Vec<usize> = st.apps.iter().map(|a| a.engine).collect();
+    on.sort_unstable();
+    assert_eq!(on, (0..engines).collect::<Vec<_>>());
+    for (i, app) in apps.iter_mut().enumerate() {
+        let port = 7000 + 10 * i as u16;
+        app_to_kernel(&mut ns, app, port);
+        kernel_to_app(&mut ns, app, port + 1);
+    }
+}
+
+#[test]
+fn daemon_link_carries_both_directions_with_the_kernel() {
+    both_directions(1);
+}
+
+/// Two engines, one application each, each owning one queue of an AF_PACKET fanout group:
+/// frames the kernel's hash puts on the other engine's queue are steered by port.
+#[test]
+fn daemon_link_with_two_engines_steers_by_port() {
+    both_directions(2);
 }

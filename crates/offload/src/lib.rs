@@ -51,6 +51,7 @@ use engine::EngineLoop;
 use flowstack_link::Device;
 use flowstack_runtime::xring::{Mesh, RingSpec, Wake};
 use flowstack_runtime::{AddrSpec, LinkSpec};
+use flowstack_runtime::{Queue, Steered};
 use flowstack_sys::eventfd::EventFd;
 use ports::PortTable;
 use registry::{Control, Peer, Registry};
@@ -116,8 +117,9 @@ pub struct DaemonConfig {
     pub spread: bool,
     /// A real link the daemon owns beside its loopback (`--tap`, `--packet`, `--xdp`,
     /// `--shm-fd` with `--ip`): connections to its subnet (or through its gateway) leave
-    /// through it, listeners on 0.0.0.0 or its address accept on it. One engine only
-    /// ([`LinkError`]).
+    /// through it, listeners on 0.0.0.0 or its address accept on it. With several engines
+    /// each owns one queue of it, and frames are steered to the engine that owns their
+    /// destination port ([`ports`]).
     pub link: Option<LinkSpec>,
     /// Most bytes the sockets of one application may hold queued in the daemon (send and
     /// receive queues, `--max-app-memory`): above it new sockets are refused with `ENOBUFS`
@@ -132,20 +134,24 @@ pub const DEFAULT_MAX_APP_MEMORY: u64 = 256 << 20;
 /// Why the daemon cannot take a link.
 #[derive(Debug)]
 pub enum LinkError {
-    /// A link needs the daemon's one engine (`--engines 1`, one CPU in `--cores`): the
-    /// daemon does not yet split a link's queues between its engines.
-    SeveralEngines(usize),
-    /// The device could not be opened (privileges, no such interface).
+    /// The device could not be opened (privileges, no such interface), or cannot give one
+    /// queue per engine (the shm wire, `--pcap` with several engines: `Unsupported`).
     Open(flowstack_runtime::link::LinkError),
+}
+
+impl LinkError {
+    /// The request cannot be served as asked (a usage error, not a runtime failure).
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            LinkError::Open(flowstack_runtime::link::LinkError::Unsupported(_))
+        )
+    }
 }
 
 impl std::fmt::Display for LinkError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            LinkError::SeveralEngines(n) => write!(
-                f,
-                "a link needs one engine ({n} asked): the daemon does not split a link's queues between engines yet"
-            ),
             LinkError::Open(e) => write!(f, "{e}"),
         }
     }
@@ -154,16 +160,18 @@ impl std::fmt::Display for LinkError {
 impl std::error::Error for LinkError {}
 
 impl DaemonConfig {
-    /// Checks that the link (if any) can be served and opens it.
-    pub fn open_link(&self) -> Result<Option<Box<dyn Device + Send>>, LinkError> {
+    /// Opens the link (if any): one device for one engine, else one queue per engine
+    /// (`LinkSpec::open_queues`: multi-queue TAP, AF_PACKET fanout, AF_XDP queues). Empty
+    /// without a link.
+    pub fn open_link(&self) -> Result<Vec<Box<dyn Device + Send>>, LinkError> {
         let Some(spec) = &self.link else {
-            return Ok(None);
+            return Ok(Vec::new());
         };
-        let n = self.placement().len();
-        if n != 1 {
-            return Err(LinkError::SeveralEngines(n));
+        match self.placement().len() {
+            1 => spec.open_device_send().map(|d| vec![d]),
+            n => spec.open_queues(n),
         }
-        spec.open_device_send().map(Some).map_err(LinkError::Open)
+        .map_err(LinkError::Open)
     }
 }
 
@@ -219,8 +227,8 @@ pub struct Daemon {
     /// Each engine thread's doorbell eventfd.
     bells: Vec<Arc<EventFd>>,
     tids: Arc<[AtomicU32]>,
-    /// The real link's device and addresses.
-    link: Option<(Box<dyn Device + Send>, AddrSpec)>,
+    /// The real link's devices (one per engine) and addresses.
+    link: Option<(Vec<Box<dyn Device + Send>>, AddrSpec)>,
     max_app_memory: u64,
 }
 
@@ -274,31 +282,30 @@ impl Daemon {
     /// Binds the unix socket (its directory is created; a stale socket file left by a dead
     /// daemon is replaced, a live daemon's is not) and opens the link, if any.
     pub fn bind(cfg: &DaemonConfig) -> io::Result<Self> {
-        let dev = cfg.open_link().map_err(|e| match e {
-            LinkError::SeveralEngines(_) => io::Error::new(io::ErrorKind::InvalidInput, e),
-            LinkError::Open(_) => io::Error::other(e),
+        let devs = cfg.open_link().map_err(|e| {
+            let kind = if e.is_usage() {
+                io::ErrorKind::InvalidInput
+            } else {
+                io::ErrorKind::Other
+            };
+            io::Error::new(kind, e)
         })?;
-        Self::bind_on(cfg, dev)
+        Self::bind_on(cfg, devs)
     }
 
-    /// [`Daemon::bind`] with the link's device already opened ([`DaemonConfig::open_link`]).
-    pub fn bind_on(cfg: &DaemonConfig, dev: Option<Box<dyn Device + Send>>) -> io::Result<Self> {
-        let link = match (dev, &cfg.link) {
-            (Some(d), Some(spec)) => Some((d, spec.addr)),
-            (None, None) => None,
+    /// [`Daemon::bind`] with the link's devices already opened ([`DaemonConfig::open_link`]:
+    /// one per engine).
+    pub fn bind_on(cfg: &DaemonConfig, devs: Vec<Box<dyn Device + Send>>) -> io::Result<Self> {
+        let link = match (devs.is_empty(), &cfg.link) {
+            (true, None) => None,
+            (false, Some(spec)) if devs.len() == cfg.placement().len() => Some((devs, spec.addr)),
             _ => {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
-                    "a link device needs the link's spec in the configuration",
+                    "a link needs its spec in the configuration and one device per engine",
                 ))
             }
         };
-        if link.is_some() && cfg.placement().len() != 1 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                LinkError::SeveralEngines(cfg.placement().len()),
-            ));
-        }
         let path = cfg.socket.clone();
         if let Some(dir) = path.parent() {
             if !dir.as_os_str().is_empty() {
@@ -367,11 +374,7 @@ impl Daemon {
         let ports = Arc::new(PortTable::new(EPHEMERAL, n));
         let registry = Arc::new(Registry::default());
         let (mut los, bells) = if n == 1 {
-            let mut lo = loopback::Loopback::new(1);
-            if let Some((dev, addr)) = self.link.take() {
-                lo.attach_link(dev, addr);
-            }
-            (vec![lo], None)
+            (vec![loopback::Loopback::new(1)], None)
         } else {
             let wakers = self
                 .bells
@@ -396,6 +399,9 @@ impl Daemon {
                 .collect();
             (los, Some(doorbells))
         };
+        if let Some((devs, addr)) = self.link.take() {
+            attach_link(&mut los, devs, addr, &ports)?;
+        }
         let mut engines = Vec::with_capacity(n);
         let mut peers = Vec::new();
         for (i, lo) in los.drain(..).enumerate() {
@@ -485,6 +491,39 @@ impl Daemon {
         let _ = std::fs::remove_file(&path);
         r
     }
+}
+
+/// Gives each engine thread its queue of the link. With several, every queue is steered
+/// (runtime `Steered`, its own mesh between the engines): a TCP frame goes to the engine that
+/// owns its destination port in the daemon's port table (a listener's, or the connect slice
+/// it was sent from), ARP requests to engine 0 and replies to all, whatever queue the kernel
+/// put them on; each link engine connects from its own slice.
+fn attach_link(
+    los: &mut [loopback::Loopback],
+    devs: Vec<Box<dyn Device + Send>>,
+    addr: AddrSpec,
+    ports: &Arc<PortTable>,
+) -> io::Result<()> {
+    if los.len() == 1 {
+        for (lo, d) in los.iter_mut().zip(devs) {
+            lo.attach_link(d, addr, None);
+        }
+        return Ok(());
+    }
+    let queues = devs.into_iter().map(Queue::boxed).collect();
+    let spec = RingSpec {
+        capacity: MESH_RING_BYTES_MANY,
+        ..RingSpec::default()
+    };
+    let steered = Steered::group(queues, spec)?;
+    for (i, (lo, s)) in los.iter_mut().zip(steered).enumerate() {
+        let p = ports.clone();
+        let s = s.with_rule(Box::new(move |f| {
+            loopback::tcp_dst_port(f).and_then(|port| p.route(port))
+        }));
+        lo.attach_link(Box::new(s), addr, Some(ports.connect_slice(i)));
+    }
+    Ok(())
 }
 
 /// How long a new connection may take to say what it wants.

@@ -86,7 +86,7 @@ pub struct RoutedDevice {
 
 /// The TCP destination port of an Ethernet/IPv4 frame, if it is one.
 #[inline]
-fn tcp_dst_port(f: &[u8]) -> Option<u16> {
+pub(crate) fn tcp_dst_port(f: &[u8]) -> Option<u16> {
     if f.len() < 14 + 20 || f[12] != 0x08 || f[13] != 0x00 || f[14 + 9] != 6 {
         return None;
     }
@@ -336,9 +336,20 @@ impl Loopback {
     }
 
     /// Adds the engine of a real link: `dev` with the addresses `addr` (ARP, routes and the
-    /// gateway are that engine's, shared by every application of the daemon).
-    pub fn attach_link(&mut self, dev: Box<dyn Device + Send>, addr: AddrSpec) {
-        let e = Engine::new(addr.engine_config(), dev.caps());
+    /// gateway are that engine's, shared by every application of the engine thread);
+    /// `ephemeral`: the ports it connects from (with several engines, this engine's slice,
+    /// so the port table routes the answers here).
+    pub fn attach_link(
+        &mut self,
+        dev: Box<dyn Device + Send>,
+        addr: AddrSpec,
+        ephemeral: Option<(u16, u16)>,
+    ) {
+        let mut cfg = addr.engine_config();
+        if let Some(r) = ephemeral {
+            cfg.ephemeral = r;
+        }
+        let e = Engine::new(cfg, dev.caps());
         self.link = Some((self.engines.len(), addr));
         self.engines.push(e);
         self.devs.push(LoDev::Link(dev));
@@ -477,7 +488,11 @@ mod tests {
     fn a_link_engine_routes_its_subnet_and_listens_on_its_address() {
         let cidr = Ipv4Cidr::new(Ipv4Address::new(10, 0, 0, 2), 24);
         let mut lo = Loopback::new(1);
-        lo.attach_link(Box::new(LoopbackDevice::default()), AddrSpec::new(cidr));
+        lo.attach_link(
+            Box::new(LoopbackDevice::default()),
+            AddrSpec::new(cidr),
+            None,
+        );
         let at = |ip: [u8; 4]| SocketAddrV4::new(Ipv4Addr::from(ip), 80);
         assert_eq!(lo.engine_for(&at([127, 0, 0, 1]), 0), Ok(0));
         assert_eq!(lo.engine_for(&at([10, 0, 0, 9]), 0), Ok(1));
@@ -507,7 +522,7 @@ mod tests {
         let mut gw = AddrSpec::new(cidr);
         gw.gateway = Some(Ipv4Address::new(10, 0, 0, 1));
         let mut lo = Loopback::new(1);
-        lo.attach_link(Box::new(LoopbackDevice::default()), gw);
+        lo.attach_link(Box::new(LoopbackDevice::default()), gw, None);
         assert_eq!(lo.engine_for(&at([8, 8, 8, 8]), 0), Ok(1));
         assert_eq!(lo.engine_for(&at([127, 9, 9, 9]), 0), Ok(0));
     }
