@@ -1,8 +1,9 @@
 //! `flowstackd`: the TCP/IP stack as a service that applications reach through shared memory
 //! (seeds 001, 002, 004; the "Offload mode" paragraph of the design).
 //!
-//! The daemon owns the engines — in this first slice its own loopback interface on
-//! 127.0.0.0/8 ([`loopback`]), which needs no privileges — and a unix socket where
+//! The daemon owns the engines — its own loopback interface on 127.0.0.0/8 ([`loopback`]),
+//! which needs no privileges, and optionally a real link ([`DaemonConfig::link`]: one more
+//! engine per engine thread, each on its own queue of the link) — and a unix socket where
 //! applications register. It runs one engine thread by default, or one per CPU of `--cores`
 //! (pinned) or `--engines N` (unpinned): each serves the applications assigned to it
 //! (registry.rs: round robin, a process's children and exec'd images with it) with its own
