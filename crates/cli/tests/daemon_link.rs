@@ -309,3 +309,40 @@ fn daemon_link_carries_both_directions_with_the_kernel() {
 fn daemon_link_with_two_engines_steers_by_port() {
     both_directions(2);
 }
+
+/// Misuse of the daemon's link flags is one line and exit 2 (no device is opened); a device
+/// that cannot be opened is a runtime failure, exit 1. No interface is touched.
+#[test]
+fn daemon_link_misuse_is_one_line_and_exit_2() {
+    let sock = std::env::temp_dir().join(format!("fsd-misuse-{}.sock", std::process::id()));
+    let sock = sock.to_str().unwrap();
+    let cases: [(&[&str], i32, &str); 5] = [
+        (&["--tap", "fsdx0"], 2, "a link needs --ip"),
+        (&["--ip", "10.79.9.2/24"], 2, "--ip needs a link"),
+        (
+            &["--shm-fd", "3", "--ip", "10.79.9.2/24", "--engines", "2"],
+            2,
+            "one queue",
+        ),
+        (
+            &["--tap", "a", "--packet", "b", "--ip", "10.79.9.2/24"],
+            2,
+            "cannot be used with",
+        ),
+        (
+            &["--packet", "fsd-no-such0", "--ip", "10.79.9.2/24"],
+            1,
+            "fsd-no-such0",
+        ),
+    ];
+    for (args, code, says) in cases {
+        let out = run(Command::new(FLOWSTACK)
+            .args(["daemon", "--socket", sock])
+            .args(args));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(!Path::new(sock).exists(), "{args:?} bound the socket");
+    }
+}
