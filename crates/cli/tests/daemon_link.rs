@@ -296,6 +296,16 @@ fn both_directions(engines: usize) {
         app_to_kernel(&mut ns, app, port);
         kernel_to_app(&mut ns, app, port + 1);
     }
+    // With two engines at least the kernel's ARP reply crossed (each engine asked, a reply
+    // arrives on one queue and is copied to the other); with one, nothing is steered.
+    let st = flowstack_offload::stats::query(&path).unwrap();
+    let steered = st.counters["FlowstackdLinkSteered"];
+    if engines > 1 {
+        assert!(steered > 0, "{:?}", st.counters);
+    } else {
+        assert_eq!(steered, 0);
+    }
+    assert_eq!(st.counters["FlowstackdLinkSteerDrops"], 0);
 }
 
 #[test]

@@ -507,7 +507,7 @@ fn attach_link(
 ) -> io::Result<()> {
     if los.len() == 1 {
         for (lo, d) in los.iter_mut().zip(devs) {
-            lo.attach_link(d, addr, None);
+            lo.attach_link(loopback::LinkDev::One(d), addr, None);
         }
         return Ok(());
     }
@@ -522,7 +522,8 @@ fn attach_link(
         let s = s.with_rule(Box::new(move |f| {
             loopback::tcp_dst_port(f).and_then(|port| p.route(port))
         }));
-        lo.attach_link(Box::new(s), addr, Some(ports.connect_slice(i)));
+        let d = loopback::LinkDev::Steered(Box::new(s));
+        lo.attach_link(d, addr, Some(ports.connect_slice(i)));
     }
     Ok(())
 }

@@ -15,7 +15,7 @@
 use crate::ports::PortTable;
 use flowstack_link::{Device, DeviceCaps, RxMeta, TxBatch};
 use flowstack_runtime::xring::MeshPort;
-use flowstack_runtime::AddrSpec;
+use flowstack_runtime::{AddrSpec, SteerCounters, Steered};
 use flowstack_stack::{Engine, EngineConfig, IfaceConfig, SocketError, TcpHandle};
 use flowstack_wire::{ChecksumCaps, EthernetAddress, Instant, Ipv4Address, Ipv4Cidr};
 use std::collections::VecDeque;
@@ -147,13 +147,37 @@ pub enum LoDev {
     Routed(Box<RoutedDevice>),
     /// The real link the daemon was given (`--tap`, `--packet`, `--xdp`, `--shm-fd`): not a
     /// loopback at all, the device of the link engine ([`Loopback::attach_link`]).
-    Link(Box<dyn Device + Send>),
+    Link(LinkDev),
+}
+
+/// The device of a link engine: the link itself (one engine), or this engine's queue of it
+/// with steering (several; its counters are the daemon's `FlowstackdLinkSteered…`).
+pub enum LinkDev {
+    /// The whole link.
+    One(Box<dyn Device + Send>),
+    /// One queue of several, steered.
+    Steered(Box<Steered>),
+}
+
+impl LinkDev {
+    fn dev(&self) -> &dyn Device {
+        match self {
+            LinkDev::One(d) => d,
+            LinkDev::Steered(d) => &**d,
+        }
+    }
+    fn dev_mut(&mut self) -> &mut dyn Device {
+        match self {
+            LinkDev::One(d) => d,
+            LinkDev::Steered(d) => &mut **d,
+        }
+    }
 }
 
 impl Device for LoDev {
     fn caps(&self) -> DeviceCaps {
         match self {
-            LoDev::Link(d) => d.caps(),
+            LoDev::Link(d) => d.dev().caps(),
             _ => LINK_CAPS,
         }
     }
@@ -162,7 +186,7 @@ impl Device for LoDev {
         match self {
             LoDev::Local(d) => d.recv_batch(now, budget, sink),
             LoDev::Routed(d) => d.recv_batch(now, budget, sink),
-            LoDev::Link(d) => d.recv_batch(now, budget, sink),
+            LoDev::Link(d) => d.dev_mut().recv_batch(now, budget, sink),
         }
     }
     #[inline]
@@ -174,7 +198,7 @@ impl Device for LoDev {
     ) -> usize {
         match self {
             // The link's offload metadata (vnet header: checksum verified, GRO) goes through.
-            LoDev::Link(d) => d.recv_batch_meta(now, budget, sink),
+            LoDev::Link(d) => d.dev_mut().recv_batch_meta(now, budget, sink),
             _ => self.recv_batch(now, budget, &mut |f| sink(f, RxMeta::default())),
         }
     }
@@ -183,19 +207,19 @@ impl Device for LoDev {
         match self {
             LoDev::Local(d) => d.send_batch(now, batch),
             LoDev::Routed(d) => d.send_batch(now, batch),
-            LoDev::Link(d) => d.send_batch(now, batch),
+            LoDev::Link(d) => d.dev_mut().send_batch(now, batch),
         }
     }
     #[inline]
     fn send_batch_take(&mut self, now: Instant, batch: &mut TxBatch) -> usize {
         match self {
-            LoDev::Link(d) => d.send_batch_take(now, batch),
+            LoDev::Link(d) => d.dev_mut().send_batch_take(now, batch),
             _ => self.send_batch(now, batch),
         }
     }
     fn poll_at(&self) -> Option<Instant> {
         match self {
-            LoDev::Link(d) => d.poll_at(),
+            LoDev::Link(d) => d.dev().poll_at(),
             _ => None,
         }
     }
@@ -204,12 +228,12 @@ impl Device for LoDev {
         match self {
             LoDev::Local(d) => d.rx_pending(now),
             LoDev::Routed(d) => d.rx_pending(now),
-            LoDev::Link(d) => d.rx_pending(now),
+            LoDev::Link(d) => d.dev().rx_pending(now),
         }
     }
     fn link_down(&self) -> bool {
         match self {
-            LoDev::Link(d) => d.link_down(),
+            LoDev::Link(d) => d.dev().link_down(),
             _ => false,
         }
     }
@@ -339,20 +363,26 @@ impl Loopback {
     /// gateway are that engine's, shared by every application of the engine thread);
     /// `ephemeral`: the ports it connects from (with several engines, this engine's slice,
     /// so the port table routes the answers here).
-    pub fn attach_link(
-        &mut self,
-        dev: Box<dyn Device + Send>,
-        addr: AddrSpec,
-        ephemeral: Option<(u16, u16)>,
-    ) {
+    pub fn attach_link(&mut self, dev: LinkDev, addr: AddrSpec, ephemeral: Option<(u16, u16)>) {
         let mut cfg = addr.engine_config();
         if let Some(r) = ephemeral {
             cfg.ephemeral = r;
         }
-        let e = Engine::new(cfg, dev.caps());
+        let e = Engine::new(cfg, dev.dev().caps());
         self.link = Some((self.engines.len(), addr));
         self.engines.push(e);
         self.devs.push(LoDev::Link(dev));
+    }
+
+    /// What steering did on this engine's queue of the link (several engines).
+    pub fn steer_counters(&self) -> SteerCounters {
+        let mut c = SteerCounters::default();
+        for d in &self.devs {
+            if let LoDev::Link(LinkDev::Steered(s)) = d {
+                c.merge(&s.counters());
+            }
+        }
+        c
     }
 
     /// The real link's engine and addresses, if the daemon has one.
@@ -522,7 +552,7 @@ mod tests {
         let mut gw = AddrSpec::new(cidr);
         gw.gateway = Some(Ipv4Address::new(10, 0, 0, 1));
         let mut lo = Loopback::new(1);
-        lo.attach_link(Box::new(LoopbackDevice::default()), gw, None);
+        lo.attach_link(LinkDev::One(Box::new(LoopbackDevice::default())), gw, None);
         assert_eq!(lo.engine_for(&at([8, 8, 8, 8]), 0), Ok(1));
         assert_eq!(lo.engine_for(&at([127, 9, 9, 9]), 0), Ok(0));
     }

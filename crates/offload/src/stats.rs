@@ -14,7 +14,9 @@
 //! `FlowstackdAppsRefused`, `FlowstackdBadRecords`, `FlowstackdLimitsHit`,
 //! `FlowstackdLastCloses`, `FlowstackdEngines`, `FlowstackdCrossEngineAttach` (attaches of
 //! a socket living on another engine, refused with `EINVAL`), `FlowstackdAppMemLimited`
-//! (applications that went over `--max-app-memory`, and sockets refused for it), `FlowstackdMeshFrames` and
+//! (applications that went over `--max-app-memory`, and sockets refused for it),
+//! `FlowstackdLinkSteered` and `FlowstackdLinkSteerDrops` (frames of the link an engine's
+//! queue received for another engine and passed to it, dropped at a full ring), `FlowstackdMeshFrames` and
 //! `FlowstackdMeshDrops` (frames sent to other engines, dropped at a full ring),
 //! `FlowstackdSendFileBytes` and `FlowstackdSendFileCalls` (bytes
 //! and calls of applications' `sendfile` sent from their files by the daemon), and the fallbacks shims reported (`Command::Report`):

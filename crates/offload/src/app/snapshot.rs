@@ -100,6 +100,7 @@ pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
         counters.insert(c.name().to_string(), total.get(c));
     }
     let d = &sh.counters;
+    let steer = sh.lo.steer_counters();
     for (k, v) in [
         ("FlowstackdApps", apps.len() as u64),
         ("FlowstackdAppsRegistered", d.apps_registered),
@@ -111,6 +112,11 @@ pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
         ("FlowstackdSendFileCalls", d.sendfile_calls),
         ("FlowstackdCrossEngineAttach", d.cross_engine_attach),
         ("FlowstackdAppMemLimited", d.app_mem_limited),
+        ("FlowstackdLinkSteered", steer.forwarded),
+        (
+            "FlowstackdLinkSteerDrops",
+            steer.ring_full + steer.too_large,
+        ),
         ("FlowstackdMeshFrames", sh.lo.mesh_counters().1),
         ("FlowstackdMeshDrops", sh.lo.mesh_counters().0),
         ("FlowstackdFallbackNotCarried", d.fallbacks[1]),
