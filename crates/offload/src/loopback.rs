@@ -519,7 +519,7 @@ mod tests {
         let cidr = Ipv4Cidr::new(Ipv4Address::new(10, 0, 0, 2), 24);
         let mut lo = Loopback::new(1);
         lo.attach_link(
-            Box::new(LoopbackDevice::default()),
+            LinkDev::One(Box::new(LoopbackDevice::default())),
             AddrSpec::new(cidr),
             None,
         );
