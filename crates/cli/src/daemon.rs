@@ -1,13 +1,17 @@
 //! `flowstack daemon`: run flowstackd (the offload daemon) in the foreground.
 
+use crate::net::{AddrArgs, LinkArgs};
 use clap::Args;
 use flowstack_offload::{Daemon, DaemonConfig};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 
-/// Arguments of `flowstack daemon`.
+/// Arguments of `flowstack daemon`. The link and its address are optional here (the
+/// daemon always has its loopback): both groups are present or both absent (checked in
+/// [`run`]).
 #[derive(Args, Debug)]
+#[command(mut_arg("ip", |a| a.required(false)), mut_group("device", |g| g.required(false)))]
 pub struct DaemonArgs {
     /// Unix socket applications register on [default: $XDG_RUNTIME_DIR/flowstack.sock, or
     /// /run/flowstack/flowstack.sock as root].
@@ -35,6 +39,17 @@ pub struct DaemonArgs {
     /// application each and share no sockets).
     #[arg(long)]
     pub spread: bool,
+    /// Most bytes one application's sockets may hold in the daemon's send and receive
+    /// queues (suffixes K, M, G are powers of 1024); above it its new sockets fail with
+    /// ENOBUFS and its sends stall (counted as FlowstackdAppMemLimited).
+    #[arg(long, value_name = "BYTES", default_value = "256M", value_parser = crate::demo::parse_size)]
+    pub max_app_memory: u64,
+    /// A real link the daemon owns beside its loopback (the link flags of `serve`).
+    #[command(flatten)]
+    pub link: Option<LinkArgs>,
+    /// The daemon's address on the link (required with a link).
+    #[command(flatten)]
+    pub addr: Option<AddrArgs>,
 }
 
 /// Runs the daemon until it is killed.
@@ -74,7 +89,38 @@ pub fn run(a: DaemonArgs) -> ExitCode {
         _ => 1,
     };
     cfg.spread = a.spread;
-    let d = match Daemon::bind(&cfg) {
+    cfg.max_app_memory = a.max_app_memory.max(1);
+    match (&a.link, &a.addr) {
+        (Some(l), Some(ad)) => match l.spec(ad) {
+            Ok(s) => cfg.link = Some(s),
+            Err(e) => {
+                eprintln!("flowstack: daemon: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        (None, None) => {}
+        (Some(_), None) => {
+            eprintln!("flowstack: daemon: a link needs --ip CIDR (the daemon's address on it)");
+            return ExitCode::from(2);
+        }
+        (None, Some(_)) => {
+            eprintln!("flowstack: daemon: --ip needs a link (--tap, --packet, --xdp or --shm-fd)");
+            return ExitCode::from(2);
+        }
+    }
+    // The link first, as `serve` opens it: misuse exits 2, a device that cannot be opened 1.
+    let devs = match cfg.open_link() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("flowstack: daemon: {e}");
+            return if e.is_usage() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            };
+        }
+    };
+    let d = match Daemon::bind_on(&cfg, devs) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("flowstack: daemon: {}: {e}", cfg.socket.display());
@@ -86,8 +132,15 @@ pub fn run(a: DaemonArgs) -> ExitCode {
         .iter()
         .map(|c| c.map_or("-".to_string(), |c| c.to_string()))
         .collect();
+    let link = cfg.link.as_ref().map_or(String::new(), |l| {
+        let gw = l
+            .addr
+            .gateway
+            .map_or(String::new(), |g| format!(" via {g}"));
+        format!(" and {}{gw} on {}", l.addr.ip, l.link)
+    });
     println!(
-        "flowstackd: serving 127.0.0.0/8 (its own loopback interface) for applications on {}; {} engine(s), cpus {}",
+        "flowstackd: serving 127.0.0.0/8 (its own loopback interface){link} for applications on {}; {} engine(s), cpus {}",
         d.path().display(),
         engines.len(),
         engines.join(",")

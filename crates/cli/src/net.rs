@@ -12,16 +12,13 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-/// LINK: the device flowstack runs on, plus capture and impairment.
+/// LINK: the device flowstack runs on, plus capture and impairment. One device is required
+/// (group `device`; `flowstack daemon`, whose link is optional, lifts that).
 #[derive(Args, Debug, Clone)]
+#[command(group(clap::ArgGroup::new("device").required(true).args(["tap", "packet", "xdp", "shm_fd"])))]
 pub struct LinkArgs {
     /// Attach to (or create) this TAP interface; the kernel is on its other side.
-    #[arg(
-        long,
-        value_name = "NAME",
-        conflicts_with_all = ["packet", "xdp", "shm_fd"],
-        required_unless_present_any = ["packet", "xdp", "shm_fd"]
-    )]
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["packet", "xdp", "shm_fd"])]
     pub tap: Option<String>,
     /// Use this existing interface through an AF_PACKET socket (e.g. one end of a veth pair).
     #[arg(long, value_name = "IFACE", conflicts_with_all = ["xdp", "shm_fd"])]

@@ -20,6 +20,10 @@ use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Longest sleep of an engine with a real link: the link is looked at this often (a frame
+/// arriving on an idle daemon waits at most this long).
+pub const LINK_SLICE: Duration = Duration::from_millis(1);
+
 /// A message from the control part to another engine thread.
 pub(crate) enum Ctl {
     /// Serve this newly registered application.
@@ -75,6 +79,7 @@ impl EngineLoop {
             let now = clock.now();
             sh.lo.set_now(now);
             busy |= sh.lo.poll(now);
+            app::account(sh, apps);
             busy |= app::service(sh, apps);
             for a in apps.iter_mut() {
                 busy |= a.flush_events();
@@ -132,7 +137,13 @@ impl EngineLoop {
             .map(|t| t.saturating_since(clock.now()))
             .map(|d| Duration::from_nanos(d.as_nanos().min(u64::MAX as u128) as u64))
             .unwrap_or(IDLE_CHECK)
-            .min(IDLE_CHECK);
+            .min(if sh.lo.link().is_some() {
+                // The link's descriptor is not polled (the drivers do not expose it): look
+                // at it every slice, as a per-core shard does (runtime steer.rs).
+                LINK_SLICE
+            } else {
+                IDLE_CHECK
+            });
         let mut out: io::Result<Option<(Vec<bool>, bool)>> = Ok(None);
         let base = usize::from(ctl.is_some()) + 1;
         {
@@ -157,7 +168,10 @@ impl EngineLoop {
                 let (r, h) = flowstack_sys::placeholder::poll_sets(&fds, &ds, Some(wait))?;
                 Ok((r, h.iter().any(|&x| x)))
             };
-            let pending = || apps.iter().any(|a| a.pending()) || sh.lo.mesh_pending();
+            let now = clock.now();
+            let pending = || {
+                apps.iter().any(|a| a.pending()) || sh.lo.mesh_pending() || sh.lo.link_pending(now)
+            };
             match &self.bells {
                 Some(b) => {
                     b[self.me].sleep(pending, || out = poll().map(Some));

@@ -1,8 +1,9 @@
 //! `flowstackd`: the TCP/IP stack as a service that applications reach through shared memory
 //! (seeds 001, 002, 004; the "Offload mode" paragraph of the design).
 //!
-//! The daemon owns the engines — in this first slice its own loopback interface on
-//! 127.0.0.0/8 ([`loopback`]), which needs no privileges — and a unix socket where
+//! The daemon owns the engines — its own loopback interface on 127.0.0.0/8 ([`loopback`]),
+//! which needs no privileges, and optionally a real link ([`DaemonConfig::link`]: one more
+//! engine per engine thread, each on its own queue of the link) — and a unix socket where
 //! applications register. It runs one engine thread by default, or one per CPU of `--cores`
 //! (pinned) or `--engines N` (unpinned): each serves the applications assigned to it
 //! (registry.rs: round robin, a process's children and exec'd images with it) with its own
@@ -48,7 +49,10 @@ pub use app::{AppStats, DaemonCounters, EPHEMERAL};
 
 use app::Shared;
 use engine::EngineLoop;
+use flowstack_link::Device;
 use flowstack_runtime::xring::{Mesh, RingSpec, Wake};
+use flowstack_runtime::{AddrSpec, LinkSpec};
+use flowstack_runtime::{Queue, Steered};
 use flowstack_sys::eventfd::EventFd;
 use ports::PortTable;
 use registry::{Control, Peer, Registry};
@@ -112,6 +116,64 @@ pub struct DaemonConfig {
     /// registered already (`--spread`): for a process whose threads register one
     /// application each and share no sockets (a thread-per-core server, a benchmark).
     pub spread: bool,
+    /// A real link the daemon owns beside its loopback (`--tap`, `--packet`, `--xdp`,
+    /// `--shm-fd` with `--ip`): connections to its subnet (or through its gateway) leave
+    /// through it, listeners on 0.0.0.0 or its address accept on it. With several engines
+    /// each owns one queue of it, and frames are steered to the engine that owns their
+    /// destination port ([`ports`]).
+    pub link: Option<LinkSpec>,
+    /// Most bytes the sockets of one application may hold queued in the daemon (send and
+    /// receive queues, `--max-app-memory`): above it new sockets are refused with `ENOBUFS`
+    /// and its sends stall until its queues drain (`FlowstackdAppMemLimited`).
+    pub max_app_memory: u64,
+}
+
+/// Default of [`DaemonConfig::max_app_memory`]: 256 MiB, the full send and receive buffers
+/// (1 MiB each) of 128 connections.
+pub const DEFAULT_MAX_APP_MEMORY: u64 = 256 << 20;
+
+/// Why the daemon cannot take a link.
+#[derive(Debug)]
+pub enum LinkError {
+    /// The device could not be opened (privileges, no such interface), or cannot give one
+    /// queue per engine (the shm wire, `--pcap` with several engines: `Unsupported`).
+    Open(flowstack_runtime::link::LinkError),
+}
+
+impl LinkError {
+    /// The request cannot be served as asked (a usage error, not a runtime failure).
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            LinkError::Open(flowstack_runtime::link::LinkError::Unsupported(_))
+        )
+    }
+}
+
+impl std::fmt::Display for LinkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LinkError::Open(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for LinkError {}
+
+impl DaemonConfig {
+    /// Opens the link (if any): one device for one engine, else one queue per engine
+    /// (`LinkSpec::open_queues`: multi-queue TAP, AF_PACKET fanout, AF_XDP queues). Empty
+    /// without a link.
+    pub fn open_link(&self) -> Result<Vec<Box<dyn Device + Send>>, LinkError> {
+        let Some(spec) = &self.link else {
+            return Ok(Vec::new());
+        };
+        match self.placement().len() {
+            1 => spec.open_device_send().map(|d| vec![d]),
+            n => spec.open_queues(n),
+        }
+        .map_err(LinkError::Open)
+    }
 }
 
 impl DaemonConfig {
@@ -148,6 +210,8 @@ impl Default for DaemonConfig {
             cores: Vec::new(),
             engines: 1,
             spread: false,
+            link: None,
+            max_app_memory: DEFAULT_MAX_APP_MEMORY,
         }
     }
 }
@@ -164,6 +228,9 @@ pub struct Daemon {
     /// Each engine thread's doorbell eventfd.
     bells: Vec<Arc<EventFd>>,
     tids: Arc<[AtomicU32]>,
+    /// The real link's devices (one per engine) and addresses.
+    link: Option<(Vec<Box<dyn Device + Send>>, AddrSpec)>,
+    max_app_memory: u64,
 }
 
 /// A daemon running on its own thread ([`Daemon::spawn`]); stops and joins on drop.
@@ -214,8 +281,32 @@ impl Drop for DaemonHandle {
 
 impl Daemon {
     /// Binds the unix socket (its directory is created; a stale socket file left by a dead
-    /// daemon is replaced, a live daemon's is not).
+    /// daemon is replaced, a live daemon's is not) and opens the link, if any.
     pub fn bind(cfg: &DaemonConfig) -> io::Result<Self> {
+        let devs = cfg.open_link().map_err(|e| {
+            let kind = if e.is_usage() {
+                io::ErrorKind::InvalidInput
+            } else {
+                io::ErrorKind::Other
+            };
+            io::Error::new(kind, e)
+        })?;
+        Self::bind_on(cfg, devs)
+    }
+
+    /// [`Daemon::bind`] with the link's devices already opened ([`DaemonConfig::open_link`]:
+    /// one per engine).
+    pub fn bind_on(cfg: &DaemonConfig, devs: Vec<Box<dyn Device + Send>>) -> io::Result<Self> {
+        let link = match (devs.is_empty(), &cfg.link) {
+            (true, None) => None,
+            (false, Some(spec)) if devs.len() == cfg.placement().len() => Some((devs, spec.addr)),
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "a link needs its spec in the configuration and one device per engine",
+                ))
+            }
+        };
         let path = cfg.socket.clone();
         if let Some(dir) = path.parent() {
             if !dir.as_os_str().is_empty() {
@@ -246,6 +337,8 @@ impl Daemon {
             spread: cfg.spread,
             path,
             bells,
+            link,
+            max_app_memory: cfg.max_app_memory,
         })
     }
 
@@ -277,7 +370,7 @@ impl Daemon {
     /// Runs until `stop` is set (checked at least every [`IDLE_CHECK`]); removes the socket
     /// file on the way out. Engine 0 runs on the calling thread, the others on threads of
     /// their own (`flowstackd-N`); they all stop when one fails.
-    pub fn run(self, stop: &AtomicBool) -> io::Result<()> {
+    pub fn run(mut self, stop: &AtomicBool) -> io::Result<()> {
         let n = self.placement.len();
         let ports = Arc::new(PortTable::new(EPHEMERAL, n));
         let registry = Arc::new(Registry::default());
@@ -307,11 +400,15 @@ impl Daemon {
                 .collect();
             (los, Some(doorbells))
         };
+        if let Some((devs, addr)) = self.link.take() {
+            attach_link(&mut los, devs, addr, &ports)?;
+        }
         let mut engines = Vec::with_capacity(n);
         let mut peers = Vec::new();
         for (i, lo) in los.drain(..).enumerate() {
             let mut sh = Shared::new(i, lo, ports.clone());
             sh.max_sockets_per_app = self.max_sockets_per_app;
+            sh.max_app_memory = self.max_app_memory;
             let inbox = if i == 0 {
                 None
             } else {
@@ -395,6 +492,40 @@ impl Daemon {
         let _ = std::fs::remove_file(&path);
         r
     }
+}
+
+/// Gives each engine thread its queue of the link. With several, every queue is steered
+/// (runtime `Steered`, its own mesh between the engines): a TCP frame goes to the engine that
+/// owns its destination port in the daemon's port table (a listener's, or the connect slice
+/// it was sent from), ARP requests to engine 0 and replies to all, whatever queue the kernel
+/// put them on; each link engine connects from its own slice.
+fn attach_link(
+    los: &mut [loopback::Loopback],
+    devs: Vec<Box<dyn Device + Send>>,
+    addr: AddrSpec,
+    ports: &Arc<PortTable>,
+) -> io::Result<()> {
+    if los.len() == 1 {
+        for (lo, d) in los.iter_mut().zip(devs) {
+            lo.attach_link(loopback::LinkDev::One(d), addr, None);
+        }
+        return Ok(());
+    }
+    let queues = devs.into_iter().map(Queue::boxed).collect();
+    let spec = RingSpec {
+        capacity: MESH_RING_BYTES_MANY,
+        ..RingSpec::default()
+    };
+    let steered = Steered::group(queues, spec)?;
+    for (i, (lo, s)) in los.iter_mut().zip(steered).enumerate() {
+        let p = ports.clone();
+        let s = s.with_rule(Box::new(move |f| {
+            loopback::tcp_dst_port(f).and_then(|port| p.route(port))
+        }));
+        let d = loopback::LinkDev::Steered(Box::new(s));
+        lo.attach_link(d, addr, Some(ports.connect_slice(i)));
+    }
+    Ok(())
 }
 
 /// How long a new connection may take to say what it wants.

@@ -13,8 +13,9 @@
 //! the sender's own engine). The per-frame path reads one atomic byte and copies the frame
 //! once into the ring; no lock, no allocation.
 use crate::ports::PortTable;
-use flowstack_link::{Device, DeviceCaps, TxBatch};
+use flowstack_link::{Device, DeviceCaps, RxMeta, TxBatch};
 use flowstack_runtime::xring::MeshPort;
+use flowstack_runtime::{AddrSpec, SteerCounters, Steered};
 use flowstack_stack::{Engine, EngineConfig, IfaceConfig, SocketError, TcpHandle};
 use flowstack_wire::{ChecksumCaps, EthernetAddress, Instant, Ipv4Address, Ipv4Cidr};
 use std::collections::VecDeque;
@@ -85,7 +86,7 @@ pub struct RoutedDevice {
 
 /// The TCP destination port of an Ethernet/IPv4 frame, if it is one.
 #[inline]
-fn tcp_dst_port(f: &[u8]) -> Option<u16> {
+pub(crate) fn tcp_dst_port(f: &[u8]) -> Option<u16> {
     if f.len() < 14 + 20 || f[12] != 0x08 || f[13] != 0x00 || f[14 + 9] != 6 {
         return None;
     }
@@ -144,17 +145,61 @@ pub enum LoDev {
     Local(LoopbackDevice),
     /// One of several engines.
     Routed(Box<RoutedDevice>),
+    /// The real link the daemon was given (`--tap`, `--packet`, `--xdp`, `--shm-fd`): not a
+    /// loopback at all, the device of the link engine ([`Loopback::attach_link`]).
+    Link(LinkDev),
+}
+
+/// The device of a link engine: the link itself (one engine), or this engine's queue of it
+/// with steering (several; its counters are the daemon's `FlowstackdLinkSteered…`).
+pub enum LinkDev {
+    /// The whole link.
+    One(Box<dyn Device + Send>),
+    /// One queue of several, steered.
+    Steered(Box<Steered>),
+}
+
+impl LinkDev {
+    fn dev(&self) -> &dyn Device {
+        match self {
+            LinkDev::One(d) => d,
+            LinkDev::Steered(d) => &**d,
+        }
+    }
+    fn dev_mut(&mut self) -> &mut dyn Device {
+        match self {
+            LinkDev::One(d) => d,
+            LinkDev::Steered(d) => &mut **d,
+        }
+    }
 }
 
 impl Device for LoDev {
     fn caps(&self) -> DeviceCaps {
-        LINK_CAPS
+        match self {
+            LoDev::Link(d) => d.dev().caps(),
+            _ => LINK_CAPS,
+        }
     }
     #[inline]
     fn recv_batch(&mut self, now: Instant, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
         match self {
             LoDev::Local(d) => d.recv_batch(now, budget, sink),
             LoDev::Routed(d) => d.recv_batch(now, budget, sink),
+            LoDev::Link(d) => d.dev_mut().recv_batch(now, budget, sink),
+        }
+    }
+    #[inline]
+    fn recv_batch_meta(
+        &mut self,
+        now: Instant,
+        budget: usize,
+        sink: &mut dyn FnMut(&[u8], RxMeta),
+    ) -> usize {
+        match self {
+            // The link's offload metadata (vnet header: checksum verified, GRO) goes through.
+            LoDev::Link(d) => d.dev_mut().recv_batch_meta(now, budget, sink),
+            _ => self.recv_batch(now, budget, &mut |f| sink(f, RxMeta::default())),
         }
     }
     #[inline]
@@ -162,6 +207,20 @@ impl Device for LoDev {
         match self {
             LoDev::Local(d) => d.send_batch(now, batch),
             LoDev::Routed(d) => d.send_batch(now, batch),
+            LoDev::Link(d) => d.dev_mut().send_batch(now, batch),
+        }
+    }
+    #[inline]
+    fn send_batch_take(&mut self, now: Instant, batch: &mut TxBatch) -> usize {
+        match self {
+            LoDev::Link(d) => d.dev_mut().send_batch_take(now, batch),
+            _ => self.send_batch(now, batch),
+        }
+    }
+    fn poll_at(&self) -> Option<Instant> {
+        match self {
+            LoDev::Link(d) => d.dev().poll_at(),
+            _ => None,
         }
     }
     #[inline]
@@ -169,6 +228,13 @@ impl Device for LoDev {
         match self {
             LoDev::Local(d) => d.rx_pending(now),
             LoDev::Routed(d) => d.rx_pending(now),
+            LoDev::Link(d) => d.dev().rx_pending(now),
+        }
+    }
+    fn link_down(&self) -> bool {
+        match self {
+            LoDev::Link(d) => d.dev().link_down(),
+            _ => false,
         }
     }
 }
@@ -207,12 +273,15 @@ pub fn is_loopback(ip: &Ipv4Addr) -> bool {
     ip.octets()[0] == 127
 }
 
-/// One engine thread's 127.0.0.0/8: its engine (`engines[0]`; the vector keeps the
-/// single-thread layout of several engines per loop possible) and their devices.
+/// One engine thread's interfaces: its 127.0.0.0/8 engine (`engines[0]`; the vector keeps
+/// the single-thread layout of several engines per loop possible), perhaps the engine of the
+/// daemon's real link ([`Loopback::attach_link`], last), and their devices.
 pub struct Loopback {
     /// The engines; a connection lives on one of them.
     pub engines: Vec<Engine>,
     devs: Vec<LoDev>,
+    /// The real link: its engine's index and addresses.
+    link: Option<(usize, AddrSpec)>,
 }
 
 impl Default for Loopback {
@@ -230,6 +299,7 @@ impl Loopback {
             devs: (0..n)
                 .map(|_| LoDev::Local(LoopbackDevice::default()))
                 .collect(),
+            link: None,
         }
     }
 
@@ -245,6 +315,7 @@ impl Loopback {
                 drops: 0,
                 forwarded: 0,
             }))],
+            link: None,
         }
     }
 
@@ -252,7 +323,7 @@ impl Loopback {
     pub fn mesh_counters(&self) -> (u64, u64) {
         self.devs.iter().fold((0, 0), |(d, f), x| match x {
             LoDev::Routed(r) => (d + r.drops, f + r.forwarded),
-            LoDev::Local(_) => (d, f),
+            LoDev::Local(_) | LoDev::Link(_) => (d, f),
         })
     }
 
@@ -260,7 +331,7 @@ impl Loopback {
     pub fn mesh_pending(&self) -> bool {
         self.devs.iter().any(|x| match x {
             LoDev::Routed(r) => r.mesh.pending(),
-            LoDev::Local(_) => false,
+            LoDev::Local(_) | LoDev::Link(_) => false,
         })
     }
 
@@ -288,24 +359,107 @@ impl Loopback {
         self.engines.iter().filter_map(|e| e.poll_at()).min()
     }
 
+    /// Adds the engine of a real link: `dev` with the addresses `addr` (ARP, routes and the
+    /// gateway are that engine's, shared by every application of the engine thread);
+    /// `ephemeral`: the ports it connects from (with several engines, this engine's slice,
+    /// so the port table routes the answers here).
+    pub fn attach_link(&mut self, dev: LinkDev, addr: AddrSpec, ephemeral: Option<(u16, u16)>) {
+        let mut cfg = addr.engine_config();
+        if let Some(r) = ephemeral {
+            cfg.ephemeral = r;
+        }
+        let e = Engine::new(cfg, dev.dev().caps());
+        self.link = Some((self.engines.len(), addr));
+        self.engines.push(e);
+        self.devs.push(LoDev::Link(dev));
+    }
+
+    /// What steering did on this engine's queue of the link (several engines).
+    pub fn steer_counters(&self) -> SteerCounters {
+        let mut c = SteerCounters::default();
+        for d in &self.devs {
+            if let LoDev::Link(LinkDev::Steered(s)) = d {
+                c.merge(&s.counters());
+            }
+        }
+        c
+    }
+
+    /// The real link's engine and addresses, if the daemon has one.
+    pub fn link(&self) -> Option<(usize, AddrSpec)> {
+        self.link
+    }
+
+    /// Frames wait on the real link (checked before sleeping: its descriptor is not polled).
+    pub fn link_pending(&self, now: Instant) -> bool {
+        self.link.is_some_and(|(i, _)| self.devs[i].rx_pending(now))
+    }
+
+    /// True if `ip` is one of the daemon's own addresses: 127/8 or the link's.
+    pub fn is_local(&self, ip: &Ipv4Addr) -> bool {
+        is_loopback(ip)
+            || self
+                .link
+                .is_some_and(|(_, a)| Ipv4Address::from(*ip) == a.ip.addr)
+    }
+
+    /// True if a connection to `ip` leaves through the real link: on its subnet, or anywhere
+    /// but 127/8 when it has a gateway (RFC 1122 §3.3.1.1: a destination off the subnet
+    /// goes to a gateway).
+    pub fn via_link(&self, ip: &Ipv4Addr) -> bool {
+        let Some((_, a)) = self.link else {
+            return false;
+        };
+        let dst = Ipv4Address::from(*ip);
+        !is_loopback(ip)
+            && !ip.is_unspecified()
+            && !ip.is_broadcast()
+            && dst != a.ip.broadcast()
+            && (a.ip.contains(dst) || a.gateway.is_some())
+    }
+
     /// The engine a connection to `remote` is opened from: `home` (the connecting
-    /// application's engine) if the destination is on the loopback.
+    /// application's engine) if the destination is on the loopback, the link's engine if it
+    /// leaves through the link.
     pub fn engine_for(&self, remote: &SocketAddrV4, home: usize) -> Result<usize, SocketError> {
         if is_loopback(remote.ip()) && !remote.ip().is_broadcast() {
-            Ok(home % self.engines.len())
+            Ok(home % self.loopbacks())
+        } else if self.via_link(remote.ip()) {
+            Ok(self.link.map(|(i, _)| i).expect("via_link"))
         } else {
             Err(SocketError::NoRoute)
         }
     }
 
-    /// Listens on `port` on every engine (all or nothing).
-    pub fn listen(&mut self, port: u16, backlog: usize) -> Result<Vec<TcpHandle>, SocketError> {
-        let mut hs = Vec::with_capacity(self.engines.len());
-        for i in 0..self.engines.len() {
+    /// The loopback engines (all but the link's, which is last).
+    fn loopbacks(&self) -> usize {
+        self.engines.len() - usize::from(self.link.is_some())
+    }
+
+    /// Listens on `port` (all or nothing) on the engines that own `ip`: every engine for
+    /// 0.0.0.0, the loopback's for a 127/8 address, the link's for the link's address.
+    /// Returns (engine, listener) pairs.
+    pub fn listen(
+        &mut self,
+        ip: Ipv4Addr,
+        port: u16,
+        backlog: usize,
+    ) -> Result<Vec<(usize, TcpHandle)>, SocketError> {
+        let which: Vec<usize> = if ip.is_unspecified() {
+            (0..self.engines.len()).collect()
+        } else if is_loopback(&ip) {
+            (0..self.loopbacks()).collect()
+        } else if let Some((i, _)) = self.link.filter(|_| self.is_local(&ip)) {
+            vec![i]
+        } else {
+            return Err(SocketError::AddrNotAvailable);
+        };
+        let mut hs = Vec::with_capacity(which.len());
+        for i in which {
             match self.engines[i].tcp_listen(port, backlog) {
-                Ok(h) => hs.push(h),
+                Ok(h) => hs.push((i, h)),
                 Err(e) => {
-                    for (j, h) in hs.into_iter().enumerate() {
+                    for (j, h) in hs {
                         let _ = self.engines[j].tcp_close(h);
                     }
                     return Err(e);
@@ -337,7 +491,7 @@ mod tests {
     fn one_engine_reaches_itself() {
         for ip in [LOOPBACK_IP, Ipv4Addr::new(127, 1, 2, 3)] {
             let mut lo = Loopback::new(1);
-            let ls = lo.listen(80, 8).unwrap();
+            let ls = lo.listen(Ipv4Addr::UNSPECIFIED, 80, 8).unwrap();
             let remote = SocketAddrV4::new(ip, 80);
             let i = lo.engine_for(&remote, 0).unwrap();
             let h = lo.engines[i].tcp_connect(remote).unwrap();
@@ -350,12 +504,56 @@ mod tests {
                 }
             }
             assert!(lo.engines[i].tcp_conn(h).unwrap().is_open(), "{ip}");
-            assert!(lo.engines[0].tcp_accept(ls[0]).is_ok(), "{ip}");
+            assert!(lo.engines[0].tcp_accept(ls[0].1).is_ok(), "{ip}");
         }
         let lo = Loopback::new(1);
         assert_eq!(
             lo.engine_for(&SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 1), 0),
             Err(SocketError::NoRoute)
         );
+    }
+
+    /// A link beside the loopback: routes by destination, listeners by bound address.
+    #[test]
+    fn a_link_engine_routes_its_subnet_and_listens_on_its_address() {
+        let cidr = Ipv4Cidr::new(Ipv4Address::new(10, 0, 0, 2), 24);
+        let mut lo = Loopback::new(1);
+        lo.attach_link(
+            LinkDev::One(Box::new(LoopbackDevice::default())),
+            AddrSpec::new(cidr),
+            None,
+        );
+        let at = |ip: [u8; 4]| SocketAddrV4::new(Ipv4Addr::from(ip), 80);
+        assert_eq!(lo.engine_for(&at([127, 0, 0, 1]), 0), Ok(0));
+        assert_eq!(lo.engine_for(&at([10, 0, 0, 9]), 0), Ok(1));
+        // Off the subnet without a gateway, or the subnet's broadcast: no route.
+        assert_eq!(
+            lo.engine_for(&at([8, 8, 8, 8]), 0),
+            Err(SocketError::NoRoute)
+        );
+        assert_eq!(
+            lo.engine_for(&at([10, 0, 0, 255]), 0),
+            Err(SocketError::NoRoute)
+        );
+        assert!(lo.is_local(&Ipv4Addr::new(10, 0, 0, 2)));
+        assert!(!lo.is_local(&Ipv4Addr::new(10, 0, 0, 3)));
+        let engines = |hs: Vec<(usize, TcpHandle)>| hs.iter().map(|h| h.0).collect::<Vec<_>>();
+        let any = lo.listen(Ipv4Addr::UNSPECIFIED, 80, 8).unwrap();
+        assert_eq!(engines(any), vec![0, 1]);
+        let link = lo.listen(Ipv4Addr::new(10, 0, 0, 2), 81, 8).unwrap();
+        assert_eq!(engines(link), vec![1]);
+        let local = lo.listen(Ipv4Addr::new(127, 0, 0, 1), 82, 8).unwrap();
+        assert_eq!(engines(local), vec![0]);
+        assert_eq!(
+            lo.listen(Ipv4Addr::new(10, 0, 0, 3), 83, 8),
+            Err(SocketError::AddrNotAvailable)
+        );
+        // With a gateway, everything off the loopback leaves through the link.
+        let mut gw = AddrSpec::new(cidr);
+        gw.gateway = Some(Ipv4Address::new(10, 0, 0, 1));
+        let mut lo = Loopback::new(1);
+        lo.attach_link(LinkDev::One(Box::new(LoopbackDevice::default())), gw, None);
+        assert_eq!(lo.engine_for(&at([8, 8, 8, 8]), 0), Ok(1));
+        assert_eq!(lo.engine_for(&at([127, 9, 9, 9]), 0), Ok(0));
     }
 }

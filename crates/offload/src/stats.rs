@@ -13,7 +13,10 @@
 //! own, named in the same style: `FlowstackdApps` (registered now), `FlowstackdAppsRegistered`,
 //! `FlowstackdAppsRefused`, `FlowstackdBadRecords`, `FlowstackdLimitsHit`,
 //! `FlowstackdLastCloses`, `FlowstackdEngines`, `FlowstackdCrossEngineAttach` (attaches of
-//! a socket living on another engine, refused with `EINVAL`), `FlowstackdMeshFrames` and
+//! a socket living on another engine, refused with `EINVAL`), `FlowstackdAppMemLimited`
+//! (applications that went over `--max-app-memory`, and sockets refused for it),
+//! `FlowstackdLinkSteered` and `FlowstackdLinkSteerDrops` (frames of the link an engine's
+//! queue received for another engine and passed to it, dropped at a full ring), `FlowstackdMeshFrames` and
 //! `FlowstackdMeshDrops` (frames sent to other engines, dropped at a full ring),
 //! `FlowstackdSendFileBytes` and `FlowstackdSendFileCalls` (bytes
 //! and calls of applications' `sendfile` sent from their files by the daemon), and the fallbacks shims reported (`Command::Report`):
@@ -81,6 +84,10 @@ pub struct AppRow {
     /// The engine thread serving it.
     #[serde(default)]
     pub engine: usize,
+    /// Bytes its sockets hold queued in the daemon, as last counted (0 while they could not
+    /// reach `--max-app-memory` together, when they are not counted).
+    #[serde(default)]
+    pub memory: u64,
 }
 
 /// A daemon's answer to a stats query.
@@ -208,6 +215,7 @@ mod tests {
                 commands: 5,
                 bad_records: 0,
                 engine: 1,
+                memory: 0,
             }],
             counters: [("TcpActiveOpens".to_string(), 4)].into_iter().collect(),
         };

@@ -39,5 +39,5 @@ pub use shard::{
     parse_cores, Placement, Runtime, RuntimeSpec, ShardInfo, ShardPanic, ShardReport, StartError,
     StopHandle,
 };
-pub use steer::{Owner, Queue, SteerCounters, Steered, Steering};
+pub use steer::{FlowRule, Owner, Queue, SteerCounters, Steered, Steering};
 pub use xring::{Mesh, MeshPort, RingSpec};

@@ -191,7 +191,20 @@ impl LinkSpec {
 
     /// Opens the device and wraps it in the middleware the spec asks for.
     pub fn open_device(&self) -> Result<Box<dyn Device>, LinkError> {
-        let dev: Box<dyn Device> = match &self.link {
+        match &self.link {
+            Link::Pipe(end) => self.wrap(
+                Box::new(end.clone()) as Box<dyn Device>,
+                |d| Box::new(d),
+                |d| Box::new(d),
+            ),
+            _ => self.open_device_send().map(|d| d as Box<dyn Device>),
+        }
+    }
+
+    /// [`LinkSpec::open_device`] as a `Send` device, for an engine thread other than the
+    /// opener's (the daemon's): every link but an in-process pipe.
+    pub fn open_device_send(&self) -> Result<Box<dyn Device + Send>, LinkError> {
+        let dev: Box<dyn Device + Send> = match &self.link {
             Link::Tap { name, vnet } => {
                 Box::new(Tap::open(name, *vnet).map_err(LinkError::Device)?)
             }
@@ -210,12 +223,27 @@ impl LinkSpec {
             Link::ShmFd(fd) => {
                 Box::new(ShmWire::attach(*fd, Default::default()).map_err(LinkError::Shm)?)
             }
-            Link::Pipe(end) => Box::new(end.clone()),
+            Link::Pipe(_) => {
+                return Err(LinkError::Unsupported(
+                    "an in-process pipe stays on the thread that made it".into(),
+                ))
+            }
         };
-        let dev: Box<dyn Device> = if self.impair.is_noop() {
+        self.wrap(dev, |d| Box::new(d), |d| Box::new(d))
+    }
+
+    /// Wraps `dev` in the impairment and capture the spec asks for (`imp` and `cap` box
+    /// each layer as `B`).
+    fn wrap<B: Device>(
+        &self,
+        dev: B,
+        imp: fn(Impaired<B>) -> B,
+        cap: fn(Pcap<B, BufWriter<File>>) -> B,
+    ) -> Result<B, LinkError> {
+        let dev = if self.impair.is_noop() {
             dev
         } else {
-            Box::new(Impaired::new(dev, self.impair, self.seed))
+            imp(Impaired::new(dev, self.impair, self.seed))
         };
         let Some(path) = &self.pcap else {
             return Ok(dev);
@@ -229,7 +257,7 @@ impl LinkSpec {
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0);
         let w = PcapWriter::new(BufWriter::new(f), epoch).map_err(LinkError::CaptureHeader)?;
-        Ok(Box::new(Pcap::new(dev, w)))
+        Ok(cap(Pcap::new(dev, w)))
     }
 
     /// Opens `n` queues of the link, one per engine of a per-core runtime: a multi-queue TAP

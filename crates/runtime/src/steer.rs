@@ -283,7 +283,16 @@ pub struct Steered {
     busy: bool,
     /// A frame with a partial checksum, completed before it is forwarded (reused).
     scratch: Vec<u8>,
+    /// Who owns a flow's frame instead of the hash ([`Steered::with_rule`]).
+    rule: Option<FlowRule>,
 }
+
+/// An owner rule for flow frames (IPv4 TCP/UDP) that replaces the Toeplitz hash: the shard
+/// that owns the frame, or `None` for the shard that received it. ARP and everything else
+/// keep the table of the [module docs](self). The offload daemon's rule is its port table
+/// (the engine that owns the destination port), so a listener and a connection live where
+/// their application is, whatever queue their frames arrive on.
+pub type FlowRule = Box<dyn Fn(&[u8]) -> Option<usize> + Send>;
 
 impl std::fmt::Debug for Steered {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -319,7 +328,14 @@ impl Steered {
             counters: SteerCounters::default(),
             busy: false,
             scratch: Vec::new(),
+            rule: None,
         }
+    }
+
+    /// Steers flow frames by `rule` instead of the hash ([`FlowRule`]).
+    pub fn with_rule(mut self, rule: FlowRule) -> Self {
+        self.rule = Some(rule);
+        self
     }
 
     /// The shard this queue belongs to.
@@ -372,11 +388,16 @@ impl Steered {
             steering,
             counters: c,
             scratch,
+            rule,
             ..
         } = self;
         let room = budget - delivered;
         let mut each = |f: &[u8], m: RxMeta| {
-            let keep = match steering.route(f) {
+            let route = match (steering.route(f), rule.as_ref()) {
+                (Route::Flow(_), Some(r)) => Route::Flow(r(f).unwrap_or(me)),
+                (route, _) => route,
+            };
+            let keep = match route {
                 Route::Flow(k) if k != me => {
                     if m.l4_csum_ok {
                         scratch.clear();

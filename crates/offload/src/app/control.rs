@@ -31,9 +31,10 @@ pub(super) fn set_failed(sh: &mut Shared, gid: u32, e: SocketError) {
     }
 }
 
-/// `bind(2)` on the loopback: any 127/8 address or 0.0.0.0; port 0 picks an ephemeral one.
+/// `bind(2)` on the daemon's interfaces: any 127/8 address, the link's address or 0.0.0.0;
+/// port 0 picks an ephemeral one.
 pub(super) fn bind(sh: &mut Shared, gid: u32, local: SocketAddrV4) -> Result<u16, SocketError> {
-    if !(local.ip().is_unspecified() || is_loopback(local.ip())) {
+    if !(local.ip().is_unspecified() || sh.lo.is_local(local.ip())) {
         return Err(SocketError::AddrNotAvailable);
     }
     match sh.socks.get(&gid).map(|g| &g.kind) {
@@ -100,7 +101,7 @@ pub(super) fn listen(sh: &mut Shared, gid: u32, backlog: u32) -> Result<u16, Soc
             p
         }
     };
-    let hs = sh.lo.listen(port, (backlog as usize).clamp(1, 4096))?;
+    let hs = sh.lo.listen(ip, port, (backlog as usize).clamp(1, 4096))?;
     sh.ports.set_listening(port);
     if let Some(g) = sh.socks.get_mut(&gid) {
         g.kind = Kind::Listener {
@@ -138,7 +139,7 @@ pub(super) fn readable_now(lo: &Loopback, k: &Kind) -> bool {
     match k {
         Kind::Conn(c) => c.outstanding > 0 || c.eof_told || c.closed_told,
         Kind::Listener { hs, kernel, .. } => {
-            hs.iter().enumerate().any(|(i, &h)| {
+            hs.iter().any(|&(i, h)| {
                 lo.engines[i]
                     .tcp_poll(h)
                     .map(|r| r.readable)

@@ -57,12 +57,14 @@ use std::sync::Arc;
 mod attach;
 mod control;
 mod file;
+mod memory;
 mod notify;
 mod service;
 mod snapshot;
 use control::{
     addr_of, bind, detach, listen, readable_now, set_failed, token_cleared, want_writable,
 };
+pub(crate) use memory::account;
 pub(crate) use service::service;
 use service::{release_kind, try_accept};
 pub(crate) use snapshot::snapshot;
@@ -124,10 +126,12 @@ pub(crate) enum Kind {
     },
     Listener {
         /// The address it was bound to (0.0.0.0 when bound to any or not bound): what
-        /// getsockname reports. The engines listen on the port for all of 127/8.
+        /// getsockname reports. The engines listen on the port for all of 127/8 (and the
+        /// link's engine for the link's address), see [`Loopback::listen`].
         ip: Ipv4Addr,
         port: u16,
-        hs: Vec<TcpHandle>,
+        /// (engine, listener) on each engine that listens.
+        hs: Vec<(usize, TcpHandle)>,
         /// Sync accepts waiting for a connection: (application, request id, its handle).
         waiting: VecDeque<(u64, u32, u32)>,
         /// The kernel's listener on the same port (shim), watched for readiness.
@@ -227,6 +231,9 @@ pub struct DaemonCounters {
     pub sendfile_calls: u64,
     /// Attaches refused because the socket lives on another engine (`EINVAL`).
     pub cross_engine_attach: u64,
+    /// Applications that went over `--max-app-memory` (their sends stalled), and sockets
+    /// refused because of it (`FlowstackdAppMemLimited`).
+    pub app_mem_limited: u64,
 }
 
 impl DaemonCounters {
@@ -243,6 +250,7 @@ impl DaemonCounters {
         self.sendfile_bytes += o.sendfile_bytes;
         self.sendfile_calls += o.sendfile_calls;
         self.cross_engine_attach += o.cross_engine_attach;
+        self.app_mem_limited += o.app_mem_limited;
     }
 }
 
@@ -265,6 +273,8 @@ pub(crate) struct Shared {
     ph_actions: Vec<(u32, bool, bool)>,
     /// Most sockets one application may name (`--max-sockets-per-app`).
     pub max_sockets_per_app: usize,
+    /// Most bytes one application's sockets may hold queued here (`--max-app-memory`).
+    pub max_app_memory: u64,
 }
 
 impl Shared {
@@ -280,6 +290,7 @@ impl Shared {
             counters: DaemonCounters::default(),
             ph_actions: Vec::new(),
             max_sockets_per_app: usize::MAX,
+            max_app_memory: u64::MAX,
         }
     }
 
@@ -404,6 +415,10 @@ pub(crate) struct App {
     files: HashMap<u32, std::fs::File>,
     /// The wake-up channel of the shim's fast path (`Attach{Wake}`, see `notify`).
     wake: notify::Wake,
+    /// Bytes its sockets hold in the daemon, as of the last count (`memory`).
+    pub memory: u64,
+    /// Over `--max-app-memory`: new sockets refused, sends stalled (`memory`).
+    pub mem_limited: bool,
 }
 
 impl App {
@@ -434,6 +449,8 @@ impl App {
             tx_scratch: Vec::new(),
             files: HashMap::new(),
             wake: notify::Wake::default(),
+            memory: 0,
+            mem_limited: false,
         })
     }
 
@@ -545,12 +562,14 @@ impl App {
             .ok_or(SocketError::InvalidHandle)
     }
 
-    /// This application names as many sockets as it may: a new one is refused with
-    /// `ENOBUFS` (`LimitReached`) and counted.
+    /// This application names as many sockets as it may, or its sockets hold as much
+    /// memory as they may (`memory`): a new one is refused with `ENOBUFS`
+    /// (`LimitReached`) and counted.
     fn at_limit(&self, sh: &mut Shared) -> bool {
-        let full = self.handles.len() >= sh.max_sockets_per_app;
+        let full = self.handles.len() >= sh.max_sockets_per_app || self.mem_limited;
         if full {
             sh.counters.limits_hit += 1;
+            sh.counters.app_mem_limited += u64::from(self.mem_limited);
         }
         full
     }
@@ -753,7 +772,9 @@ impl App {
                 notify::set_notify(sh, self.gid(handle), self.id, quiet)
             }
             Command::Carries { remote } => {
-                let yes = is_loopback(remote.ip()) && sh.ports.listening(remote.port());
+                // Our own listeners on the loopback, and anything the real link reaches.
+                let yes = (is_loopback(remote.ip()) && sh.ports.listening(remote.port()))
+                    || sh.lo.via_link(remote.ip());
                 self.complete(id, mode, 0, Ok(yes as u64));
             }
             Command::GetAddr { handle, peer } => {

@@ -103,9 +103,9 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
 
 pub(super) fn try_accept(
     lo: &mut Loopback,
-    hs: &[TcpHandle],
+    hs: &[(usize, TcpHandle)],
 ) -> Option<Result<(usize, TcpHandle), SocketError>> {
-    for (i, &l) in hs.iter().enumerate() {
+    for &(i, l) in hs {
         match lo.engines[i].tcp_accept(l) {
             Ok(c) => return Some(Ok((i, c))),
             Err(SocketError::WouldBlock) => {}
@@ -118,7 +118,7 @@ pub(super) fn try_accept(
 pub(super) fn release_kind(lo: &mut Loopback, k: Kind, died: bool) {
     match k {
         Kind::Listener { hs, .. } => {
-            for (i, h) in hs.into_iter().enumerate() {
+            for (i, h) in hs {
                 let _ = lo.engines[i].tcp_close(h);
             }
         }
@@ -210,8 +210,10 @@ fn service_conn(
             None => evs.push(writable(handle, 0)),
         }
     }
-    // Application bytes into the engine.
-    if c.open_told && !c.pending_tx.is_empty() {
+    // Application bytes into the engine, unless its application is over its memory limit
+    // (memory.rs: no credit returns, so its sends stall).
+    let stalled = app.as_ref().is_some_and(|a| a.mem_limited);
+    if c.open_told && !c.pending_tx.is_empty() && !stalled {
         let mut taken = 0u64;
         while !c.pending_tx.is_empty() {
             let (a, _) = c.pending_tx.as_slices();

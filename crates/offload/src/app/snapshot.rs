@@ -88,6 +88,7 @@ pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
             commands: a.stats.commands,
             bad_records: a.stats.bad_records,
             engine: sh.me,
+            memory: a.memory,
         })
         .collect();
     let mut counters = std::collections::BTreeMap::new();
@@ -99,6 +100,7 @@ pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
         counters.insert(c.name().to_string(), total.get(c));
     }
     let d = &sh.counters;
+    let steer = sh.lo.steer_counters();
     for (k, v) in [
         ("FlowstackdApps", apps.len() as u64),
         ("FlowstackdAppsRegistered", d.apps_registered),
@@ -109,6 +111,12 @@ pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
         ("FlowstackdSendFileBytes", d.sendfile_bytes),
         ("FlowstackdSendFileCalls", d.sendfile_calls),
         ("FlowstackdCrossEngineAttach", d.cross_engine_attach),
+        ("FlowstackdAppMemLimited", d.app_mem_limited),
+        ("FlowstackdLinkSteered", steer.forwarded),
+        (
+            "FlowstackdLinkSteerDrops",
+            steer.ring_full + steer.too_large,
+        ),
         ("FlowstackdMeshFrames", sh.lo.mesh_counters().1),
         ("FlowstackdMeshDrops", sh.lo.mesh_counters().0),
         ("FlowstackdFallbackNotCarried", d.fallbacks[1]),

@@ -1,0 +1,358 @@
+//! `flowstack daemon` with a real link (AF_PACKET on one end of a veth pair), in a network
+//! namespace this test creates and deletes (also on failure), with private addresses that
+//! exist only there: applications using the client library reach a kernel server through
+//! the daemon, and a kernel client reaches a listener an application opened through it.
+//!
+//! Needs root and `ip`; skipped with a message otherwise (failing under `CI`, as the interop
+//! tests do). Every wait is bounded.
+
+mod common;
+use common::{have_root, run};
+use flowstack_api::{SocketError, Sockets};
+use flowstack_client::Client;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+const FLOWSTACK: &str = env!("CARGO_BIN_EXE_flowstack");
+const T: Duration = Duration::from_secs(20);
+/// The kernel's address in the namespace, and the daemon's on the link.
+const KERNEL: Ipv4Addr = Ipv4Addr::new(10, 79, 0, 1);
+const DAEMON: &str = "10.79.0.2/24";
+const DAEMON_IP: Ipv4Addr = Ipv4Addr::new(10, 79, 0, 2);
+
+/// The namespace, the daemon and the kernel programs in it; all removed on drop.
+struct Ns {
+    name: String,
+    children: Vec<Child>,
+    dir: PathBuf,
+}
+
+impl Ns {
+    fn new() -> Self {
+        static SEQ: AtomicUsize = AtomicUsize::new(0);
+        let pid = format!(
+            "{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::SeqCst)
+        );
+        let dir = std::env::temp_dir().join(format!("fsd-dlinks-{pid}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let ns = Ns {
+            name: format!("fsd-{pid}"),
+            children: Vec::new(),
+            dir,
+        };
+        let _ = run(Command::new("ip").args(["netns", "del", &ns.name]));
+        ns.sh(&["ip", "netns", "add", &ns.name]);
+        ns.ip(&["link", "set", "lo", "up"]);
+        // One namespace, a veth pair: the kernel end has the address, the daemon's end none.
+        ns.ip(&[
+            "link", "add", "fsdk0", "type", "veth", "peer", "name", "fsdd0",
+        ]);
+        ns.ip(&["addr", "add", "10.79.0.1/24", "dev", "fsdk0"]);
+        ns.ip(&["link", "set", "fsdk0", "up"]);
+        ns.ip(&["link", "set", "fsdd0", "up"]);
+        let _ = run(ns
+            .cmd("sysctl")
+            .args(["-q", "-w", "net.ipv6.conf.fsdd0.disable_ipv6=1"]));
+        ns
+    }
+
+    fn sh(&self, args: &[&str]) {
+        let out = run(Command::new(args[0]).args(&args[1..]));
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn cmd(&self, prog: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name, prog]);
+        c
+    }
+
+    fn ip(&self, args: &[&str]) {
+        let out = run(self.cmd("ip").args(args));
+        assert!(
+            out.status.success(),
+            "ip {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn spawn(&mut self, mut c: Command, log: &str) -> usize {
+        let f = std::fs::File::create(self.dir.join(log)).unwrap();
+        c.stdin(Stdio::null())
+            .stdout(f.try_clone().unwrap())
+            .stderr(f);
+        self.children.push(c.spawn().unwrap());
+        self.children.len() - 1
+    }
+
+    fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.join(name)).unwrap_or_default()
+    }
+
+    /// Waits (bounded) for child `i` to exit; its exit code.
+    fn wait(&mut self, i: usize) -> Option<i32> {
+        let end = Instant::now() + T;
+        while Instant::now() < end {
+            if let Ok(Some(s)) = self.children[i].try_wait() {
+                return s.code();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+
+    /// Starts a daemon of `engines` engines on the veth end (with several, applications of
+    /// this process are spread over them) and waits (bounded) for its socket.
+    fn daemon(&mut self, engines: usize) -> PathBuf {
+        let sock = self.dir.join("d.sock");
+        let mut c = self.cmd(FLOWSTACK);
+        c.args(["daemon", "--packet", "fsdd0", "--ip", DAEMON, "--socket"])
+            .arg(&sock)
+            .args(["--engines", &engines.to_string(), "--spread"]);
+        self.spawn(c, "daemon.log");
+        let end = Instant::now() + T;
+        while !sock.exists() {
+            assert!(
+                Instant::now() < end,
+                "daemon did not start: {}",
+                self.log("daemon.log")
+            );
+            if let Ok(Some(s)) = self.children[0].try_wait() {
+                panic!("daemon exited ({s}): {}", self.log("daemon.log"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        sock
+    }
+}
+
+impl Drop for Ns {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn available() -> bool {
+    if !have_root() {
+        return false;
+    }
+    let ip = Command::new("ip").arg("-V").output().is_ok();
+    let py = Command::new("python3").arg("-V").output().is_ok();
+    if !(ip && py) {
+        eprintln!("skipped: needs ip and python3");
+    }
+    ip && py
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i.wrapping_mul(131) ^ (i >> 9)) as u8 ^ seed)
+        .collect()
+}
+
+/// A kernel echo server in the namespace: one connection, echoed until its end.
+const ECHO_PY: &str = r#"
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(1); s.settimeout(20)
+print("listening", flush=True)
+c, _ = s.accept(); c.settimeout(20)
+while True:
+    b = c.recv(65536)
+    if not b: break
+    c.sendall(b)
+c.close()
+"#;
+
+/// A kernel client in the namespace: sends argv[3] bytes of the pattern, half-closes, reads
+/// back the echo to its end and exits 0 if it is byte-exact.
+const CLIENT_PY: &str = r#"
+import socket, sys
+n = int(sys.argv[3])
+data = bytes(((i * 131) ^ (i >> 9)) & 0xff ^ 7 for i in range(n))
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=20)
+c.sendall(data); c.shutdown(socket.SHUT_WR)
+got = bytearray()
+while True:
+    b = c.recv(65536)
+    if not b: break
+    got += b
+print("echoed", len(got), flush=True)
+sys.exit(0 if bytes(got) == data else 1)
+"#;
+
+fn wait_for(path: &Path, what: &str, ns: &Ns, log: &str) {
+    let end = Instant::now() + T;
+    while !std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .contains(what)
+    {
+        assert!(Instant::now() < end, "no {what:?}: {}", ns.log(log));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// (a) Application `app` connects through the daemon to a kernel echo server on `port`
+/// across the link; 1 MiB goes there and back byte-exact.
+fn app_to_kernel(ns: &mut Ns, app: &mut Client, port: u16) {
+    let log = format!("echo-{port}.log");
+    let mut c = ns.cmd("python3");
+    c.args(["-c", ECHO_PY, &KERNEL.to_string(), &port.to_string()]);
+    let echo = ns.spawn(c, &log);
+    wait_for(&ns.dir.join(&log), "listening", ns, &log);
+    let h = app
+        .connect_to(SocketAddrV4::new(KERNEL, port), T)
+        .unwrap_or_else(|e| panic!("connect: {e:?}: {}", ns.log("daemon.log")));
+    let data = pattern(1 << 20, port as u8);
+    let mut back = Vec::with_capacity(data.len());
+    let mut buf = vec![0u8; 64 * 1024];
+    for chunk in data.chunks(64 * 1024) {
+        app.send_all(h, chunk, T).unwrap();
+        let want = back.len() + chunk.len();
+        while back.len() < want {
+            let n = app.recv(h, &mut buf, T).unwrap();
+            assert!(n > 0, "early end after {} bytes", back.len());
+            back.extend_from_slice(&buf[..n]);
+        }
+    }
+    assert!(back == data, "echo differs from what was sent");
+    app.close(h, T).unwrap();
+    assert_eq!(ns.wait(echo), Some(0), "{}", ns.log(&log));
+}
+
+/// (b) Kernel clients connect (twice) to a listener `app` opened on 0.0.0.0:`port` through
+/// the daemon; 256 KiB echoed byte-exact each time.
+fn kernel_to_app(ns: &mut Ns, app: &mut Client, port: u16) {
+    let l = app.tcp_listen(port, 8).unwrap();
+    assert_eq!(app.tcp_accept(l), Err(SocketError::WouldBlock));
+    let mut buf = vec![0u8; 64 * 1024];
+    for round in 0..2 {
+        let mut c = ns.cmd("python3");
+        let n = 256 * 1024;
+        c.args([
+            "-c",
+            CLIENT_PY,
+            &DAEMON_IP.to_string(),
+            &port.to_string(),
+            &n.to_string(),
+        ]);
+        let log = format!("client-{port}-{round}.log");
+        let k = ns.spawn(c, &log);
+        let s = app
+            .accept(l, T)
+            .unwrap_or_else(|e| panic!("accept: {e:?}: {}", ns.log("daemon.log")));
+        let mut total = 0;
+        loop {
+            let n = app.recv(s, &mut buf, T).unwrap();
+            if n == 0 {
+                break;
+            }
+            total += n;
+            let part = buf[..n].to_vec();
+            app.send_all(s, &part, T).unwrap();
+        }
+        assert_eq!(total, n);
+        app.close(s, T).unwrap();
+        assert_eq!(ns.wait(k), Some(0), "{}", ns.log(&log));
+        assert!(ns.log(&log).contains(&format!("echoed {n}")));
+    }
+    app.close(l, T).unwrap();
+}
+
+/// Every application of a daemon of `engines` engines does (a) and (b).
+fn both_directions(engines: usize) {
+    if !available() {
+        return;
+    }
+    let mut ns = Ns::new();
+    let path = ns.daemon(engines);
+    let mut apps: Vec<Client> = (0..engines)
+        .map(|_| Client::connect(&path).unwrap())
+        .collect();
+    // One application per engine (`--spread`).
+    let st = flowstack_offload::stats::query(&path).unwrap();
+    let mut on: Vec<usize> = st.apps.iter().map(|a| a.engine).collect();
+    on.sort_unstable();
+    assert_eq!(on, (0..engines).collect::<Vec<_>>());
+    for (i, app) in apps.iter_mut().enumerate() {
+        let port = 7000 + 10 * i as u16;
+        app_to_kernel(&mut ns, app, port);
+        kernel_to_app(&mut ns, app, port + 1);
+    }
+    // With two engines at least the kernel's ARP reply crossed (each engine asked, a reply
+    // arrives on one queue and is copied to the other); with one, nothing is steered.
+    let st = flowstack_offload::stats::query(&path).unwrap();
+    let steered = st.counters["FlowstackdLinkSteered"];
+    if engines > 1 {
+        assert!(steered > 0, "{:?}", st.counters);
+    } else {
+        assert_eq!(steered, 0);
+    }
+    assert_eq!(st.counters["FlowstackdLinkSteerDrops"], 0);
+}
+
+#[test]
+fn daemon_link_carries_both_directions_with_the_kernel() {
+    both_directions(1);
+}
+
+/// Two engines, one application each, each owning one queue of an AF_PACKET fanout group:
+/// frames the kernel's hash puts on the other engine's queue are steered by port.
+#[test]
+fn daemon_link_with_two_engines_steers_by_port() {
+    both_directions(2);
+}
+
+/// Misuse of the daemon's link flags is one line and exit 2 (no device is opened); a device
+/// that cannot be opened is a runtime failure, exit 1. No interface is touched.
+#[test]
+fn daemon_link_misuse_is_one_line_and_exit_2() {
+    let sock = std::env::temp_dir().join(format!("fsd-misuse-{}.sock", std::process::id()));
+    let sock = sock.to_str().unwrap();
+    let cases: [(&[&str], i32, &str); 5] = [
+        (&["--tap", "fsdx0"], 2, "a link needs --ip"),
+        (&["--ip", "10.79.9.2/24"], 2, "--ip needs a link"),
+        (
+            &["--shm-fd", "3", "--ip", "10.79.9.2/24", "--engines", "2"],
+            2,
+            "one queue",
+        ),
+        (
+            &["--tap", "a", "--packet", "b", "--ip", "10.79.9.2/24"],
+            2,
+            "cannot be used with",
+        ),
+        (
+            &["--packet", "fsd-no-such0", "--ip", "10.79.9.2/24"],
+            1,
+            "fsd-no-such0",
+        ),
+    ];
+    for (args, code, says) in cases {
+        let out = run(Command::new(FLOWSTACK)
+            .args(["daemon", "--socket", sock])
+            .args(args));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(!Path::new(sock).exists(), "{args:?} bound the socket");
+    }
+}
