@@ -216,6 +216,8 @@ struct PSock {
     file: Option<(u64, u64)>,
     /// No tokens for it (`Command::SetNotify`): readiness from this process's view only.
     quiet: bool,
+    /// The id of its `Attach{New}`, posted and not yet answered (see [`Posix::socket`]).
+    attach: Option<u32>,
 }
 
 struct Inner {
@@ -324,13 +326,20 @@ impl Posix {
         let h = g.alloc();
         let c = g.client.as_mut().expect("registered");
         c.socks.insert(h, Sock::default());
-        let r = attach_fds(c, h, AttachOp::New, &[d.as_fd(), a.as_fd()]);
-        if let Err(e) = r {
-            c.socks.remove(&h);
-            return Err(e);
-        }
+        // Posted, not waited for: the answer is taken by the socket's next call
+        // (`Inner::sock`), by when it has usually arrived, so a short connection's socket()
+        // costs no round trip. A refusal (the daemon's socket limit) fails that next call.
+        let call = match post_attach(c, h, AttachOp::New, &[d.as_fd(), a.as_fd()]) {
+            Ok(call) => call,
+            Err(e) => {
+                c.socks.remove(&h);
+                return Err(e);
+            }
+        };
         drop(d);
-        g.socks.insert(h, PSock::new(mine, State::Fresh));
+        let mut ps = PSock::new(mine, State::Fresh);
+        ps.attach = Some(call);
+        g.socks.insert(h, ps);
         Ok((a, SockId(h)))
     }
 
@@ -446,9 +455,23 @@ impl Posix {
                     let (a, d) = placeholder::pair().map_err(|_| Errno(24))?;
                     let mine = a.try_clone().map_err(|_| Errno(24))?;
                     let c = g.client.as_mut().expect("registered");
-                    attach_fds(c, h, AttachOp::Place, &[d.as_fd(), a.as_fd()])?;
-                    let peer =
-                        get_addr(c, h, true).unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
+                    // The placeholder and the peer's address in one round trip: both
+                    // records posted, then both answers taken (the daemon keeps the order).
+                    let placed = post_attach(c, h, AttachOp::Place, &[d.as_fd(), a.as_fd()])?;
+                    let asked = c.post(
+                        Mode::Sync,
+                        Command::GetAddr {
+                            handle: h,
+                            peer: true,
+                        },
+                    );
+                    let placed = finish(c, placed);
+                    let peer = asked
+                        .map_err(Errno::from)
+                        .and_then(|id| finish(c, id))
+                        .map(addr_of_value)
+                        .unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
+                    placed?;
                     g.socks.insert(h, PSock::new(mine, State::Connected));
                     let c = g.client.as_mut().expect("registered");
                     let more = c.socks.get(&id.0).is_some_and(|s| !s.accepted.is_empty());
@@ -810,8 +833,13 @@ impl Posix {
     /// daemon closes the socket when the last copy anywhere is closed).
     pub fn forget(&self, id: SockId) -> Result<(), Errno> {
         let mut g = self.lock()?;
-        g.socks.remove(&id.0).ok_or(Errno::EBADF)?;
+        let ps = g.socks.remove(&id.0).ok_or(Errno::EBADF)?;
         let c = g.client.as_mut().expect("registered");
+        if let Some(call) = ps.attach {
+            // Its answer is nobody's now (the daemon takes the Forget after the Attach).
+            c.waiting.remove(&call);
+            c.done.remove(&call);
+        }
         c.socks.remove(&id.0);
         c.post(Mode::Async, Command::Forget { handle: id.0 })
             .map_err(Errno::from)?;
@@ -848,6 +876,7 @@ impl PSock {
             opts: HashMap::new(),
             file: None,
             quiet: false,
+            attach: None,
         }
     }
 }
@@ -868,7 +897,18 @@ impl Inner {
         }
     }
 
+    /// The socket `id`, once its `Attach{New}` is answered (see [`Posix::socket`]); if the
+    /// daemon refused it, the socket is gone and the refusal is this call's error.
     fn sock(&mut self, id: SockId) -> Result<&mut PSock, Errno> {
+        let call = self.socks.get_mut(&id.0).ok_or(Errno::EBADF)?.attach.take();
+        if let Some(call) = call {
+            let c = self.client.as_mut().ok_or(Errno::ECONNRESET)?;
+            if let Err(e) = finish(c, call) {
+                c.socks.remove(&id.0);
+                self.socks.remove(&id.0);
+                return Err(e);
+            }
+        }
         self.socks.get_mut(&id.0).ok_or(Errno::EBADF)
     }
 }
@@ -888,33 +928,48 @@ fn tcp(id: SockId) -> flowstack_api::TcpHandle {
 
 fn sync(c: &mut Client, cmd: Command) -> Result<u64, Errno> {
     let id = c.post(Mode::Sync, cmd).map_err(Errno::from)?;
+    finish(c, id)
+}
+
+/// Waits for the completion of sync call `id` posted earlier.
+fn finish(c: &mut Client, id: u32) -> Result<u64, Errno> {
     c.complete(id, sync_timeout())
         .map(|(_, v)| v)
         .map_err(Errno::from)
 }
 
-/// Sends `fds` on the registration stream (one byte, the op) and the `Attach` record.
-fn attach_fds(c: &mut Client, h: u32, op: AttachOp, fds: &[BorrowedFd<'_>]) -> Result<u64, Errno> {
+/// Sends `fds` on the registration stream (one byte, the op) and posts the `Attach` record
+/// (sync mode) without waiting: returns the call's id for [`finish`]. The daemon reads the
+/// descriptors when it takes the record, so both arrive in order.
+fn post_attach(c: &mut Client, h: u32, op: AttachOp, fds: &[BorrowedFd<'_>]) -> Result<u32, Errno> {
     if c.dead {
         return Err(Errno::ECONNRESET);
     }
     flowstack_sys::fdpass::send_fds(&c.stream, &[op.code()], fds).map_err(|_| Errno::ECONNRESET)?;
-    sync(
-        c,
+    c.post(
+        Mode::Sync,
         Command::Attach {
             handle: h,
             op,
             ty: SockType::Stream,
         },
     )
+    .map_err(Errno::from)
+}
+
+/// Sends `fds` and the `Attach` record, and waits for its completion.
+fn attach_fds(c: &mut Client, h: u32, op: AttachOp, fds: &[BorrowedFd<'_>]) -> Result<u64, Errno> {
+    let id = post_attach(c, h, op, fds)?;
+    finish(c, id)
 }
 
 fn get_addr(c: &mut Client, h: u32, peer: bool) -> Result<SocketAddrV4, Errno> {
-    let v = sync(c, Command::GetAddr { handle: h, peer })?;
-    Ok(SocketAddrV4::new(
-        Ipv4Addr::from((v >> 16) as u32),
-        (v & 0xffff) as u16,
-    ))
+    sync(c, Command::GetAddr { handle: h, peer }).map(addr_of_value)
+}
+
+/// A `GetAddr` answer: the address in bits 16..48, the port below.
+fn addr_of_value(v: u64) -> SocketAddrV4 {
+    SocketAddrV4::new(Ipv4Addr::from((v >> 16) as u32), (v & 0xffff) as u16)
 }
 
 /// The connect's outcome if known: `Some(Ok)` connected, `Some(Err)` failed (reported once).
