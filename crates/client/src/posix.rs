@@ -47,6 +47,7 @@ use std::path::{Path as FsPath, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
+mod carried;
 mod fast;
 mod file;
 use fast::clear_tokens;
@@ -218,6 +219,8 @@ struct PSock {
     quiet: bool,
     /// The id of its `Attach{New}`, posted and not yet answered (see [`Posix::socket`]).
     attach: Option<u32>,
+    /// Where it connects (`connect`), to forget a refused destination (`carried`).
+    remote: Option<SocketAddrV4>,
 }
 
 struct Inner {
@@ -227,6 +230,8 @@ struct Inner {
     next: u32,
     /// Inodes known not to be placeholders of this daemon.
     not_ours: HashSet<(u64, u64)>,
+    /// Destinations the daemon carries (`Posix::carries`).
+    carried: carried::Carried,
     /// This process's end of its wake-up pair (the daemon has the other), see `fast`.
     wake: Option<OwnedFd>,
 }
@@ -278,6 +283,7 @@ impl Posix {
                 socks: HashMap::new(),
                 next: POSIX_BASE,
                 not_ours: HashSet::new(),
+                carried: carried::Carried::default(),
                 wake: None,
             }),
         })
@@ -455,24 +461,19 @@ impl Posix {
                     let (a, d) = placeholder::pair().map_err(|_| Errno(24))?;
                     let mine = a.try_clone().map_err(|_| Errno(24))?;
                     let c = g.client.as_mut().expect("registered");
-                    // The placeholder and the peer's address in one round trip: both
-                    // records posted, then both answers taken (the daemon keeps the order).
+                    // The placeholder is posted, not waited for: its answer is taken by the
+                    // connection's next call (`Inner::sock`), as socket()'s. The peer came
+                    // with the accept's completion (from an older daemon: asked for).
                     let placed = post_attach(c, h, AttachOp::Place, &[d.as_fd(), a.as_fd()])?;
-                    let asked = c.post(
-                        Mode::Sync,
-                        Command::GetAddr {
-                            handle: h,
-                            peer: true,
-                        },
-                    );
-                    let placed = finish(c, placed);
-                    let peer = asked
-                        .map_err(Errno::from)
-                        .and_then(|id| finish(c, id))
-                        .map(addr_of_value)
-                        .unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
-                    placed?;
-                    g.socks.insert(h, PSock::new(mine, State::Connected));
+                    let said = c.socks.get(&h).map_or(0, |s| s.peer);
+                    let peer = if said != 0 {
+                        addr_of_value(said)
+                    } else {
+                        get_addr(c, h, true).unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))
+                    };
+                    let mut ps = PSock::new(mine, State::Connected);
+                    ps.attach = Some(placed);
+                    g.socks.insert(h, ps);
                     let c = g.client.as_mut().expect("registered");
                     let more = c.socks.get(&id.0).is_some_and(|s| !s.accepted.is_empty());
                     if !more {
@@ -523,6 +524,7 @@ impl Posix {
                     .map_err(Errno::from)?;
                     let s = g.sock(id)?;
                     s.state = State::Connecting;
+                    s.remote = Some(addr);
                     make_unwritable(&mut g, id)?;
                     if nonblock {
                         return Err(Errno::EINPROGRESS);
@@ -558,8 +560,15 @@ impl Posix {
     /// listener on that port.)
     pub fn carries(&self, addr: SocketAddrV4) -> Result<bool, Errno> {
         let mut g = self.lock()?;
+        if g.carried.knows(addr) {
+            return Ok(true);
+        }
         let c = g.client.as_mut().expect("registered");
-        sync(c, Command::Carries { remote: addr }).map(|v| v == 1)
+        let yes = sync(c, Command::Carries { remote: addr })? == 1;
+        if yes {
+            g.carried.learn(addr);
+        }
+        Ok(yes)
     }
 
     /// `send(2)`: bytes taken (at least one), `EAGAIN` when the send buffer is full and
@@ -725,7 +734,13 @@ impl Posix {
         let c = g.client.as_mut().expect("registered");
         c.pump();
         let s = c.socks.get_mut(&id.0).ok_or(Errno::EBADF)?;
-        Ok(s.error.take().map(Errno::from))
+        let err = s.error.take().map(Errno::from);
+        if err == Some(Errno::ECONNREFUSED) {
+            if let Some(to) = g.sock(id)?.remote {
+                g.carried.forget(to); // as in `connect_state`
+            }
+        }
+        Ok(err)
     }
 
     /// `setsockopt(2)` (see the module docs for what is applied).
@@ -877,6 +892,7 @@ impl PSock {
             file: None,
             quiet: false,
             attach: None,
+            remote: None,
         }
     }
 }
@@ -992,13 +1008,15 @@ fn connect_state(g: &mut Inner, id: SockId) -> Result<Option<Result<(), Errno>>,
         Some(Err(_)) => ps.state = State::Failed,
         None => {}
     }
+    if let (Some(Err(Errno::ECONNREFUSED)), Some(to)) = (r, ps.remote) {
+        g.carried.forget(to); // nobody listens there through flowstack any more
+    }
     Ok(r)
 }
 
 /// Fills A (unwritable) and asks the daemon to empty it when send space returns.
 fn make_unwritable(g: &mut Inner, id: SockId) -> Result<(), Errno> {
-    let a = g.sock(id)?.a.try_clone().map_err(|_| Errno(24))?;
-    placeholder::fill(a.as_fd()).map_err(|_| Errno::ECONNRESET)?;
+    placeholder::fill(g.sock(id)?.a.as_fd()).map_err(|_| Errno::ECONNRESET)?;
     let c = g.client.as_mut().expect("registered");
     if let Some(s) = c.socks.get_mut(&id.0) {
         s.blocked = true; // unwritable in the fast path's view too, until `Posix::unblock`
