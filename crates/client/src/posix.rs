@@ -510,7 +510,10 @@ impl Posix {
         let deadline = timeout.map(|t| Instant::now() + t);
         {
             let mut g = self.lock()?;
-            let state = g.sock(id)?.state;
+            // Not waiting for a posted Attach{New} here: the Connect follows it in the ring
+            // (a refused attach fails the Connect, and the socket's next call says why), so
+            // a short connection's socket() and connect() cost no round trip.
+            let state = g.sock_as_is(id)?.state;
             match state {
                 State::Fresh => {
                     let c = g.client.as_mut().expect("registered");
@@ -522,7 +525,7 @@ impl Posix {
                         },
                     )
                     .map_err(Errno::from)?;
-                    let s = g.sock(id)?;
+                    let s = g.sock_as_is(id)?;
                     s.state = State::Connecting;
                     s.remote = Some(addr);
                     make_unwritable(&mut g, id)?;
@@ -913,6 +916,11 @@ impl Inner {
         }
     }
 
+    /// The socket `id` as this process knows it, its `Attach` possibly not answered yet.
+    fn sock_as_is(&mut self, id: SockId) -> Result<&mut PSock, Errno> {
+        self.socks.get_mut(&id.0).ok_or(Errno::EBADF)
+    }
+
     /// The socket `id`, once its `Attach{New}` is answered (see [`Posix::socket`]); if the
     /// daemon refused it, the socket is gone and the refusal is this call's error.
     fn sock(&mut self, id: SockId) -> Result<&mut PSock, Errno> {
@@ -1016,7 +1024,7 @@ fn connect_state(g: &mut Inner, id: SockId) -> Result<Option<Result<(), Errno>>,
 
 /// Fills A (unwritable) and asks the daemon to empty it when send space returns.
 fn make_unwritable(g: &mut Inner, id: SockId) -> Result<(), Errno> {
-    placeholder::fill(g.sock(id)?.a.as_fd()).map_err(|_| Errno::ECONNRESET)?;
+    placeholder::fill(g.sock_as_is(id)?.a.as_fd()).map_err(|_| Errno::ECONNRESET)?;
     let c = g.client.as_mut().expect("registered");
     if let Some(s) = c.socks.get_mut(&id.0) {
         s.blocked = true; // unwritable in the fast path's view too, until `Posix::unblock`
