@@ -623,3 +623,34 @@ fn a_drained_socket_or_listener_is_unreadable_right_after_recv_or_accept() {
         conns.push((ca, cid, sa, sid));
     }
 }
+
+/// `carries` is asked once per destination and remembered; a refused flowstack connect (the
+/// listener went away) forgets it, so the next `carries` asks the daemon again.
+#[test]
+fn a_carried_destination_is_remembered_until_a_connect_is_refused() {
+    let d = daemon("carried");
+    let server = Posix::attach(&d.path).unwrap();
+    let (la, lid) = server.socket(Type::Stream).unwrap();
+    let port = server.bind(lid, lo(0)).unwrap();
+    server.listen(lid, 4, None).unwrap();
+    let client = Posix::attach(&d.path).unwrap();
+    assert_eq!(client.carries(lo(port)), Ok(true));
+    // The listener goes away; a process that never asked sees it at once.
+    server.forget(lid).unwrap();
+    drop(la);
+    let fresh = Posix::attach(&d.path).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while fresh.carries(lo(port)) == Ok(true) {
+        assert!(std::time::Instant::now() < deadline, "the listener never went away");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The client still goes by what it learnt: its connect goes to flowstack, is refused ...
+    assert_eq!(client.carries(lo(port)), Ok(true));
+    let (_a, id) = client.socket(Type::Stream).unwrap();
+    assert_eq!(
+        client.connect(id, lo(port), false, Some(Duration::from_secs(10))),
+        Err(Errno::ECONNREFUSED)
+    );
+    // ... and then it asks again.
+    assert_eq!(client.carries(lo(port)), Ok(false));
+}
