@@ -150,10 +150,10 @@ fn a_reused_descriptor_number_sends_the_new_files_bytes_small_and_large() {
         return;
     }
     let w = World::new("reuse");
-    // Two files on each path (16 KiB is the shim's small-file limit), different lengths so
+    // Two files on each path (64 KiB is the shim's small-file limit), different lengths so
     // their contents differ too.
     let names = ["big1.bin", "big2.bin", "small1.bin", "small2.bin"];
-    let sizes = [300_001, 200_003, 615, 9_000];
+    let sizes = [300_001, 200_003, 615, 40_000];
     let data: Vec<Vec<u8>> = names
         .iter()
         .zip(sizes)
@@ -270,7 +270,7 @@ fn nginx_serves_a_page_replaced_truncated_and_grown_between_requests() {
         ("first", 615),
         ("replaced", 3_001),
         ("truncated", 101),
-        ("grown", 40_003),
+        ("grown", 100_003),
         ("small again", 17),
     ];
     for (i, (what, len)) in steps.into_iter().enumerate() {
@@ -294,7 +294,7 @@ fn nginx_serves_a_page_replaced_truncated_and_grown_between_requests() {
                 d
             }
         };
-        if len > 16 * 1024 {
+        if len > 64 * 1024 {
             daemon_bytes += len as u64;
         }
         let got = fetch(&w, &url, &format!("got{i}.html"));

@@ -641,7 +641,10 @@ fn a_carried_destination_is_remembered_until_a_connect_is_refused() {
     let fresh = Posix::attach(&d.path).unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while fresh.carries(lo(port)) == Ok(true) {
-        assert!(std::time::Instant::now() < deadline, "the listener never went away");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the listener never went away"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     // The client still goes by what it learnt: its connect goes to flowstack, is refused ...
