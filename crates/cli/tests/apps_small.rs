@@ -108,6 +108,28 @@ while sent < size:
 c.close()
 "#;
 
+/// A forking server: accepts, forks, the child answers on the accepted socket at once (it
+/// adopts the placeholder the parent's accept posted), the parent closes its copy.
+const FORKER: &str = r#"
+import os, socket, sys
+port, ready = int(sys.argv[1]), sys.argv[2]
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("127.0.0.1", port))
+l.listen(8)
+open(ready, "w").close()
+for i in range(3):
+    c, _ = l.accept()
+    pid = os.fork()
+    if pid == 0:
+        c.sendall(b"child %d\n" % i)
+        c.close()
+        os._exit(0)
+    c.close()
+    os.waitpid(pid, 0)
+print("served", flush=True)
+"#;
+
 fn sha256_hex(data: &[u8], dir: &Path) -> String {
     let p = dir.join("expect.bin");
     std::fs::write(&p, data).unwrap();
@@ -365,4 +387,28 @@ fn many_short_connections_from_ab_leave_no_socket_in_the_daemon() {
             left.is_empty()
         },
     );
+}
+
+#[test]
+fn a_child_forked_right_after_accept_answers_on_the_accepted_socket() {
+    if !have("python3") || !have("sha256sum") {
+        return;
+    }
+    let w = World::new("forker");
+    let (_server, port) = start_sender(&w, FORKER, &[]);
+    for i in 0..3 {
+        let out = w.output(
+            &["python3", "recv.py", &port, &format!("got{i}.bin")],
+            Duration::from_secs(60),
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got = std::fs::read(w.dir.join(format!("got{i}.bin"))).unwrap();
+        assert_eq!(got, format!("child {i}\n").into_bytes());
+    }
+    assert_eq!(sender_said(&w), "served");
+    assert!(w.counter("TcpPassiveOpens") >= 3, "through flowstack");
 }

@@ -311,6 +311,22 @@ impl Posix {
         Ok(g)
     }
 
+    /// Takes the daemon's answers to every `Attach` posted and not answered yet (see
+    /// [`Posix::socket`]); call before `fork` or `exec`, after which another process may
+    /// adopt these placeholders, which needs the daemon to know them first.
+    pub fn settle(&self) {
+        let Ok(mut g) = self.lock() else { return };
+        let pending: Vec<u32> = g
+            .socks
+            .iter()
+            .filter(|(_, s)| s.attach.is_some())
+            .map(|(&h, _)| h)
+            .collect();
+        for h in pending {
+            let _ = g.sock(SockId(h));
+        }
+    }
+
     /// Call in a child after `fork` (also detected on any call): forgets the parent's rings
     /// and sockets without touching them; the child registers on its next call and adopts
     /// the sockets it inherited with [`Posix::adopt`].
