@@ -9,12 +9,22 @@
 # alternating kernel and flowstack. Prints a table of ratios (flowstack / kernel; for CPU per
 # request lower is better).
 #
-# usage: scripts/bench-apps.sh [RUNS]   (needs a release build: cargo build --release -p
+# usage: scripts/bench-apps.sh [RUNS] [WHICH]   (WHICH: comma-separated subset of
+#        redis,nginx,iperf3; default all. Needs a release build: cargo build --release -p
 #        flowstack-cli -p flowstack-preload; and redis-server, redis-benchmark, nginx, wrk,
 #        ab, iperf3 — missing programs are skipped)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-3}
+WHICH=${2:-redis,nginx,iperf3}
+for w in ${WHICH//,/ }; do
+  case $w in redis | nginx | iperf3) ;; *)
+    echo "bench-apps: unknown benchmark '$w' (redis, nginx, iperf3)" >&2
+    exit 2
+    ;;
+  esac
+done
+wants() { [[ ",$WHICH," == *",$1,"* ]]; }
 FS=${FLOWSTACK:-target/release/flowstack}
 export FLOWSTACK_PRELOAD=${FLOWSTACK_PRELOAD:-$PWD/target/release/libflowstack_preload.so}
 [ -x "$FS" ] && [ -f "$FLOWSTACK_PRELOAD" ] || {
@@ -139,9 +149,9 @@ bench_iperf3() {
 for r in $(seq "$RUNS"); do
   for mode in kernel flowstack; do
     echo "bench-apps: run $r/$RUNS $mode" >&2
-    bench_redis "$mode"
-    bench_nginx "$mode"
-    bench_iperf3 "$mode"
+    if wants redis; then bench_redis "$mode"; fi
+    if wants nginx; then bench_nginx "$mode"; fi
+    if wants iperf3; then bench_iperf3 "$mode"; fi
   done
 done
 

@@ -113,6 +113,9 @@ struct Sock {
     /// A send found no room and filled the placeholder (`posix`): unwritable until a
     /// `Writable` event or the placeholder is writable again (`Posix::unblock`).
     blocked: bool,
+    /// An accepted connection's peer as its accept's completion said (`GetAddr`'s encoding:
+    /// address in bits 16..48, port below; 0: not said, an older daemon).
+    peer: u64,
 }
 
 /// A registered application: its rings, its data areas and its sockets.
@@ -394,6 +397,7 @@ impl Client {
                     if let Ok(h) = e.outcome() {
                         self.socks.entry(h as u32).or_insert_with(|| Sock {
                             open: true,
+                            peer: e.offset,
                             ..Sock::default()
                         });
                     }

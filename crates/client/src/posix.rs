@@ -47,8 +47,13 @@ use std::path::{Path as FsPath, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
+mod calls;
+mod carried;
 mod fast;
 mod file;
+use calls::{
+    addr_of_value, attach_fds, finish, get_addr, make_unwritable, post_attach, sync, wait_on,
+};
 use fast::clear_tokens;
 pub use fast::{FastReady, SleepTicket};
 pub use file::MAX_SENDFILE;
@@ -216,6 +221,10 @@ struct PSock {
     file: Option<(u64, u64)>,
     /// No tokens for it (`Command::SetNotify`): readiness from this process's view only.
     quiet: bool,
+    /// The id of its `Attach{New}`, posted and not yet answered (see [`Posix::socket`]).
+    attach: Option<u32>,
+    /// Where it connects (`connect`), to forget a refused destination (`carried`).
+    remote: Option<SocketAddrV4>,
 }
 
 struct Inner {
@@ -225,6 +234,8 @@ struct Inner {
     next: u32,
     /// Inodes known not to be placeholders of this daemon.
     not_ours: HashSet<(u64, u64)>,
+    /// Destinations the daemon carries (`Posix::carries`).
+    carried: carried::Carried,
     /// This process's end of its wake-up pair (the daemon has the other), see `fast`.
     wake: Option<OwnedFd>,
 }
@@ -276,6 +287,7 @@ impl Posix {
                 socks: HashMap::new(),
                 next: POSIX_BASE,
                 not_ours: HashSet::new(),
+                carried: carried::Carried::default(),
                 wake: None,
             }),
         })
@@ -303,6 +315,22 @@ impl Posix {
         Ok(g)
     }
 
+    /// Takes the daemon's answers to every `Attach` posted and not answered yet (see
+    /// [`Posix::socket`]); call before `fork` or `exec`, after which another process may
+    /// adopt these placeholders, which needs the daemon to know them first.
+    pub fn settle(&self) {
+        let Ok(mut g) = self.lock() else { return };
+        let pending: Vec<u32> = g
+            .socks
+            .iter()
+            .filter(|(_, s)| s.attach.is_some())
+            .map(|(&h, _)| h)
+            .collect();
+        for h in pending {
+            let _ = g.sock(SockId(h));
+        }
+    }
+
     /// Call in a child after `fork` (also detected on any call): forgets the parent's rings
     /// and sockets without touching them; the child registers on its next call and adopts
     /// the sockets it inherited with [`Posix::adopt`].
@@ -324,13 +352,20 @@ impl Posix {
         let h = g.alloc();
         let c = g.client.as_mut().expect("registered");
         c.socks.insert(h, Sock::default());
-        let r = attach_fds(c, h, AttachOp::New, &[d.as_fd(), a.as_fd()]);
-        if let Err(e) = r {
-            c.socks.remove(&h);
-            return Err(e);
-        }
+        // Posted, not waited for: the answer is taken by the socket's next call
+        // (`Inner::sock`), by when it has usually arrived, so a short connection's socket()
+        // costs no round trip. A refusal (the daemon's socket limit) fails that next call.
+        let call = match post_attach(c, h, AttachOp::New, &[d.as_fd(), a.as_fd()]) {
+            Ok(call) => call,
+            Err(e) => {
+                c.socks.remove(&h);
+                return Err(e);
+            }
+        };
         drop(d);
-        g.socks.insert(h, PSock::new(mine, State::Fresh));
+        let mut ps = PSock::new(mine, State::Fresh);
+        ps.attach = Some(call);
+        g.socks.insert(h, ps);
         Ok((a, SockId(h)))
     }
 
@@ -446,10 +481,19 @@ impl Posix {
                     let (a, d) = placeholder::pair().map_err(|_| Errno(24))?;
                     let mine = a.try_clone().map_err(|_| Errno(24))?;
                     let c = g.client.as_mut().expect("registered");
-                    attach_fds(c, h, AttachOp::Place, &[d.as_fd(), a.as_fd()])?;
-                    let peer =
-                        get_addr(c, h, true).unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
-                    g.socks.insert(h, PSock::new(mine, State::Connected));
+                    // The placeholder is posted, not waited for: its answer is taken by the
+                    // connection's next call (`Inner::sock`), as socket()'s. The peer came
+                    // with the accept's completion (from an older daemon: asked for).
+                    let placed = post_attach(c, h, AttachOp::Place, &[d.as_fd(), a.as_fd()])?;
+                    let said = c.socks.get(&h).map_or(0, |s| s.peer);
+                    let peer = if said != 0 {
+                        addr_of_value(said)
+                    } else {
+                        get_addr(c, h, true).unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))
+                    };
+                    let mut ps = PSock::new(mine, State::Connected);
+                    ps.attach = Some(placed);
+                    g.socks.insert(h, ps);
                     let c = g.client.as_mut().expect("registered");
                     let more = c.socks.get(&id.0).is_some_and(|s| !s.accepted.is_empty());
                     if !more {
@@ -486,7 +530,10 @@ impl Posix {
         let deadline = timeout.map(|t| Instant::now() + t);
         {
             let mut g = self.lock()?;
-            let state = g.sock(id)?.state;
+            // Not waiting for a posted Attach{New} here: the Connect follows it in the ring
+            // (a refused attach fails the Connect, and the socket's next call says why), so
+            // a short connection's socket() and connect() cost no round trip.
+            let state = g.sock_as_is(id)?.state;
             match state {
                 State::Fresh => {
                     let c = g.client.as_mut().expect("registered");
@@ -498,8 +545,9 @@ impl Posix {
                         },
                     )
                     .map_err(Errno::from)?;
-                    let s = g.sock(id)?;
+                    let s = g.sock_as_is(id)?;
                     s.state = State::Connecting;
+                    s.remote = Some(addr);
                     make_unwritable(&mut g, id)?;
                     if nonblock {
                         return Err(Errno::EINPROGRESS);
@@ -535,8 +583,15 @@ impl Posix {
     /// listener on that port.)
     pub fn carries(&self, addr: SocketAddrV4) -> Result<bool, Errno> {
         let mut g = self.lock()?;
+        if g.carried.knows(addr) {
+            return Ok(true);
+        }
         let c = g.client.as_mut().expect("registered");
-        sync(c, Command::Carries { remote: addr }).map(|v| v == 1)
+        let yes = sync(c, Command::Carries { remote: addr })? == 1;
+        if yes {
+            g.carried.learn(addr);
+        }
+        Ok(yes)
     }
 
     /// `send(2)`: bytes taken (at least one), `EAGAIN` when the send buffer is full and
@@ -702,7 +757,13 @@ impl Posix {
         let c = g.client.as_mut().expect("registered");
         c.pump();
         let s = c.socks.get_mut(&id.0).ok_or(Errno::EBADF)?;
-        Ok(s.error.take().map(Errno::from))
+        let err = s.error.take().map(Errno::from);
+        if err == Some(Errno::ECONNREFUSED) {
+            if let Some(to) = g.sock(id)?.remote {
+                g.carried.forget(to); // as in `connect_state`
+            }
+        }
+        Ok(err)
     }
 
     /// `setsockopt(2)` (see the module docs for what is applied).
@@ -810,8 +871,13 @@ impl Posix {
     /// daemon closes the socket when the last copy anywhere is closed).
     pub fn forget(&self, id: SockId) -> Result<(), Errno> {
         let mut g = self.lock()?;
-        g.socks.remove(&id.0).ok_or(Errno::EBADF)?;
+        let ps = g.socks.remove(&id.0).ok_or(Errno::EBADF)?;
         let c = g.client.as_mut().expect("registered");
+        if let Some(call) = ps.attach {
+            // Its answer is nobody's now (the daemon takes the Forget after the Attach).
+            c.waiting.remove(&call);
+            c.done.remove(&call);
+        }
         c.socks.remove(&id.0);
         c.post(Mode::Async, Command::Forget { handle: id.0 })
             .map_err(Errno::from)?;
@@ -848,6 +914,8 @@ impl PSock {
             opts: HashMap::new(),
             file: None,
             quiet: false,
+            attach: None,
+            remote: None,
         }
     }
 }
@@ -868,7 +936,23 @@ impl Inner {
         }
     }
 
+    /// The socket `id` as this process knows it, its `Attach` possibly not answered yet.
+    fn sock_as_is(&mut self, id: SockId) -> Result<&mut PSock, Errno> {
+        self.socks.get_mut(&id.0).ok_or(Errno::EBADF)
+    }
+
+    /// The socket `id`, once its `Attach{New}` is answered (see [`Posix::socket`]); if the
+    /// daemon refused it, the socket is gone and the refusal is this call's error.
     fn sock(&mut self, id: SockId) -> Result<&mut PSock, Errno> {
+        let call = self.socks.get_mut(&id.0).ok_or(Errno::EBADF)?.attach.take();
+        if let Some(call) = call {
+            let c = self.client.as_mut().ok_or(Errno::ECONNRESET)?;
+            if let Err(e) = finish(c, call) {
+                c.socks.remove(&id.0);
+                self.socks.remove(&id.0);
+                return Err(e);
+            }
+        }
         self.socks.get_mut(&id.0).ok_or(Errno::EBADF)
     }
 }
@@ -884,37 +968,6 @@ fn forked(g: &mut Inner, pid: u32) {
 
 fn tcp(id: SockId) -> flowstack_api::TcpHandle {
     flowstack_api::TcpHandle::from_raw(id.0 as usize)
-}
-
-fn sync(c: &mut Client, cmd: Command) -> Result<u64, Errno> {
-    let id = c.post(Mode::Sync, cmd).map_err(Errno::from)?;
-    c.complete(id, sync_timeout())
-        .map(|(_, v)| v)
-        .map_err(Errno::from)
-}
-
-/// Sends `fds` on the registration stream (one byte, the op) and the `Attach` record.
-fn attach_fds(c: &mut Client, h: u32, op: AttachOp, fds: &[BorrowedFd<'_>]) -> Result<u64, Errno> {
-    if c.dead {
-        return Err(Errno::ECONNRESET);
-    }
-    flowstack_sys::fdpass::send_fds(&c.stream, &[op.code()], fds).map_err(|_| Errno::ECONNRESET)?;
-    sync(
-        c,
-        Command::Attach {
-            handle: h,
-            op,
-            ty: SockType::Stream,
-        },
-    )
-}
-
-fn get_addr(c: &mut Client, h: u32, peer: bool) -> Result<SocketAddrV4, Errno> {
-    let v = sync(c, Command::GetAddr { handle: h, peer })?;
-    Ok(SocketAddrV4::new(
-        Ipv4Addr::from((v >> 16) as u32),
-        (v & 0xffff) as u16,
-    ))
 }
 
 /// The connect's outcome if known: `Some(Ok)` connected, `Some(Err)` failed (reported once).
@@ -937,40 +990,8 @@ fn connect_state(g: &mut Inner, id: SockId) -> Result<Option<Result<(), Errno>>,
         Some(Err(_)) => ps.state = State::Failed,
         None => {}
     }
+    if let (Some(Err(Errno::ECONNREFUSED)), Some(to)) = (r, ps.remote) {
+        g.carried.forget(to); // nobody listens there through flowstack any more
+    }
     Ok(r)
-}
-
-/// Fills A (unwritable) and asks the daemon to empty it when send space returns.
-fn make_unwritable(g: &mut Inner, id: SockId) -> Result<(), Errno> {
-    let a = g.sock(id)?.a.try_clone().map_err(|_| Errno(24))?;
-    placeholder::fill(a.as_fd()).map_err(|_| Errno::ECONNRESET)?;
-    let c = g.client.as_mut().expect("registered");
-    if let Some(s) = c.socks.get_mut(&id.0) {
-        s.blocked = true; // unwritable in the fast path's view too, until `Posix::unblock`
-    }
-    c.post(Mode::Async, Command::WantWritable { handle: id.0 })
-        .map(|_| ())
-        .map_err(Errno::from)
-}
-
-/// Sleeps on A (readable and/or writable) until the deadline (`EAGAIN` when it passed, as
-/// `SO_RCVTIMEO` does), in slices so a dead daemon is noticed.
-fn wait_on(a: &OwnedFd, read: bool, write: bool, deadline: Option<Instant>) -> Result<(), Errno> {
-    let slice = match deadline {
-        Some(d) => {
-            let now = Instant::now();
-            if now >= d {
-                return Err(Errno::EAGAIN);
-            }
-            (d - now).min(LIVENESS_CHECK)
-        }
-        None => LIVENESS_CHECK,
-    };
-    let (_, _, hup) =
-        placeholder::wait_a(a.as_fd(), read, write, slice).map_err(|_| Errno::EBADF)?;
-    if hup {
-        // D closed: only the daemon's death closes it while we hold A.
-        return Err(Errno::ECONNRESET);
-    }
-    Ok(())
 }

@@ -406,7 +406,11 @@ fn the_per_application_socket_limit_refuses_with_enobufs_and_counts() {
     let app = Posix::attach(&d.path).unwrap();
     let other = Posix::attach(&d.path).unwrap();
     let mut socks: Vec<_> = (0..3).map(|_| app.socket(Type::Stream).unwrap()).collect();
-    assert_eq!(app.socket(Type::Stream).err(), Some(Errno(105)));
+    // socket() posts its attach without waiting (one round trip less per connection): the
+    // refusal is the socket's next call's error, and the socket is gone after it.
+    let (_over, over) = app.socket(Type::Stream).unwrap();
+    assert_eq!(app.bind(over, lo(0)).err(), Some(Errno(105)));
+    assert_eq!(app.bind(over, lo(0)).err(), Some(Errno::EBADF));
     // Another application has its own allowance.
     assert!(other.socket(Type::Stream).is_ok());
     // Forgetting one makes room again.
@@ -618,4 +622,38 @@ fn a_drained_socket_or_listener_is_unreadable_right_after_recv_or_accept() {
         }
         conns.push((ca, cid, sa, sid));
     }
+}
+
+/// `carries` is asked once per destination and remembered; a refused flowstack connect (the
+/// listener went away) forgets it, so the next `carries` asks the daemon again.
+#[test]
+fn a_carried_destination_is_remembered_until_a_connect_is_refused() {
+    let d = daemon("carried");
+    let server = Posix::attach(&d.path).unwrap();
+    let (la, lid) = server.socket(Type::Stream).unwrap();
+    let port = server.bind(lid, lo(0)).unwrap();
+    server.listen(lid, 4, None).unwrap();
+    let client = Posix::attach(&d.path).unwrap();
+    assert_eq!(client.carries(lo(port)), Ok(true));
+    // The listener goes away; a process that never asked sees it at once.
+    server.forget(lid).unwrap();
+    drop(la);
+    let fresh = Posix::attach(&d.path).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while fresh.carries(lo(port)) == Ok(true) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the listener never went away"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The client still goes by what it learnt: its connect goes to flowstack, is refused ...
+    assert_eq!(client.carries(lo(port)), Ok(true));
+    let (_a, id) = client.socket(Type::Stream).unwrap();
+    assert_eq!(
+        client.connect(id, lo(port), false, Some(Duration::from_secs(10))),
+        Err(Errno::ECONNREFUSED)
+    );
+    // ... and then it asks again.
+    assert_eq!(client.carries(lo(port)), Ok(false));
 }

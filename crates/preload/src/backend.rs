@@ -81,6 +81,9 @@ pub trait Backend: Sync {
     fn forget(&self, id: SockId);
     /// In the child of a fork, before anything else.
     fn after_fork(&self);
+    /// Before fork or exec: waits for the daemon's answers to placeholders posted and not
+    /// yet answered (`socket()`, `accept()`), so another process can adopt them.
+    fn settle(&self) {}
     /// Tells the daemon a socket went to the kernel and why (`flowstack stats`).
     fn report(&self, why: crate::addr::Reason, dst: Option<SocketAddrV4>);
 
@@ -368,6 +371,9 @@ impl Backend for PosixBackend {
     }
     fn forget(&self, id: SockId) {
         let _ = self.p.forget(posix::SockId(id));
+    }
+    fn settle(&self) {
+        self.p.settle();
     }
     fn after_fork(&self) {
         self.p.after_fork();

@@ -13,12 +13,12 @@
 //!
 //! Environment: `FLOWSTACK_SOCKET` (the daemon), `FLOWSTACK_FALLBACK=kernel|error`,
 //! `FLOWSTACK_KERNEL_LISTEN=0`, `FLOWSTACK_DISABLE=1`, `FLOWSTACK_REPORT=PATH`,
-//! `FLOWSTACK_SENDFILE=copy`;
+//! `FLOWSTACK_SENDFILE=copy|daemon`;
 //! `FLOWSTACK_FDS` is set by the shim itself across exec.
 //!
 //! Modules: `real` (the C library's definitions), `table` (descriptor table), `addr`
 //! (addresses and path decisions), `backend` (what the daemon API provides), `ops`
-//! (operations on placeholders), `shim` (the `extern "C"` entry points), `state`
+//! (operations on placeholders), `sendfile` (sendfile(2)'s three paths), `shim` (the `extern "C"` entry points), `state`
 //! (configuration, reference counts, reports, signal dispositions), `inherit` (exec).
 #![cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 #![cfg_attr(test, allow(dead_code))]
@@ -30,6 +30,7 @@ pub mod inherit;
 mod ops;
 mod poll;
 pub mod real;
+mod sendfile;
 mod shim;
 pub mod sig;
 pub mod state;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 /// Whether the placeholder is non-blocking: the cached flag, confirmed with the kernel (the
 /// owner of the open file description) before the caller would sleep.
-fn nonblocking(fd: i32, e: &Entry, flags: i32) -> bool {
+pub(crate) fn nonblocking(fd: i32, e: &Entry, flags: i32) -> bool {
     if e.nonblock || flags & libc::MSG_DONTWAIT != 0 {
         return true;
     }
@@ -62,13 +62,13 @@ fn wait(fd: i32, events: i16, deadline: Option<Instant>) -> Result<bool, Errno> 
     }
 }
 
-fn deadline(ms: u32) -> Option<Instant> {
+pub(crate) fn deadline(ms: u32) -> Option<Instant> {
     (ms != 0).then(|| Instant::now() + Duration::from_millis(ms as u64))
 }
 
 /// Runs the non-blocking `op` until it stops answering `EAGAIN`, sleeping on `events` between
 /// tries unless the socket (or `flags`) is non-blocking.
-fn blocking<T>(
+pub(crate) fn blocking<T>(
     fd: i32,
     e: &Entry,
     flags: i32,
@@ -96,7 +96,7 @@ fn blocking<T>(
 
 /// Raises SIGPIPE on the calling thread for a write to a reset/shut connection, as the kernel
 /// does unless `MSG_NOSIGNAL` (an ignored SIGPIPE is discarded by the kernel itself).
-fn sigpipe(r: Result<usize, Errno>, flags: i32) -> Result<usize, Errno> {
+pub(crate) fn sigpipe(r: Result<usize, Errno>, flags: i32) -> Result<usize, Errno> {
     if r == Err(libc::EPIPE) && flags & libc::MSG_NOSIGNAL == 0 {
         // SAFETY: tgkill to this very thread with a valid signal number.
         unsafe {
@@ -216,146 +216,6 @@ pub fn send(
         }
     }
     Ok(sent)
-}
-
-/// Linux caps one `sendfile(2)` at `MAX_RW_COUNT` bytes.
-const MAX_SENDFILE: usize = 0x7fff_f000;
-
-/// `sendfile(2)` to a flowstack socket. A regular file is read by the daemon, never here
-/// (`Backend::send_file`): the file's descriptor goes to the daemon, which sends from its
-/// explicit offsets; this function moves `*off`, or the file position when `off` is null
-/// (the daemon shares the open file description and never seeks). Anything else readable (a
-/// pipe, a character device) takes the copy path below, as does every file with
-/// `FLOWSTACK_SENDFILE=copy`. Blocking sockets send everything unless the file ends, an
-/// error, a signal or SO_SNDTIMEO stops them (then the partial count).
-pub fn sendfile(
-    b: &dyn Backend,
-    st: &State,
-    fd: i32,
-    e: &Entry,
-    in_fd: i32,
-    off: Option<&mut i64>,
-    count: usize,
-) -> Result<usize, Errno> {
-    // SAFETY: fstat fills the zeroed stat buffer on the stack.
-    let mut sb: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; `in_fd` is only a number to the kernel.
-    if unsafe { libc::fstat(in_fd, &mut sb) } < 0 {
-        return Err(real::errno());
-    }
-    // SAFETY: F_GETFL on a descriptor number; no memory is passed.
-    let fl = unsafe { real::fcntl(in_fd, libc::F_GETFL, 0) };
-    if fl < 0 || fl & libc::O_ACCMODE == libc::O_WRONLY {
-        return Err(libc::EBADF); // sendfile(2): in_fd not open for reading
-    }
-    let kind = sb.st_mode & libc::S_IFMT;
-    if kind == libc::S_IFDIR {
-        return Err(libc::EINVAL);
-    }
-    if kind != libc::S_IFREG || st.cfg.sendfile_copy {
-        return sendfile_copy(b, st, fd, e, in_fd, off, count);
-    }
-    let count = count.min(MAX_SENDFILE);
-    let start = match off.as_ref() {
-        Some(o) => **o,
-        // SAFETY: lseek on a descriptor number.
-        None => unsafe { libc::lseek(in_fd, 0, libc::SEEK_CUR) },
-    };
-    if start < 0 {
-        return Err(libc::EINVAL);
-    }
-    let (_, timeo) = st.table.timeouts(fd);
-    let mut total = 0usize;
-    while total < count {
-        let at = start as u64 + total as u64;
-        let r = blocking(fd, e, 0, libc::POLLOUT, timeo, || {
-            b.send_file(e.id, in_fd, at, count - total)
-        });
-        match r {
-            Ok(0) => break, // end of file
-            Ok(n) => total += n,
-            Err(_) if total > 0 => break,
-            Err(err) => return sigpipe(Err(err), 0),
-        }
-        if nonblocking(fd, e, 0) {
-            break;
-        }
-    }
-    let end = start + total as i64;
-    match off {
-        Some(o) => *o = end,
-        None => {
-            // SAFETY: lseek on a descriptor number: the file position advances by the count.
-            unsafe { libc::lseek(in_fd, end, libc::SEEK_SET) };
-        }
-    }
-    Ok(total)
-}
-
-/// Sends `count` bytes of file `in_fd` (from `*off`, or its file position) through the
-/// placeholder: read into a buffer and send (the fallback for inputs the daemon does not
-/// read, and `FLOWSTACK_SENDFILE=copy`).
-fn sendfile_copy(
-    b: &dyn Backend,
-    st: &State,
-    fd: i32,
-    e: &Entry,
-    in_fd: i32,
-    off: Option<&mut i64>,
-    count: usize,
-) -> Result<usize, Errno> {
-    let mut buf = vec![0u8; count.clamp(1, 64 * 1024)];
-    let mut pos = off.as_ref().map(|o| **o);
-    let mut total = 0usize;
-    while total < count {
-        let want = buf.len().min(count - total);
-        // SAFETY: `buf` has `want` writable bytes.
-        let n = unsafe {
-            match pos {
-                Some(p) => real::pread(in_fd, buf.as_mut_ptr().cast(), want, p),
-                None => real::read(in_fd, buf.as_mut_ptr().cast(), want),
-            }
-        };
-        if n < 0 {
-            if total == 0 {
-                return Err(real::errno());
-            }
-            break;
-        }
-        if n == 0 {
-            break;
-        }
-        let n = n as usize;
-        let flags = if total > 0 { libc::MSG_DONTWAIT } else { 0 };
-        let r = send(b, st, fd, e, &[&buf[..n]], flags | libc::MSG_NOSIGNAL, None);
-        let s = match r {
-            Ok(s) => s,
-            Err(err) => {
-                if pos.is_none() {
-                    // SAFETY: rewinds the file position by the bytes read but not sent.
-                    unsafe { libc::lseek(in_fd, -(n as i64), libc::SEEK_CUR) };
-                }
-                if total == 0 {
-                    return sigpipe(Err(err), 0);
-                }
-                break;
-            }
-        };
-        total += s;
-        if let Some(p) = pos.as_mut() {
-            *p += s as i64;
-        } else if s < n {
-            // SAFETY: as above, for the unsent tail.
-            unsafe { libc::lseek(in_fd, -((n - s) as i64), libc::SEEK_CUR) };
-        }
-        if s < n {
-            break;
-        }
-    }
-    if let (Some(o), Some(p)) = (off, pos) {
-        *o = p;
-    }
-    Ok(total)
 }
 
 /// Connects, blocking unless non-blocking: `EINPROGRESS` → wait writable → result.

@@ -635,7 +635,7 @@ pub unsafe extern "C" fn sendfile(out: c_int, inp: c_int, off: *mut off_t, n: si
         None => real::sendfile(out, inp, off, n),
         Some((st, b, e)) => run(|| {
             let o = (!off.is_null()).then(|| &mut *off);
-            ops::sendfile(b, st, out, &e, inp, o, n).map(|n| n as ssize_t)
+            crate::sendfile::sendfile(b, st, out, &e, inp, o, n).map(|n| n as ssize_t)
         }),
     }
 }

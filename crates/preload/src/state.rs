@@ -10,6 +10,17 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
+/// How `sendfile(2)` sends a regular file to a flowstack socket (`FLOWSTACK_SENDFILE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendfileMode {
+    /// Default: small files read here and written, larger ones read by the daemon.
+    Auto,
+    /// `copy`: every file read here and written (for comparisons).
+    Copy,
+    /// `daemon`: every file read by the daemon, small ones too.
+    Daemon,
+}
+
 /// What `FLOWSTACK_*` said when the process started.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -21,9 +32,8 @@ pub struct Config {
     pub disabled: bool,
     /// `FLOWSTACK_REPORT=PATH`: one line per socket decision appended there.
     pub report: Option<std::ffi::CString>,
-    /// `FLOWSTACK_SENDFILE=copy`: sendfile(2) reads the file here and sends the bytes (the
-    /// copy path) instead of having the daemon read it (for comparisons).
-    pub sendfile_copy: bool,
+    /// `FLOWSTACK_SENDFILE`: how sendfile(2) sends regular files (`crate::sendfile`).
+    pub sendfile: SendfileMode,
     /// The environment entries exec must keep (`LD_PRELOAD=…`, `FLOWSTACK_*=…`).
     pub keep_env: Vec<std::ffi::CString>,
 }
@@ -48,7 +58,11 @@ impl Config {
             kernel_listen: var("FLOWSTACK_KERNEL_LISTEN").as_deref() != Some("0"),
             disabled: var("FLOWSTACK_DISABLE").as_deref() == Some("1"),
             report: var("FLOWSTACK_REPORT").and_then(|p| std::ffi::CString::new(p).ok()),
-            sendfile_copy: var("FLOWSTACK_SENDFILE").as_deref() == Some("copy"),
+            sendfile: match var("FLOWSTACK_SENDFILE").as_deref() {
+                Some("copy") => SendfileMode::Copy,
+                Some("daemon") => SendfileMode::Daemon,
+                _ => SendfileMode::Auto,
+            },
             keep_env,
         }
     }

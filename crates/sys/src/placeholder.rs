@@ -92,11 +92,16 @@ pub fn take_tokens(a: BorrowedFd<'_>) -> io::Result<Tokens> {
 /// the truth — the caller's next wait finds it writable and its next send goes through. (This
 /// used to be an error, which the POSIX layer turned into `EPIPE` on a healthy connection:
 /// iperf3's "unable to write to stream socket: Broken pipe".)
+///
+/// One write of [`FILL_CHUNK`] bytes (more than A's send buffer holds) usually does it: a
+/// non-blocking stream write that stops short has filled the buffer, so no second write is
+/// needed to see `EAGAIN` (a connect used to cost eight writes here).
 pub fn fill(a: BorrowedFd<'_>) -> io::Result<usize> {
-    let junk = [0u8; 512];
+    static JUNK: [u8; FILL_CHUNK] = [0; FILL_CHUNK];
     let mut n = 0;
     for _ in 0..FILL_WRITES {
-        match send(a, &junk, SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
+        match send(a, &JUNK, SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
+            Ok(k) if k < JUNK.len() => return Ok(n + k),
             Ok(k) => n += k,
             Err(rustix::io::Errno::AGAIN) => return Ok(n),
             Err(rustix::io::Errno::INTR) => continue,
@@ -106,9 +111,13 @@ pub fn fill(a: BorrowedFd<'_>) -> io::Result<usize> {
     Ok(n)
 }
 
-/// Most filler writes [`fill`] makes (512 bytes each: more than a socket pair holds unless
-/// the other end is being emptied meanwhile).
-pub const FILL_WRITES: usize = 1024;
+/// Most filler writes [`fill`] makes ([`FILL_CHUNK`] bytes each: more than a socket pair
+/// holds unless the other end is being emptied meanwhile).
+pub const FILL_WRITES: usize = 64;
+
+/// Bytes of one filler write: more than A's send buffer (`SO_SNDBUF` 4096, doubled by the
+/// kernel) takes.
+pub const FILL_CHUNK: usize = 16 * 1024;
 
 /// Daemon side: empties D (filler the application wrote), so A becomes writable. Returns
 /// false if the peer closed (every A is gone).

@@ -1,5 +1,5 @@
 //! What the tests of unmodified programs under `flowstack run` share (apps.rs,
-//! apps_sendfile.rs): the binary and the shim, a per-test world (temporary directory, own
+//! apps_sendfile.rs, apps_small.rs): the binary and the shim, a per-test world (temporary directory, own
 //! daemon, shim report), bounded waits, children killed with their process group.
 #![allow(dead_code)]
 
@@ -297,4 +297,28 @@ pub fn kernel_sockets_on(port: u16) -> Vec<String> {
         .filter(|l| l.contains(&format!(":{port} ")))
         .map(String::from)
         .collect()
+}
+
+/// An nginx configuration with `sendfile on;`, one worker, listening on 127.0.0.1:`port` and
+/// serving `dir/www` (created).
+pub fn nginx_sendfile_conf(dir: &Path, port: u16) -> PathBuf {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+    let conf = format!(
+        "daemon off;\n{user}master_process on;\nworker_processes 1;\npid {d}/nginx.pid;\n\
+         error_log {d}/error.log;\nevents {{ worker_connections 64; }}\n\
+         http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n\
+           proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n\
+           uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  sendfile on;\n\
+           server {{ listen 127.0.0.1:{port}; root {d}/www; }}\n}}\n",
+        d = dir.display(),
+        // As root, nginx's workers would run as nobody, who cannot reach the daemon socket.
+        user = if root { "user root;\n" } else { "" }
+    );
+    std::fs::create_dir_all(dir.join("www")).unwrap();
+    let path = dir.join("nginx.conf");
+    std::fs::write(&path, conf).unwrap();
+    path
 }

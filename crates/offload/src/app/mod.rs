@@ -871,7 +871,7 @@ impl App {
         match r {
             Some(Ok((i, c))) => {
                 let h = self.adopt_accepted(sh, i, c);
-                self.post(EventRecord::completion(id, listener, Ok(h as u64)));
+                self.post(service::accepted(sh, id, listener, i, c, h));
             }
             Some(Err(e)) => self.post(EventRecord::completion(id, listener, Err(e))),
             None if mode == Mode::Sync => {

@@ -93,12 +93,33 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
         match r {
             Ok((i, c)) => {
                 let h = a.adopt_accepted(sh, i, c);
-                a.post(EventRecord::completion(id, listener, Ok(h as u64)));
+                a.post(accepted(sh, id, listener, i, c, h));
             }
             Err(e) => a.post(EventRecord::completion(id, listener, Err(e))),
         }
     }
     busy
+}
+
+/// The completion of accept `id` on `listener`: the new connection's handle, and its peer
+/// in `offset` (the address in bits 16..48, the port below, as `GetAddr` answers), so the
+/// application learns both in one event rather than asking for the peer (a round trip per
+/// connection). Older applications ignore `offset` in completions.
+pub(super) fn accepted(
+    sh: &Shared,
+    id: u32,
+    listener: u32,
+    eng: usize,
+    c: TcpHandle,
+    h: u32,
+) -> EventRecord {
+    let mut ev = EventRecord::completion(id, listener, Ok(h as u64));
+    if let Ok(k) = sh.lo.engines[eng].tcp_conn(c) {
+        let t = k.tuple();
+        let ip: Ipv4Addr = t.remote_ip.into();
+        ev.offset = (u32::from(ip) as u64) << 16 | t.remote_port as u64;
+    }
+    ev
 }
 
 pub(super) fn try_accept(

@@ -8,6 +8,7 @@ use super::*;
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn fork() -> pid_t {
+    settle();
     let pid = real::fork();
     if pid == 0 {
         crate::epoll::after_fork();
@@ -16,6 +17,17 @@ pub unsafe extern "C" fn fork() -> pid_t {
         state::mark_forked();
     }
     pid
+}
+
+/// Before fork or exec: the daemon answers every placeholder this process posted, so
+/// another process (the child, the new image) can adopt it.
+fn settle() {
+    if is_inside() {
+        return; // the shim's own work (it holds the client lock, or is exec_env below)
+    }
+    if let Some(b) = state::get().and_then(|s| s.connected()) {
+        inside(|| b.settle());
+    }
 }
 
 /// vfork as fork: the shim's wrapper frame cannot be shared with a child that returns from
@@ -81,6 +93,7 @@ pub unsafe extern "C" fn execve(
     a: *const *const c_char,
     envp: *const *const c_char,
 ) -> c_int {
+    settle();
     let (_keep, env) = inside(|| exec_env(envp));
     real::execve(p, a, env.as_ptr())
 }
@@ -96,6 +109,7 @@ pub unsafe extern "C" fn execvpe(
     a: *const *const c_char,
     envp: *const *const c_char,
 ) -> c_int {
+    settle();
     let (_keep, env) = inside(|| exec_env(envp));
     real::execvpe(p, a, env.as_ptr())
 }
@@ -111,6 +125,7 @@ pub unsafe extern "C" fn fexecve(
     a: *const *const c_char,
     envp: *const *const c_char,
 ) -> c_int {
+    settle();
     let (_keep, env) = inside(|| exec_env(envp));
     real::fexecve(fd, a, env.as_ptr())
 }
@@ -124,6 +139,7 @@ pub unsafe extern "C" fn posix_spawn(
     a: *const *mut c_char,
     envp: *const *mut c_char,
 ) -> c_int {
+    settle();
     let (_keep, env) = inside(|| exec_env(envp.cast()));
     real::posix_spawn(pid, p, fa, at, a, env.as_ptr().cast())
 }
@@ -137,6 +153,7 @@ pub unsafe extern "C" fn posix_spawnp(
     a: *const *mut c_char,
     envp: *const *mut c_char,
 ) -> c_int {
+    settle();
     let (_keep, env) = inside(|| exec_env(envp.cast()));
     real::posix_spawnp(pid, p, fa, at, a, env.as_ptr().cast())
 }
