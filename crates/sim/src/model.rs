@@ -196,6 +196,8 @@ struct Places {
     link: Option<usize>,
     bus: Option<usize>,
     lock: Option<usize>,
+    /// The local ports the client's `connect()` takes ([`Des::pool`]), where they limit.
+    ports: Option<usize>,
 }
 
 struct Builder<'a> {
@@ -531,6 +533,22 @@ impl Builder<'_> {
         self.on(rxs, st.ctrl_recv_ns, Cat::Stack);
     }
 
+    /// The client's `connect()` takes a local port: it waits when every port is still in
+    /// TIME-WAIT ([`HostCosts::connect_ports`](crate::calib::HostCosts::connect_ports)).
+    fn take_port(&mut self) {
+        if let Some(p) = self.p.ports {
+            self.who = Side::Client;
+            self.steps.push(Step {
+                res: Some(p),
+                ns: 0.0,
+                cat: Cat::Wire,
+                lock: None,
+                detached: false,
+                thread: None,
+            });
+        }
+    }
+
     fn app_work(&mut self, ns: f64) {
         self.who = Side::Server;
         let s = Some(self.p.s_app);
@@ -609,13 +627,33 @@ fn build(sc: &Scenario, cal: &Calibration) -> Result<(Des, Vec<usize>, Vec<usize
     let link = remote.then(|| d.resource("link", Kind::Link, 1.0));
     let bus = (!engines.is_empty()).then(|| d.resource("bus", Kind::Bus, 1.0));
     let lock = (a.shared_conn_lock && sc.workload == Workload::Crr).then(|| d.lock());
-    let stack = if a.kernel_stack {
-        &cal.kernel
+    // The kernel's clients on this host connect to one address: its ephemeral ports limit
+    // the connection rate. Simulated as a pool held at most a millisecond (the same tokens
+    // per second), so that a run of a few thousand connections reaches the steady state.
+    let h = &cal.host;
+    let ports = (a.kernel_stack
+        && sc.clients != Clients::Remote
+        && sc.workload == Workload::Crr
+        && h.connect_ports >= 1.0
+        && h.port_reuse_ns > 0.0)
+        .then(|| {
+            let tokens = (h.connect_ports * (1e6 / h.port_reuse_ns).min(1.0)).ceil();
+            let hold = tokens / h.connect_ports * h.port_reuse_ns;
+            d.pool("ports", tokens as usize, hold)
+        });
+    let mut stack = if a.kernel_stack {
+        cal.kernel.clone()
     } else {
-        cal.flowstack()
+        cal.flowstack().clone()
     };
+    // Per-byte costs at this size's multiplier: the stack's and the copy in and out.
+    let m = stack.byte_scale_at(sc.size);
+    stack.send_per_byte_ns *= m;
+    stack.recv_per_byte_ns *= m;
+    let stack = &stack;
     // In a single-core run the lock's line never moves.
     let mut cal2 = cal.clone();
+    cal2.host.copy_per_byte_ns *= m;
     if host_cores <= 1 {
         cal2.host.bounce_ns = 0.0;
     } else {
@@ -653,6 +691,7 @@ fn build(sc: &Scenario, cal: &Calibration) -> Result<(Des, Vec<usize>, Vec<usize
             link,
             bus,
             lock,
+            ports,
         };
         let mut b = Builder {
             cal: &cal2,
@@ -701,9 +740,10 @@ fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
             (arrivals(1), 2 * s as u64)
         }
         Workload::Crr => {
-            // Client: socket + connect; SYN, SYN-ACK, ACK.
+            // Client: socket + connect (a local port); SYN, SYN-ACK, ACK.
             b.api(Side::Client);
             b.api(Side::Client);
+            b.take_port();
             b.control(Side::Client, Side::Server);
             b.control(Side::Server, Side::Client);
             // An offload daemon's client library waits for connect's completion.
@@ -726,6 +766,10 @@ fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
             b.api(Side::Server);
             b.after_wake(Side::Server);
             b.api(Side::Server);
+            // The server's close waits for its completion too (the bench's server calls
+            // accept, recv, recv and close, and a blocking one sleeps), but not on the
+            // client's path: only its wait's CPU, on the core both applications share.
+            b.after_wake(Side::Server);
             b.control(Side::Server, Side::Client);
             // ... and for close's.
             b.sync_wait(Side::Client);
