@@ -33,37 +33,6 @@ pub struct StackCosts {
     /// Data segments per pure ACK in bulk transfer (delayed ACK: 2).
     #[serde(default = "two")]
     pub segments_per_ack: f64,
-    /// Per-byte costs (this stack's, and the copy into and out of it) by write size: (size,
-    /// multiplier) points, sizes rising; between two, the multiplier is linear in log2 of
-    /// the size, outside them it is the nearest point's (empty: 1). A large write's bytes
-    /// are colder in the cache than a small one's: at 64 KiB, 16 KiB's per-byte cost
-    /// over-predicted the stream rate by 22–42 % in every validation.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub byte_scale: Vec<(usize, f64)>,
-}
-
-impl StackCosts {
-    /// The per-byte multiplier at writes of `size` bytes ([`StackCosts::byte_scale`]).
-    pub fn byte_scale_at(&self, size: usize) -> f64 {
-        let v = &self.byte_scale;
-        let (Some(first), Some(last)) = (v.first(), v.last()) else {
-            return 1.0;
-        };
-        if size <= first.0 {
-            return first.1;
-        }
-        if size >= last.0 {
-            return last.1;
-        }
-        let l = |x: usize| (x.max(1) as f64).log2();
-        v.windows(2)
-            .find(|w| size <= w[1].0)
-            .map(|w| {
-                let t = (l(size) - l(w[0].0)) / (l(w[1].0) - l(w[0].0)).max(1e-12);
-                w[0].1 + t * (w[1].1 - w[0].1)
-            })
-            .unwrap_or(last.1)
-    }
 }
 
 fn two() -> f64 {
@@ -311,7 +280,6 @@ pub fn fit_profile(p: &ProfileReport) -> Result<ProfileFit, String> {
             send_per_byte_ns: sb,
             recv_fixed_ns: rf,
             recv_per_byte_ns: rb,
-            byte_scale: vec![],
             ctrl_send_ns: mean(&ack_out),
             ctrl_recv_ns: mean(&ack_in),
             conn_ns: 0.0,

@@ -5,8 +5,7 @@
 //! | parameter | fitted to |
 //! |---|---|
 //! | `host.poll_turn_ns` | flowstack rr, 1 core: its **median** response time |
-//! | flowstack per-byte scale | flowstack stream, 1 core (16 KiB writes) |
-//! | `flowstack.byte_scale`, `kernel.byte_scale` | flowstack's and the kernel's stream, 1 core, 256 KiB writes: the per-byte multiplier there |
+//! | flowstack per-byte scale | flowstack stream, 1 core |
 //! | `flowstack.conn_ns` | flowstack crr, 1 core |
 //! | `host.copy_per_byte_ns` | kernel stream, 1 core |
 //! | `host.wakeup_ns` | kernel rr, 1 core |
@@ -62,7 +61,7 @@ pub struct CalConfig {
 }
 
 /// The calibration runs, in the order they are made.
-pub const CAL_CONFIGS: [CalConfig; 9] = [
+pub const CAL_CONFIGS: [CalConfig; 7] = [
     CalConfig {
         file: "cal-rr-flowstack-c1.json",
         peer: Peer::Flowstack,
@@ -106,20 +105,6 @@ pub const CAL_CONFIGS: [CalConfig; 9] = [
         clients: Clients::Colocated,
     },
     CalConfig {
-        file: "cal-stream-flowstack-c1-256k.json",
-        peer: Peer::Flowstack,
-        workload: BenchWorkload::Stream,
-        msg_size: BIG_WRITE,
-        clients: Clients::Colocated,
-    },
-    CalConfig {
-        file: "cal-stream-kernel-c1-256k.json",
-        peer: Peer::Kernel,
-        workload: BenchWorkload::Stream,
-        msg_size: BIG_WRITE,
-        clients: Clients::Colocated,
-    },
-    CalConfig {
         file: "cal-rr-kernel-split.json",
         peer: Peer::Kernel,
         workload: BenchWorkload::Rr,
@@ -127,11 +112,6 @@ pub const CAL_CONFIGS: [CalConfig; 9] = [
         clients: Clients::Split,
     },
 ];
-
-/// The stream calibration's second write size (the first is 16 KiB): the validated
-/// 64 KiB lies between the two, halfway in log2, so its per-byte multiplier
-/// ([`StackCosts::byte_scale`]) is interpolated, never extrapolated.
-pub const BIG_WRITE: usize = 262_144;
 
 /// The share a calibration run is simulated at: the measured one. (The split run's two
 /// threads mostly sleep, and other processes fill their cores meanwhile; its work still
@@ -356,20 +336,9 @@ fn find(
     w: BenchWorkload,
     clients: Clients,
 ) -> Result<&CalRun, String> {
-    find_sized(runs, peer, w, clients, |s| s != BIG_WRITE)
-}
-
-fn find_sized(
-    runs: &[CalRun],
-    peer: Peer,
-    w: BenchWorkload,
-    clients: Clients,
-    size: impl Fn(usize) -> bool,
-) -> Result<&CalRun, String> {
     runs.iter()
         .find(|r| {
             r.report.workload == w
-                && size(r.report.msg_size)
                 && r.clients == clients
                 && r.report.peers.contains_key(&peer)
                 && (clients == Clients::Split || r.report.cores == Some(1))
@@ -418,7 +387,6 @@ pub fn calibrate(
             conn_ns: 0.0,
             max_segment: 65483,
             segments_per_ack: 2.0,
-            byte_scale: vec![],
         },
         flowstack: Some(pf.costs.clone()),
         host: assumed_host(),
@@ -468,16 +436,6 @@ pub fn calibrate(
     )?;
     let k_crr = find(runs, Peer::Kernel, BenchWorkload::Crr, Clients::Colocated)?;
     let k_split = find(runs, Peer::Kernel, BenchWorkload::Rr, Clients::Split)?;
-    let big = |p| {
-        find_sized(
-            runs,
-            p,
-            BenchWorkload::Stream,
-            Clients::Colocated,
-            |s| s == BIG_WRITE,
-        )
-    };
-    let (f_big, k_big) = (big(Peer::Flowstack)?, big(Peer::Kernel)?);
     let metric = |r: &CalRun, p: Peer| r.report.peers[&p].metric();
     let pm = |c: &Calibration, p: Peer, r: &CalRun, cl: Clients| {
         let cores = if cl == Clients::Split { 2 } else { 1 };
@@ -540,16 +498,6 @@ pub fn calibrate(
         let f = cal.flowstack.as_mut().expect("set");
         f.send_per_byte_ns = base_fb.0 * x;
         f.recv_per_byte_ns = base_fb.1 * x;
-        let m = bisect(metric(f_big, Peer::Flowstack), 2.0, |m| {
-            let mut c = cal.clone();
-            c.flowstack.as_mut().expect("set").byte_scale = scale_points(m);
-            pm(&c, Peer::Flowstack, f_big, Clients::Colocated)
-        });
-        cal.flowstack.as_mut().expect("set").byte_scale = scale_points(m);
-        cal.fitted.insert(
-            "flowstack.byte_scale (per-byte multiplier at 256 KiB writes)".into(),
-            format!("{m:.3}, to {}", note(f_big, Peer::Flowstack)),
-        );
         cal.fitted.insert(
             "flowstack per-byte scale (x profile slope)".into(),
             format!("{x:.3}, to {}", note(f_st, Peer::Flowstack)),
@@ -569,16 +517,6 @@ pub fn calibrate(
             pm(&c, Peer::Kernel, k_st, Clients::Colocated)
         });
         cal.host.copy_per_byte_ns = x;
-        let m = bisect(metric(k_big, Peer::Kernel), 2.0, |m| {
-            let mut c = cal.clone();
-            c.kernel.byte_scale = scale_points(m);
-            pm(&c, Peer::Kernel, k_big, Clients::Colocated)
-        });
-        cal.kernel.byte_scale = scale_points(m);
-        cal.fitted.insert(
-            "kernel.byte_scale (per-byte multiplier at 256 KiB writes)".into(),
-            format!("{m:.3}, to {}", note(k_big, Peer::Kernel)),
-        );
         let t = metric(k_rr, Peer::Kernel);
         let x = bisect(t, 5000.0, |x| {
             let mut c = cal.clone();
@@ -669,11 +607,6 @@ pub fn calibrate(
         ),
     );
     Ok(cal)
-}
-
-/// Per-byte multipliers: 1 at the 16 KiB calibration write, `m` at [`BIG_WRITE`].
-fn scale_points(m: f64) -> Vec<(usize, f64)> {
-    vec![(16384, 1.0), (BIG_WRITE, m)]
 }
 
 fn rr_p50(r: &CalRun, p: Peer) -> Result<f64, String> {

@@ -192,6 +192,24 @@ fn the_fit_reproduces_the_runs_it_was_fitted_to() {
             continue;
         }
         for (&peer, s) in &r.report.peers {
+            if peer == flowstack_prof::report::Peer::Flowstack
+                && r.report.workload == flowstack_prof::report::Workload::Rr
+            {
+                // The loop's turn is fitted to the median response time.
+                let m = s.latency.unwrap().p50_us;
+                let p = predict_p50(
+                    &cal,
+                    peer,
+                    Workload::Rr,
+                    r.report.msg_size,
+                    1,
+                    r.report.conns,
+                    Clients::Colocated,
+                )
+                .unwrap();
+                assert!((p - m).abs() / m < 0.03, "flowstack rr p50: {p} vs {m}");
+                continue;
+            }
             let cores = if r.clients == Clients::Split { 2 } else { 1 };
             let p = predict_metric(
                 &cal,
@@ -249,12 +267,12 @@ fn a_slower_nic_processor_lowers_offload_throughput() {
     let mbps = |ratio: f64| {
         let mut a = Arch::parse("offload:1").unwrap();
         a.engine_ratio = ratio;
-        let mut sc = Scenario::new(a, Workload::Stream, 1448, 1);
+        let mut sc = Scenario::new(a, Workload::Stream, 65536, 1);
         sc.txns = 20_000;
         simulate(&sc, &vm()).unwrap().mbps
     };
     let (slow, fast) = (mbps(0.1), mbps(1.0));
-    assert!(slow < fast * 0.5, "{slow} vs {fast}");
+    assert!(slow < fast * 0.7, "{slow} vs {fast}");
 }
 
 #[test]
@@ -337,6 +355,8 @@ fn with_the_scheduler_a_cross_core_server_does_not_slow_the_local_pair_step_by_s
     let run = |slice_ns: f64, servers: Vec<usize>| {
         let mut cal = vm();
         cal.host.sched_slice_ns = slice_ns;
+        // The cross-core wake-up of the 2026-11-23 preset (the mechanism, not the preset).
+        cal.host.cross_core_ns = 17_668.7;
         let mut sc = Scenario::new(Arch::parse("kernel").unwrap(), Workload::Rr, 64, 2);
         sc.conns = 2;
         sc.clients = Clients::Colocated;
@@ -475,4 +495,24 @@ fn a_daemon_crr_costs_the_applications_six_waits() {
         (per_conn - 600.0).abs() < 1.0,
         "{per_conn} us of waits per connection"
     );
+}
+
+/// Stream writes coalesce into full segments (Nagle holds a write smaller than a segment
+/// while data is unacknowledged): the per-segment costs are per 64 KiB of bytes whatever
+/// the write size, so flowstack's loop moves 16 KiB and 64 KiB writes at the same rate, as
+/// the bench measures (0.95–1.05x) — charged per write, 64 KiB ran 1.24x faster, and the
+/// 64 KiB rows fitted at 16 KiB missed by +22..+42 %.
+#[test]
+fn stream_writes_leave_in_full_segments_whatever_their_size() {
+    let rate = |arch: &str, size| {
+        let mut sc = Scenario::new(Arch::parse(arch).unwrap(), Workload::Stream, size, 1);
+        sc.clients = Clients::Colocated;
+        sc.txns = 4000;
+        simulate(&sc, &vm()).unwrap().mbps
+    };
+    let f = rate("percore", 65536) / rate("percore", 16384);
+    assert!((f - 1.0).abs() < 0.01, "flowstack 64 KiB / 16 KiB = {f}");
+    // The kernel keeps its per-write system calls and wake-ups: a little faster at 64 KiB.
+    let k = rate("kernel", 65536) / rate("kernel", 16384);
+    assert!(k > 1.0 && k < 1.15, "kernel 64 KiB / 16 KiB = {k}");
 }
