@@ -192,6 +192,9 @@ pub struct ResTally {
     /// work: not in `busy_ps`).
     #[serde(default)]
     pub spin_ps: u64,
+    /// Times a sleeping core ([`Des::sleeps`]) was woken.
+    #[serde(default)]
+    pub wakes: u64,
 }
 
 impl ResTally {
@@ -222,6 +225,10 @@ struct Resource {
     /// A pool ([`Des::pool`]): when each token is free again, earliest first, and how long
     /// a token is held.
     pool: Option<(VecDeque<Ps>, Ps)>,
+    /// A stack core that sleeps ([`Des::sleeps`]): its spin and its wake-up latency.
+    sleep: Option<(Ps, Ps)>,
+    /// When it last ran out of work.
+    idle_since: Ps,
 }
 
 struct Txn {
@@ -344,14 +351,24 @@ impl Des {
                 jobs: 0,
                 wait_ps: 0,
                 spin_ps: 0,
+                wakes: 0,
             },
             queue: VecDeque::new(),
             running: None,
             slice: None,
             current: None,
             pool: None,
+            sleep: None,
+            idle_since: 0,
         });
         self.res.len() - 1
+    }
+
+    /// Makes core `r` spin `spin_ns` after it runs out of work, then sleep: a job that
+    /// arrives while it sleeps starts `wake_ns` later (the doorbell and the wake-up of a
+    /// thread on another core), as flowstackd's engine loop does (`--spin-us`, 50 µs).
+    pub fn sleeps(&mut self, r: usize, spin_ns: f64, wake_ns: f64) {
+        self.res[r].sleep = Some((to_ps(spin_ns), to_ps(wake_ns)));
     }
 
     /// Adds a pool of `tokens` tokens, each held for `hold_ns` from when it is taken (e.g.
@@ -524,7 +541,16 @@ impl Des {
                     thread: step.thread,
                 });
                 if self.res[r].running.is_none() {
-                    self.serve_next(r);
+                    // An idle core that spun out its spin sleeps: the job waits for it.
+                    let res = &self.res[r];
+                    let wake = match res.sleep {
+                        Some((spin, wake)) if self.now - res.idle_since >= spin => wake,
+                        _ => 0,
+                    };
+                    if wake > 0 {
+                        self.res[r].t.wakes += 1;
+                    }
+                    self.serve_next(r, wake);
                 }
                 if step.detached {
                     self.push(self.now, Ev::Ready(t));
@@ -564,21 +590,23 @@ impl Des {
         job
     }
 
-    fn serve_next(&mut self, r: usize) {
+    /// Starts core `r`'s next job, `wake` picoseconds from now (a sleeping core's wake-up).
+    fn serve_next(&mut self, r: usize, wake: Ps) {
         if let Some(job) = self.next_job(r) {
+            let now = self.now + wake;
             // With a lock: spin until it is free, then hold it for the work.
             let start = match job.lock {
                 Some(l) => {
-                    let s = self.locks[l].max(self.now);
+                    let s = self.locks[l].max(now);
                     self.locks[l] = s + job.ps;
                     s
                 }
-                None => self.now,
+                None => now,
             };
             let res = &mut self.res[r];
             res.t.jobs += 1;
             res.t.wait_ps += u128::from(self.now - job.enq);
-            res.t.spin_ps += start - self.now;
+            res.t.spin_ps += start - now;
             res.running = Some((job, start));
             let at = start + job.ps;
             self.push(at, Ev::Done(r));
@@ -587,12 +615,14 @@ impl Des {
 
     fn done(&mut self, r: usize) {
         let (job, _) = self.res[r].running.take().expect("a Done event has a job");
+        // Busy until now: a spin before sleeping starts here, not at the last idle time.
+        self.res[r].idle_since = self.now;
         self.res[r].t.busy_ps[job.cat.idx()] += job.ps;
         if job.txn != DETACHED {
             self.ready(job.txn);
         }
         if self.res[r].running.is_none() {
-            self.serve_next(r);
+            self.serve_next(r, 0);
         }
     }
 }

@@ -240,6 +240,7 @@ fn assumed_host() -> HostCosts {
         stack_op_ns: 0.0,
         app_wait_ns: 0.0,
         sched_slice_ns: crate::calib::base_slice_2cpu(),
+        engine_spin_ns: crate::calib::daemon_spin(),
         connect_ports: 14116.0,
         port_reuse_ns: 1e9,
     }

@@ -623,6 +623,12 @@ fn build(sc: &Scenario, cal: &Calibration) -> Result<(Des, Vec<usize>, Vec<usize
     let engines: Vec<usize> = (0..a.engines)
         .map(|i| d.resource(format!("engine{i}"), Kind::StackCore, engine_speed))
         .collect();
+    if a.engines_on_host && cal.host.engine_spin_ns > 0.0 {
+        // A daemon's engine thread spins, then sleeps until a doorbell wakes it.
+        for &e in &engines {
+            d.sleeps(e, cal.host.engine_spin_ns, cal.host.cross_core_ns);
+        }
+    }
     let remote = sc.clients == Clients::Remote;
     let link = remote.then(|| d.resource("link", Kind::Link, 1.0));
     let bus = (!engines.is_empty()).then(|| d.resource("bus", Kind::Bus, 1.0));

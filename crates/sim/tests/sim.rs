@@ -317,7 +317,10 @@ fn the_drive_loop_sees_the_response_one_turn_before_the_cycle_ends() {
 
 #[test]
 fn a_daemon_that_wakes_its_applications_pays_two_cross_core_wake_ups_per_rr() {
-    let cal = vm();
+    let mut cal = vm();
+    // An engine that never sleeps: only the applications' wake-ups (the engine's own are
+    // `a_daemon_engine_that_spun_out_its_spin_is_woken_first`).
+    cal.host.engine_spin_ns = 0.0;
     let one = simulate(&offload_scenario(Workload::Rr, 64, 1.0), &cal).unwrap();
     let mut slow = cal.clone();
     slow.host.cross_core_ns += 10_000.0;
@@ -515,4 +518,25 @@ fn stream_writes_leave_in_full_segments_whatever_their_size() {
     // The kernel keeps its per-write system calls and wake-ups: a little faster at 64 KiB.
     let k = rate("kernel", 65536) / rate("kernel", 16384);
     assert!(k > 1.0 && k < 1.15, "kernel 64 KiB / 16 KiB = {k}");
+}
+
+/// flowstackd's engine spins 50 µs after its last work, then sleeps until an application
+/// rings its doorbell. When the woken applications take longer than that to answer (their
+/// waits' CPU on a shared core), each message to the daemon wakes it first: an rr request
+/// costs two more cross-core wake-ups on its path than with an engine that never sleeps.
+#[test]
+fn a_daemon_engine_that_spun_out_its_spin_is_woken_first() {
+    let mut cal = vm();
+    cal.host.app_wait_ns = 100_000.0;
+    cal.host.cross_core_ns = 10_000.0;
+    cal.host.engine_spin_ns = 50_000.0;
+    let sleeping = simulate(&offload_scenario(Workload::Rr, 64, 1.0), &cal).unwrap();
+    cal.host.engine_spin_ns = 0.0;
+    let spinning = simulate(&offload_scenario(Workload::Rr, 64, 1.0), &cal).unwrap();
+    let more = sleeping.p50_us - spinning.p50_us;
+    assert!((more - 20.0).abs() < 1.0, "{more} us more per request");
+    // A spin longer than any gap: never asleep, nothing more.
+    cal.host.engine_spin_ns = 1e9;
+    let long = simulate(&offload_scenario(Workload::Rr, 64, 1.0), &cal).unwrap();
+    assert!((long.p50_us - spinning.p50_us).abs() < 0.01);
 }
