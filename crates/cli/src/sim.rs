@@ -431,10 +431,7 @@ impl CpuSnapshot {
 /// rises with the share, so the share that stands for the median run is the median share —
 /// not the share over all runs, which one starved run (a tenth of the others' rate) pulls
 /// far below what the median run got.
-fn bench_with_share(
-    spec: &BenchSpec,
-    cpus: usize,
-) -> (Result<BenchReport, String>, Option<f64>) {
+fn bench_with_share(spec: &BenchSpec, cpus: usize) -> (Result<BenchReport, String>, Option<f64>) {
     let mut before: Option<CpuSnapshot> = None;
     let mut shares: Vec<f64> = vec![];
     let r = spec.clone().validated().and_then(|s| {
@@ -582,7 +579,10 @@ fn run_validate(a: &SimArgs) -> ExitCode {
                 c.cores,
                 c.peer.name(),
                 if pl.is_empty() {
-                    format!("--kernel-placement free, most likely median of {} runs", a.runs)
+                    format!(
+                        "--kernel-placement free, most likely median of {} runs",
+                        a.runs
+                    )
                 } else {
                     format!("servers on cores {pl:?}")
                 },
