@@ -325,15 +325,16 @@ fn flowstack_core(
 
 /// The kernel on `n` cores (see the [module docs](self)).
 pub fn run_kernel(spec: &BenchSpec, n: usize) -> Result<CoresRun, String> {
+    let local = spec.opts.kernel_placement == crate::spec::Placement::Same;
     // Core 0's listener picks the port; the others join it with SO_REUSEPORT.
-    let first = reuseport_listener(0)?;
+    let first = reuseport_listener(0, local.then_some(0))?;
     let port = first
         .local_addr()
         .map_err(|e| format!("kernel listener: {e}"))?
         .port();
     let mut listeners = vec![Some(first)];
-    for _ in 1..n {
-        listeners.push(Some(reuseport_listener(port)?));
+    for k in 1..n {
+        listeners.push(Some(reuseport_listener(port, local.then_some(k))?));
     }
     let listeners = Arc::new(std::sync::Mutex::new(listeners));
     let s = spec.clone();
@@ -345,12 +346,20 @@ pub fn run_kernel(spec: &BenchSpec, n: usize) -> Result<CoresRun, String> {
     })
 }
 
-fn reuseport_listener(port: u16) -> Result<TcpListener, String> {
+/// A listener of the `SO_REUSEPORT` group on `port` (0: a new port). With `incoming_cpu`
+/// (`--kernel-placement same`), `SO_INCOMING_CPU`: since Linux 6.1 the group hands a
+/// connection to the listener whose CPU processed its SYN when there is one
+/// (`reuseport_select_sock_by_hash`), and over loopback that is the connecting client's
+/// CPU — so each connection's server runs on its client's core, in every run.
+fn reuseport_listener(port: u16, incoming_cpu: Option<usize>) -> Result<TcpListener, String> {
     use socket2::{Domain, Socket, Type};
     let e = |e: std::io::Error| format!("kernel SO_REUSEPORT listener: {e}");
     let s = Socket::new(Domain::IPV4, Type::STREAM, None).map_err(e)?;
     s.set_reuse_address(true).map_err(e)?;
     s.set_reuse_port(true).map_err(e)?;
+    if let Some(cpu) = incoming_cpu {
+        s.set_cpu_affinity(cpu % cpu_count().max(1)).map_err(e)?;
+    }
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     s.bind(&addr.into()).map_err(e)?;
     s.listen(1024).map_err(e)?;

@@ -227,14 +227,9 @@ fn cal_runs(a: &SimArgs, dir: &std::path::Path) -> Result<(Vec<CalRun>, OffloadC
                 },
                 cores: (c.clients != Clients::Split).then_some(1),
             };
-            let before = CpuSnapshot::take();
-            let r = spec
-                .validated()
-                .and_then(|s| flowstack_bench::run(&s, &mut |_| {}))?;
             let cpus = if c.clients == Clients::Split { 2 } else { 1 };
-            let share = CpuSnapshot::take()
-                .share_since(&before, cpus)
-                .unwrap_or(1.0);
+            let (r, share) = bench_with_share(&spec, cpus);
+            let (r, share) = (r?, share.unwrap_or(1.0));
             shares.insert(c.file.to_string(), share);
             std::fs::write(&path, flowstack_prof::report::to_json(&r))
                 .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
@@ -430,6 +425,31 @@ impl CpuSnapshot {
     }
 }
 
+/// Runs `spec` through the bench library and measures the CPU share of CPUs `0..cpus` each
+/// of its runs got (from `/proc/stat` at the run's start and end); returns the report and
+/// the **median of the runs' shares**. The bench reports the median run, and the prediction
+/// rises with the share, so the share that stands for the median run is the median share —
+/// not the share over all runs, which one starved run (a tenth of the others' rate) pulls
+/// far below what the median run got.
+fn bench_with_share(spec: &BenchSpec, cpus: usize) -> (Result<BenchReport, String>, Option<f64>) {
+    let mut before: Option<CpuSnapshot> = None;
+    let mut shares: Vec<f64> = vec![];
+    let r = spec.clone().validated().and_then(|s| {
+        flowstack_bench::run(&s, &mut |e| match e {
+            flowstack_bench::Event::Started { .. } => before = Some(CpuSnapshot::take()),
+            flowstack_bench::Event::Finished { .. } => {
+                if let Some(x) = before
+                    .take()
+                    .and_then(|b| CpuSnapshot::take().share_since(&b, cpus))
+                {
+                    shares.push(x);
+                }
+            }
+        })
+    });
+    (r, flowstack_sim::validate::median(&shares))
+}
+
 fn run_validate(a: &SimArgs) -> ExitCode {
     // Twelve configurations: at most 6 s of runs each keeps the command within two minutes.
     if !(0.2..=6.0).contains(&a.duration)
@@ -481,14 +501,17 @@ fn run_validate(a: &SimArgs) -> ExitCode {
             duration: a.duration,
             conns: 1,
             runs: a.runs,
-            opts: RunOpts::default(),
+            opts: RunOpts {
+                kernel_placement: if c.peer == Peer::Kernel {
+                    flowstack_bench::Placement::Same
+                } else {
+                    flowstack_bench::Placement::Free
+                },
+                ..RunOpts::default()
+            },
             cores: Some(c.cores),
         };
-        let before = CpuSnapshot::take();
-        let measured = spec
-            .validated()
-            .and_then(|s| flowstack_bench::run(&s, &mut |_| {}));
-        let share = CpuSnapshot::take().share_since(&before, c.cores);
+        let (measured, share) = bench_with_share(&spec, c.cores);
         kernel_runs.push((c, measured, share));
     }
     let mut offload_runs = vec![];
@@ -550,12 +573,19 @@ fn run_validate(a: &SimArgs) -> ExitCode {
         };
         for (pl, m, l) in &pred.by_placement {
             placements.push(format!(
-                "  {} {} B, --cores {}, {}: servers on cores {:?} (clients on 0..{}): {:.0}, p50 {:.1} us",
+                "  {} {} B, --cores {}, {}: {} (clients on 0..{}): {:.0}, p50 {:.1} us",
                 c.workload.name(),
                 c.size(),
                 c.cores,
                 c.peer.name(),
-                pl,
+                if pl.is_empty() {
+                    format!(
+                        "--kernel-placement free, most likely median of {} runs",
+                        a.runs
+                    )
+                } else {
+                    format!("servers on cores {pl:?}")
+                },
                 c.cores,
                 m,
                 l
@@ -610,7 +640,7 @@ fn run_validate(a: &SimArgs) -> ExitCode {
     validate::explain(&mut rows);
     print!("{}", validate::table(&rows));
     if !placements.is_empty() {
-        println!("the kernel's placements (each equally likely; the prediction is the most likely median of {} runs):", a.runs);
+        println!("not measured: the kernel's other placements (--kernel-placement free draws each with equal probability per run):");
         for p in &placements {
             println!("{p}");
         }

@@ -83,6 +83,27 @@ pub struct HostCosts {
     /// `kernel/sched/fair.c`, `SCHED_TUNABLESCALING_LOG`).
     #[serde(default = "base_slice_2cpu")]
     pub sched_slice_ns: f64,
+    /// A daemon's stack core (flowstackd's engine) spins this long after its last work,
+    /// then sleeps until an application rings its doorbell (`--spin-us`, default 50 µs);
+    /// the wake-up then takes [`HostCosts::cross_core_ns`]. 0: it never sleeps.
+    #[serde(default = "daemon_spin")]
+    pub engine_spin_ns: f64,
+    /// Kernel, clients on this host: the local ports `connect()` takes for one destination
+    /// — Linux tries the even ports of `ip_local_port_range` first (`__inet_hash_connect`),
+    /// 14116 of 32768–60999 (0: no limit).
+    #[serde(default)]
+    pub connect_ports: f64,
+    /// ... and how long a closed connection keeps its port: a port in TIME-WAIT is reused
+    /// for the same destination once its last timestamp is older than
+    /// `net.ipv4.tcp_tw_reuse_delay` (1000 ms; `tcp_tw_reuse` = 2 for loopback). So at
+    /// most `connect_ports` connections per this time (0: no limit).
+    #[serde(default)]
+    pub port_reuse_ns: f64,
+}
+
+/// flowstackd's default spin before its engine sleeps (`DEFAULT_SPIN`, `--spin-us 50`).
+pub fn daemon_spin() -> f64 {
+    50_000.0
 }
 
 /// Linux's EEVDF base slice on 2 CPUs: 0.75 ms × (1 + log2 2).

@@ -96,6 +96,9 @@ pub enum Kind {
     Bus,
     /// The network link (serialisation at its bandwidth).
     Link,
+    /// A pool of tokens each held for a fixed time after it is taken ([`Des::pool`]): no
+    /// work, only a wait when every token is held.
+    Pool,
 }
 
 /// One step of a script: work on a resource, or a pure delay.
@@ -189,6 +192,9 @@ pub struct ResTally {
     /// work: not in `busy_ps`).
     #[serde(default)]
     pub spin_ps: u64,
+    /// Times a sleeping core ([`Des::sleeps`]) was woken.
+    #[serde(default)]
+    pub wakes: u64,
 }
 
 impl ResTally {
@@ -216,6 +222,13 @@ struct Resource {
     slice: Option<Ps>,
     /// The thread holding the core and when it got it.
     current: Option<(u32, Ps)>,
+    /// A pool ([`Des::pool`]): when each token is free again, earliest first, and how long
+    /// a token is held.
+    pool: Option<(VecDeque<Ps>, Ps)>,
+    /// A stack core that sleeps ([`Des::sleeps`]): its spin and its wake-up latency.
+    sleep: Option<(Ps, Ps)>,
+    /// When it last ran out of work.
+    idle_since: Ps,
 }
 
 struct Txn {
@@ -338,13 +351,38 @@ impl Des {
                 jobs: 0,
                 wait_ps: 0,
                 spin_ps: 0,
+                wakes: 0,
             },
             queue: VecDeque::new(),
             running: None,
             slice: None,
             current: None,
+            pool: None,
+            sleep: None,
+            idle_since: 0,
         });
         self.res.len() - 1
+    }
+
+    /// Makes core `r` spin `spin_ns` after it runs out of work, then sleep: a job that
+    /// arrives while it sleeps starts `wake_ns` later (the doorbell and the wake-up of a
+    /// thread on another core), as flowstackd's engine loop does (`--spin-us`, 50 µs).
+    pub fn sleeps(&mut self, r: usize, spin_ns: f64, wake_ns: f64) {
+        self.res[r].sleep = Some((to_ps(spin_ns), to_ps(wake_ns)));
+    }
+
+    /// Adds a pool of `tokens` tokens, each held for `hold_ns` from when it is taken (e.g.
+    /// the ephemeral ports a TIME-WAIT keeps: one is reused only after a delay); returns its
+    /// index, a resource a step names (its `ns` is ignored). A step on it waits until a token
+    /// is free and takes the one free first: at most `tokens` steps per `hold_ns` pass, and
+    /// none waits while fewer are taken.
+    pub fn pool(&mut self, name: impl Into<String>, tokens: usize, hold_ns: f64) -> usize {
+        let r = self.resource(name, Kind::Pool, 1.0);
+        self.res[r].pool = Some((
+            std::iter::repeat_n(0, tokens.max(1)).collect(),
+            to_ps(hold_ns),
+        ));
+        r
     }
 
     /// Gives core `r` a scheduler of threads that block (Linux's EEVDF between threads of
@@ -479,6 +517,18 @@ impl Des {
                 let at = self.now + to_ps(step.ns);
                 self.push(at, Ev::Ready(t));
             }
+            Some(r) if self.res[r].pool.is_some() => {
+                let now = self.now;
+                let res = &mut self.res[r];
+                let (free, hold) = res.pool.as_mut().expect("checked");
+                // Tokens are taken in the order they come free, and each is free again
+                // `hold` after it is taken: the queue stays sorted.
+                let at = free.pop_front().unwrap_or(0).max(now);
+                free.push_back(at + *hold);
+                res.t.jobs += 1;
+                res.t.wait_ps += u128::from(at - now);
+                self.push(at, Ev::Ready(t));
+            }
             Some(r) => {
                 let ps = to_ps(step.ns / self.res[r].t.speed);
                 self.res[r].t.submitted_ps += ps;
@@ -491,7 +541,16 @@ impl Des {
                     thread: step.thread,
                 });
                 if self.res[r].running.is_none() {
-                    self.serve_next(r);
+                    // An idle core that spun out its spin sleeps: the job waits for it.
+                    let res = &self.res[r];
+                    let wake = match res.sleep {
+                        Some((spin, wake)) if self.now - res.idle_since >= spin => wake,
+                        _ => 0,
+                    };
+                    if wake > 0 {
+                        self.res[r].t.wakes += 1;
+                    }
+                    self.serve_next(r, wake);
                 }
                 if step.detached {
                     self.push(self.now, Ev::Ready(t));
@@ -531,21 +590,23 @@ impl Des {
         job
     }
 
-    fn serve_next(&mut self, r: usize) {
+    /// Starts core `r`'s next job, `wake` picoseconds from now (a sleeping core's wake-up).
+    fn serve_next(&mut self, r: usize, wake: Ps) {
         if let Some(job) = self.next_job(r) {
+            let now = self.now + wake;
             // With a lock: spin until it is free, then hold it for the work.
             let start = match job.lock {
                 Some(l) => {
-                    let s = self.locks[l].max(self.now);
+                    let s = self.locks[l].max(now);
                     self.locks[l] = s + job.ps;
                     s
                 }
-                None => self.now,
+                None => now,
             };
             let res = &mut self.res[r];
             res.t.jobs += 1;
             res.t.wait_ps += u128::from(self.now - job.enq);
-            res.t.spin_ps += start - self.now;
+            res.t.spin_ps += start - now;
             res.running = Some((job, start));
             let at = start + job.ps;
             self.push(at, Ev::Done(r));
@@ -554,12 +615,14 @@ impl Des {
 
     fn done(&mut self, r: usize) {
         let (job, _) = self.res[r].running.take().expect("a Done event has a job");
+        // Busy until now: a spin before sleeping starts here, not at the last idle time.
+        self.res[r].idle_since = self.now;
         self.res[r].t.busy_ps[job.cat.idx()] += job.ps;
         if job.txn != DETACHED {
             self.ready(job.txn);
         }
         if self.res[r].running.is_none() {
-            self.serve_next(r);
+            self.serve_next(r, 0);
         }
     }
 }
@@ -710,6 +773,39 @@ mod tests {
         assert_eq!(first_b(None), 1_100_000);
         assert_eq!(first_b(Some(1e6)), 5_100_000);
         assert_eq!(first_b(Some(2000.0)), 2_100_000);
+    }
+
+    /// A pool of 2 tokens held 1000 ns each: a closed loop of 100 ns steps runs two
+    /// transactions per 1000 ns, not ten; a free token costs no wait.
+    #[test]
+    fn a_pool_lets_through_its_tokens_per_hold_time() {
+        let mut d = Des::new(1);
+        let a = d.resource("a", Kind::HostCore, 1.0);
+        let p = d.pool("ports", 2, 1000.0);
+        let st = |res, ns| Step {
+            res: Some(res),
+            ns,
+            cat: Cat::Stack,
+            lock: None,
+            detached: false,
+            thread: None,
+        };
+        d.flow(Flow {
+            script: vec![st(p, 0.0), st(a, 100.0)],
+            arrivals: Arrivals::Closed {
+                outstanding: 1,
+                think_ns: 0.0,
+            },
+            bytes: 0,
+            observe_at: None,
+        });
+        let t = d.run(u64::MAX, 20);
+        // Tokens taken at 0, 100, then 1000, 1100, 2000, 2100, ...: transaction 20 ends
+        // at 9100 + 100.
+        assert_eq!(t.end_ps, 9_200_000);
+        assert_eq!(t.latencies_ps[0], 100_000);
+        assert_eq!(t.latencies_ps[2], 900_000);
+        assert_eq!(t.resources[p].busy(), 0);
     }
 
     #[test]

@@ -196,6 +196,8 @@ struct Places {
     link: Option<usize>,
     bus: Option<usize>,
     lock: Option<usize>,
+    /// The local ports the client's `connect()` takes ([`Des::pool`]), where they limit.
+    ports: Option<usize>,
 }
 
 struct Builder<'a> {
@@ -531,6 +533,22 @@ impl Builder<'_> {
         self.on(rxs, st.ctrl_recv_ns, Cat::Stack);
     }
 
+    /// The client's `connect()` takes a local port: it waits when every port is still in
+    /// TIME-WAIT ([`HostCosts::connect_ports`](crate::calib::HostCosts::connect_ports)).
+    fn take_port(&mut self) {
+        if let Some(p) = self.p.ports {
+            self.who = Side::Client;
+            self.steps.push(Step {
+                res: Some(p),
+                ns: 0.0,
+                cat: Cat::Wire,
+                lock: None,
+                detached: false,
+                thread: None,
+            });
+        }
+    }
+
     fn app_work(&mut self, ns: f64) {
         self.who = Side::Server;
         let s = Some(self.p.s_app);
@@ -605,10 +623,30 @@ fn build(sc: &Scenario, cal: &Calibration) -> Result<(Des, Vec<usize>, Vec<usize
     let engines: Vec<usize> = (0..a.engines)
         .map(|i| d.resource(format!("engine{i}"), Kind::StackCore, engine_speed))
         .collect();
+    if a.engines_on_host && cal.host.engine_spin_ns > 0.0 {
+        // A daemon's engine thread spins, then sleeps until a doorbell wakes it.
+        for &e in &engines {
+            d.sleeps(e, cal.host.engine_spin_ns, cal.host.cross_core_ns);
+        }
+    }
     let remote = sc.clients == Clients::Remote;
     let link = remote.then(|| d.resource("link", Kind::Link, 1.0));
     let bus = (!engines.is_empty()).then(|| d.resource("bus", Kind::Bus, 1.0));
     let lock = (a.shared_conn_lock && sc.workload == Workload::Crr).then(|| d.lock());
+    // The kernel's clients on this host connect to one address: its ephemeral ports limit
+    // the connection rate. Simulated as a pool held at most a millisecond (the same tokens
+    // per second), so that a run of a few thousand connections reaches the steady state.
+    let h = &cal.host;
+    let ports = (a.kernel_stack
+        && sc.clients != Clients::Remote
+        && sc.workload == Workload::Crr
+        && h.connect_ports >= 1.0
+        && h.port_reuse_ns > 0.0)
+        .then(|| {
+            let tokens = (h.connect_ports * (1e6 / h.port_reuse_ns).min(1.0)).ceil();
+            let hold = tokens / h.connect_ports * h.port_reuse_ns;
+            d.pool("ports", tokens as usize, hold)
+        });
     let stack = if a.kernel_stack {
         &cal.kernel
     } else {
@@ -653,6 +691,7 @@ fn build(sc: &Scenario, cal: &Calibration) -> Result<(Des, Vec<usize>, Vec<usize
             link,
             bus,
             lock,
+            ports,
         };
         let mut b = Builder {
             cal: &cal2,
@@ -701,9 +740,10 @@ fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
             (arrivals(1), 2 * s as u64)
         }
         Workload::Crr => {
-            // Client: socket + connect; SYN, SYN-ACK, ACK.
+            // Client: socket + connect (a local port); SYN, SYN-ACK, ACK.
             b.api(Side::Client);
             b.api(Side::Client);
+            b.take_port();
             b.control(Side::Client, Side::Server);
             b.control(Side::Server, Side::Client);
             // An offload daemon's client library waits for connect's completion.
@@ -726,6 +766,10 @@ fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
             b.api(Side::Server);
             b.after_wake(Side::Server);
             b.api(Side::Server);
+            // The server's close waits for its completion too (the bench's server calls
+            // accept, recv, recv and close, and a blocking one sleeps), but not on the
+            // client's path: only its wait's CPU, on the core both applications share.
+            b.after_wake(Side::Server);
             b.control(Side::Server, Side::Client);
             // ... and for close's.
             b.sync_wait(Side::Client);
@@ -735,8 +779,21 @@ fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
         Workload::Stream => {
             // One write per transaction, a window of writes in flight; a pure ACK per
             // `segments_per_ack` segments; the receiver's reads and wake-ups amortised over
-            // 64 KiB (it reads what has arrived, up to its buffer).
-            let segs = b.segments(s) as f64;
+            // 64 KiB (it reads what has arrived, up to its buffer). A window of 1 MiB (the
+            // default socket buffers) in flight.
+            let window = (1usize << 20).div_ceil(s).clamp(1, 64);
+            // Writes queue behind unacknowledged data and leave in full segments (TSO or
+            // the loopback MTU): a write smaller than a segment is held while data is
+            // unacknowledged (RFC 9293 §3.7.4, Nagle) and the next ones join it. So the
+            // per-segment costs are per `max_segment` bytes, not per write — charged per
+            // write, 16 KiB writes cost 1.24x (flowstack) and 1.35x (kernel) 64 KiB's per
+            // byte, where the bench measures 0.95–1.05x and 1.05–1.25x (2026-11-26).
+            let max_seg = b.stack.max_segment.max(1) as f64;
+            let segs = if window > 1 {
+                s as f64 / max_seg
+            } else {
+                b.segments(s) as f64
+            };
             let frac = (s as f64 / 65536.0).min(1.0);
             let h = b.cal.host.clone();
             let st = b.stack.clone();
@@ -800,8 +857,6 @@ fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
             if c_copy {
                 b.on(srv, s as f64 * h.copy_per_byte_ns, Cat::Copy);
             }
-            // A window of 1 MiB (the default socket buffers) in flight.
-            let window = (1usize << 20).div_ceil(s).clamp(1, 64);
             (arrivals(window), s as u64)
         }
         Workload::File => {

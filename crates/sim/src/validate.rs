@@ -37,14 +37,28 @@ impl Case {
         }
     }
 
-    /// The bench command that measures it.
+    /// The bench command that measures it. The kernel's runs pin each connection's server
+    /// to its client's core (`--kernel-placement same`: the listeners' `SO_INCOMING_CPU`),
+    /// so every run measures the one placement the model simulates ([`Case::server_cores`]).
     pub fn command(&self) -> String {
         format!(
-            "flowstack bench {} --peer {} --cores {}",
+            "flowstack bench {} --peer {} --cores {}{}",
             self.workload.name(),
             self.peer.name(),
-            self.cores
+            self.cores,
+            if self.peer == Peer::Kernel {
+                " --kernel-placement same"
+            } else {
+                ""
+            }
         )
+    }
+
+    /// The server core of each connection in the measured runs: its client's (connection
+    /// k's client runs on core k mod N). flowstack's RSS-aware ports and the kernel's
+    /// `--kernel-placement same` both keep it there.
+    pub fn server_cores(&self) -> Vec<usize> {
+        (0..self.cores).collect()
     }
 }
 
@@ -79,6 +93,18 @@ pub struct Prediction {
     /// connection), its metric and median response time.
     #[serde(default)]
     pub by_placement: Vec<(Vec<usize>, f64, f64)>,
+}
+
+/// The median of `v` (the mean of the middle two when even); `None` when empty.
+pub fn median(v: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some(0.5 * (v[n / 2 - 1] + v[n / 2])),
+    }
 }
 
 /// Every way of placing `conns` servers on `cores` cores, each equally likely (the
@@ -132,9 +158,11 @@ fn binom(n: usize, k: usize) -> f64 {
     (0..k).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
 }
 
-/// Predicts a case under `cal` with `share` of each core available. Where the kernel's
-/// hash places the servers (more than one core), each placement is simulated and the
-/// prediction is the most likely median of `runs` runs ([`median_of_runs`]).
+/// Predicts a case under `cal` with `share` of each core available, in the placement the
+/// runs measure ([`Case::server_cores`]). For the kernel on more than one core, every
+/// placement its plain `SO_REUSEPORT` hash could draw (`--kernel-placement free`) is
+/// simulated too, for the table below the rows (`by_placement`), with the most likely
+/// median of `runs` such runs ([`median_of_runs`]) — information, not the prediction.
 pub fn predict(cal: &Calibration, c: &Case, share: f64, runs: usize) -> Result<Prediction, String> {
     let scenario = |server_cores: Option<Vec<usize>>, share: f64| {
         let mut sc = bench_scenario(
@@ -159,7 +187,6 @@ pub fn predict(cal: &Calibration, c: &Case, share: f64, runs: usize) -> Result<P
     };
     if c.peer == Peer::Kernel && c.cores > 1 {
         let all = placements(c.cores, c.cores);
-        let p = 1.0 / all.len() as f64;
         let mut by = vec![];
         for pl in all {
             let m = pick(&simulate(&scenario(Some(pl.clone()), share), cal)?);
@@ -168,8 +195,15 @@ pub fn predict(cal: &Calibration, c: &Case, share: f64, runs: usize) -> Result<P
             let l = simulate(&scenario(Some(pl.clone()), 1.0), cal)?.p50_us;
             by.push((pl, m, l));
         }
-        let metric = median_of_runs(&by.iter().map(|b| (p, b.1)).collect::<Vec<_>>(), runs);
-        let p50_us = median_of_runs(&by.iter().map(|b| (p, b.2)).collect::<Vec<_>>(), runs);
+        let p = 1.0 / by.len() as f64;
+        let free = (
+            median_of_runs(&by.iter().map(|b| (p, b.1)).collect::<Vec<_>>(), runs),
+            median_of_runs(&by.iter().map(|b| (p, b.2)).collect::<Vec<_>>(), runs),
+        );
+        let local = c.server_cores();
+        let metric = pick(&simulate(&scenario(Some(local.clone()), share), cal)?);
+        let p50_us = simulate(&scenario(Some(local), 1.0), cal)?.p50_us;
+        by.push((vec![], free.0, free.1));
         return Ok(Prediction {
             metric,
             p50_us,
@@ -356,13 +390,11 @@ pub struct Row {
 /// row that misses the band (never a correction of its prediction).
 pub fn known_limit(config: &str, quantity: &str) -> &'static str {
     if config.contains("offload") {
-        "the daemon's applications sleep between calls on a core other processes share: a woken application waits for that core behind them, and the model's response times are on whole cores (its rates at the measured share); their CPU per wait changes several-fold with the machine's load from one minute to the next (rr p50 24..184 us on this VM), --fresh refits it around the validation runs"
-    } else if config.contains("kernel") && config.contains("--cores 2") {
-        "the kernel's placement is random per run (each placement's prediction below; the median of 3 runs falls on the all-cross-core placement in 16 % of validations); and in a placement with one connection local and one cross-core, Linux stalls the cross-core connection for milliseconds now and then (measured: its p50 is the all-cross-core one, ~41 us, its p99 ~6 ms, its rate 3-5 k/s), which the model's scheduler (a thread keeps its core until it blocks or its 1.5 ms slice ends) does not produce: it gives that connection ~20 k/s"
+        "the daemon's applications sleep between calls on a core other processes share: a woken application waits for that core behind them, and the model's response times are on whole cores (its rates at the measured share; its engine's spin and sleep and the applications' six crr waits are modelled); the crr median stays 33-42 % below the measurement: what else a connection waits for is not established"
     } else if quantity == "p50 us" {
-        "the response time is the drive loop's turns without the competing load; a loaded machine's preemptions and cache refills are not modelled"
+        "the response time is the drive loop's turns at the calibration's speed; this VM's vCPUs run at different speeds from one minute to the next (flowstack's rr median, measured while the loop runs, is 0.95 or 1.67 us), which /proc/stat does not show"
     } else {
-        "the run got a share of its cores that /proc/stat only estimates; the model runs the cores at that share and has no cache interference from the other processes"
+        "the run got a share of its cores that /proc/stat only estimates (per run, the median compared); a vCPU that runs slower (the host's other load) without losing time is not seen, and the model has no cache interference from the other processes"
     }
 }
 

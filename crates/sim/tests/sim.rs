@@ -192,6 +192,24 @@ fn the_fit_reproduces_the_runs_it_was_fitted_to() {
             continue;
         }
         for (&peer, s) in &r.report.peers {
+            if peer == flowstack_prof::report::Peer::Flowstack
+                && r.report.workload == flowstack_prof::report::Workload::Rr
+            {
+                // The loop's turn is fitted to the median response time.
+                let m = s.latency.unwrap().p50_us;
+                let p = predict_p50(
+                    &cal,
+                    peer,
+                    Workload::Rr,
+                    r.report.msg_size,
+                    1,
+                    r.report.conns,
+                    Clients::Colocated,
+                )
+                .unwrap();
+                assert!((p - m).abs() / m < 0.03, "flowstack rr p50: {p} vs {m}");
+                continue;
+            }
             let cores = if r.clients == Clients::Split { 2 } else { 1 };
             let p = predict_metric(
                 &cal,
@@ -249,12 +267,12 @@ fn a_slower_nic_processor_lowers_offload_throughput() {
     let mbps = |ratio: f64| {
         let mut a = Arch::parse("offload:1").unwrap();
         a.engine_ratio = ratio;
-        let mut sc = Scenario::new(a, Workload::Stream, 1448, 1);
+        let mut sc = Scenario::new(a, Workload::Stream, 65536, 1);
         sc.txns = 20_000;
         simulate(&sc, &vm()).unwrap().mbps
     };
     let (slow, fast) = (mbps(0.1), mbps(1.0));
-    assert!(slow < fast * 0.5, "{slow} vs {fast}");
+    assert!(slow < fast * 0.7, "{slow} vs {fast}");
 }
 
 #[test]
@@ -299,7 +317,10 @@ fn the_drive_loop_sees_the_response_one_turn_before_the_cycle_ends() {
 
 #[test]
 fn a_daemon_that_wakes_its_applications_pays_two_cross_core_wake_ups_per_rr() {
-    let cal = vm();
+    let mut cal = vm();
+    // An engine that never sleeps: only the applications' wake-ups (the engine's own are
+    // `a_daemon_engine_that_spun_out_its_spin_is_woken_first`).
+    cal.host.engine_spin_ns = 0.0;
     let one = simulate(&offload_scenario(Workload::Rr, 64, 1.0), &cal).unwrap();
     let mut slow = cal.clone();
     slow.host.cross_core_ns += 10_000.0;
@@ -337,6 +358,8 @@ fn with_the_scheduler_a_cross_core_server_does_not_slow_the_local_pair_step_by_s
     let run = |slice_ns: f64, servers: Vec<usize>| {
         let mut cal = vm();
         cal.host.sched_slice_ns = slice_ns;
+        // The cross-core wake-up of the 2026-11-23 preset (the mechanism, not the preset).
+        cal.host.cross_core_ns = 17_668.7;
         let mut sc = Scenario::new(Arch::parse("kernel").unwrap(), Workload::Rr, 64, 2);
         sc.conns = 2;
         sc.clients = Clients::Colocated;
@@ -422,4 +445,98 @@ fn a_daemon_stream_sender_waits_for_credit_once_per_write() {
         (per_req - 200.0).abs() < 1.0,
         "{per_req} us of waits per request"
     );
+}
+
+/// The kernel's loopback clients connect to one address, and a port in TIME-WAIT is reused
+/// only a second later: crr at `--cores 2` runs at the even ports per second (measured
+/// 14.2–14.3 k/s with 2, 4 or 8 connections), not at what its two cores could do (the model
+/// without the limit: twice that and more). Remote clients (other hosts) have no such limit.
+#[test]
+fn the_kernels_loopback_connects_are_limited_by_its_ports_in_time_wait() {
+    let mut cal = vm();
+    cal.host.connect_ports = 14116.0;
+    cal.host.port_reuse_ns = 1e9;
+    // Connections cheap enough that two cores could make far more than the ports allow.
+    cal.kernel.conn_ns = 2000.0;
+    cal.host.shared_conn_ns = 1000.0;
+    let sc = |clients| {
+        let mut sc = Scenario::new(Arch::parse("kernel").unwrap(), Workload::Crr, 64, 2);
+        sc.conns = 2;
+        sc.clients = clients;
+        sc.txns = 20_000;
+        sc
+    };
+    let limited = simulate(&sc(Clients::Colocated), &cal).unwrap();
+    assert!(
+        (limited.per_s - 14116.0).abs() < 14116.0 * 0.01,
+        "{}",
+        limited.per_s
+    );
+    let mut free = cal.clone();
+    free.host.port_reuse_ns = 0.0;
+    let unlimited = simulate(&sc(Clients::Colocated), &free).unwrap();
+    assert!(unlimited.per_s > 1.5 * 14116.0, "{}", unlimited.per_s);
+    let remote = simulate(&sc(Clients::Remote), &cal).unwrap();
+    let remote_free = simulate(&sc(Clients::Remote), &free).unwrap();
+    assert_eq!(remote.per_s, remote_free.per_s);
+}
+
+/// `bench crr --peer offload`: the client waits in connect, for the answer and in close; the
+/// server in accept, for the FIN and in close (its request is there when it reads). Six
+/// waits' CPU per connection on the applications' core — the server's close was missing
+/// (five: the applications' CPU was predicted 15–23 % low in every validation).
+#[test]
+fn a_daemon_crr_costs_the_applications_six_waits() {
+    let mut cal = vm();
+    cal.host.app_wait_ns = 100_000.0;
+    let mut none = cal.clone();
+    none.host.app_wait_ns = 0.0;
+    let w = simulate(&offload_scenario(Workload::Crr, 64, 1.0), &cal).unwrap();
+    let w0 = simulate(&offload_scenario(Workload::Crr, 64, 1.0), &none).unwrap();
+    let per_conn = w.host_protocol_us_per_txn - w0.host_protocol_us_per_txn;
+    assert!(
+        (per_conn - 600.0).abs() < 1.0,
+        "{per_conn} us of waits per connection"
+    );
+}
+
+/// Stream writes coalesce into full segments (Nagle holds a write smaller than a segment
+/// while data is unacknowledged): the per-segment costs are per 64 KiB of bytes whatever
+/// the write size, so flowstack's loop moves 16 KiB and 64 KiB writes at the same rate, as
+/// the bench measures (0.95–1.05x) — charged per write, 64 KiB ran 1.24x faster, and the
+/// 64 KiB rows fitted at 16 KiB missed by +22..+42 %.
+#[test]
+fn stream_writes_leave_in_full_segments_whatever_their_size() {
+    let rate = |arch: &str, size| {
+        let mut sc = Scenario::new(Arch::parse(arch).unwrap(), Workload::Stream, size, 1);
+        sc.clients = Clients::Colocated;
+        sc.txns = 4000;
+        simulate(&sc, &vm()).unwrap().mbps
+    };
+    let f = rate("percore", 65536) / rate("percore", 16384);
+    assert!((f - 1.0).abs() < 0.01, "flowstack 64 KiB / 16 KiB = {f}");
+    // The kernel keeps its per-write system calls and wake-ups: a little faster at 64 KiB.
+    let k = rate("kernel", 65536) / rate("kernel", 16384);
+    assert!(k > 1.0 && k < 1.15, "kernel 64 KiB / 16 KiB = {k}");
+}
+
+/// flowstackd's engine spins 50 µs after its last work, then sleeps until an application
+/// rings its doorbell. When the woken applications take longer than that to answer (their
+/// waits' CPU on a shared core), each message to the daemon wakes it first: an rr request
+/// costs two more cross-core wake-ups on its path than with an engine that never sleeps.
+#[test]
+fn a_daemon_engine_that_spun_out_its_spin_is_woken_first() {
+    let mut cal = vm();
+    cal.host.app_wait_ns = 100_000.0;
+    cal.host.cross_core_ns = 10_000.0;
+    cal.host.engine_spin_ns = 50_000.0;
+    let sleeping = simulate(&offload_scenario(Workload::Rr, 64, 1.0), &cal).unwrap();
+    cal.host.engine_spin_ns = 0.0;
+    let spinning = simulate(&offload_scenario(Workload::Rr, 64, 1.0), &cal).unwrap();
+    let more = sleeping.p50_us - spinning.p50_us;
+    assert!((more - 20.0).abs() < 1.0, "{more} us more per request");
+    // A spin longer than any gap: never asleep, nothing more.
+    cal.host.engine_spin_ns = 1e9;
+    let long = simulate(&offload_scenario(Workload::Rr, 64, 1.0), &cal).unwrap();
+    assert!((long.p50_us - spinning.p50_us).abs() < 0.01);
 }
