@@ -7,13 +7,12 @@
 //! tests do). Every wait is bounded.
 
 mod common;
-use common::{have_root, run};
+use common::{have_root, run, Netns};
 use flowstack_api::{SocketError, Sockets};
 use flowstack_client::Client;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const FLOWSTACK: &str = env!("CARGO_BIN_EXE_flowstack");
@@ -25,74 +24,36 @@ const DAEMON_IP: Ipv4Addr = Ipv4Addr::new(10, 79, 0, 2);
 
 /// The namespace, the daemon and the kernel programs in it; all removed on drop.
 struct Ns {
-    name: String,
-    children: Vec<Child>,
+    net: Netns,
     dir: PathBuf,
 }
 
 impl Ns {
     fn new() -> Self {
-        static SEQ: AtomicUsize = AtomicUsize::new(0);
-        let pid = format!(
-            "{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::SeqCst)
-        );
-        let dir = std::env::temp_dir().join(format!("fsd-dlinks-{pid}"));
+        let net = Netns::new("fsd-");
+        let dir = std::env::temp_dir().join(format!("fsd-dlinks-{}", net.name));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let ns = Ns {
-            name: format!("fsd-{pid}"),
-            children: Vec::new(),
-            dir,
-        };
-        let _ = run(Command::new("ip").args(["netns", "del", &ns.name]));
-        ns.sh(&["ip", "netns", "add", &ns.name]);
-        ns.ip(&["link", "set", "lo", "up"]);
         // One namespace, a veth pair: the kernel end has the address, the daemon's end none.
-        ns.ip(&[
+        net.ip(&[
             "link", "add", "fsdk0", "type", "veth", "peer", "name", "fsdd0",
         ]);
-        ns.ip(&["addr", "add", "10.79.0.1/24", "dev", "fsdk0"]);
-        ns.ip(&["link", "set", "fsdk0", "up"]);
-        ns.ip(&["link", "set", "fsdd0", "up"]);
-        let _ = run(ns
+        net.ip(&["addr", "add", "10.79.0.1/24", "dev", "fsdk0"]);
+        net.ip(&["link", "set", "fsdk0", "up"]);
+        net.ip(&["link", "set", "fsdd0", "up"]);
+        let _ = run(net
             .cmd("sysctl")
             .args(["-q", "-w", "net.ipv6.conf.fsdd0.disable_ipv6=1"]));
-        ns
-    }
-
-    fn sh(&self, args: &[&str]) {
-        let out = run(Command::new(args[0]).args(&args[1..]));
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        Ns { net, dir }
     }
 
     fn cmd(&self, prog: &str) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.name, prog]);
-        c
+        self.net.cmd(prog)
     }
 
-    fn ip(&self, args: &[&str]) {
-        let out = run(self.cmd("ip").args(args));
-        assert!(
-            out.status.success(),
-            "ip {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    fn spawn(&mut self, mut c: Command, log: &str) -> usize {
-        let f = std::fs::File::create(self.dir.join(log)).unwrap();
-        c.stdin(Stdio::null())
-            .stdout(f.try_clone().unwrap())
-            .stderr(f);
-        self.children.push(c.spawn().unwrap());
-        self.children.len() - 1
+    fn spawn(&mut self, c: Command, log: &str) -> usize {
+        let log = self.dir.join(log);
+        self.net.spawn(c, &log)
     }
 
     fn log(&self, name: &str) -> String {
@@ -103,7 +64,7 @@ impl Ns {
     fn wait(&mut self, i: usize) -> Option<i32> {
         let end = Instant::now() + T;
         while Instant::now() < end {
-            if let Ok(Some(s)) = self.children[i].try_wait() {
+            if let Ok(Some(s)) = self.net.children[i].try_wait() {
                 return s.code();
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -127,7 +88,7 @@ impl Ns {
                 "daemon did not start: {}",
                 self.log("daemon.log")
             );
-            if let Ok(Some(s)) = self.children[0].try_wait() {
+            if let Ok(Some(s)) = self.net.children[0].try_wait() {
                 panic!("daemon exited ({s}): {}", self.log("daemon.log"));
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -138,13 +99,7 @@ impl Ns {
 
 impl Drop for Ns {
     fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
+        // The namespace and its processes go with `net`, right after.
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -5,79 +5,24 @@
 //! unless `CI` is set, in which case they fail.
 
 mod common;
-use common::{have_root, run};
+use common::{have_root, run, Netns};
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 const FLOWSTACK: &str = env!("CARGO_BIN_EXE_flowstack");
 const BIG: usize = 50 * 1024 * 1024;
 
-fn sh(args: &[&str]) {
-    let out = run(Command::new(args[0]).args(&args[1..]));
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-static SEQ: AtomicUsize = AtomicUsize::new(0);
-
-/// A network namespace removed (with everything running in it) on drop.
-struct Netns {
-    name: String,
-    children: Vec<Child>,
-}
-
+/// The interop tests' namespace helpers (the type is shared: `common::Netns`).
 impl Netns {
-    fn new() -> Self {
-        let name = format!(
-            "fst{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::SeqCst)
-        );
-        let _ = run(Command::new("ip").args(["netns", "del", &name]));
-        sh(&["ip", "netns", "add", &name]);
-        let ns = Netns {
-            name,
-            children: vec![],
-        };
-        ns.ip(&["link", "set", "lo", "up"]);
-        ns
-    }
-
-    fn cmd(&self, prog: &str) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.name, prog]);
-        c
-    }
-
-    fn ip(&self, args: &[&str]) {
-        let out = run(self.cmd("ip").args(args));
-        assert!(
-            out.status.success(),
-            "ip {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
     /// A TAP `fst0` with the kernel at 10.77.0.1/24.
     fn with_tap(self) -> Self {
         self.ip(&["tuntap", "add", "dev", "fst0", "mode", "tap"]);
         self.ip(&["addr", "add", "10.77.0.1/24", "dev", "fst0"]);
         self.ip(&["link", "set", "fst0", "up"]);
         self
-    }
-
-    fn spawn(&mut self, mut c: Command, log: &Path) -> usize {
-        let f = fs::File::create(log).unwrap();
-        c.stdout(f.try_clone().unwrap()).stderr(f);
-        self.children.push(c.spawn().unwrap());
-        self.children.len() - 1
     }
 
     /// Stops child `i` with SIGINT and returns its exit code.
@@ -96,26 +41,6 @@ impl Netns {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        if let Ok(o) = Command::new("ip")
-            .args(["netns", "pids", &self.name])
-            .output()
-        {
-            for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
-                let _ = Command::new("kill").args(["-9", pid]).status();
-            }
-        }
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
     }
 }
 
@@ -209,7 +134,7 @@ fn tap_ping_both_ways() {
     if !have_root() {
         return;
     }
-    let mut ns = Netns::new().with_tap();
+    let mut ns = Netns::new("fst").with_tap();
     let d = tmpdir("ping");
     // flowstack pings the kernel.
     let out = run(ns.cmd(FLOWSTACK).args([
@@ -311,7 +236,7 @@ fn kernel_curl_from_flowstack(
 
 fn tap_setup() -> (Netns, Vec<&'static str>, &'static str, &'static str) {
     (
-        Netns::new().with_tap(),
+        Netns::new("fst").with_tap(),
         vec!["--tap", "fst0"],
         "10.77.0.2/24",
         "10.77.0.2",
@@ -321,7 +246,7 @@ fn tap_setup() -> (Netns, Vec<&'static str>, &'static str, &'static str) {
 /// Two namespaces would be needed to keep the kernel of the flowstack side out of the way;
 /// one namespace with a veth pair works as well: the flowstack end has no kernel address.
 fn veth_setup() -> (Netns, Vec<&'static str>, &'static str, &'static str) {
-    let ns = Netns::new();
+    let ns = Netns::new("fst");
     ns.ip(&[
         "link", "add", "fsk0", "type", "veth", "peer", "name", "fsf0",
     ]);
@@ -568,7 +493,7 @@ fn tap_hundred_concurrent_kernel_clients_all_get_their_file() {
     if !have_root() {
         return;
     }
-    let mut ns = Netns::new().with_tap();
+    let mut ns = Netns::new("fst").with_tap();
     let d = tmpdir("many");
     let www = d.join("www");
     fs::create_dir_all(&www).unwrap();
@@ -593,7 +518,7 @@ fn tap_two_engines_on_a_multi_queue_tap_serve_every_kernel_client() {
     if !have_root() {
         return;
     }
-    let mut ns = Netns::new();
+    let mut ns = Netns::new("fst");
     ns.ip(&["tuntap", "add", "dev", "fst0", "mode", "tap", "multi_queue"]);
     ns.ip(&["addr", "add", "10.77.0.1/24", "dev", "fst0"]);
     ns.ip(&["link", "set", "fst0", "up"]);
@@ -649,7 +574,7 @@ fn tap_closed_ports_are_refused_both_ways() {
     if !have_root() {
         return;
     }
-    let mut ns = Netns::new().with_tap();
+    let mut ns = Netns::new("fst").with_tap();
     let d = tmpdir("closed");
     // flowstack get to a closed kernel port.
     let out = run(ns.cmd(FLOWSTACK).args([
@@ -685,7 +610,7 @@ fn tap_made_with_multi_queue_is_attached() {
     if !have_root() {
         return;
     }
-    let ns = Netns::new();
+    let ns = Netns::new("fst");
     ns.ip(&["tuntap", "add", "dev", "fst0", "mode", "tap", "multi_queue"]);
     ns.ip(&["addr", "add", "10.77.0.1/24", "dev", "fst0"]);
     ns.ip(&["link", "set", "fst0", "up"]);
@@ -715,7 +640,7 @@ fn tap_flowstack_get_decodes_chunked_bodies() {
     if !have_root() {
         return;
     }
-    let mut ns = Netns::new().with_tap();
+    let mut ns = Netns::new("fst").with_tap();
     let d = tmpdir("chunked");
     let script = d.join("chunked.py");
     fs::write(
@@ -768,7 +693,7 @@ http.server.HTTPServer(("10.77.0.1", 8000), H).serve_forever()
 
 fn tap_novnet_setup() -> (Netns, Vec<&'static str>, &'static str, &'static str) {
     (
-        Netns::new().with_tap(),
+        Netns::new("fst").with_tap(),
         vec!["--tap", "fst0", "--no-vnet"],
         "10.77.0.2/24",
         "10.77.0.2",
@@ -837,7 +762,7 @@ fn tap_reattached_without_vnet_after_a_vnet_user() {
     if !have_root() {
         return;
     }
-    let mut ns = Netns::new().with_tap();
+    let mut ns = Netns::new("fst").with_tap();
     let d = tmpdir("reattach");
     let www = d.join("www");
     fs::create_dir_all(&www).unwrap();

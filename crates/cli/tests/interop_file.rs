@@ -5,58 +5,33 @@
 //! `interop.rs`.) Root only: skipped with a message otherwise, failing if `CI` is set.
 
 mod common;
-use common::{have_root, run};
+use common::{have_root, run, Netns};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 const FLOWSTACK: &str = env!("CARGO_BIN_EXE_flowstack");
 
-/// A namespace with a TAP `fsr0` (kernel side 10.79.0.1/24), removed with its processes on
-/// drop.
-struct Netns {
-    name: String,
-    child: Option<Child>,
+/// A namespace with a TAP `fsr0` (kernel side 10.79.0.1/24).
+fn tap_netns() -> Netns {
+    let ns = Netns::new("fsr");
+    ns.ip(&["tuntap", "add", "dev", "fsr0", "mode", "tap"]);
+    ns.ip(&["addr", "add", "10.79.0.1/24", "dev", "fsr0"]);
+    ns.ip(&["link", "set", "fsr0", "up"]);
+    ns
 }
 
+/// The file-transfer tests' namespace helpers (the type is shared: `common::Netns`).
 impl Netns {
-    fn new(tag: &str) -> Self {
-        let name = format!("fsr{}-{tag}", std::process::id());
-        let _ = run(Command::new("ip").args(["netns", "del", &name]));
-        assert!(run(Command::new("ip").args(["netns", "add", &name]))
-            .status
-            .success());
-        let ns = Netns { name, child: None };
-        for args in [
-            &["link", "set", "lo", "up"][..],
-            &["tuntap", "add", "dev", "fsr0", "mode", "tap"],
-            &["addr", "add", "10.79.0.1/24", "dev", "fsr0"],
-            &["link", "set", "fsr0", "up"],
-        ] {
-            let o = run(ns.cmd("ip").args(args));
-            assert!(o.status.success(), "ip {args:?}: {o:?}");
-        }
-        ns
-    }
-
-    fn cmd(&self, prog: &str) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.name, prog]);
-        c
-    }
-
     /// Starts `flowstack serve http` on the TAP and waits (bounded) until it serves.
     fn serve(&mut self, root: &Path, extra: &[&str], log: &Path) {
-        let f = fs::File::create(log).unwrap();
         let mut c = self.cmd(FLOWSTACK);
         c.args(["serve", "--tap", "fsr0", "--ip", "10.79.0.2/24"])
             .args(extra)
             .args(["http", "--root"])
             .arg(root)
             .args(["--port", "80"]);
-        c.stdout(f.try_clone().unwrap()).stderr(f);
-        self.child = Some(c.spawn().unwrap());
+        self.spawn(c, log);
         let start = Instant::now();
         while !fs::read_to_string(log)
             .unwrap_or_default()
@@ -68,18 +43,6 @@ impl Netns {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.child {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
     }
 }
 
@@ -134,7 +97,7 @@ fn ranges_against_curl(tag: &str, extra: &[&str]) {
     let len = 3 * 1024 * 1024 + 7;
     let body = data(len);
     fs::write(www.join("f.bin"), &body).unwrap();
-    let mut ns = Netns::new(tag);
+    let mut ns = tap_netns();
     ns.serve(&www, extra, &d.join("serve.log"));
     let out = d.join("out.bin");
     let (code, got, head) = curl(&ns, None, &out);
