@@ -62,6 +62,17 @@ fn send_with_probe(f: &mut Fx, n: usize) -> Vec<Out> {
     out
 }
 
+/// Sends 20 KiB led by a probe, then 40 ms later acknowledges everything but the probe
+/// (SACK above it): what was transmitted in answer, and cwnd and ssthresh before the loss.
+fn lose_the_probe_alone(f: &mut Fx) -> (Vec<Out>, usize, usize) {
+    let out = send_with_probe(f, 20 * 1024);
+    let sent = flight(&out);
+    let (cwnd, ssthresh) = (f.c.cwnd(), f.c.info().ssthresh);
+    f.now += Duration::from_millis(40);
+    let resent = ack_sack(f, WARM, &[(WARM + PROBE, WARM + sent)]);
+    (resent, cwnd, ssthresh)
+}
+
 /// The peer acknowledges everything sent, round after round, until nothing is queued;
 /// returns the segments sent meanwhile.
 fn drain(f: &mut Fx) -> Vec<Out> {
@@ -115,11 +126,7 @@ fn an_acknowledged_probe_raises_the_mss() {
 #[test]
 fn a_probe_lost_alone_keeps_cwnd_and_is_resent_at_the_mss() {
     let mut f = probing(LossDetection::Rack, true);
-    let out = send_with_probe(&mut f, 20 * 1024);
-    let sent = flight(&out);
-    let (cwnd, ssthresh) = (f.c.cwnd(), f.c.info().ssthresh);
-    f.now += Duration::from_millis(40);
-    let resent = ack_sack(&mut f, WARM, &[(WARM + PROBE, WARM + sent)]);
+    let (resent, cwnd, ssthresh) = lose_the_probe_alone(&mut f);
     assert_eq!(f.ctr.get(Counter::TcpExtTCPMTUPFail), 1);
     assert_eq!(f.c.mtu_search(), Some((1024, PROBE - 1)));
     assert_eq!(f.c.mss(), 1024);
@@ -151,11 +158,7 @@ fn a_probe_lost_alone_keeps_cwnd_and_is_resent_at_the_mss() {
 #[test]
 fn a_probe_lost_alone_without_rack_keeps_cwnd() {
     let mut f = probing(LossDetection::DupAck, true);
-    let out = send_with_probe(&mut f, 20 * 1024);
-    let sent = flight(&out);
-    let (cwnd, ssthresh) = (f.c.cwnd(), f.c.info().ssthresh);
-    f.now += Duration::from_millis(40);
-    let resent = ack_sack(&mut f, WARM, &[(WARM + PROBE, WARM + sent)]);
+    let (resent, cwnd, ssthresh) = lose_the_probe_alone(&mut f);
     assert_eq!(f.ctr.get(Counter::TcpExtTCPMTUPFail), 1);
     assert_eq!(f.c.mtu_search(), Some((1024, PROBE - 1)));
     assert_eq!(
