@@ -52,8 +52,14 @@ pub struct DaemonArgs {
     pub addr: Option<AddrArgs>,
 }
 
-/// Runs the daemon until it is killed.
+/// Runs the daemon until it is killed (`flowstack daemon`).
 pub fn run(a: DaemonArgs) -> ExitCode {
+    run_as(a, "flowstack: daemon")
+}
+
+/// Runs the daemon until it is killed; error lines start with `who` (`flowstackd` for the
+/// daemon's own binary).
+pub fn run_as(a: DaemonArgs, who: &str) -> ExitCode {
     let mut cfg = DaemonConfig::default();
     if let Some(p) = a.socket {
         cfg.socket = p;
@@ -66,13 +72,13 @@ pub fn run(a: DaemonArgs) -> ExitCode {
             Ok(c) if c.len() <= flowstack_offload::ports::MAX_ENGINES => cfg.cores = c,
             Ok(_) => {
                 eprintln!(
-                    "flowstack: daemon: --cores: at most {} engines",
+                    "{who}: --cores: at most {} engines",
                     flowstack_offload::ports::MAX_ENGINES
                 );
                 return ExitCode::from(2);
             }
             Err(e) => {
-                eprintln!("flowstack: daemon: --cores: {e}");
+                eprintln!("{who}: --cores: {e}");
                 return ExitCode::from(2);
             }
         }
@@ -94,17 +100,17 @@ pub fn run(a: DaemonArgs) -> ExitCode {
         (Some(l), Some(ad)) => match l.spec(ad) {
             Ok(s) => cfg.link = Some(s),
             Err(e) => {
-                eprintln!("flowstack: daemon: {e}");
+                eprintln!("{who}: {e}");
                 return ExitCode::from(2);
             }
         },
         (None, None) => {}
         (Some(_), None) => {
-            eprintln!("flowstack: daemon: a link needs --ip CIDR (the daemon's address on it)");
+            eprintln!("{who}: a link needs --ip CIDR (the daemon's address on it)");
             return ExitCode::from(2);
         }
         (None, Some(_)) => {
-            eprintln!("flowstack: daemon: --ip needs a link (--tap, --packet, --xdp or --shm-fd)");
+            eprintln!("{who}: --ip needs a link (--tap, --packet, --xdp or --shm-fd)");
             return ExitCode::from(2);
         }
     }
@@ -112,7 +118,7 @@ pub fn run(a: DaemonArgs) -> ExitCode {
     let devs = match cfg.open_link() {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("flowstack: daemon: {e}");
+            eprintln!("{who}: {e}");
             return if e.is_usage() {
                 ExitCode::from(2)
             } else {
@@ -123,7 +129,7 @@ pub fn run(a: DaemonArgs) -> ExitCode {
     let d = match Daemon::bind_on(&cfg, devs) {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("flowstack: daemon: {}: {e}", cfg.socket.display());
+            eprintln!("{who}: {}: {e}", cfg.socket.display());
             return ExitCode::FAILURE;
         }
     };
@@ -149,7 +155,7 @@ pub fn run(a: DaemonArgs) -> ExitCode {
     match d.run(&stop) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("flowstack: daemon: {e}");
+            eprintln!("{who}: {e}");
             ExitCode::FAILURE
         }
     }

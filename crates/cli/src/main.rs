@@ -1,20 +1,9 @@
 //! `flowstack`: a user-space TCP/IP stack and the tools that show what it does.
 
-mod bench;
-mod daemon;
-mod demo;
-mod get;
-mod net;
-mod ping;
-mod profile;
-mod run;
-mod serve;
-mod serve_cores;
-mod sim;
-mod simnet;
-mod stats;
-
 use clap::{Parser, Subcommand};
+use flowstack_cli::{
+    bench, daemon, demo, get, init_logging, net, ping, profile, run, serve, sim, simnet, stats,
+};
 use std::process::ExitCode;
 
 /// flowstack — a user-space TCP/IP stack in Rust.
@@ -96,35 +85,9 @@ fn main() -> ExitCode {
     if argv.get(1).map(String::as_str) == Some("__fanout-check") {
         return net::fanout_check(&argv[2..]);
     }
-    let cli = match Cli::try_parse() {
+    let cli: Cli = match flowstack_cli::parse_args("flowstack") {
         Ok(c) => c,
-        Err(e) => {
-            use clap::error::ErrorKind;
-            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-                let _ = e.print();
-                return ExitCode::SUCCESS;
-            }
-            if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-                let _ = e.print();
-                return ExitCode::from(2);
-            }
-            // Misuse: one line naming what was wrong, exit 2.
-            let msg = e.to_string();
-            let mut lines = msg.lines().map(str::trim).filter(|l| !l.is_empty());
-            let mut first = lines
-                .next()
-                .unwrap_or("invalid usage")
-                .trim_start_matches("error: ")
-                .to_string();
-            // "the following required arguments were not provided:" lists them below.
-            if first.ends_with(':') {
-                if let Some(next) = lines.next() {
-                    first = format!("{first} {next}");
-                }
-            }
-            eprintln!("flowstack: {first} (see 'flowstack --help')");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     init_logging();
     match cli.cmd {
@@ -140,49 +103,5 @@ fn main() -> ExitCode {
         Cmd::Simnet(a) => simnet::run(a),
         Cmd::Sim(a) => sim::run(a),
         Cmd::BenchServer(a) => bench::serve(a),
-    }
-}
-
-/// Log lines (tracing events from the command and the libraries) go to stderr as
-/// `flowstack: message key=value...`; levels other than info are named. The level is info
-/// unless `RUST_LOG` says otherwise (e.g. `RUST_LOG=debug`, `RUST_LOG=flowstack_apps=debug`).
-fn init_logging() {
-    use tracing_subscriber::filter::{LevelFilter, Targets};
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-    let filter = std::env::var("RUST_LOG")
-        .ok()
-        .and_then(|v| v.parse::<Targets>().ok())
-        .unwrap_or_else(|| Targets::new().with_default(LevelFilter::INFO));
-    let fmt = tracing_subscriber::fmt::layer()
-        .event_format(LogLine)
-        .with_writer(std::io::stderr);
-    let _ = tracing_subscriber::registry()
-        .with(fmt)
-        .with(filter)
-        .try_init();
-}
-
-/// The format of a log line.
-struct LogLine;
-
-impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for LogLine
-where
-    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
-    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
-{
-    fn format_event(
-        &self,
-        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
-        mut w: tracing_subscriber::fmt::format::Writer<'_>,
-        event: &tracing::Event<'_>,
-    ) -> std::fmt::Result {
-        let level = *event.metadata().level();
-        write!(w, "flowstack: ")?;
-        if level != tracing::Level::INFO {
-            write!(w, "{}: ", level.as_str().to_ascii_lowercase())?;
-        }
-        ctx.field_format().format_fields(w.by_ref(), event)?;
-        writeln!(w)
     }
 }

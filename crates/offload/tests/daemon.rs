@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{echo_through, listen, lo, pattern, sock_path, T};
+use common::{echo_through, listen, lo, pattern, T};
 
 /// A daemon of `engines` engine threads; with several, the applications of this process
 /// are spread over them, so every connection between two of them crosses engines.
@@ -42,7 +42,6 @@ on_one_and_two_engines!(
     eaddrinuse_across_two_apps,
     garbage_in_one_apps_rings_hurts_nobody_else,
     killed_app_has_its_connections_closed,
-    daemon_death_unblocks_a_waiting_recv_within_a_second,
 );
 
 /// An echo server on `port` serving one connection, in its own application.
@@ -232,42 +231,4 @@ fn killed_app_has_its_connections_closed(engines: usize) {
         "peer of a killed app: {r:?}"
     );
     assert!(start.elapsed() < Duration::from_secs(5));
-}
-
-fn daemon_death_unblocks_a_waiting_recv_within_a_second(engines: usize) {
-    let path = sock_path(&format!("death-{engines}"));
-    let mut d = Command::new(env!("CARGO_BIN_EXE_flowstackd"))
-        .arg("--socket")
-        .arg(&path)
-        .args(["--engines", &engines.to_string()])
-        .args(if engines > 1 { &["--spread"][..] } else { &[] })
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    let mut app = loop {
-        match Client::connect(&path) {
-            Ok(a) => break a,
-            Err(_) if start.elapsed() < T => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => panic!("{e}"),
-        }
-    };
-    let l = app.tcp_listen(7400, 8).unwrap();
-    let c = app.connect_to(lo(7400), T).unwrap();
-    let s = app.accept(l, T).unwrap();
-    let killer = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(300));
-        d.kill().unwrap();
-        let at = Instant::now();
-        d.wait().unwrap();
-        at
-    });
-    let mut b = [0u8; 8];
-    let r = app.recv(s, &mut b, Duration::from_secs(30));
-    let returned = Instant::now();
-    let killed = killer.join().unwrap();
-    assert_eq!(r, Err(SocketError::ConnectionReset));
-    assert!(returned.duration_since(killed) < Duration::from_secs(1));
-    assert!(!app.daemon_alive());
-    assert_eq!(app.tcp_send(c, b"x"), Err(SocketError::ConnectionReset));
 }
