@@ -75,9 +75,16 @@ impl Ns {
     /// Starts a daemon of `engines` engines on the veth end (with several, applications of
     /// this process are spread over them) and waits (bounded) for its socket.
     fn daemon(&mut self, engines: usize) -> PathBuf {
+        self.daemon_on(engines, &["--packet", "fsdd0"])
+    }
+
+    /// [`Ns::daemon`] on the link flags `link`.
+    fn daemon_on(&mut self, engines: usize, link: &[&str]) -> PathBuf {
         let sock = self.dir.join("d.sock");
         let mut c = self.cmd(FLOWSTACK);
-        c.args(["daemon", "--packet", "fsdd0", "--ip", DAEMON, "--socket"])
+        c.arg("daemon")
+            .args(link)
+            .args(["--ip", DAEMON, "--socket"])
             .arg(&sock)
             .args(["--engines", &engines.to_string(), "--spread"]);
         self.spawn(c, "daemon.log");
@@ -309,5 +316,75 @@ fn daemon_link_misuse_is_one_line_and_exit_2() {
         assert!(err.contains(says), "{args:?}: {err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
         assert!(!Path::new(sock).exists(), "{args:?} bound the socket");
+    }
+}
+
+/// CPU ticks (user + system) and voluntary context switches of every thread of `pid`.
+fn usage(pid: u32) -> (u64, u64) {
+    let (mut ticks, mut switches) = (0, 0);
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let t = t.unwrap().path();
+        let stat = std::fs::read_to_string(t.join("stat")).unwrap_or_default();
+        // Fields after the command's closing parenthesis: state is field 3, utime 14, stime 15.
+        let rest: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or("", |(_, r)| r)
+            .split_whitespace()
+            .collect();
+        ticks += rest
+            .get(11)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+            + rest
+                .get(12)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+        let status = std::fs::read_to_string(t.join("status")).unwrap_or_default();
+        switches += status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    (ticks, switches)
+}
+
+/// An idle daemon with a link sleeps until a frame, an application or another engine wakes
+/// it (issue 15: 0 % CPU when idle): over one second with an application registered on each
+/// engine and nothing to do, its threads use at most a few ticks and wake a few times (the
+/// 200 ms housekeeping check), where looking at the link every millisecond wakes each engine
+/// about a thousand times and a TAP said "maybe frames" on every turn and never slept.
+/// AF_PACKET with two engines (the steering doorbell) and a TAP with one.
+#[test]
+fn an_idle_daemon_with_a_link_sleeps() {
+    if !available() {
+        return;
+    }
+    for (engines, link) in [
+        (2, &["--packet", "fsdd0"][..]),
+        (1, &["--tap", "fsdt0"][..]),
+    ] {
+        let mut ns = Ns::new();
+        let path = ns.daemon_on(engines, link);
+        if link[0] == "--tap" {
+            ns.net.ip(&["link", "set", "fsdt0", "up"]);
+        }
+        let apps: Vec<Client> = (0..engines)
+            .map(|_| Client::connect(&path).unwrap())
+            .collect();
+        let pid = ns.net.children[0].id();
+        // Let registration and the link's first frames (ARP, IPv6 on the kernel's end)
+        // settle, then measure a quiet second.
+        std::thread::sleep(Duration::from_millis(500));
+        let (t0, s0) = usage(pid);
+        std::thread::sleep(Duration::from_secs(1));
+        let (t1, s1) = usage(pid);
+        let (ticks, switches) = (t1 - t0, s1 - s0);
+        assert!(
+            ticks <= 10 && switches <= 100,
+            "{link:?}, {engines} engine(s): {ticks} ticks and {switches} wake-ups in an idle second: {}",
+            ns.log("daemon.log")
+        );
+        drop(apps);
     }
 }

@@ -736,6 +736,15 @@ impl Drop for PacketSocket {
     }
 }
 
+/// The socket's descriptor: readable (`POLLIN`) when the RX ring has a frame for user space
+/// (TPACKET_V3: when a block is retired, at the latest `retire_blk_tov` after its first
+/// frame), so an idle engine can sleep until one comes.
+impl std::os::fd::AsFd for PacketSocket {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.tx.fd)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -278,3 +278,11 @@ impl Device for Tap {
         self.down
     }
 }
+
+/// The TAP's descriptor: readable (`poll(2)` `POLLIN`) when a frame waits, so an idle engine
+/// can sleep until one comes.
+impl std::os::fd::AsFd for Tap {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.file)
+    }
+}

@@ -137,9 +137,9 @@ impl EngineLoop {
             .map(|t| t.saturating_since(clock.now()))
             .map(|d| Duration::from_nanos(d.as_nanos().min(u64::MAX as u128) as u64))
             .unwrap_or(IDLE_CHECK)
-            .min(if sh.lo.link().is_some() {
-                // The link's descriptor is not polled (the drivers do not expose it): look
-                // at it every slice, as a per-core shard does (runtime steer.rs).
+            .min(if sh.lo.link_needs_slices() {
+                // A link without a descriptor to sleep on (the shm wire, several AF_XDP
+                // sockets in one device): look at it every slice.
                 LINK_SLICE
             } else {
                 IDLE_CHECK
@@ -164,6 +164,9 @@ impl EngineLoop {
                 if let Some(c) = &ctl {
                     fds.extend(c.pending_fds());
                 }
+                // Readable when frames wait on the link (only woken on; after every index
+                // the loop below reads).
+                fds.extend(sh.lo.link_fd());
                 let ds: Vec<_> = sh.placeholders().map(|(_, d)| d).collect();
                 let (r, h) = flowstack_sys::placeholder::poll_sets(&fds, &ds, Some(wait))?;
                 Ok((r, h.iter().any(|&x| x)))
@@ -172,14 +175,23 @@ impl EngineLoop {
             let pending = || {
                 apps.iter().any(|a| a.pending()) || sh.lo.mesh_pending() || sh.lo.link_pending(now)
             };
+            // With a steered link, announce the sleep on the steering mesh too: an engine that
+            // passes us a frame then rings our doorbell eventfd.
+            let steer = sh.lo.link_doorbell();
+            let mut sleep = || match steer {
+                Some(d) => {
+                    d.sleep(pending, || out = poll().map(Some));
+                }
+                None => out = poll().map(Some),
+            };
             match &self.bells {
                 Some(b) => {
-                    b[self.me].sleep(pending, || out = poll().map(Some));
+                    b[self.me].sleep(pending, sleep);
                 }
                 None => {
                     fence(Ordering::SeqCst);
                     if !pending() {
-                        out = poll().map(Some);
+                        sleep();
                     }
                 }
             }

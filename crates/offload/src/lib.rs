@@ -49,9 +49,8 @@ pub use app::{AppStats, DaemonCounters, EPHEMERAL};
 
 use app::Shared;
 use engine::EngineLoop;
-use flowstack_link::Device;
 use flowstack_runtime::xring::{Mesh, RingSpec, Wake};
-use flowstack_runtime::{AddrSpec, LinkSpec};
+use flowstack_runtime::{AddrSpec, LinkSpec, Waitable};
 use flowstack_runtime::{Queue, Steered};
 use flowstack_sys::eventfd::EventFd;
 use ports::PortTable;
@@ -164,13 +163,15 @@ impl DaemonConfig {
     /// Opens the link (if any): one device for one engine, else one queue per engine
     /// (`LinkSpec::open_queues`: multi-queue TAP, AF_PACKET fanout, AF_XDP queues). Empty
     /// without a link.
-    pub fn open_link(&self) -> Result<Vec<Box<dyn Device + Send>>, LinkError> {
+    /// Each comes with the descriptor its engine sleeps on when idle, where the driver has
+    /// one (`Waitable`).
+    pub fn open_link(&self) -> Result<Vec<Waitable>, LinkError> {
         let Some(spec) = &self.link else {
             return Ok(Vec::new());
         };
         match self.placement().len() {
-            1 => spec.open_device_send().map(|d| vec![d]),
-            n => spec.open_queues(n),
+            1 => spec.open_device_waitable().map(|d| vec![d]),
+            n => spec.open_queues_waitable(n),
         }
         .map_err(LinkError::Open)
     }
@@ -229,7 +230,7 @@ pub struct Daemon {
     bells: Vec<Arc<EventFd>>,
     tids: Arc<[AtomicU32]>,
     /// The real link's devices (one per engine) and addresses.
-    link: Option<(Vec<Box<dyn Device + Send>>, AddrSpec)>,
+    link: Option<(Vec<Waitable>, AddrSpec)>,
     max_app_memory: u64,
 }
 
@@ -296,7 +297,7 @@ impl Daemon {
 
     /// [`Daemon::bind`] with the link's devices already opened ([`DaemonConfig::open_link`]:
     /// one per engine).
-    pub fn bind_on(cfg: &DaemonConfig, devs: Vec<Box<dyn Device + Send>>) -> io::Result<Self> {
+    pub fn bind_on(cfg: &DaemonConfig, devs: Vec<Waitable>) -> io::Result<Self> {
         let link = match (devs.is_empty(), &cfg.link) {
             (true, None) => None,
             (false, Some(spec)) if devs.len() == cfg.placement().len() => Some((devs, spec.addr)),
@@ -401,7 +402,7 @@ impl Daemon {
             (los, Some(doorbells))
         };
         if let Some((devs, addr)) = self.link.take() {
-            attach_link(&mut los, devs, addr, &ports)?;
+            attach_link(&mut los, devs, addr, &ports, &self.bells)?;
         }
         let mut engines = Vec::with_capacity(n);
         let mut peers = Vec::new();
@@ -501,29 +502,46 @@ impl Daemon {
 /// put them on; each link engine connects from its own slice.
 fn attach_link(
     los: &mut [loopback::Loopback],
-    devs: Vec<Box<dyn Device + Send>>,
+    devs: Vec<Waitable>,
     addr: AddrSpec,
     ports: &Arc<PortTable>,
+    bells: &[Arc<EventFd>],
 ) -> io::Result<()> {
     if los.len() == 1 {
-        for (lo, d) in los.iter_mut().zip(devs) {
-            lo.attach_link(loopback::LinkDev::One(d), addr, None);
+        for (lo, w) in los.iter_mut().zip(devs) {
+            lo.attach_link(loopback::LinkDev::One(w.dev), addr, None);
+            lo.set_link_wait(loopback::LinkWait {
+                fd: w.fd,
+                steer: None,
+            });
         }
         return Ok(());
     }
-    let queues = devs.into_iter().map(Queue::boxed).collect();
+    // A frame steered to an engine that announced sleep on the steering mesh rings that
+    // engine's doorbell eventfd, which its sleep polls.
+    let mut fds = Vec::with_capacity(devs.len());
+    let queues = devs
+        .into_iter()
+        .zip(bells)
+        .map(|(w, b)| {
+            fds.push(w.fd);
+            Queue::with_waker(w.dev, b.clone() as Arc<dyn Wake>)
+        })
+        .collect();
     let spec = RingSpec {
         capacity: MESH_RING_BYTES_MANY,
         ..RingSpec::default()
     };
     let steered = Steered::group(queues, spec)?;
-    for (i, (lo, s)) in los.iter_mut().zip(steered).enumerate() {
+    for (i, ((lo, s), fd)) in los.iter_mut().zip(steered).zip(fds).enumerate() {
         let p = ports.clone();
         let s = s.with_rule(Box::new(move |f| {
             loopback::tcp_dst_port(f).and_then(|port| p.route(port))
         }));
+        let steer = Some((s.doorbells(), i));
         let d = loopback::LinkDev::Steered(Box::new(s));
         lo.attach_link(d, addr, Some(ports.connect_slice(i)));
+        lo.set_link_wait(loopback::LinkWait { fd, steer });
     }
     Ok(())
 }

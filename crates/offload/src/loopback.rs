@@ -14,12 +14,13 @@
 //! once into the ring; no lock, no allocation.
 use crate::ports::PortTable;
 use flowstack_link::{Device, DeviceCaps, RxMeta, TxBatch};
-use flowstack_runtime::xring::MeshPort;
+use flowstack_runtime::xring::{Doorbell, MeshPort};
 use flowstack_runtime::{AddrSpec, SteerCounters, Steered};
 use flowstack_stack::{Engine, EngineConfig, IfaceConfig, SocketError, TcpHandle};
 use flowstack_wire::{ChecksumCaps, EthernetAddress, Instant, Ipv4Address, Ipv4Cidr};
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 /// A device whose transmitted frames are received back (a loopback interface).
@@ -282,6 +283,21 @@ pub struct Loopback {
     devs: Vec<LoDev>,
     /// The real link: its engine's index and addresses.
     link: Option<(usize, AddrSpec)>,
+    /// What an idle engine sleeps on for its link.
+    link_wait: LinkWait,
+}
+
+/// How an idle engine sleeps on its real link instead of looking at it every
+/// [`LINK_SLICE`](crate::engine::LINK_SLICE): the link's descriptor, readable when frames
+/// wait (`flowstack_runtime::Waitable`), and with several engines the steering mesh's
+/// doorbells (`Steered::doorbells`) and this engine's index in them — announcing sleep there
+/// makes an engine that steers a frame here ring this engine's doorbell eventfd.
+#[derive(Default)]
+pub struct LinkWait {
+    /// Readable when frames wait on this engine's queue of the link.
+    pub fd: Option<OwnedFd>,
+    /// The steering doorbells and this engine's index (several engines).
+    pub steer: Option<(Arc<[Doorbell]>, usize)>,
 }
 
 impl Default for Loopback {
@@ -300,6 +316,7 @@ impl Loopback {
                 .map(|_| LoDev::Local(LoopbackDevice::default()))
                 .collect(),
             link: None,
+            link_wait: LinkWait::default(),
         }
     }
 
@@ -316,6 +333,7 @@ impl Loopback {
                 forwarded: 0,
             }))],
             link: None,
+            link_wait: LinkWait::default(),
         }
     }
 
@@ -356,7 +374,13 @@ impl Loopback {
 
     /// The earliest deadline of any engine.
     pub fn poll_at(&self) -> Option<Instant> {
-        self.engines.iter().filter_map(|e| e.poll_at()).min()
+        // The devices' too: frames an impairment holds back come out at their time.
+        let devs = self.devs.iter().filter_map(|d| d.poll_at());
+        self.engines
+            .iter()
+            .filter_map(|e| e.poll_at())
+            .chain(devs)
+            .min()
     }
 
     /// Adds the engine of a real link: `dev` with the addresses `addr` (ARP, routes and the
@@ -385,14 +409,49 @@ impl Loopback {
         c
     }
 
+    /// Sets what an idle engine sleeps on for its link ([`LinkWait`]).
+    pub fn set_link_wait(&mut self, wait: LinkWait) {
+        self.link_wait = wait;
+    }
+
+    /// The link's descriptor to sleep on, if the link has one.
+    pub fn link_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.link_wait.fd.as_ref().map(|f| f.as_fd())
+    }
+
+    /// The steering doorbell to announce sleep on (a steered link).
+    pub fn link_doorbell(&self) -> Option<&Doorbell> {
+        self.link_wait.steer.as_ref().and_then(|(b, i)| b.get(*i))
+    }
+
+    /// True if an idle engine must look at its link every slice: it has one, and either no
+    /// descriptor to sleep on or (steered) no doorbell the other engines ring.
+    pub fn link_needs_slices(&self) -> bool {
+        let Some((i, _)) = self.link else {
+            return false;
+        };
+        let steered = matches!(self.devs[i], LoDev::Link(LinkDev::Steered(_)));
+        self.link_wait.fd.is_none() || (steered && self.link_doorbell().is_none())
+    }
+
     /// The real link's engine and addresses, if the daemon has one.
     pub fn link(&self) -> Option<(usize, AddrSpec)> {
         self.link
     }
 
-    /// Frames wait on the real link (checked before sleeping: its descriptor is not polled).
+    /// Frames wait on the real link (checked before sleeping). With a descriptor to sleep on,
+    /// only frames other engines steered here are checked: the descriptor is level-triggered,
+    /// so the sleep's `poll(2)` returns at once for frames already waiting on the device (a
+    /// TAP cannot tell without a system call and always says "maybe").
     pub fn link_pending(&self, now: Instant) -> bool {
-        self.link.is_some_and(|(i, _)| self.devs[i].rx_pending(now))
+        let Some((i, _)) = self.link else {
+            return false;
+        };
+        match (&self.devs[i], self.link_wait.fd.is_some()) {
+            (LoDev::Link(LinkDev::Steered(s)), true) => s.forwarded_pending(),
+            (_, true) => false,
+            (d, false) => d.rx_pending(now),
+        }
     }
 
     /// True if `ip` is one of the daemon's own addresses: 127/8 or the link's.

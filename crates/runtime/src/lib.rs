@@ -34,7 +34,7 @@ pub mod xring;
 
 pub use clock::Clock;
 pub use host::Host;
-pub use link::{default_mac, AddrSpec, Link, LinkError, LinkSpec};
+pub use link::{default_mac, AddrSpec, Link, LinkError, LinkSpec, Waitable};
 pub use shard::{
     parse_cores, Placement, Runtime, RuntimeSpec, ShardInfo, ShardPanic, ShardReport, StartError,
     StopHandle,

@@ -23,7 +23,7 @@ use flowstack_wire::{EthernetAddress, Instant, Ipv4Address, Ipv4Cidr};
 use std::fmt;
 use std::fs::File;
 use std::io::{self, BufWriter};
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 
 /// The first three bytes of flowstack's default MACs (a locally administered unicast prefix:
@@ -177,6 +177,32 @@ impl std::error::Error for LinkError {
     }
 }
 
+/// An opened link device and, where its driver has one, a duplicate of the descriptor that
+/// becomes readable (`poll(2)` `POLLIN`) when frames wait — taken before the device is wrapped
+/// in impairment or capture, so an idle engine can sleep on it instead of looking every slice
+/// (`flowstack_runtime::steer::Queue::with_fd`, the offload daemon's sleep). Frames an
+/// impairment delays are the device's `poll_at`, not the descriptor's.
+pub struct Waitable {
+    /// The device, wrapped as the spec asks.
+    pub dev: Box<dyn Device + Send>,
+    /// Readable when frames wait; `None` where the driver has no such descriptor (the shm
+    /// wire, several AF_XDP sockets in one device).
+    pub fd: Option<OwnedFd>,
+}
+
+impl fmt::Debug for Waitable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Waitable")
+            .field("fd", &self.fd)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A duplicate of `d`'s descriptor (the same open file: readiness is shared).
+fn dup(d: &impl AsFd) -> Result<OwnedFd, LinkError> {
+    d.as_fd().try_clone_to_owned().map_err(LinkError::Device)
+}
+
 impl LinkSpec {
     /// `link` with addresses `addr`, no capture, no impairment (seed 1).
     pub fn new(link: Link, addr: AddrSpec) -> Self {
@@ -204,32 +230,46 @@ impl LinkSpec {
     /// [`LinkSpec::open_device`] as a `Send` device, for an engine thread other than the
     /// opener's (the daemon's): every link but an in-process pipe.
     pub fn open_device_send(&self) -> Result<Box<dyn Device + Send>, LinkError> {
-        let dev: Box<dyn Device + Send> = match &self.link {
+        self.open_device_waitable().map(|w| w.dev)
+    }
+
+    /// [`LinkSpec::open_device_send`], with the descriptor an idle engine can sleep on
+    /// ([`Waitable`]) where the driver has one: a TAP, a packet socket, one AF_XDP socket.
+    pub fn open_device_waitable(&self) -> Result<Waitable, LinkError> {
+        let (dev, fd): (Box<dyn Device + Send>, _) = match &self.link {
             Link::Tap { name, vnet } => {
-                Box::new(Tap::open(name, *vnet).map_err(LinkError::Device)?)
+                let t = Tap::open(name, *vnet).map_err(LinkError::Device)?;
+                let fd = dup(&t)?;
+                (Box::new(t), Some(fd))
             }
             Link::Packet { iface } => {
-                Box::new(PacketSocket::open(iface).map_err(LinkError::Device)?)
+                let p = PacketSocket::open(iface).map_err(LinkError::Device)?;
+                let fd = dup(&p)?;
+                (Box::new(p), Some(fd))
             }
             Link::Xdp { iface, queues } => {
                 let mut socks =
                     XdpSocket::open_queues(iface, (*queues).max(1)).map_err(LinkError::Device)?;
                 if socks.len() == 1 {
-                    Box::new(socks.remove(0))
+                    let x = socks.remove(0);
+                    let fd = dup(&x)?;
+                    (Box::new(x), Some(fd))
                 } else {
-                    Box::new(XdpQueues::new(socks))
+                    (Box::new(XdpQueues::new(socks)), None)
                 }
             }
-            Link::ShmFd(fd) => {
-                Box::new(ShmWire::attach(*fd, Default::default()).map_err(LinkError::Shm)?)
-            }
+            Link::ShmFd(fd) => (
+                Box::new(ShmWire::attach(*fd, Default::default()).map_err(LinkError::Shm)?),
+                None,
+            ),
             Link::Pipe(_) => {
                 return Err(LinkError::Unsupported(
                     "an in-process pipe stays on the thread that made it".into(),
                 ))
             }
         };
-        self.wrap(dev, |d| Box::new(d), |d| Box::new(d))
+        let dev = self.wrap(dev, |d| Box::new(d), |d| Box::new(d))?;
+        Ok(Waitable { dev, fd })
     }
 
     /// Wraps `dev` in the impairment and capture the spec asks for (`imp` and `cap` box
@@ -266,33 +306,48 @@ impl LinkSpec {
     /// puts on the wrong queue. Impairment applies per queue (seed + queue index). `n = 1`
     /// is [`LinkSpec::open_device`]'s device without capture.
     pub fn open_queues(&self, n: usize) -> Result<Vec<Box<dyn Device + Send>>, LinkError> {
+        Ok(self
+            .open_queues_waitable(n)?
+            .into_iter()
+            .map(|w| w.dev)
+            .collect())
+    }
+
+    /// [`LinkSpec::open_queues`], each queue with the descriptor its engine can sleep on
+    /// ([`Waitable`]).
+    pub fn open_queues_waitable(&self, n: usize) -> Result<Vec<Waitable>, LinkError> {
         if self.pcap.is_some() && n > 1 {
             return Err(LinkError::Unsupported(
                 "--pcap records one queue; use it with one core".into(),
             ));
         }
-        let devs: Vec<Box<dyn Device + Send>> = match &self.link {
-            Link::Tap { name, vnet } => Tap::open_queues(name, n, *vnet)
-                .map_err(LinkError::Device)?
-                .into_iter()
-                .map(|d| Box::new(d) as Box<dyn Device + Send>)
-                .collect(),
-            Link::Packet { iface } => PacketSocket::open_queues(iface, n)
-                .map_err(LinkError::Device)?
-                .into_iter()
-                .map(|d| Box::new(d) as Box<dyn Device + Send>)
-                .collect(),
+        fn boxed<D: Device + Send + AsFd + 'static>(
+            devs: Vec<D>,
+        ) -> Result<Vec<Waitable>, LinkError> {
+            devs.into_iter()
+                .map(|d| {
+                    let fd = Some(dup(&d)?);
+                    Ok(Waitable {
+                        dev: Box::new(d),
+                        fd,
+                    })
+                })
+                .collect()
+        }
+        let devs = match &self.link {
+            Link::Tap { name, vnet } => {
+                boxed(Tap::open_queues(name, n, *vnet).map_err(LinkError::Device)?)?
+            }
+            Link::Packet { iface } => {
+                boxed(PacketSocket::open_queues(iface, n).map_err(LinkError::Device)?)?
+            }
             Link::Xdp { iface, queues } => {
                 if *queues > 1 && *queues != n {
                     return Err(LinkError::Unsupported(format!(
                         "--queues {queues} with {n} cores: each engine owns one queue, give as many as cores"
                     )));
                 }
-                XdpSocket::open_queues(iface, n)
-                    .map_err(LinkError::Device)?
-                    .into_iter()
-                    .map(|d| Box::new(d) as Box<dyn Device + Send>)
-                    .collect()
+                boxed(XdpSocket::open_queues(iface, n).map_err(LinkError::Device)?)?
             }
             Link::ShmFd(_) | Link::Pipe(_) => {
                 return Err(LinkError::Unsupported(format!(
@@ -304,13 +359,14 @@ impl LinkSpec {
         Ok(devs
             .into_iter()
             .enumerate()
-            .map(|(i, d)| {
-                if self.impair.is_noop() {
-                    d
+            .map(|(i, w)| {
+                let dev = if self.impair.is_noop() {
+                    w.dev
                 } else {
-                    Box::new(Impaired::new(d, self.impair, self.seed + i as u64))
+                    Box::new(Impaired::new(w.dev, self.impair, self.seed + i as u64))
                         as Box<dyn Device + Send>
-                }
+                };
+                Waitable { dev, fd: w.fd }
             })
             .collect())
     }

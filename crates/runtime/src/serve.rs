@@ -39,11 +39,23 @@ pub fn serve_on_cores(
     placement: Placement,
     spec: ServeSpec,
 ) -> Result<Runtime<Server>, ServeCoresError> {
-    let devs = link.open_queues(n).map_err(ServeCoresError::Link)?;
+    let devs = link
+        .open_queues_waitable(n)
+        .map_err(ServeCoresError::Link)?;
     let addr = link.addr;
+    // A queue with a descriptor sleeps in poll(2) on it and on its peers' eventfd: an idle
+    // shard uses no CPU; the others sleep in slices.
+    let queues = devs
+        .into_iter()
+        .map(|w| match w.fd {
+            Some(fd) => Queue::with_fd(w.dev, fd),
+            None => Ok(Queue::boxed(w.dev)),
+        })
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(|e| ServeCoresError::Link(LinkError::Device(e)))?;
     Runtime::start(RuntimeSpec {
         placement,
-        queues: devs.into_iter().map(Queue::boxed).collect(),
+        queues,
         rings: RingSpec::default(),
         engine: move |s: &ShardInfo| {
             let mut c = addr.engine_config();

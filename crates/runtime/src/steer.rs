@@ -221,8 +221,8 @@ impl std::fmt::Debug for Queue {
 impl Queue {
     /// A queue whose device others cannot wake: an idle shard sleeps in the device's `wait`
     /// for at most [`WAIT_SLICE`] at a time and looks at its peers' rings between slices
-    /// (TAP and AF_PACKET today, whose descriptors the link does not expose, and the shm
-    /// wire). A forwarded frame waits at most one slice for an idle shard.
+    /// (the shm wire, several AF_XDP sockets in one device: links without one descriptor
+    /// to poll — the others come with one, `LinkSpec::open_queues_waitable`). A forwarded frame waits at most one slice for an idle shard.
     pub fn new(dev: impl Device + Send + 'static) -> Self {
         Self::boxed(Box::new(dev))
     }
@@ -351,6 +351,12 @@ impl Steered {
     /// Every shard's doorbell (to wake them all, e.g. to stop).
     pub fn doorbells(&self) -> Arc<[Doorbell]> {
         self.port.doorbells()
+    }
+
+    /// True if peers forwarded frames that wait in this shard's rings (the queue's own
+    /// frames are the device's `rx_pending`, or its descriptor's readiness).
+    pub fn forwarded_pending(&self) -> bool {
+        self.port.pending()
     }
 
     /// The wrapped device.

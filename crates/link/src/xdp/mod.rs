@@ -30,6 +30,14 @@
 #![allow(unsafe_code)]
 
 mod ring;
+/// The XDP socket's descriptor: readable (`POLLIN`) when its RX ring holds a descriptor, so an
+/// idle engine can sleep until a frame comes.
+impl std::os::fd::AsFd for XdpSocket {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.fd)
+    }
+}
+
 #[cfg(test)]
 mod tests;
 
