@@ -1,5 +1,7 @@
 //! `flowstack bench file`: the table and the JSON carry the per-end and CPU-time figures.
 
+mod common;
+use common::ok;
 use std::process::Command;
 
 #[test]
@@ -8,18 +10,11 @@ fn bench_file_prints_cpu_time_ratios_and_writes_them_to_json() {
         "flowstack-cli-bench-file-{}.json",
         std::process::id()
     ));
-    let out = Command::new(env!("CARGO_BIN_EXE_flowstack"))
+    let out = ok(Command::new(env!("CARGO_BIN_EXE_flowstack"))
         .args([
             "bench", "file", "--size", "1M", "--runs", "1", "--peer", "both", "--json",
         ])
-        .arg(&json)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .arg(&json));
     let s = String::from_utf8(out.stdout).unwrap();
     assert!(
         s.contains("receiver s/GiB") && s.contains("GiB per CPU s"),

@@ -1,5 +1,7 @@
 //! The `flowstack` command as a user runs it.
 
+mod common;
+use common::ok;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -61,16 +63,7 @@ fn ethertypes(bytes: &[u8]) -> Vec<u16> {
 #[test]
 fn demo_pcap_holds_arp_and_ip_and_tcpdump_reads_it() {
     let p = tmp("demo.pcap");
-    let out = flowstack()
-        .args(["demo", "--pcap"])
-        .arg(&p)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(flowstack().args(["demo", "--pcap"]).arg(&p));
     let types = ethertypes(&std::fs::read(&p).unwrap());
     assert!(types.contains(&0x0806), "ARP frames present");
     assert!(types.contains(&0x0800), "IPv4 frames present");
@@ -94,21 +87,13 @@ fn demo_pcap_holds_arp_and_ip_and_tcpdump_reads_it() {
 #[test]
 fn demo_under_impairment_is_reproducible() {
     let run = || {
-        let out = flowstack()
-            .args([
-                "demo",
-                "--impair",
-                "loss=0.05,reorder=0.05,dup=0.02,corrupt=0.01",
-                "--seed",
-                "9",
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = ok(flowstack().args([
+            "demo",
+            "--impair",
+            "loss=0.05,reorder=0.05,dup=0.02,corrupt=0.01",
+            "--seed",
+            "9",
+        ]));
         let s = String::from_utf8(out.stdout).unwrap();
         // Everything but wall-clock figures is determined by the seed.
         s.lines()
@@ -123,7 +108,7 @@ fn demo_under_impairment_is_reproducible() {
 fn profile_covers_every_layer_for_each_size_and_writes_json_and_svg() {
     let json = tmp("p.json");
     let svg = tmp("p.svg");
-    let out = flowstack()
+    let out = ok(flowstack()
         .args([
             "profile",
             "--sizes",
@@ -134,14 +119,7 @@ fn profile_covers_every_layer_for_each_size_and_writes_json_and_svg() {
         ])
         .arg(&json)
         .arg("--plot")
-        .arg(&svg)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .arg(&svg));
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("hardware counters:"));
     let j = std::fs::read_to_string(&json).unwrap();
@@ -187,16 +165,9 @@ fn profile_covers_every_layer_for_each_size_and_writes_json_and_svg() {
 #[test]
 fn profile_draws_a_png() {
     let png = tmp("p.png");
-    let out = flowstack()
+    ok(flowstack()
         .args(["profile", "--sizes", "100", "--samples", "100", "--plot"])
-        .arg(&png)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .arg(&png));
     let b = std::fs::read(&png).unwrap();
     assert_eq!(&b[..8], b"\x89PNG\r\n\x1a\n");
     // IHDR: width and height of the chart, 8-bit RGB.
@@ -257,7 +228,7 @@ fn profile_rejects_bad_sizes_plot_formats_and_addresses() {
 #[test]
 fn bench_runs_both_peers_and_writes_json_with_speedup() {
     let json = tmp("bench.json");
-    let out = flowstack()
+    let out = ok(flowstack()
         .args([
             "bench",
             "rr",
@@ -267,14 +238,7 @@ fn bench_runs_both_peers_and_writes_json_with_speedup() {
             "0.3",
             "--json",
         ])
-        .arg(&json)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .arg(&json));
     let s = String::from_utf8(out.stdout).unwrap();
     assert!(
         s.contains("[flowstack]") && s.contains("[   kernel]"),
@@ -298,16 +262,9 @@ fn bench_runs_both_peers_and_writes_json_with_speedup() {
 fn bench_crr_on_two_cores_reports_each_core_and_leaks_nothing() {
     use flowstack_prof::report::{from_json, BenchReport, Peer};
     let json = tmp("bench-cores.json");
-    let out = flowstack()
+    let out = ok(flowstack()
         .args(["bench", "crr", "--cores", "2", "--duration", "1", "--json"])
-        .arg(&json)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .arg(&json));
     let s = String::from_utf8(out.stdout).unwrap();
     assert!(s.contains("core 1 (") && s.contains("summed"), "{s}");
     let r: BenchReport = from_json(&std::fs::read_to_string(&json).unwrap()).unwrap();
@@ -349,43 +306,27 @@ fn bench_crr_on_two_cores_reports_each_core_and_leaks_nothing() {
 
 #[test]
 fn bench_stream_over_the_pipe_and_crr_complete() {
-    let out = flowstack()
-        .args([
-            "bench",
-            "stream",
-            "--peer",
-            "flowstack",
-            "--link",
-            "pipe",
-            "--duration",
-            "0.3",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = ok(flowstack().args([
+        "bench",
+        "stream",
+        "--peer",
+        "flowstack",
+        "--link",
+        "pipe",
+        "--duration",
+        "0.3",
+    ]));
     assert!(String::from_utf8_lossy(&out.stdout).contains("(receiver)"));
-    let out = flowstack()
-        .args([
-            "bench",
-            "crr",
-            "--peer",
-            "flowstack",
-            "--duration",
-            "0.3",
-            "--no-tso",
-            "--no-checksum-offload",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(flowstack().args([
+        "bench",
+        "crr",
+        "--peer",
+        "flowstack",
+        "--duration",
+        "0.3",
+        "--no-tso",
+        "--no-checksum-offload",
+    ]));
 }
 
 #[test]

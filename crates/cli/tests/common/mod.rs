@@ -27,6 +27,17 @@ pub fn run(cmd: &mut Command) -> Output {
     cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
 }
 
+/// Runs a command that must succeed (its stderr is the failure message); its output.
+pub fn ok(cmd: &mut Command) -> Output {
+    let out = run(cmd);
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// A network namespace private to this test process, removed on drop with everything
 /// running in it: its children are killed, then any other process left in it.
 pub struct Netns {
