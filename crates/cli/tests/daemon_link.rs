@@ -30,20 +30,26 @@ struct Ns {
 
 impl Ns {
     fn new() -> Self {
+        let ns = Self::bare();
+        // A veth pair: the kernel end has the address, the daemon's end none.
+        ns.net.ip(&[
+            "link", "add", "fsdk0", "type", "veth", "peer", "name", "fsdd0",
+        ]);
+        ns.net.ip(&["addr", "add", "10.79.0.1/24", "dev", "fsdk0"]);
+        ns.net.ip(&["link", "set", "fsdk0", "up"]);
+        ns.net.ip(&["link", "set", "fsdd0", "up"]);
+        let _ = run(ns
+            .cmd("sysctl")
+            .args(["-q", "-w", "net.ipv6.conf.fsdd0.disable_ipv6=1"]));
+        ns
+    }
+
+    /// A namespace with no link yet (the daemon makes its TAP).
+    fn bare() -> Self {
         let net = Netns::new("fsd-");
         let dir = std::env::temp_dir().join(format!("fsd-dlinks-{}", net.name));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        // One namespace, a veth pair: the kernel end has the address, the daemon's end none.
-        net.ip(&[
-            "link", "add", "fsdk0", "type", "veth", "peer", "name", "fsdd0",
-        ]);
-        net.ip(&["addr", "add", "10.79.0.1/24", "dev", "fsdk0"]);
-        net.ip(&["link", "set", "fsdk0", "up"]);
-        net.ip(&["link", "set", "fsdd0", "up"]);
-        let _ = run(net
-            .cmd("sysctl")
-            .args(["-q", "-w", "net.ipv6.conf.fsdd0.disable_ipv6=1"]));
         Ns { net, dir }
     }
 
@@ -238,13 +244,33 @@ fn kernel_to_app(ns: &mut Ns, app: &mut Client, port: u16) {
     app.close(l, T).unwrap();
 }
 
-/// Every application of a daemon of `engines` engines does (a) and (b).
+/// Every application of a daemon of `engines` engines on one end of a veth (AF_PACKET) does
+/// (a) and (b).
 fn both_directions(engines: usize) {
     if !available() {
         return;
     }
     let mut ns = Ns::new();
     let path = ns.daemon(engines);
+    apps_both_ways(ns, path, engines);
+}
+
+/// The same on a TAP the daemon makes (multi-queue with several engines), the kernel's
+/// address on the TAP.
+fn both_directions_tap(engines: usize) {
+    if !available() {
+        return;
+    }
+    let mut ns = Ns::bare();
+    let path = ns.daemon_on(engines, &["--tap", "fsdt0"]);
+    ns.net.ip(&["addr", "add", "10.79.0.1/24", "dev", "fsdt0"]);
+    ns.net.ip(&["link", "set", "fsdt0", "up"]);
+    apps_both_ways(ns, path, engines);
+}
+
+/// (a) and (b) for each of `engines` applications (one per engine), then the steering
+/// counters.
+fn apps_both_ways(mut ns: Ns, path: PathBuf, engines: usize) {
     let mut apps: Vec<Client> = (0..engines)
         .map(|_| Client::connect(&path).unwrap())
         .collect();
@@ -273,6 +299,14 @@ fn both_directions(engines: usize) {
 #[test]
 fn daemon_link_carries_both_directions_with_the_kernel() {
     both_directions(1);
+}
+
+/// A TAP: one engine, then a two-queue TAP (`IFF_MULTI_QUEUE`) with one engine per queue;
+/// the kernel picks a queue per flow and frames on the wrong one are steered by port.
+#[test]
+fn daemon_on_a_tap_carries_both_directions_one_and_two_queues() {
+    both_directions_tap(1);
+    both_directions_tap(2);
 }
 
 /// Two engines, one application each, each owning one queue of an AF_PACKET fanout group:
