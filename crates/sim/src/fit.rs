@@ -12,6 +12,7 @@
 //! | `host.cross_core_ns` | kernel rr, client and server on two cores (classic `--kernel-placement split`): its **median** response time |
 //! | `kernel.conn_ns` | kernel crr, 1 core |
 //! | `host.app_wait_ns` | offload rr (`bench --peer offload`): the applications' CPU per request (`app_cpu_us_per_req`) |
+//! | `host.app_wake_ns` | offload rr: its **median** response time (the daemon waking a sleeping application, the wait for its core included) |
 //! | `host.stack_op_ns` | offload rr: transactions/s |
 //!
 //! Everything else is an assumption written into the calibration's `notes`. Each parameter
@@ -243,6 +244,8 @@ fn assumed_host() -> HostCosts {
         engine_spin_ns: crate::calib::daemon_spin(),
         connect_ports: 14116.0,
         port_reuse_ns: 1e9,
+        app_wake_ns: 0.0,
+        offload_crr_waits: crate::calib::CrrWaits::default(),
     }
 }
 
@@ -624,9 +627,10 @@ fn split_p50(r: &CalRun) -> Result<f64, String> {
         .ok_or_else(|| "the split kernel rr run has no latency".to_string())
 }
 
-/// The offload daemon's two parameters: the applications' wait (to their measured CPU per
-/// request, on whole cores: a CPU time, not a wall time) and the stack core's work per
-/// command (to the rate, at the run's share).
+/// The offload daemon's three parameters: the applications' wait (to their measured CPU per
+/// request, on whole cores: a CPU time, not a wall time), the latency of waking one (to the
+/// median response time, on whole cores) and the stack core's work per command (to the
+/// rate, at the run's share).
 fn fit_offload(cal: &mut Calibration, o: &OffloadCalRun) -> Result<(), String> {
     let w = o
         .report
@@ -648,6 +652,18 @@ fn fit_offload(cal: &mut Calibration, o: &OffloadCalRun) -> Result<(), String> {
                 .unwrap_or(f64::MIN)
         });
         cal.host.app_wait_ns = x;
+        // The wake-up's latency to the median response time (whole cores: a latency is
+        // measured while the threads run; the wait behind other processes for the woken
+        // application's core is part of it).
+        let x = bisect(-p.p50_us, 200_000.0, |x| {
+            let mut c = cal.clone();
+            // (0 would mean "cross_core_ns": a nanosecond is the least it can be.)
+            c.host.app_wake_ns = x.max(1.0);
+            simulate(&offload_scenario(w, size, 1.0), &c)
+                .map(|r| -r.p50_us)
+                .unwrap_or(f64::MIN)
+        });
+        cal.host.app_wake_ns = x.max(1.0);
         let x = bisect(p.per_sec, 20_000.0, |x| {
             let mut c = cal.clone();
             c.host.stack_op_ns = x;
@@ -666,6 +682,13 @@ fn fit_offload(cal: &mut Calibration, o: &OffloadCalRun) -> Result<(), String> {
         format!(
             "{:.1}, to the applications' CPU per request of {what}: {:.2} us",
             cal.host.app_wait_ns, p.app_cpu_us_per_req
+        ),
+    );
+    cal.fitted.insert(
+        "host.app_wake_ns".into(),
+        format!(
+            "{:.1}, to the median response time of {what}: {:.1} us",
+            cal.host.app_wake_ns, p.p50_us
         ),
     );
     cal.fitted.insert(

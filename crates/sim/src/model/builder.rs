@@ -221,14 +221,19 @@ impl Builder<'_> {
         }
     }
 
-    /// A synchronous ring call (connect, close) on a daemon whose applications sleep: the
-    /// stack core posts the completion and wakes the caller (`daemon-wake` only; other
-    /// architectures' costs for these calls are in their connection work).
-    pub(super) fn sync_wait(&mut self, side: Side) {
+    /// A blocking ring call on a daemon whose applications sleep (`daemon-wake` only; other
+    /// architectures' costs for such calls are in their connection work): the stack core
+    /// posts the completion (or event) and wakes the caller. `on_path`: the transaction
+    /// waits for the wake-up's latency; otherwise the application is woken beside the
+    /// transaction's path (another application's wake-up at the same time) and only its
+    /// wait's CPU, on its core, is charged.
+    pub(super) fn wait(&mut self, side: Side, on_path: bool) {
         if self.arch.handoff == Handoff::Futex && self.p.engine.is_some() {
             let e = self.p.engine;
             self.on(e, self.cal.host.stack_op_ns, Cat::Api);
-            self.futex_wake(side);
+            if on_path {
+                self.futex_wake(side);
+            }
             self.after_wake(side);
         }
     }
@@ -237,8 +242,14 @@ impl Builder<'_> {
     /// latency (its CPU is [`Builder::after_wake`]'s).
     pub(super) fn futex_wake(&mut self, to: Side) {
         if self.app(to).is_some() {
-            self.delay(self.cal.host.cross_core_ns);
+            self.delay(self.cal.host.app_wake());
         }
+    }
+
+    /// Marks the point at which the client observes the transaction's end (steps after it
+    /// still run before its next transaction starts).
+    pub(super) fn observe_here(&mut self) {
+        self.observe_at = Some(self.steps.len());
     }
 
     /// One message of `s` bytes from `from` to `to` (`wake`: the receiver was blocked

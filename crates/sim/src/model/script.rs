@@ -28,6 +28,10 @@ pub(super) fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
             b.message(Side::Server, Side::Client, s, true);
             (arrivals(1), 2 * s as u64)
         }
+        Workload::Crr if b.arch.handoff == Handoff::Futex && b.p.engine.is_some() => {
+            crr_daemon_wake(b, s, sc.app_ns);
+            (arrivals(1), 2 * s as u64)
+        }
         Workload::Crr => {
             // Client: socket + connect (a local port); SYN, SYN-ACK, ACK.
             b.api(Side::Client);
@@ -35,15 +39,12 @@ pub(super) fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
             b.take_port();
             b.control(Side::Client, Side::Server);
             b.control(Side::Server, Side::Client);
-            // An offload daemon's client library waits for connect's completion.
-            b.sync_wait(Side::Client);
             b.control(Side::Client, Side::Server);
             b.conn_work();
             // The server's accept is woken.
             let rx = b.rx_stack(Side::Client, Side::Server);
             b.handoff(rx, Side::Server);
             b.api(Side::Server);
-            b.after_wake(Side::Server);
             b.message(Side::Client, Side::Server, s, false);
             b.app_work(sc.app_ns);
             b.message(Side::Server, Side::Client, s, true);
@@ -53,15 +54,8 @@ pub(super) fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
             let rx = b.rx_stack(Side::Client, Side::Server);
             b.handoff(rx, Side::Server);
             b.api(Side::Server);
-            b.after_wake(Side::Server);
             b.api(Side::Server);
-            // The server's close waits for its completion too (the bench's server calls
-            // accept, recv, recv and close, and a blocking one sleeps), but not on the
-            // client's path: only its wait's CPU, on the core both applications share.
-            b.after_wake(Side::Server);
             b.control(Side::Server, Side::Client);
-            // ... and for close's.
-            b.sync_wait(Side::Client);
             b.control(Side::Client, Side::Server);
             (arrivals(1), 2 * s as u64)
         }
@@ -161,4 +155,52 @@ pub(super) fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
             (arrivals(1), s as u64)
         }
     }
+}
+
+/// crr on flowstackd whose applications sleep between calls (`daemon-wake`, as
+/// `bench crr --peer offload` runs it: both applications on one core, the stack core on
+/// another). Which calls sleep is [`CrrWaits`](crate::calib::CrrWaits): those on the
+/// client's path (connect, the request reaching the server, the answer, the client's close)
+/// each add a wake-up's latency; the server's accept, FIN and close are woken beside the
+/// client (their CPU competes for the shared core, off the path). The handshake, the
+/// segments and the connection's work all run on the stack core.
+fn crr_daemon_wake(b: &mut Builder, s: usize, app_ns: f64) {
+    let w = b.cal.host.offload_crr_waits;
+    // socket + connect: two ring posts; the stack core runs the handshake on its loopback.
+    b.api(Side::Client);
+    b.api(Side::Client);
+    b.control(Side::Client, Side::Server);
+    b.control(Side::Server, Side::Client);
+    b.control(Side::Client, Side::Server);
+    b.conn_work();
+    // The stack core completes connect and the server's pending accept together.
+    if w.connect {
+        b.wait(Side::Client, true);
+    }
+    if w.accept {
+        b.wait(Side::Server, false);
+    }
+    b.api(Side::Server);
+    // The request; the server's recv may find it not yet carried and sleep.
+    b.message(Side::Client, Side::Server, s, w.request);
+    b.app_work(app_ns);
+    b.message(Side::Server, Side::Client, s, w.answer);
+    // The client's close: FIN; the server is woken by it and closes too, beside the
+    // client's own wait for its close's completion.
+    b.api(Side::Client);
+    b.control(Side::Client, Side::Server);
+    if w.fin {
+        b.wait(Side::Server, false);
+    }
+    b.api(Side::Server);
+    if w.server_close {
+        b.wait(Side::Server, false);
+    }
+    if w.client_close {
+        b.wait(Side::Client, true);
+    }
+    b.observe_here();
+    // The server's FIN and the last ACK, after the client's close returned.
+    b.control(Side::Server, Side::Client);
+    b.control(Side::Client, Side::Server);
 }
