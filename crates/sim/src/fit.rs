@@ -334,6 +334,31 @@ pub fn predict_p50(
     Ok(simulate(&sc, cal)?.p50_us)
 }
 
+/// The message size of the loop-speed probe: flowstack's rr calibration run's.
+pub const SPEED_PROBE_SIZE: usize = CAL_CONFIGS[0].msg_size;
+
+/// How fast flowstack's drive loop runs now relative to the calibration: the calibration's
+/// median response time of `bench rr --peer flowstack --cores N --msg-size 1024` (the
+/// calibration run's configuration, at N cores) over the one a probe run of it measured
+/// now. Every step of that loop is host CPU work (no fixed delay), so its median scales as
+/// one over the cores' speed. A median is measured while the loop runs: the CPU share does
+/// not enter (the probe is not the validated size, so no validated row is fitted).
+pub fn loop_speed(cal: &Calibration, cores: usize, probe_p50_us: f64) -> Result<f64, String> {
+    if !(probe_p50_us > 0.0 && probe_p50_us.is_finite()) {
+        return Err("a speed probe needs a positive median".into());
+    }
+    let p = predict_p50(
+        cal,
+        Peer::Flowstack,
+        Workload::Rr,
+        SPEED_PROBE_SIZE,
+        cores,
+        cores,
+        Clients::Colocated,
+    )?;
+    Ok(p / probe_p50_us)
+}
+
 fn find(
     runs: &[CalRun],
     peer: Peer,

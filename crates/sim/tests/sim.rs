@@ -592,3 +592,60 @@ fn a_daemon_engine_that_spun_out_its_spin_is_woken_first() {
     let long = simulate(&offload_scenario(Workload::Rr, 64, 1.0), &cal).unwrap();
     assert!((long.p50_us - spinning.p50_us).abs() < 0.01);
 }
+
+/// This VM's vCPUs run flowstack's loop at different speeds from one minute to the next (its
+/// rr median at 64 B: ~1.0 µs for seconds, then ~1.6 µs, in the same process; a plain
+/// arithmetic loop timed meanwhile moved by 4 %). The validation measures the speed with a
+/// probe run at the calibration size beside each run: the probe's median over the
+/// calibration's predicts the speed exactly, and a prediction at that speed scales every
+/// step of the loop — the median by one over it, the rate at a share by it.
+#[test]
+fn a_probe_at_the_calibration_size_gives_the_loop_speed() {
+    use flowstack_prof::report::Peer;
+    use flowstack_sim::fit::{loop_speed, SPEED_PROBE_SIZE};
+    use flowstack_sim::validate::{cases, predict};
+    let cal = vm();
+    for cores in [1, 2] {
+        let mut sc = Scenario::new(
+            Arch::parse("percore").unwrap(),
+            Workload::Rr,
+            SPEED_PROBE_SIZE,
+            cores,
+        );
+        sc.clients = Clients::Colocated;
+        sc.conns = cores;
+        sc.txns = 6_000;
+        sc.host_speed = 0.625;
+        let slow = simulate(&sc, &cal).unwrap().p50_us;
+        let s = loop_speed(&cal, cores, slow).unwrap();
+        assert!((s - 0.625).abs() < 1e-3, "speed {s} at {cores} cores");
+    }
+    assert!(loop_speed(&cal, 1, 0.0).is_err());
+    let c = cases()
+        .into_iter()
+        .find(|c| c.peer == Peer::Flowstack && c.workload == Workload::Rr && c.cores == 1)
+        .unwrap();
+    assert!(c.probed());
+    let at1 = predict(&cal, &c, 0.5, 1.0, 3).unwrap();
+    let at2 = predict(&cal, &c, 0.5, 2.0, 3).unwrap();
+    assert!((at1.p50_us / at2.p50_us - 2.0).abs() < 1e-3);
+    assert!((at2.metric / at1.metric - 2.0).abs() < 0.01);
+}
+
+/// The daemon's applications and engine sleep between messages: what other processes take
+/// of their cores is the wait of a woken thread behind them, inside the fitted wake-up
+/// latency, so rr and crr are predicted on whole cores whatever the share (a stream sender,
+/// runnable most of the time, at the share).
+#[test]
+fn offload_rr_and_crr_rates_are_predicted_on_whole_cores() {
+    use flowstack_sim::validate::predict_offload;
+    let cal = vm();
+    for w in [Workload::Rr, Workload::Crr] {
+        let half = predict_offload(&cal, w, 0.5).unwrap().metric;
+        let whole = predict_offload(&cal, w, 1.0).unwrap().metric;
+        assert_eq!(half, whole, "{w:?}");
+    }
+    let half = predict_offload(&cal, Workload::Stream, 0.5).unwrap().metric;
+    let whole = predict_offload(&cal, Workload::Stream, 1.0).unwrap().metric;
+    assert!(half < whole * 0.75, "{half} vs {whole}");
+}

@@ -82,7 +82,7 @@ fn cal_runs(a: &SimArgs, dir: &std::path::Path) -> Result<(Vec<CalRun>, OffloadC
                 cores: (c.clients != Clients::Split).then_some(1),
             };
             let cpus = if c.clients == Clients::Split { 2 } else { 1 };
-            let (r, share) = bench_with_share(&spec, cpus);
+            let (r, share, _) = bench_with_share(&spec, cpus, false);
             let (r, share) = (r?, share.unwrap_or(1.0));
             shares.insert(c.file.to_string(), share);
             std::fs::write(&path, flowstack_prof::report::to_json(&r))
@@ -230,12 +230,24 @@ impl CpuSnapshot {
 /// rises with the share, so the share that stands for the median run is the median share —
 /// not the share over all runs, which one starved run (a tenth of the others' rate) pulls
 /// far below what the median run got.
-fn bench_with_share(spec: &BenchSpec, cpus: usize) -> (Result<BenchReport, String>, Option<f64>) {
+fn bench_with_share(
+    spec: &BenchSpec,
+    cpus: usize,
+    probe: bool,
+) -> (Result<BenchReport, String>, Option<f64>, Option<f64>) {
     let mut before: Option<CpuSnapshot> = None;
     let mut shares: Vec<f64> = vec![];
+    let mut probe_before: Option<f64> = None;
+    let mut probes: Vec<f64> = vec![];
+    let cores = spec.cores.unwrap_or(1);
     let r = spec.clone().validated().and_then(|s| {
         flowstack_bench::run(&s, &mut |e| match e {
-            flowstack_bench::Event::Started { .. } => before = Some(CpuSnapshot::take()),
+            flowstack_bench::Event::Started { .. } => {
+                if probe {
+                    probe_before = speed_probe(cores);
+                }
+                before = Some(CpuSnapshot::take());
+            }
             flowstack_bench::Event::Finished { .. } => {
                 if let Some(x) = before
                     .take()
@@ -243,10 +255,45 @@ fn bench_with_share(spec: &BenchSpec, cpus: usize) -> (Result<BenchReport, Strin
                 {
                     shares.push(x);
                 }
+                if let (true, Some(b)) = (probe, probe_before.take()) {
+                    if let Some(a) = speed_probe(cores) {
+                        probes.push(0.5 * (a + b));
+                    }
+                }
             }
         })
     });
-    (r, flowstack_sim::validate::median(&shares))
+    (
+        r,
+        flowstack_sim::validate::median(&shares),
+        flowstack_sim::validate::median(&probes),
+    )
+}
+
+/// Seconds of a speed probe run.
+const PROBE_SECS: f64 = 0.2;
+
+/// A speed probe just before or after a flowstack bench run: `bench rr --peer flowstack
+/// --cores N --msg-size 1024` (the loop-turn calibration run's configuration) for 0.2 s;
+/// its median response time, µs ([`flowstack_sim::fit::loop_speed`]).
+fn speed_probe(cores: usize) -> Option<f64> {
+    let spec = BenchSpec {
+        workload: flowstack_prof::report::Workload::Rr,
+        peer: PeerSel::Flowstack,
+        link: BenchLink::Pipe,
+        duration: PROBE_SECS,
+        conns: 1,
+        runs: 1,
+        opts: RunOpts {
+            msg_size: Some(flowstack_sim::fit::SPEED_PROBE_SIZE),
+            ..RunOpts::default()
+        },
+        cores: Some(cores),
+    }
+    .validated()
+    .ok()?;
+    let r = flowstack_bench::run(&spec, &mut |_| {}).ok()?;
+    r.peers.get(&Peer::Flowstack)?.latency.map(|l| l.p50_us)
 }
 
 pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
@@ -310,8 +357,9 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
             },
             cores: Some(c.cores),
         };
-        let (measured, share) = bench_with_share(&spec, c.cores);
-        kernel_runs.push((c, measured, share));
+        // flowstack's rr and crr runs: a speed probe beside each ([`speed_probe`]).
+        let (measured, share, probe) = bench_with_share(&spec, c.cores, c.probed());
+        kernel_runs.push((c, measured, share, probe));
     }
     let mut offload_runs = vec![];
     for w in validate::offload_cases() {
@@ -361,15 +409,21 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
     println!("calibration source: {}", cal.source);
     let mut rows: Vec<Row> = vec![];
     let mut placements: Vec<String> = vec![];
-    for (c, measured, share) in kernel_runs {
-        let idle = match validate::predict(&cal, &c, 1.0, a.runs) {
+    for (c, measured, share, probe) in kernel_runs {
+        let speed = match probe.map(|p| flowstack_sim::fit::loop_speed(&cal, c.cores, p)) {
+            Some(Ok(s)) => Some(s),
+            Some(Err(e)) => return fail(e),
+            None => None,
+        };
+        let idle = match validate::predict(&cal, &c, 1.0, 1.0, a.runs) {
             Ok(p) => p,
             Err(e) => return fail(e),
         };
-        let pred = match validate::predict(&cal, &c, share.unwrap_or(1.0), a.runs) {
-            Ok(p) => p,
-            Err(e) => return fail(e),
-        };
+        let pred =
+            match validate::predict(&cal, &c, share.unwrap_or(1.0), speed.unwrap_or(1.0), a.runs) {
+                Ok(p) => p,
+                Err(e) => return fail(e),
+            };
         for (pl, m, l) in &pred.by_placement {
             placements.push(format!(
                 "  {} {} B, --cores {}, {}: {} (clients on 0..{}): {:.0}, p50 {:.1} us",
@@ -403,12 +457,13 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
                     &pred,
                     &idle,
                     share,
+                    speed,
                     Some(m),
                     s.latency.map(|l| l.p50_us),
                 ));
             }
             Err(e) => {
-                let mut rs = validate::rows_of(&c, &pred, &idle, share, None, None);
+                let mut rs = validate::rows_of(&c, &pred, &idle, share, speed, None, None);
                 for r in &mut rs {
                     r.status = validate::Status::NotMeasured(format!("bench failed: {e}"));
                 }

@@ -100,6 +100,12 @@ pub struct Scenario {
     /// compete for the cores, as on a shared machine): host cores run at this speed.
     #[serde(default = "one")]
     pub host_share: f64,
+    /// The host cores' speed relative to the calibration's (1: as fast as when the
+    /// calibration runs were made). A shared VM's vCPUs run faster or slower from one
+    /// minute to the next; the validation measures it with a probe run beside each bench
+    /// run ([`crate::fit::loop_speed`]).
+    #[serde(default = "one")]
+    pub host_speed: f64,
     /// Colocated clients, flows not steered to their core (the kernel's `SO_REUSEPORT`):
     /// the server core of each connection, instead of the seeded hash (to predict each
     /// placement a run can get).
@@ -128,6 +134,7 @@ impl Scenario {
             max_secs: 10.0,
             seed: 1,
             host_share: 1.0,
+            host_speed: 1.0,
             server_cores: None,
         }
     }
@@ -192,6 +199,10 @@ fn build(sc: &Scenario, cal: &Calibration) -> Result<(Des, Vec<usize>, Vec<usize
     if !(sc.host_share > 0.0 && sc.host_share <= 1.0) {
         return Err("the host share must be in (0, 1]".into());
     }
+    if !(sc.host_speed > 0.0 && sc.host_speed <= 100.0) {
+        return Err("the host speed must be in (0, 100]".into());
+    }
+    let host_speed = sc.host_share * sc.host_speed;
     let a = &sc.arch;
     let mut d = Des::new(sc.seed);
     let host_cores = match sc.clients {
@@ -199,7 +210,7 @@ fn build(sc: &Scenario, cal: &Calibration) -> Result<(Des, Vec<usize>, Vec<usize
         _ => sc.cores,
     };
     let hosts: Vec<usize> = (0..host_cores)
-        .map(|i| d.resource(format!("host{i}"), Kind::HostCore, sc.host_share))
+        .map(|i| d.resource(format!("host{i}"), Kind::HostCore, host_speed))
         .collect();
     if a.handoff != Handoff::Poll {
         // Threads that block and are woken share the host cores under the OS scheduler; a
@@ -208,12 +219,7 @@ fn build(sc: &Scenario, cal: &Calibration) -> Result<(Des, Vec<usize>, Vec<usize
             d.threads(h, cal.host.sched_slice_ns);
         }
     }
-    let engine_speed = a.engine_ratio
-        * if a.engines_on_host {
-            sc.host_share
-        } else {
-            1.0
-        };
+    let engine_speed = a.engine_ratio * if a.engines_on_host { host_speed } else { 1.0 };
     let engines: Vec<usize> = (0..a.engines)
         .map(|i| d.resource(format!("engine{i}"), Kind::StackCore, engine_speed))
         .collect();
