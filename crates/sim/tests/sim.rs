@@ -332,12 +332,11 @@ fn the_drive_loop_sees_the_response_one_turn_before_the_cycle_ends() {
 }
 
 #[test]
-fn a_daemon_that_wakes_its_applications_pays_two_cross_core_wake_ups_per_rr() {
+fn a_daemon_that_wakes_its_applications_pays_two_wake_ups_per_rr() {
     let mut cal = vm();
     // An engine that never sleeps: only the applications' wake-ups (the engine's own are
     // `a_daemon_engine_that_spun_out_its_spin_is_woken_first`).
     cal.host.engine_spin_ns = 0.0;
-    let one = simulate(&offload_scenario(Workload::Rr, 64, 1.0), &cal).unwrap();
     cal.host.app_wake_ns = 5_000.0;
     let one = simulate(&offload_scenario(Workload::Rr, 64, 1.0), &cal).unwrap();
     let mut slow = cal.clone();
