@@ -105,12 +105,24 @@ pub struct HostCosts {
     /// median response time.
     #[serde(default)]
     pub app_wake_ns: f64,
+    /// `daemon-wake` rr and crr: the measured mean response time over the median (the tail
+    /// of woken applications that wait longer behind other processes, which the model's
+    /// latencies do not have); a closed loop's rate is one over the mean. Measured on the
+    /// offload rr calibration run (1 over its rate, over its median); 0 or 1: none.
+    #[serde(default)]
+    pub app_tail: f64,
     /// `daemon-wake` crr: which calls of a connection block and sleep.
     #[serde(default)]
     pub offload_crr_waits: CrrWaits,
 }
 
 impl HostCosts {
+    /// The mean response time over the median of the daemon's sleeping applications
+    /// ([`HostCosts::app_tail`], at least 1).
+    pub fn tail(&self) -> f64 {
+        self.app_tail.max(1.0)
+    }
+
     /// The latency of a stack core waking a sleeping application ([`HostCosts::app_wake_ns`]).
     pub fn app_wake(&self) -> f64 {
         if self.app_wake_ns > 0.0 {

@@ -245,6 +245,7 @@ fn assumed_host() -> HostCosts {
         connect_ports: 14116.0,
         port_reuse_ns: 1e9,
         app_wake_ns: 0.0,
+        app_tail: 0.0,
         offload_crr_waits: crate::calib::CrrWaits::default(),
     }
 }
@@ -668,6 +669,12 @@ fn fit_offload(cal: &mut Calibration, o: &OffloadCalRun) -> Result<(), String> {
         .ok_or("the offload calibration run has no offload peer")?
         .clone();
     let size = o.report.msg;
+    // The tail: 1 over the rate is the mean response time of the run's one connection.
+    cal.host.app_tail = if p.per_sec > 0.0 && p.p50_us > 0.0 {
+        (1e6 / p.per_sec / p.p50_us).max(1.0)
+    } else {
+        1.0
+    };
     for _round in 0..3 {
         let x = bisect(-p.app_cpu_us_per_req, 200_000.0, |x| {
             let mut c = cal.clone();
@@ -692,9 +699,7 @@ fn fit_offload(cal: &mut Calibration, o: &OffloadCalRun) -> Result<(), String> {
         let x = bisect(p.per_sec, 20_000.0, |x| {
             let mut c = cal.clone();
             c.host.stack_op_ns = x;
-            simulate(&offload_scenario(w, size, o.share), &c)
-                .map(|r| r.per_s)
-                .unwrap_or(0.0)
+            crate::validate::offload_metric(&c, w, size, o.share).unwrap_or(0.0)
         });
         cal.host.stack_op_ns = x;
     }
@@ -714,6 +719,13 @@ fn fit_offload(cal: &mut Calibration, o: &OffloadCalRun) -> Result<(), String> {
         format!(
             "{:.1}, to the median response time of {what}: {:.1} us",
             cal.host.app_wake_ns, p.p50_us
+        ),
+    );
+    cal.fitted.insert(
+        "host.app_tail".into(),
+        format!(
+            "{:.3}, measured: 1 over the rate over the median response time of {what} ({:.1} per s, p50 {:.1} us)",
+            cal.host.app_tail, p.per_sec, p.p50_us
         ),
     );
     cal.fitted.insert(

@@ -254,17 +254,30 @@ pub fn default_size(w: Workload) -> usize {
 /// two cores ([`offload_share`]).
 pub fn predict_offload(cal: &Calibration, w: Workload, share: f64) -> Result<Prediction, String> {
     let size = default_size(w);
-    let o = simulate(&offload_scenario(w, size, offload_share(w, share)), cal)?;
     let whole = simulate(&offload_scenario(w, size, 1.0), cal)?;
     Ok(Prediction {
-        metric: if w == Workload::Stream {
-            o.mbps
-        } else {
-            o.per_s
-        },
+        metric: offload_metric(cal, w, size, share)?,
         p50_us: whole.p50_us,
         host_us: whole.host_protocol_us_per_txn,
         by_placement: vec![],
+    })
+}
+
+/// The predicted metric of `bench <w> --peer offload --msg-size <size>` with `share` of its
+/// cores: stream's Mbit/s at the share; rr's and crr's rate on whole cores
+/// ([`offload_share`]) over the measured tail ([`HostCosts::tail`](crate::calib::HostCosts::tail)):
+/// the model's response times have no tail, and one connection's rate is one over its mean.
+pub fn offload_metric(
+    cal: &Calibration,
+    w: Workload,
+    size: usize,
+    share: f64,
+) -> Result<f64, String> {
+    let o = simulate(&offload_scenario(w, size, offload_share(w, share)), cal)?;
+    Ok(if w == Workload::Stream {
+        o.mbps
+    } else {
+        o.per_s / cal.host.tail()
     })
 }
 
@@ -275,9 +288,9 @@ pub fn predict_offload(cal: &Calibration, w: Workload, share: f64) -> Result<Pre
 /// measured under the same load — not a slower thread once it runs: simulated at the share
 /// as well, it was counted twice (rr and crr rates −41 % and −44 % at a measured 50 % and
 /// 44 %, 2026-11-27 00:53 UTC, where whole cores gave +17 % and +19 %). A stream sender
-/// is runnable most of the time: at the share. (The calibration still fits the daemon's
-/// work per command to the offload rr run's rate at its share, [`crate::fit`]; it has come
-/// out 0 in every fit, the applications' CPU explaining the rate.)
+/// is runnable most of the time: at the share. The tail that load gives the response
+/// times is the measured [`HostCosts::app_tail`](crate::calib::HostCosts::app_tail)
+/// ([`offload_metric`]).
 pub fn offload_share(w: Workload, share: f64) -> f64 {
     if w == Workload::Stream {
         share

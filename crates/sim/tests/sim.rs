@@ -164,27 +164,25 @@ fn the_fit_reproduces_the_runs_it_was_fitted_to() {
         "offload p50 {lo}..{hi} vs {}",
         m.p50_us
     );
-    let at = simulate(
-        &offload_scenario(Workload::Rr, OFFLOAD_CAL.1, offload.share),
-        &cal,
-    )
-    .unwrap();
-    // The daemon's work per command is fitted to the rate unless the applications' CPU
-    // at that share already explains it (then it is 0 and the rate is not above it).
+    // The rate: one over the mean, the model's (tail-less) median times the measured tail;
+    // the daemon's work per command is fitted to it unless the applications' CPU already
+    // explains it (then it is 0 and the rate is not above the measurement).
+    let at =
+        flowstack_sim::validate::offload_metric(&cal, Workload::Rr, OFFLOAD_CAL.1, offload.share)
+            .unwrap();
+    let tail = 1e6 / m.per_sec / m.p50_us;
+    assert!(
+        (cal.host.tail() - tail.max(1.0)).abs() < 1e-9,
+        "tail {tail}"
+    );
     if cal.host.stack_op_ns > 0.0 {
         assert!(
-            (at.per_s - m.per_sec).abs() / m.per_sec < 0.03,
-            "offload rate {} vs {}",
-            at.per_s,
+            (at - m.per_sec).abs() / m.per_sec < 0.03,
+            "offload rate {at} vs {}",
             m.per_sec
         );
     } else {
-        assert!(
-            at.per_s <= m.per_sec * 1.03,
-            "{} vs {}",
-            at.per_s,
-            m.per_sec
-        );
+        assert!(at <= m.per_sec * 1.03, "{at} vs {}", m.per_sec);
     }
     for r in &runs {
         if r.clients == Clients::Split {
@@ -632,17 +630,26 @@ fn a_probe_at_the_calibration_size_gives_the_loop_speed() {
 }
 
 /// The daemon's applications and engine sleep between messages: what other processes take
-/// of their cores is the wait of a woken thread behind them, inside the fitted wake-up
-/// latency, so rr and crr are predicted on whole cores whatever the share (a stream sender,
-/// runnable most of the time, at the share).
+/// of their cores is the wait of a woken thread behind them — its median inside the fitted
+/// wake-up latency, its tail the measured mean over median — so rr and crr are predicted on
+/// whole cores whatever the share, at one over the model's response time times the tail (a
+/// stream sender, runnable most of the time, at the share).
 #[test]
-fn offload_rr_and_crr_rates_are_predicted_on_whole_cores() {
+fn offload_rr_and_crr_rates_are_predicted_on_whole_cores_with_the_measured_tail() {
     use flowstack_sim::validate::predict_offload;
-    let cal = vm();
+    let mut cal = vm();
+    cal.host.app_tail = 1.0;
     for w in [Workload::Rr, Workload::Crr] {
         let half = predict_offload(&cal, w, 0.5).unwrap().metric;
-        let whole = predict_offload(&cal, w, 1.0).unwrap().metric;
-        assert_eq!(half, whole, "{w:?}");
+        let whole = predict_offload(&cal, w, 1.0).unwrap();
+        assert_eq!(half, whole.metric, "{w:?}");
+        // One connection: the rate is one over the (tail-less) response time.
+        let r = whole.metric * whole.p50_us / 1e6;
+        assert!((r - 1.0).abs() < 0.02, "{w:?}: rate x p50 = {r}");
+        let mut tailed = cal.clone();
+        tailed.host.app_tail = 1.5;
+        let t = predict_offload(&tailed, w, 0.5).unwrap().metric;
+        assert!((whole.metric / t - 1.5).abs() < 1e-9);
     }
     let half = predict_offload(&cal, Workload::Stream, 0.5).unwrap().metric;
     let whole = predict_offload(&cal, Workload::Stream, 1.0).unwrap().metric;
