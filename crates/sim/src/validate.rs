@@ -432,7 +432,7 @@ pub struct Row {
 /// row that misses the band (never a correction of its prediction).
 pub fn known_limit(config: &str, quantity: &str) -> &'static str {
     if config.contains("offload") {
-        "the daemon's applications sleep between calls on a core other processes share: a woken application waits for that core behind them (host.app_wake_ns, fitted to the offload rr calibration run's median, holds that wait at the calibration runs' load, not the validation run's); the model's latencies have no tail, while a closed loop's rate is one over the mean latency; offload stream's rate swings 2x between runs"
+        "the daemon's applications sleep between calls on a core other processes share: a woken application waits for that core behind them; the median of that wait (host.app_wake_ns) and its tail (host.app_tail, mean over median) are the offload rr calibration runs' at their load, not this run's; offload stream's rate swings 1.3-2x between runs"
     } else if quantity == "p50 us" {
         "the response time is the drive loop's turns at the speed a probe run measured beside the runs (flowstack) or at the calibration's speed (kernel); this VM's vCPUs run flowstack's loop at ~1.0 or ~1.6 us per 64 B rr from one minute to the next, and a probe between runs can miss a switch"
     } else {
