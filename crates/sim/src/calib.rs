@@ -69,7 +69,9 @@ pub struct HostCosts {
     pub file_per_byte_ns: f64,
     /// An offload stack core's work per application command or event beyond TCP/IP: reading
     /// the ring, dispatching the call, posting the completion, waking a sleeping
-    /// application (0 in calibrations without an offload daemon).
+    /// application (0 in calibrations without an offload daemon). Fitted on a daemon whose
+    /// applications sleep, so charged only there (`daemon-wake`): a polling daemon or a NIC
+    /// wakes nobody.
     #[serde(default)]
     pub stack_op_ns: f64,
     /// An application's CPU per blocking wait on an offload daemon (`daemon-wake`): the

@@ -655,3 +655,20 @@ fn offload_rr_and_crr_rates_are_predicted_on_whole_cores_with_the_measured_tail(
     let whole = predict_offload(&cal, Workload::Stream, 1.0).unwrap().metric;
     assert!(half < whole * 0.75, "{half} vs {whole}");
 }
+
+/// The daemon's fitted work per command (`host.stack_op_ns`) is a daemon-wake's, futex
+/// wake-ups included: a polling daemon (`daemon`) and a NIC (`offload`) are not charged it.
+#[test]
+fn only_a_daemon_that_wakes_its_applications_pays_the_fitted_work_per_command() {
+    let rate = |arch: &str, op: f64| {
+        let mut cal = vm();
+        cal.host.stack_op_ns = op;
+        let mut sc = Scenario::new(Arch::parse(arch).unwrap(), Workload::Rr, 64, 4);
+        sc.txns = 4_000;
+        simulate(&sc, &cal).unwrap().per_s
+    };
+    for arch in ["daemon:1", "offload:1"] {
+        assert_eq!(rate(arch, 0.0), rate(arch, 50_000.0), "{arch}");
+    }
+    assert!(rate("daemon-wake:1", 50_000.0) < rate("daemon-wake:1", 0.0));
+}

@@ -162,9 +162,15 @@ impl Builder<'_> {
         let r = self.app(side);
         self.on(r, ns, cat);
         if self.arch.api == Api::Ring && (side == Side::Server || !self.remote) {
-            // The stack core reads the command (or posts the event) and dispatches it.
+            // The stack core reads the command (or posts the event) and dispatches it —
+            // and wakes the application that sleeps for it: the fitted `stack_op_ns` is a
+            // daemon's whose applications sleep (`daemon-wake`), futex wake-ups included;
+            // a polling daemon or a NIC makes none, and is charged none (as before it
+            // was fitted).
             let e = self.p.engine;
-            self.on(e, h.stack_op_ns, Cat::Api);
+            if self.arch.handoff == Handoff::Futex {
+                self.on(e, h.stack_op_ns, Cat::Api);
+            }
         }
     }
 
