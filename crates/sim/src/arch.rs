@@ -36,8 +36,9 @@ pub enum Handoff {
     Poll,
     /// It sleeps on a futex between calls and the stack core wakes it (flowstackd with
     /// applications that do not spin): the stack core's wake-up call is part of its work per
-    /// event, the wake-up crosses cores (`cross_core_ns`), and the application pays
-    /// `app_wait_ns` for the wait (going to sleep, being switched back in).
+    /// event, the wake-up crosses cores and waits for the application's core
+    /// (`app_wake_ns`), and the application pays `app_wait_ns` for the wait (going to sleep,
+    /// being switched back in).
     Futex,
 }
 

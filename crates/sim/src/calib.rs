@@ -69,7 +69,9 @@ pub struct HostCosts {
     pub file_per_byte_ns: f64,
     /// An offload stack core's work per application command or event beyond TCP/IP: reading
     /// the ring, dispatching the call, posting the completion, waking a sleeping
-    /// application (0 in calibrations without an offload daemon).
+    /// application (0 in calibrations without an offload daemon). Fitted on a daemon whose
+    /// applications sleep, so charged only there (`daemon-wake`): a polling daemon or a NIC
+    /// wakes nobody.
     #[serde(default)]
     pub stack_op_ns: f64,
     /// An application's CPU per blocking wait on an offload daemon (`daemon-wake`): the
@@ -99,6 +101,113 @@ pub struct HostCosts {
     /// most `connect_ports` connections per this time (0: no limit).
     #[serde(default)]
     pub port_reuse_ns: f64,
+    /// `daemon-wake`: how long after the stack core's doorbell a sleeping application runs
+    /// again — the futex wake-up across cores plus the wait for its core behind other
+    /// processes. 0: [`HostCosts::cross_core_ns`]. Fitted to the offload rr calibration run's
+    /// median response time.
+    #[serde(default)]
+    pub app_wake_ns: f64,
+    /// `daemon-wake` rr and crr: the measured mean response time over the median (the tail
+    /// of woken applications that wait longer behind other processes, which the model's
+    /// latencies do not have); a closed loop's rate is one over the mean. Measured on the
+    /// offload rr calibration run (1 over its rate, over its median); 0 or 1: none.
+    #[serde(default)]
+    pub app_tail: f64,
+    /// `daemon-wake` crr: which calls of a connection block and sleep.
+    #[serde(default)]
+    pub offload_crr_waits: CrrWaits,
+}
+
+impl HostCosts {
+    /// The mean response time over the median of the daemon's sleeping applications
+    /// ([`HostCosts::app_tail`], at least 1).
+    pub fn tail(&self) -> f64 {
+        self.app_tail.max(1.0)
+    }
+
+    /// The latency of a stack core waking a sleeping application ([`HostCosts::app_wake_ns`]).
+    pub fn app_wake(&self) -> f64 {
+        if self.app_wake_ns > 0.0 {
+            self.app_wake_ns
+        } else {
+            self.cross_core_ns
+        }
+    }
+}
+
+/// Which calls of a crr connection sleep when flowstackd's applications wait on a futex
+/// (`bench crr --peer offload`: client `connect`, `send`, `recv`, `close`; server `accept`,
+/// `recv` until the request, `send`, `recv` of the FIN, `close`). Each one that sleeps costs
+/// its application [`HostCosts::app_wait_ns`] of CPU on the applications' core; one on the
+/// client's path (connect, request, answer, client close) also adds a wake-up's latency
+/// ([`HostCosts::app_wake`]) to the connection's time. The server's accept is completed
+/// with the client's connect and its FIN and close while the client's close completes, so
+/// their wake-ups run beside the client's (off its path; their CPU still competes for the
+/// core both applications share).
+///
+/// Measured 2026-11-27 00:29 UTC (`cargo run --release -p flowstack-bench --example
+/// offload_trace`, the futex sleeps per connection): the client sleeps 3.0 times (connect,
+/// answer, close), the server 4.0 (accept, request, FIN, close) — every call here. A daemon
+/// that answers a call without a sleep (fewer waits per connection) is this with the flag
+/// off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CrrWaits {
+    /// The client's connect waits for its completion (on the path).
+    pub connect: bool,
+    /// The server's accept sleeps until the connection is there (off the path).
+    pub accept: bool,
+    /// The server's recv finds the request not yet delivered and sleeps (on the path): it
+    /// runs after the client on their shared core, which posts the request first, but
+    /// before the stack core has carried it.
+    pub request: bool,
+    /// The client's recv sleeps until the answer (on the path).
+    pub answer: bool,
+    /// The server's recv sleeps until the FIN (off the path).
+    pub fin: bool,
+    /// The server's close waits for its completion (off the path).
+    pub server_close: bool,
+    /// The client's close waits for its completion (on the path).
+    pub client_close: bool,
+}
+
+impl Default for CrrWaits {
+    fn default() -> Self {
+        CrrWaits {
+            connect: true,
+            accept: true,
+            request: true,
+            answer: true,
+            fin: true,
+            server_close: true,
+            client_close: true,
+        }
+    }
+}
+
+impl CrrWaits {
+    /// How many calls sleep per connection.
+    pub fn count(&self) -> usize {
+        [
+            self.connect,
+            self.accept,
+            self.request,
+            self.answer,
+            self.fin,
+            self.server_close,
+            self.client_close,
+        ]
+        .iter()
+        .filter(|&&x| x)
+        .count()
+    }
+
+    /// How many of them are on the client's path (each adds a wake-up's latency).
+    pub fn on_path(&self) -> usize {
+        [self.connect, self.request, self.answer, self.client_close]
+            .iter()
+            .filter(|&&x| x)
+            .count()
+    }
 }
 
 /// flowstackd's default spin before its engine sleeps (`DEFAULT_SPIN`, `--spin-us 50`).

@@ -12,6 +12,7 @@
 //! | `host.cross_core_ns` | kernel rr, client and server on two cores (classic `--kernel-placement split`): its **median** response time |
 //! | `kernel.conn_ns` | kernel crr, 1 core |
 //! | `host.app_wait_ns` | offload rr (`bench --peer offload`): the applications' CPU per request (`app_cpu_us_per_req`) |
+//! | `host.app_wake_ns` | offload rr: its **median** response time (the daemon waking a sleeping application, the wait for its core included) |
 //! | `host.stack_op_ns` | offload rr: transactions/s |
 //!
 //! Everything else is an assumption written into the calibration's `notes`. Each parameter
@@ -243,6 +244,9 @@ fn assumed_host() -> HostCosts {
         engine_spin_ns: crate::calib::daemon_spin(),
         connect_ports: 14116.0,
         port_reuse_ns: 1e9,
+        app_wake_ns: 0.0,
+        app_tail: 0.0,
+        offload_crr_waits: crate::calib::CrrWaits::default(),
     }
 }
 
@@ -329,6 +333,31 @@ pub fn predict_p50(
 ) -> Result<f64, String> {
     let sc = bench_scenario(peer, w, size, cores, conns, clients, 1);
     Ok(simulate(&sc, cal)?.p50_us)
+}
+
+/// The message size of the loop-speed probe: flowstack's rr calibration run's.
+pub const SPEED_PROBE_SIZE: usize = CAL_CONFIGS[0].msg_size;
+
+/// How fast flowstack's drive loop runs now relative to the calibration: the calibration's
+/// median response time of `bench rr --peer flowstack --cores N --msg-size 1024` (the
+/// calibration run's configuration, at N cores) over the one a probe run of it measured
+/// now. Every step of that loop is host CPU work (no fixed delay), so its median scales as
+/// one over the cores' speed. A median is measured while the loop runs: the CPU share does
+/// not enter (the probe is not the validated size, so no validated row is fitted).
+pub fn loop_speed(cal: &Calibration, cores: usize, probe_p50_us: f64) -> Result<f64, String> {
+    if !(probe_p50_us > 0.0 && probe_p50_us.is_finite()) {
+        return Err("a speed probe needs a positive median".into());
+    }
+    let p = predict_p50(
+        cal,
+        Peer::Flowstack,
+        Workload::Rr,
+        SPEED_PROBE_SIZE,
+        cores,
+        cores,
+        Clients::Colocated,
+    )?;
+    Ok(p / probe_p50_us)
 }
 
 fn find(
@@ -624,9 +653,10 @@ fn split_p50(r: &CalRun) -> Result<f64, String> {
         .ok_or_else(|| "the split kernel rr run has no latency".to_string())
 }
 
-/// The offload daemon's two parameters: the applications' wait (to their measured CPU per
-/// request, on whole cores: a CPU time, not a wall time) and the stack core's work per
-/// command (to the rate, at the run's share).
+/// The offload daemon's three parameters: the applications' wait (to their measured CPU per
+/// request, on whole cores: a CPU time, not a wall time), the latency of waking one (to the
+/// median response time, on whole cores) and the stack core's work per command (to the
+/// rate, at the run's share).
 fn fit_offload(cal: &mut Calibration, o: &OffloadCalRun) -> Result<(), String> {
     let w = o
         .report
@@ -639,6 +669,12 @@ fn fit_offload(cal: &mut Calibration, o: &OffloadCalRun) -> Result<(), String> {
         .ok_or("the offload calibration run has no offload peer")?
         .clone();
     let size = o.report.msg;
+    // The tail: 1 over the rate is the mean response time of the run's one connection.
+    cal.host.app_tail = if p.per_sec > 0.0 && p.p50_us > 0.0 {
+        (1e6 / p.per_sec / p.p50_us).max(1.0)
+    } else {
+        1.0
+    };
     for _round in 0..3 {
         let x = bisect(-p.app_cpu_us_per_req, 200_000.0, |x| {
             let mut c = cal.clone();
@@ -648,12 +684,22 @@ fn fit_offload(cal: &mut Calibration, o: &OffloadCalRun) -> Result<(), String> {
                 .unwrap_or(f64::MIN)
         });
         cal.host.app_wait_ns = x;
+        // The wake-up's latency to the median response time (whole cores: a latency is
+        // measured while the threads run; the wait behind other processes for the woken
+        // application's core is part of it).
+        let x = bisect(-p.p50_us, 200_000.0, |x| {
+            let mut c = cal.clone();
+            // (0 would mean "cross_core_ns": a nanosecond is the least it can be.)
+            c.host.app_wake_ns = x.max(1.0);
+            simulate(&offload_scenario(w, size, 1.0), &c)
+                .map(|r| -r.p50_us)
+                .unwrap_or(f64::MIN)
+        });
+        cal.host.app_wake_ns = x.max(1.0);
         let x = bisect(p.per_sec, 20_000.0, |x| {
             let mut c = cal.clone();
             c.host.stack_op_ns = x;
-            simulate(&offload_scenario(w, size, o.share), &c)
-                .map(|r| r.per_s)
-                .unwrap_or(0.0)
+            crate::validate::offload_metric(&c, w, size, o.share).unwrap_or(0.0)
         });
         cal.host.stack_op_ns = x;
     }
@@ -666,6 +712,20 @@ fn fit_offload(cal: &mut Calibration, o: &OffloadCalRun) -> Result<(), String> {
         format!(
             "{:.1}, to the applications' CPU per request of {what}: {:.2} us",
             cal.host.app_wait_ns, p.app_cpu_us_per_req
+        ),
+    );
+    cal.fitted.insert(
+        "host.app_wake_ns".into(),
+        format!(
+            "{:.1}, to the median response time of {what}: {:.1} us",
+            cal.host.app_wake_ns, p.p50_us
+        ),
+    );
+    cal.fitted.insert(
+        "host.app_tail".into(),
+        format!(
+            "{:.3}, measured: 1 over the rate over the median response time of {what} ({:.1} per s, p50 {:.1} us)",
+            cal.host.app_tail, p.per_sec, p.p50_us
         ),
     );
     cal.fitted.insert(

@@ -8,7 +8,7 @@
 //! measuring is the caller's (the `flowstack sim --validate` command runs the bench).
 
 use crate::calib::Calibration;
-use crate::fit::{bench_scenario, offload_scenario, predict_metric, OffloadPeer};
+use crate::fit::{bench_scenario, offload_scenario, OffloadPeer};
 use crate::model::{simulate, Clients, Workload};
 use flowstack_prof::report::Peer;
 use serde::{Deserialize, Serialize};
@@ -52,6 +52,15 @@ impl Case {
                 ""
             }
         )
+    }
+
+    /// Whether the cores' speed is measured beside its runs ([`crate::fit::loop_speed`]):
+    /// flowstack's rr and crr, whose loop turns at small messages run at this VM's
+    /// minute-to-minute speed (the probe is that loop). Not stream: with 64 KiB writes the
+    /// loop's speed did not follow the probe's (a run whose probe said 1.47x measured 1.09x
+    /// the calibration's rate per share, 2026-11-27 00:50 UTC), and not the kernel's rows.
+    pub fn probed(&self) -> bool {
+        self.peer == Peer::Flowstack && self.workload != Workload::Stream
     }
 
     /// The server core of each connection in the measured runs: its client's (connection
@@ -158,12 +167,20 @@ fn binom(n: usize, k: usize) -> f64 {
     (0..k).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
 }
 
-/// Predicts a case under `cal` with `share` of each core available, in the placement the
-/// runs measure ([`Case::server_cores`]). For the kernel on more than one core, every
-/// placement its plain `SO_REUSEPORT` hash could draw (`--kernel-placement free`) is
-/// simulated too, for the table below the rows (`by_placement`), with the most likely
-/// median of `runs` such runs ([`median_of_runs`]) — information, not the prediction.
-pub fn predict(cal: &Calibration, c: &Case, share: f64, runs: usize) -> Result<Prediction, String> {
+/// Predicts a case under `cal` with `share` of each core available, its cores at `speed`
+/// times the calibration's ([`crate::fit::loop_speed`]; 1 where not measured), in the
+/// placement the runs measure ([`Case::server_cores`]). For the kernel on more than one
+/// core, every placement its plain `SO_REUSEPORT` hash could draw (`--kernel-placement
+/// free`) is simulated too, for the table below the rows (`by_placement`), with the most
+/// likely median of `runs` such runs ([`median_of_runs`]) — information, not the
+/// prediction.
+pub fn predict(
+    cal: &Calibration,
+    c: &Case,
+    share: f64,
+    speed: f64,
+    runs: usize,
+) -> Result<Prediction, String> {
     let scenario = |server_cores: Option<Vec<usize>>, share: f64| {
         let mut sc = bench_scenario(
             c.peer,
@@ -175,6 +192,7 @@ pub fn predict(cal: &Calibration, c: &Case, share: f64, runs: usize) -> Result<P
             1,
         );
         sc.host_share = share;
+        sc.host_speed = speed;
         sc.server_cores = server_cores;
         sc
     };
@@ -185,13 +203,12 @@ pub fn predict(cal: &Calibration, c: &Case, share: f64, runs: usize) -> Result<P
             o.per_s
         }
     };
-    if c.peer == Peer::Kernel && c.cores > 1 {
-        let all = placements(c.cores, c.cores);
+    // A latency is measured while the thread runs: the share it gets between runs does not
+    // stretch it (its speed does).
+    let by_placement = if c.peer == Peer::Kernel && c.cores > 1 {
         let mut by = vec![];
-        for pl in all {
+        for pl in placements(c.cores, c.cores) {
             let m = pick(&simulate(&scenario(Some(pl.clone()), share), cal)?);
-            // A latency is measured while the thread runs: the share it gets between runs
-            // does not stretch it.
             let l = simulate(&scenario(Some(pl.clone()), 1.0), cal)?.p50_us;
             by.push((pl, m, l));
         }
@@ -200,33 +217,23 @@ pub fn predict(cal: &Calibration, c: &Case, share: f64, runs: usize) -> Result<P
             median_of_runs(&by.iter().map(|b| (p, b.1)).collect::<Vec<_>>(), runs),
             median_of_runs(&by.iter().map(|b| (p, b.2)).collect::<Vec<_>>(), runs),
         );
-        let local = c.server_cores();
-        let metric = pick(&simulate(&scenario(Some(local.clone()), share), cal)?);
-        let p50_us = simulate(&scenario(Some(local), 1.0), cal)?.p50_us;
         by.push((vec![], free.0, free.1));
-        return Ok(Prediction {
-            metric,
-            p50_us,
-            host_us: 0.0,
-            by_placement: by,
-        });
-    }
-    let metric = predict_metric(
-        cal,
-        share,
-        c.peer,
-        c.workload,
-        c.size(),
-        c.cores,
-        c.cores,
-        Clients::Colocated,
-    )?;
-    let o = simulate(&scenario(None, 1.0), cal)?;
+        by
+    } else {
+        vec![]
+    };
+    let local = (c.peer == Peer::Kernel).then(|| c.server_cores());
+    let metric = pick(&simulate(&scenario(local.clone(), share), cal)?);
+    let whole = simulate(&scenario(local, 1.0), cal)?;
     Ok(Prediction {
         metric,
-        p50_us: o.p50_us,
-        host_us: o.host_protocol_us_per_txn,
-        by_placement: vec![],
+        p50_us: whole.p50_us,
+        host_us: if c.peer == Peer::Kernel && c.cores > 1 {
+            0.0
+        } else {
+            whole.host_protocol_us_per_txn
+        },
+        by_placement,
     })
 }
 
@@ -244,21 +251,52 @@ pub fn default_size(w: Workload) -> usize {
 }
 
 /// Predicts `bench <w> --peer offload` at the bench's default size with `share` of the
-/// two cores.
+/// two cores ([`offload_share`]).
 pub fn predict_offload(cal: &Calibration, w: Workload, share: f64) -> Result<Prediction, String> {
     let size = default_size(w);
-    let o = simulate(&offload_scenario(w, size, share), cal)?;
     let whole = simulate(&offload_scenario(w, size, 1.0), cal)?;
     Ok(Prediction {
-        metric: if w == Workload::Stream {
-            o.mbps
-        } else {
-            o.per_s
-        },
+        metric: offload_metric(cal, w, size, share)?,
         p50_us: whole.p50_us,
         host_us: whole.host_protocol_us_per_txn,
         by_placement: vec![],
     })
+}
+
+/// The predicted metric of `bench <w> --peer offload --msg-size <size>` with `share` of its
+/// cores: stream's Mbit/s at the share; rr's and crr's rate on whole cores
+/// ([`offload_share`]) over the measured tail ([`HostCosts::tail`](crate::calib::HostCosts::tail)):
+/// the model's response times have no tail, and one connection's rate is one over its mean.
+pub fn offload_metric(
+    cal: &Calibration,
+    w: Workload,
+    size: usize,
+    share: f64,
+) -> Result<f64, String> {
+    let o = simulate(&offload_scenario(w, size, offload_share(w, share)), cal)?;
+    Ok(if w == Workload::Stream {
+        o.mbps
+    } else {
+        o.per_s / cal.host.tail()
+    })
+}
+
+/// The share of its cores an offload run is simulated at: rr and crr on whole cores. Their
+/// applications and the daemon's engine sleep between messages, and what other processes
+/// take of those cores is the wait of a woken thread behind them — in
+/// [`HostCosts::app_wake_ns`](crate::calib::HostCosts::app_wake_ns), fitted to a median
+/// measured under the same load — not a slower thread once it runs: simulated at the share
+/// as well, it was counted twice (rr and crr rates −41 % and −44 % at a measured 50 % and
+/// 44 %, 2026-11-27 00:53 UTC, where whole cores gave +17 % and +19 %). A stream sender
+/// is runnable most of the time: at the share. The tail that load gives the response
+/// times is the measured [`HostCosts::app_tail`](crate::calib::HostCosts::app_tail)
+/// ([`offload_metric`]).
+pub fn offload_share(w: Workload, share: f64) -> f64 {
+    if w == Workload::Stream {
+        share
+    } else {
+        1.0
+    }
 }
 
 /// The rows of an offload case: its rate, the applications' CPU per request and (rr) the
@@ -375,6 +413,10 @@ pub struct Row {
     /// The share of its cores the run got (other processes took the rest), as measured.
     #[serde(default)]
     pub cpu_share: Option<f64>,
+    /// The cores' speed relative to the calibration's, as a probe run beside the runs
+    /// measured it ([`crate::fit::loop_speed`]; flowstack's rows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speed: Option<f64>,
     /// The measurement.
     pub measured: Option<Measured>,
     /// (predicted − measured) / measured, percent.
@@ -390,11 +432,11 @@ pub struct Row {
 /// row that misses the band (never a correction of its prediction).
 pub fn known_limit(config: &str, quantity: &str) -> &'static str {
     if config.contains("offload") {
-        "the daemon's applications sleep between calls on a core other processes share: a woken application waits for that core behind them, and the model's response times are on whole cores (its rates at the measured share; its engine's spin and sleep and the applications' six crr waits are modelled); the crr median stays 33-42 % below the measurement: what else a connection waits for is not established"
+        "the daemon's applications sleep between calls on a core other processes share: a woken application waits for that core behind them; the median of that wait (host.app_wake_ns) and its tail (host.app_tail, mean over median) are the offload rr calibration runs' at their load, not this run's; offload stream's rate swings 1.3-2x between runs"
     } else if quantity == "p50 us" {
-        "the response time is the drive loop's turns at the calibration's speed; this VM's vCPUs run at different speeds from one minute to the next (flowstack's rr median, measured while the loop runs, is 0.95 or 1.67 us), which /proc/stat does not show"
+        "the response time is the drive loop's turns at the speed a probe run measured beside the runs (flowstack) or at the calibration's speed (kernel); this VM's vCPUs run flowstack's loop at ~1.0 or ~1.6 us per 64 B rr from one minute to the next, and a probe between runs can miss a switch"
     } else {
-        "the run got a share of its cores that /proc/stat only estimates (per run, the median compared); a vCPU that runs slower (the host's other load) without losing time is not seen, and the model has no cache interference from the other processes"
+        "the run got a share of its cores that /proc/stat only estimates (per run, the median compared); a vCPU that runs slower (the host's other load) without losing time is seen only by the speed probe of flowstack's rr and crr rows, and the model has no cache interference from the other processes"
     }
 }
 
@@ -428,6 +470,7 @@ pub fn row(
         predicted,
         predicted_idle: None,
         cpu_share: None,
+        speed: None,
         measured,
         error_percent,
         why: None,
@@ -445,12 +488,14 @@ pub fn explain(rows: &mut [Row]) {
 }
 
 /// The rows of a case: its metric, and for rr the median latency. `p` is the prediction
-/// at the measured CPU `share`, `idle` the one on an idle machine.
+/// at the measured CPU `share` and cores' `speed`, `idle` the one on an idle machine at
+/// the calibration's speed.
 pub fn rows_of(
     c: &Case,
     p: &Prediction,
     idle: &Prediction,
     share: Option<f64>,
+    speed: Option<f64>,
     metric: Option<Measured>,
     p50: Option<f64>,
 ) -> Vec<Row> {
@@ -483,6 +528,9 @@ pub fn rows_of(
             }),
         ));
     }
+    for r in &mut v {
+        r.speed = speed;
+    }
     v
 }
 
@@ -501,11 +549,12 @@ pub fn table(rows: &[Row]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<37} {:>7} {:>10} {:>6} {:>10} {:>10} {:>21} {:>8}  verdict",
+        "{:<37} {:>7} {:>10} {:>6} {:>5} {:>10} {:>10} {:>21} {:>8}  verdict",
         "configuration",
         "unit",
         "idle pred",
         "share",
+        "speed",
         "predicted",
         "measured",
         "(min..max)",
@@ -527,13 +576,14 @@ pub fn table(rows: &[Row]) -> String {
         };
         let _ = writeln!(
             s,
-            "{:<37} {:>7} {:>10} {:>6} {:>10} {:>10} {:>21} {:>8}  {}",
+            "{:<37} {:>7} {:>10} {:>6} {:>5} {:>10} {:>10} {:>21} {:>8}  {}",
             r.config,
             r.quantity,
             r.predicted_idle.map(num).unwrap_or_default(),
             r.cpu_share
                 .map(|x| format!("{:.0}%", x * 100.0))
                 .unwrap_or_default(),
+            r.speed.map(|x| format!("{x:.2}")).unwrap_or_default(),
             num(r.predicted),
             m,
             range,

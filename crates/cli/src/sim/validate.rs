@@ -1,0 +1,514 @@
+//! `flowstack sim --validate` and `--calibrate`: the bench runs (through the bench library)
+//! with the CPU share each got, the calibration fitted to them, and the predictions next to
+//! the measurements.
+
+use super::{fail, load_calibration, read, usage, SimArgs};
+use flowstack_bench::{BenchSpec, PeerSel, RunOpts};
+use flowstack_prof::report::{from_json, BenchLink, BenchReport, Peer, ProfileReport};
+use flowstack_sim::fit::{
+    calibrate, merge_cal_runs, merge_offload_runs, CalRun, OffloadCalRun, OffloadReport,
+    CAL_CONFIGS, OFFLOAD_CAL,
+};
+use flowstack_sim::validate::{self, Measured, Row};
+use flowstack_sim::{Calibration, Clients, Workload};
+use std::process::ExitCode;
+pub(super) fn run_calibrate(a: &SimArgs, out: &std::path::Path) -> ExitCode {
+    let (Some(pp), Some(dir)) = (&a.profile, &a.inputs) else {
+        return usage("--calibrate needs --profile FILE and --inputs DIR");
+    };
+    let profile: ProfileReport =
+        match read(pp).and_then(|t| from_json(&t).map_err(|e| format!("{}: {e}", pp.display()))) {
+            Ok(p) => p,
+            Err(e) => return fail(e),
+        };
+    let cal = match fit_from_runs(a, &profile, dir) {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    for (k, v) in &cal.fitted {
+        println!("fitted {k} = {v}");
+    }
+    if let Err(e) = std::fs::write(out, cal.to_json()) {
+        return fail(format!("cannot write {}: {e}", out.display()));
+    }
+    println!("calibration  {}", out.display());
+    ExitCode::SUCCESS
+}
+
+/// The calibration from `profile` and the calibration runs in `dir` (each made now, with
+/// the CPU share it got, where `dir` lacks it).
+fn fit_from_runs(
+    a: &SimArgs,
+    profile: &ProfileReport,
+    dir: &std::path::Path,
+) -> Result<Calibration, String> {
+    let (runs, offload) = cal_runs(a, dir)?;
+    calibrate(profile, &runs, Some(&offload))
+}
+
+/// The calibration runs in `dir`, each made now (with the CPU share it got) where `dir`
+/// lacks it.
+fn cal_runs(a: &SimArgs, dir: &std::path::Path) -> Result<(Vec<CalRun>, OffloadCalRun), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let shares_path = dir.join("shares.json");
+    let mut shares: std::collections::BTreeMap<String, f64> = read(&shares_path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    let mut runs = vec![];
+    for c in CAL_CONFIGS {
+        let path = dir.join(c.file);
+        if !path.exists() {
+            eprintln!(
+                "sim: calibration run {} ({} x {} s)",
+                c.file, a.runs, a.duration
+            );
+            let spec = BenchSpec {
+                workload: c.workload,
+                peer: if c.peer == Peer::Kernel {
+                    PeerSel::Kernel
+                } else {
+                    PeerSel::Flowstack
+                },
+                link: BenchLink::Pipe,
+                duration: a.duration,
+                conns: 1,
+                runs: a.runs,
+                opts: RunOpts {
+                    msg_size: Some(c.msg_size),
+                    kernel_placement: flowstack_bench::Placement::Split,
+                    ..RunOpts::default()
+                },
+                cores: (c.clients != Clients::Split).then_some(1),
+            };
+            let cpus = if c.clients == Clients::Split { 2 } else { 1 };
+            let (r, share, _) = bench_with_share(&spec, cpus, false);
+            let (r, share) = (r?, share.unwrap_or(1.0));
+            shares.insert(c.file.to_string(), share);
+            std::fs::write(&path, flowstack_prof::report::to_json(&r))
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        }
+        let report = read(&path).and_then(|t| {
+            from_json::<BenchReport>(&t).map_err(|e| format!("{}: {e}", path.display()))
+        })?;
+        let share = shares.get(c.file).copied().unwrap_or(1.0);
+        runs.push(CalRun {
+            report,
+            clients: c.clients,
+            share,
+        });
+    }
+    let (ofile, osize) = OFFLOAD_CAL;
+    let opath = dir.join(ofile);
+    if !opath.exists() {
+        eprintln!(
+            "sim: calibration run {ofile} ({} x {} s)",
+            a.runs, a.duration
+        );
+        let before = CpuSnapshot::take();
+        let r = run_offload(flowstack_prof::report::Workload::Rr, osize, a)?;
+        let share = CpuSnapshot::take().share_since(&before, 2).unwrap_or(1.0);
+        shares.insert(ofile.to_string(), share);
+        std::fs::write(&opath, r.to_json())
+            .map_err(|e| format!("cannot write {}: {e}", opath.display()))?;
+    }
+    let report = read(&opath).and_then(|t| {
+        serde_json::from_str::<OffloadReport>(&t).map_err(|e| format!("{}: {e}", opath.display()))
+    })?;
+    let offload = OffloadCalRun {
+        report,
+        share: shares.get(ofile).copied().unwrap_or(1.0),
+    };
+    let j = serde_json::to_string_pretty(&shares).expect("plain data") + "\n";
+    std::fs::write(&shares_path, j)
+        .map_err(|e| format!("cannot write {}: {e}", shares_path.display()))?;
+    Ok((runs, offload))
+}
+
+/// `--fresh`: the calibration runs in two passes, one before and one after the validation
+/// runs (`dir`-1, `dir`-2), fitted to both together ([`merge_cal_runs`]).
+fn fresh_pass(a: &SimArgs, pass: u32) -> Result<(Vec<CalRun>, OffloadCalRun), String> {
+    let dir =
+        std::env::temp_dir().join(format!("flowstack-sim-fresh-{}-{pass}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!(
+        "sim: fresh calibration runs, pass {pass} of 2, in {}",
+        dir.display()
+    );
+    let r = cal_runs(a, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    r
+}
+
+/// `bench <w> --peer offload` (the daemon against the kernel, same run) through the bench
+/// library.
+fn run_offload(
+    w: flowstack_prof::report::Workload,
+    msg: usize,
+    a: &SimArgs,
+) -> Result<flowstack_bench::offload::OffloadReport, String> {
+    flowstack_bench::offload::run(&flowstack_bench::offload::OffloadSpec {
+        workload: w,
+        msg,
+        duration: a.duration,
+        runs: a.runs,
+        daemon_cores: None,
+    })
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "n/a".into())
+}
+
+/// CPU time from `/proc/stat` (per CPU: busy incl. steal, and all) and this process's
+/// (`/proc/self/stat`), in clock ticks: how much of the cores other processes (and the
+/// hypervisor) took while a bench run ran.
+struct CpuSnapshot {
+    /// Per CPU: (busy ticks incl. steal, all ticks).
+    cpus: Vec<(u64, u64)>,
+    /// This process's user + system ticks.
+    own: u64,
+}
+
+impl CpuSnapshot {
+    fn take() -> Self {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let cpus = stat
+            .lines()
+            .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+            .map(|l| {
+                let v: Vec<u64> = l
+                    .split_whitespace()
+                    .skip(1)
+                    .filter_map(|x| x.parse().ok())
+                    .collect();
+                // user nice system idle iowait irq softirq steal
+                let all: u64 = v.iter().take(8).sum();
+                let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+                (all - idle, all)
+            })
+            .collect();
+        let own = std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .and_then(|s| {
+                let rest = s.rsplit_once(')')?.1.to_string();
+                let f: Vec<&str> = rest.split_whitespace().collect();
+                // After the name come fields 3 (state), 4, ...: utime and stime are fields
+                // 14 and 15 of the line.
+                let t = |i: usize| f.get(i - 3).and_then(|x| x.parse::<u64>().ok());
+                Some(t(14)? + t(15)?)
+            })
+            .unwrap_or(0);
+        CpuSnapshot { cpus, own }
+    }
+
+    /// The share of CPUs `0..cores` (where the bench pins its threads) not taken by others
+    /// since `before`: 1 − (their busy ticks − this process's) / their ticks.
+    fn share_since(&self, before: &CpuSnapshot, cores: usize) -> Option<f64> {
+        let n = cores.min(self.cpus.len()).min(before.cpus.len());
+        if n == 0 {
+            return None;
+        }
+        let (mut busy, mut all) = (0u64, 0u64);
+        for i in 0..n {
+            busy += self.cpus[i].0.saturating_sub(before.cpus[i].0);
+            all += self.cpus[i].1.saturating_sub(before.cpus[i].1);
+        }
+        if all == 0 {
+            return None;
+        }
+        let others = busy.saturating_sub(self.own.saturating_sub(before.own));
+        Some((1.0 - others as f64 / all as f64).clamp(0.05, 1.0))
+    }
+}
+
+/// Runs `spec` through the bench library and measures the CPU share of CPUs `0..cpus` each
+/// of its runs got (from `/proc/stat` at the run's start and end); returns the report and
+/// the **median of the runs' shares**. The bench reports the median run, and the prediction
+/// rises with the share, so the share that stands for the median run is the median share —
+/// not the share over all runs, which one starved run (a tenth of the others' rate) pulls
+/// far below what the median run got.
+fn bench_with_share(
+    spec: &BenchSpec,
+    cpus: usize,
+    probe: bool,
+) -> (Result<BenchReport, String>, Option<f64>, Option<f64>) {
+    let mut before: Option<CpuSnapshot> = None;
+    let mut shares: Vec<f64> = vec![];
+    let mut probe_before: Option<f64> = None;
+    let mut probes: Vec<f64> = vec![];
+    let cores = spec.cores.unwrap_or(1);
+    let r = spec.clone().validated().and_then(|s| {
+        flowstack_bench::run(&s, &mut |e| match e {
+            flowstack_bench::Event::Started { .. } => {
+                if probe {
+                    probe_before = speed_probe(cores);
+                }
+                before = Some(CpuSnapshot::take());
+            }
+            flowstack_bench::Event::Finished { .. } => {
+                if let Some(x) = before
+                    .take()
+                    .and_then(|b| CpuSnapshot::take().share_since(&b, cpus))
+                {
+                    shares.push(x);
+                }
+                if let (true, Some(b)) = (probe, probe_before.take()) {
+                    if let Some(a) = speed_probe(cores) {
+                        probes.push(0.5 * (a + b));
+                    }
+                }
+            }
+        })
+    });
+    (
+        r,
+        flowstack_sim::validate::median(&shares),
+        flowstack_sim::validate::median(&probes),
+    )
+}
+
+/// Seconds of a speed probe run.
+const PROBE_SECS: f64 = 0.2;
+
+/// A speed probe just before or after a flowstack bench run: `bench rr --peer flowstack
+/// --cores N --msg-size 1024` (the loop-turn calibration run's configuration) for 0.2 s;
+/// its median response time, µs ([`flowstack_sim::fit::loop_speed`]).
+fn speed_probe(cores: usize) -> Option<f64> {
+    let spec = BenchSpec {
+        workload: flowstack_prof::report::Workload::Rr,
+        peer: PeerSel::Flowstack,
+        link: BenchLink::Pipe,
+        duration: PROBE_SECS,
+        conns: 1,
+        runs: 1,
+        opts: RunOpts {
+            msg_size: Some(flowstack_sim::fit::SPEED_PROBE_SIZE),
+            ..RunOpts::default()
+        },
+        cores: Some(cores),
+    }
+    .validated()
+    .ok()?;
+    let r = flowstack_bench::run(&spec, &mut |_| {}).ok()?;
+    r.peers.get(&Peer::Flowstack)?.latency.map(|l| l.p50_us)
+}
+
+pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
+    // Twelve configurations: at most 6 s of runs each keeps the command within two minutes.
+    if !(0.2..=6.0).contains(&a.duration)
+        || !(1..=9).contains(&a.runs)
+        || a.duration * a.runs as f64 > 6.0
+    {
+        return usage("--validate needs 0.2 <= --duration, 1 <= --runs and --duration x --runs <= 6 (it stays within three minutes)");
+    }
+    let mut cal = match load_calibration(&a.calibration) {
+        Ok(c) => c,
+        Err(e) => return usage(e),
+    };
+    let profile: Option<ProfileReport> = if a.fresh {
+        match from_json(flowstack_sim::calib::preset_profile()) {
+            Ok(p) => Some(p),
+            Err(e) => return fail(format!("shipped profile: {e}")),
+        }
+    } else {
+        None
+    };
+    let started = std::time::Instant::now();
+    let before = loadavg();
+    // --fresh: a first calibration pass before the validation runs, a second after.
+    let first = match profile.as_ref().map(|_| fresh_pass(a, 1)).transpose() {
+        Ok(f) => f,
+        Err(e) => return fail(e),
+    };
+    // Measure every configuration first (with the CPU share each run got); predict after.
+    let mut kernel_runs = vec![];
+    for c in validate::cases() {
+        eprintln!(
+            "sim: measuring: {} --duration {} --runs {}",
+            c.command(),
+            a.duration,
+            a.runs
+        );
+        let spec = BenchSpec {
+            workload: match c.workload {
+                Workload::Stream => flowstack_prof::report::Workload::Stream,
+                Workload::Crr => flowstack_prof::report::Workload::Crr,
+                _ => flowstack_prof::report::Workload::Rr,
+            },
+            peer: if c.peer == Peer::Kernel {
+                PeerSel::Kernel
+            } else {
+                PeerSel::Flowstack
+            },
+            link: BenchLink::Pipe,
+            duration: a.duration,
+            conns: 1,
+            runs: a.runs,
+            opts: RunOpts {
+                kernel_placement: if c.peer == Peer::Kernel {
+                    flowstack_bench::Placement::Same
+                } else {
+                    flowstack_bench::Placement::Free
+                },
+                ..RunOpts::default()
+            },
+            cores: Some(c.cores),
+        };
+        // flowstack's rr and crr runs: a speed probe beside each ([`speed_probe`]).
+        let (measured, share, probe) = bench_with_share(&spec, c.cores, c.probed());
+        kernel_runs.push((c, measured, share, probe));
+    }
+    let mut offload_runs = vec![];
+    for w in validate::offload_cases() {
+        eprintln!(
+            "sim: measuring: flowstack bench {} --peer offload --duration {} --runs {}",
+            w.name(),
+            a.duration,
+            a.runs
+        );
+        let pw = match w {
+            Workload::Stream => flowstack_prof::report::Workload::Stream,
+            Workload::Crr => flowstack_prof::report::Workload::Crr,
+            _ => flowstack_prof::report::Workload::Rr,
+        };
+        let before = CpuSnapshot::take();
+        let measured = run_offload(pw, validate::default_size(w), a).and_then(|r| {
+            serde_json::from_str::<OffloadReport>(&r.to_json()).map_err(|e| e.to_string())
+        });
+        let share = CpuSnapshot::take().share_since(&before, 2);
+        offload_runs.push((w, measured, share));
+    }
+    if let (Some(profile), Some((runs1, off1))) = (&profile, first) {
+        let (runs2, off2) = match fresh_pass(a, 2) {
+            Ok(r) => r,
+            Err(e) => return fail(e),
+        };
+        let runs: Vec<CalRun> = runs1
+            .iter()
+            .zip(&runs2)
+            .map(|(x, y)| merge_cal_runs(x, y))
+            .collect();
+        cal = match calibrate(profile, &runs, Some(&merge_offload_runs(&off1, &off2))) {
+            Ok(c) => c,
+            Err(e) => return fail(e),
+        };
+        cal.name =
+            "vm, refitted to fresh calibration runs (two passes around the validation runs)".into();
+        for (k, v) in &cal.fitted {
+            println!("fitted {k} = {v}");
+        }
+    }
+    let after = loadavg();
+    println!(
+        "flowstack sim --validate: predictions from calibration '{}' vs fresh bench runs ({} x {} s, median)",
+        cal.name, a.runs, a.duration
+    );
+    println!("calibration source: {}", cal.source);
+    let mut rows: Vec<Row> = vec![];
+    let mut placements: Vec<String> = vec![];
+    for (c, measured, share, probe) in kernel_runs {
+        let speed = match probe.map(|p| flowstack_sim::fit::loop_speed(&cal, c.cores, p)) {
+            Some(Ok(s)) => Some(s),
+            Some(Err(e)) => return fail(e),
+            None => None,
+        };
+        let idle = match validate::predict(&cal, &c, 1.0, 1.0, a.runs) {
+            Ok(p) => p,
+            Err(e) => return fail(e),
+        };
+        let pred =
+            match validate::predict(&cal, &c, share.unwrap_or(1.0), speed.unwrap_or(1.0), a.runs) {
+                Ok(p) => p,
+                Err(e) => return fail(e),
+            };
+        for (pl, m, l) in &pred.by_placement {
+            placements.push(format!(
+                "  {} {} B, --cores {}, {}: {} (clients on 0..{}): {:.0}, p50 {:.1} us",
+                c.workload.name(),
+                c.size(),
+                c.cores,
+                c.peer.name(),
+                if pl.is_empty() {
+                    format!(
+                        "--kernel-placement free, most likely median of {} runs",
+                        a.runs
+                    )
+                } else {
+                    format!("servers on cores {pl:?}")
+                },
+                c.cores,
+                m,
+                l
+            ));
+        }
+        match measured {
+            Ok(r) => {
+                let s = &r.peers[&c.peer];
+                let m = Measured {
+                    median: s.metric(),
+                    min: s.min,
+                    max: s.max,
+                };
+                rows.extend(validate::rows_of(
+                    &c,
+                    &pred,
+                    &idle,
+                    share,
+                    speed,
+                    Some(m),
+                    s.latency.map(|l| l.p50_us),
+                ));
+            }
+            Err(e) => {
+                let mut rs = validate::rows_of(&c, &pred, &idle, share, speed, None, None);
+                for r in &mut rs {
+                    r.status = validate::Status::NotMeasured(format!("bench failed: {e}"));
+                }
+                rows.extend(rs);
+            }
+        }
+    }
+    for (w, measured, share) in offload_runs {
+        let idle = match validate::predict_offload(&cal, w, 1.0) {
+            Ok(p) => p,
+            Err(e) => return fail(e),
+        };
+        let pred = match validate::predict_offload(&cal, w, share.unwrap_or(1.0)) {
+            Ok(p) => p,
+            Err(e) => return fail(e),
+        };
+        match &measured {
+            Ok(r) => rows.extend(validate::offload_rows(w, &pred, &idle, share, r.offload())),
+            Err(e) => {
+                let mut rs = validate::offload_rows(w, &pred, &idle, share, None);
+                for r in &mut rs {
+                    r.status = validate::Status::NotMeasured(format!("bench failed: {e}"));
+                }
+                rows.extend(rs);
+            }
+        }
+    }
+    validate::explain(&mut rows);
+    print!("{}", validate::table(&rows));
+    if !placements.is_empty() {
+        println!("not measured: the kernel's other placements (--kernel-placement free draws each with equal probability per run):");
+        for p in &placements {
+            println!("{p}");
+        }
+    }
+    println!("machine load average (1, 5, 15 min): before {before}; after {after}");
+    println!(
+        "runs took {:.0} s (wall clock)",
+        started.elapsed().as_secs_f64()
+    );
+    if let Some(p) = &a.json {
+        let j = serde_json::to_string_pretty(&rows).expect("plain data") + "\n";
+        if let Err(e) = std::fs::write(p, j) {
+            return fail(format!("cannot write {}: {e}", p.display()));
+        }
+    }
+    ExitCode::SUCCESS
+}
