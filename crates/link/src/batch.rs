@@ -188,7 +188,10 @@ impl TxBatch {
     /// [`Device::send_batch_take`]: crate::Device::send_batch_take
     pub fn take_frame(&mut self, i: usize, buf: &mut Vec<u8>) -> usize {
         assert!(i < self.len, "frame {i} of a batch of {}", self.len);
-        assert!(self.tails[i].is_none(), "frame {i} is gathered: take_frame_parts");
+        assert!(
+            self.tails[i].is_none(),
+            "frame {i} is gathered: take_frame_parts"
+        );
         std::mem::swap(&mut self.bufs[i], buf);
         std::mem::take(&mut self.lens[i])
     }
@@ -237,5 +240,74 @@ mod tests {
         assert_eq!(f.len(), 50);
         f.fill(7);
         assert_eq!(b.iter().next().unwrap(), &[7u8; 50][..]);
+    }
+
+    fn owner(bytes: &[u8]) -> (Arc<Vec<u8>>, SharedBytes) {
+        let o = Arc::new(bytes.to_vec());
+        let d: SharedBytes = o.clone();
+        (o, d)
+    }
+
+    #[test]
+    fn a_flattened_gathered_frame_is_the_frame_built_whole() {
+        let (o, d) = owner(b"0123456789");
+        assert!(
+            TxPayload::new(d.clone(), 8, 3).is_none(),
+            "outside the owner"
+        );
+        let mut g = TxBatch::new();
+        // A long frame first, so the buffer reused below has stale bytes past the head.
+        g.push(40).fill(0xee);
+        g.clear();
+        g.push(2).copy_from_slice(b"w1");
+        g.push_gather(3, TxPayload::new(d, 2, 5).unwrap())
+            .copy_from_slice(b"hdr");
+        assert!(g.has_gathered());
+        let parts: Vec<(Vec<u8>, Vec<u8>)> = g
+            .iter_parts()
+            .map(|(h, t)| (h.to_vec(), t.map_or(vec![], |t| t.bytes().to_vec())))
+            .collect();
+        assert_eq!(
+            parts,
+            vec![
+                (b"w1".to_vec(), vec![]),
+                (b"hdr".to_vec(), b"23456".to_vec())
+            ]
+        );
+        assert_eq!(Arc::strong_count(&o), 2, "the frame references the owner");
+        g.flatten();
+        assert!(!g.has_gathered());
+        assert_eq!(
+            Arc::strong_count(&o),
+            1,
+            "flattening released the reference"
+        );
+        let whole: Vec<&[u8]> = g.iter().collect();
+        assert_eq!(whole, vec![&b"w1"[..], &b"hdr23456"[..]]);
+    }
+
+    #[test]
+    fn clearing_popping_and_taking_release_or_move_the_tails() {
+        let (o, d) = owner(b"abcdef");
+        let mut g = TxBatch::new();
+        g.push_gather(1, TxPayload::new(d.clone(), 0, 6).unwrap())[0] = 1;
+        g.push_gather(1, TxPayload::new(d.clone(), 1, 2).unwrap())[0] = 2;
+        assert_eq!(Arc::strong_count(&o), 4);
+        g.pop();
+        assert_eq!(Arc::strong_count(&o), 3);
+        let mut buf = Vec::new();
+        let (len, tail) = g.take_frame_parts(0, &mut buf);
+        assert_eq!((len, &buf[..1]), (1, &[1u8][..]));
+        assert_eq!(tail.as_ref().map(|t| t.bytes()), Some(&b"abcdef"[..]));
+        assert!(!g.has_gathered());
+        drop(tail);
+        g.clear();
+        g.push_gather(1, TxPayload::new(d, 0, 1).unwrap());
+        g.clear();
+        assert_eq!(Arc::strong_count(&o), 1, "clear released every tail");
+        // A reused slot is a whole frame again.
+        g.push(1)[0] = 9;
+        assert!(!g.has_gathered());
+        assert_eq!(g.iter().next().unwrap(), &[9]);
     }
 }

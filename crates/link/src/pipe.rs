@@ -206,4 +206,56 @@ mod tests {
         }
         assert_eq!(a.tx_drops(), 6);
     }
+
+    #[test]
+    fn a_gathered_frame_crosses_by_reference_and_whole_receivers_get_it_flattened() {
+        let o = std::sync::Arc::new(b"PAYLOAD!".to_vec());
+        let d: crate::SharedBytes = o.clone();
+        let (mut a, mut b) = pipe(DeviceCaps::ETHERNET, 8);
+        assert!(a.can_gather());
+        let mut batch = TxBatch::new();
+        for taken in [true, false] {
+            batch.push(3).copy_from_slice(b"abc");
+            batch
+                .push_gather(2, TxPayload::new(d.clone(), 1, 6).unwrap())
+                .copy_from_slice(b"hd");
+            if taken {
+                assert_eq!(a.send_batch_take(Instant::ZERO, &mut batch), 2);
+            } else {
+                assert_eq!(a.send_batch(Instant::ZERO, &batch), 2);
+            }
+            batch.clear();
+            assert_eq!(std::sync::Arc::strong_count(&o), 3, "in flight: referenced");
+            let mut got = vec![];
+            b.recv_batch_parts(Instant::ZERO, 1, &mut |h, t, _| {
+                got.push((h.to_vec(), t.to_vec()))
+            });
+            b.recv_batch_parts(Instant::ZERO, 1, &mut |h, t, _| {
+                // Not copied: the tail is the owner's memory.
+                assert_eq!(t.as_ptr(), o[1..].as_ptr());
+                got.push((h.to_vec(), t.to_vec()))
+            });
+            assert_eq!(
+                got,
+                vec![
+                    (b"abc".to_vec(), vec![]),
+                    (b"hd".to_vec(), b"AYLOAD".to_vec())
+                ]
+            );
+            assert_eq!(
+                std::sync::Arc::strong_count(&o),
+                2,
+                "released once received"
+            );
+        }
+        // A receiver of whole frames gets the flattened frame.
+        batch
+            .push_gather(2, TxPayload::new(d.clone(), 0, 3).unwrap())
+            .copy_from_slice(b"xy");
+        a.send_batch_take(Instant::ZERO, &mut batch);
+        let mut whole = vec![];
+        b.recv_batch(Instant::ZERO, 4, &mut |f| whole.push(f.to_vec()));
+        assert_eq!(whole, vec![b"xyPAY".to_vec()]);
+        assert_eq!(std::sync::Arc::strong_count(&o), 2);
+    }
 }
