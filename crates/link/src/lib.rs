@@ -69,6 +69,10 @@ pub struct RxMeta {
     pub l4_csum_ok: bool,
 }
 
+/// Where [`Device::recv_batch_parts`] hands each frame: its first bytes, the tail that
+/// follows them (empty for a whole frame), and what the device knows of it.
+pub type PartsSink<'a> = dyn FnMut(&[u8], &[u8], RxMeta) + 'a;
+
 /// A network device moving batches of Ethernet frames.
 ///
 /// Contract: the owner calls [`Device::send_batch`] with frames it built and
@@ -104,12 +108,7 @@ pub trait Device {
     /// in memory ([`Device::can_gather`]) delivers the tail where it lies, so the receiver
     /// can copy a payload once, straight to where it goes. The default delivers whole frames
     /// with an empty tail.
-    fn recv_batch_parts(
-        &mut self,
-        now: Instant,
-        budget: usize,
-        sink: &mut dyn FnMut(&[u8], &[u8], RxMeta),
-    ) -> usize {
+    fn recv_batch_parts(&mut self, now: Instant, budget: usize, sink: &mut PartsSink) -> usize {
         self.recv_batch_meta(now, budget, &mut |f, m| sink(f, &[], m))
     }
 
@@ -162,12 +161,7 @@ impl<D: Device + ?Sized> Device for Box<D> {
     ) -> usize {
         (**self).recv_batch_meta(now, budget, sink)
     }
-    fn recv_batch_parts(
-        &mut self,
-        now: Instant,
-        budget: usize,
-        sink: &mut dyn FnMut(&[u8], &[u8], RxMeta),
-    ) -> usize {
+    fn recv_batch_parts(&mut self, now: Instant, budget: usize, sink: &mut PartsSink) -> usize {
         (**self).recv_batch_parts(now, budget, sink)
     }
     fn can_gather(&self) -> bool {

@@ -11,7 +11,7 @@
 //! the receiver the headers and the payload where it lies — one copy of the payload in all,
 //! the receiver's into its receive buffer. The whole-frame receive calls flatten it first.
 
-use crate::{Device, DeviceCaps, Instant, RxMeta, TxBatch, TxPayload};
+use crate::{Device, DeviceCaps, Instant, PartsSink, RxMeta, TxBatch, TxPayload};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -95,12 +95,7 @@ impl Device for PipeEnd {
         n
     }
 
-    fn recv_batch_parts(
-        &mut self,
-        _now: Instant,
-        budget: usize,
-        sink: &mut dyn FnMut(&[u8], &[u8], RxMeta),
-    ) -> usize {
+    fn recv_batch_parts(&mut self, _now: Instant, budget: usize, sink: &mut PartsSink) -> usize {
         let mut n = 0;
         while n < budget {
             let Some((frame, len, tail)) = self.shared.borrow_mut().queues[self.side].pop_front()

@@ -9,7 +9,7 @@ use flowstack_link::impair::{ImpairSpec, Impaired};
 use flowstack_link::pcap::{Pcap, PcapWriter};
 use flowstack_link::pipe::{pipe, DEFAULT_CAPACITY};
 use flowstack_link::TxBatch;
-use flowstack_link::{Device, DeviceCaps, RxMeta};
+use flowstack_link::{Device, DeviceCaps, PartsSink, RxMeta};
 use flowstack_wire::{Duration, EthernetAddress, Instant, Ipv4Address, Ipv4Cidr};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -209,12 +209,7 @@ impl Device for PathDev {
         }
         n + self.inner.recv_batch(now, budget - n, sink)
     }
-    fn recv_batch_parts(
-        &mut self,
-        now: Instant,
-        budget: usize,
-        sink: &mut dyn FnMut(&[u8], &[u8], RxMeta),
-    ) -> usize {
+    fn recv_batch_parts(&mut self, now: Instant, budget: usize, sink: &mut PartsSink) -> usize {
         let mut n = 0;
         while n < budget {
             let Some(f) = self.back.pop_front() else {
