@@ -22,7 +22,7 @@ pub mod tap;
 pub mod vnet;
 pub mod xdp;
 
-pub use batch::TxBatch;
+pub use batch::{SharedBytes, TxBatch, TxPayload};
 pub use flowstack_wire::{ChecksumCaps, Instant};
 
 /// What a device can do; the engine adapts its output to it.
@@ -69,6 +69,10 @@ pub struct RxMeta {
     pub l4_csum_ok: bool,
 }
 
+/// Where [`Device::recv_batch_parts`] hands each frame: its first bytes, the tail that
+/// follows them (empty for a whole frame), and what the device knows of it.
+pub type PartsSink<'a> = dyn FnMut(&[u8], &[u8], RxMeta) + 'a;
+
 /// A network device moving batches of Ethernet frames.
 ///
 /// Contract: the owner calls [`Device::send_batch`] with frames it built and
@@ -98,6 +102,23 @@ pub trait Device {
     /// Transmits every frame of `batch`; returns how many the device accepted (the rest were
     /// dropped, e.g. a full queue, and counted by the device).
     fn send_batch(&mut self, now: Instant, batch: &TxBatch) -> usize;
+
+    /// As [`Device::recv_batch_meta`], each frame in two parts: its first bytes and a tail
+    /// that follows them (empty for a whole frame). A device that passes gathered frames on
+    /// in memory ([`Device::can_gather`]) delivers the tail where it lies, so the receiver
+    /// can copy a payload once, straight to where it goes. The default delivers whole frames
+    /// with an empty tail.
+    fn recv_batch_parts(&mut self, now: Instant, budget: usize, sink: &mut PartsSink) -> usize {
+        self.recv_batch_meta(now, budget, &mut |f, m| sink(f, &[], m))
+    }
+
+    /// True if the device takes gathered frames ([`TxPayload`] tails) in
+    /// [`Device::send_batch_take`] and [`Device::send_batch`], as a NIC with scatter-gather
+    /// DMA does. The default is false: the caller then [flattens](TxBatch::flatten) the
+    /// batch first, and the device reads whole frames.
+    fn can_gather(&self) -> bool {
+        false
+    }
 
     /// [`send_batch`](Device::send_batch) for a caller that clears `batch` afterwards: a
     /// device that passes frames on in memory (an in-process cable) may take their buffers
@@ -139,6 +160,12 @@ impl<D: Device + ?Sized> Device for Box<D> {
         sink: &mut dyn FnMut(&[u8], RxMeta),
     ) -> usize {
         (**self).recv_batch_meta(now, budget, sink)
+    }
+    fn recv_batch_parts(&mut self, now: Instant, budget: usize, sink: &mut PartsSink) -> usize {
+        (**self).recv_batch_parts(now, budget, sink)
+    }
+    fn can_gather(&self) -> bool {
+        (**self).can_gather()
     }
     fn send_batch(&mut self, now: Instant, batch: &TxBatch) -> usize {
         (**self).send_batch(now, batch)

@@ -3,10 +3,15 @@
 //! Frames are copied into buffers from a pool shared by both ends, so a steady flow allocates
 //! nothing; an engine's own transmission ([`Device::send_batch_take`]) moves the batch's
 //! buffers to the peer instead, exchanging them for pool buffers, so no frame is copied on
-//! the way (as a NIC's DMA costs the CPU nothing). Each direction holds at most `capacity` frames; more are tail-dropped and counted,
-//! as a full NIC ring would.
+//! the way (as a NIC's DMA costs the CPU nothing). Each direction holds at most `capacity`
+//! frames; more are tail-dropped and counted, as a full NIC ring would.
+//!
+//! The pipe gathers ([`Device::can_gather`]): a gathered frame (headers + a reference to a
+//! zero-copy payload, [`TxPayload`]) crosses as it is, and [`Device::recv_batch_parts`] hands
+//! the receiver the headers and the payload where it lies — one copy of the payload in all,
+//! the receiver's into its receive buffer. The whole-frame receive calls flatten it first.
 
-use crate::{Device, DeviceCaps, Instant, TxBatch};
+use crate::{Device, DeviceCaps, Instant, PartsSink, RxMeta, TxBatch, TxPayload};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
@@ -16,20 +21,26 @@ pub const DEFAULT_CAPACITY: usize = 4096;
 
 #[derive(Debug)]
 struct Shared {
-    /// `queues[i]` holds frames travelling towards end `i`: a buffer and the frame's length
-    /// (buffers keep their largest length, see [`TxBatch`]).
-    queues: [VecDeque<(Vec<u8>, usize)>; 2],
+    /// `queues[i]` holds frames travelling towards end `i`: a buffer, the length of the
+    /// frame's bytes in it (buffers keep their largest length, see [`TxBatch`]) and, for a
+    /// gathered frame, its tail.
+    queues: [VecDeque<Queued>; 2],
     pool: Vec<Vec<u8>>,
     capacity: usize,
     drops: [u64; 2],
     caps: DeviceCaps,
 }
 
+type Queued = (Vec<u8>, usize, Option<TxPayload>);
+
 /// One end of a [`pipe`].
 #[derive(Debug, Clone)]
 pub struct PipeEnd {
     shared: Rc<RefCell<Shared>>,
     side: usize,
+    /// Where a gathered frame is flattened for a whole-frame receiver (kept: no allocation
+    /// once warm).
+    flat: Vec<u8>,
 }
 
 /// Creates a connected pair of ends with the given capabilities and per-direction capacity.
@@ -45,8 +56,13 @@ pub fn pipe(caps: DeviceCaps, capacity: usize) -> (PipeEnd, PipeEnd) {
         PipeEnd {
             shared: shared.clone(),
             side: 0,
+            flat: Vec::new(),
         },
-        PipeEnd { shared, side: 1 },
+        PipeEnd {
+            shared,
+            side: 1,
+            flat: Vec::new(),
+        },
     )
 }
 
@@ -62,17 +78,42 @@ impl Device for PipeEnd {
         self.shared.borrow().caps
     }
 
-    fn recv_batch(&mut self, _now: Instant, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+    fn recv_batch(&mut self, now: Instant, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+        let mut flat = std::mem::take(&mut self.flat);
+        let n = self.recv_batch_parts(now, budget, &mut |head, tail, _| {
+            if tail.is_empty() {
+                sink(head)
+            } else {
+                // A receiver of whole frames: flatten (the copy a gathering receiver saves).
+                flat.clear();
+                flat.extend_from_slice(head);
+                flat.extend_from_slice(tail);
+                sink(&flat);
+            }
+        });
+        self.flat = flat;
+        n
+    }
+
+    fn recv_batch_parts(&mut self, _now: Instant, budget: usize, sink: &mut PartsSink) -> usize {
         let mut n = 0;
         while n < budget {
-            let Some((frame, len)) = self.shared.borrow_mut().queues[self.side].pop_front() else {
+            let Some((frame, len, tail)) = self.shared.borrow_mut().queues[self.side].pop_front()
+            else {
                 break;
             };
-            sink(&frame[..len]);
+            let t = tail.as_ref().map_or(&[][..], |t| t.bytes());
+            sink(&frame[..len], t, RxMeta::default());
+            // The tail's reference is released here, once the receiver is done with it.
+            drop(tail);
             self.shared.borrow_mut().pool.push(frame);
             n += 1;
         }
         n
+    }
+
+    fn can_gather(&self) -> bool {
+        true
     }
 
     fn send_batch(&mut self, _now: Instant, batch: &TxBatch) -> usize {
@@ -80,7 +121,7 @@ impl Device for PipeEnd {
         let s = &mut *s;
         let peer = 1 - self.side;
         let mut sent = 0;
-        for f in batch.iter() {
+        for (f, tail) in batch.iter_parts() {
             if s.queues[peer].len() >= s.capacity {
                 s.drops[peer] += 1;
                 continue;
@@ -90,7 +131,8 @@ impl Device for PipeEnd {
                 buf.resize(f.len(), 0);
             }
             buf[..f.len()].copy_from_slice(f);
-            s.queues[peer].push_back((buf, f.len()));
+            // A tail crosses by reference (a reference count, no copy).
+            s.queues[peer].push_back((buf, f.len(), tail.cloned()));
             sent += 1;
         }
         sent
@@ -107,8 +149,8 @@ impl Device for PipeEnd {
                 continue;
             }
             let mut buf = s.pool.pop().unwrap_or_default();
-            let len = batch.take_frame(i, &mut buf);
-            s.queues[peer].push_back((buf, len));
+            let (len, tail) = batch.take_frame_parts(i, &mut buf);
+            s.queues[peer].push_back((buf, len, tail));
             sent += 1;
         }
         sent
@@ -158,5 +200,57 @@ mod tests {
             assert_eq!(got, vec![(round, 20, 0), (round, 21, 1), (round, 22, 2)]);
         }
         assert_eq!(a.tx_drops(), 6);
+    }
+
+    #[test]
+    fn a_gathered_frame_crosses_by_reference_and_whole_receivers_get_it_flattened() {
+        let o = std::sync::Arc::new(b"PAYLOAD!".to_vec());
+        let d: crate::SharedBytes = o.clone();
+        let (mut a, mut b) = pipe(DeviceCaps::ETHERNET, 8);
+        assert!(a.can_gather());
+        let mut batch = TxBatch::new();
+        for taken in [true, false] {
+            batch.push(3).copy_from_slice(b"abc");
+            batch
+                .push_gather(2, TxPayload::new(d.clone(), 1, 6).unwrap())
+                .copy_from_slice(b"hd");
+            if taken {
+                assert_eq!(a.send_batch_take(Instant::ZERO, &mut batch), 2);
+            } else {
+                assert_eq!(a.send_batch(Instant::ZERO, &batch), 2);
+            }
+            batch.clear();
+            assert_eq!(std::sync::Arc::strong_count(&o), 3, "in flight: referenced");
+            let mut got = vec![];
+            b.recv_batch_parts(Instant::ZERO, 1, &mut |h, t, _| {
+                got.push((h.to_vec(), t.to_vec()))
+            });
+            b.recv_batch_parts(Instant::ZERO, 1, &mut |h, t, _| {
+                // Not copied: the tail is the owner's memory.
+                assert_eq!(t.as_ptr(), o[1..].as_ptr());
+                got.push((h.to_vec(), t.to_vec()))
+            });
+            assert_eq!(
+                got,
+                vec![
+                    (b"abc".to_vec(), vec![]),
+                    (b"hd".to_vec(), b"AYLOAD".to_vec())
+                ]
+            );
+            assert_eq!(
+                std::sync::Arc::strong_count(&o),
+                2,
+                "released once received"
+            );
+        }
+        // A receiver of whole frames gets the flattened frame.
+        batch
+            .push_gather(2, TxPayload::new(d.clone(), 0, 3).unwrap())
+            .copy_from_slice(b"xy");
+        a.send_batch_take(Instant::ZERO, &mut batch);
+        let mut whole = vec![];
+        b.recv_batch(Instant::ZERO, 4, &mut |f| whole.push(f.to_vec()));
+        assert_eq!(whole, vec![b"xyPAY".to_vec()]);
+        assert_eq!(std::sync::Arc::strong_count(&o), 2);
     }
 }

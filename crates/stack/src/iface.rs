@@ -6,7 +6,7 @@
 use crate::arp_cache::{ArpCache, ArpConfig, Enqueued};
 use crate::counters::{Counter, Counters};
 use crate::SocketError;
-use flowstack_link::{ChecksumCaps, DeviceCaps, TxBatch};
+use flowstack_link::{ChecksumCaps, DeviceCaps, TxBatch, TxPayload};
 use flowstack_wire::arp::{ArpOperation, ArpRepr};
 use flowstack_wire::ethernet::{EthernetRepr, HEADER_LEN as ETH_LEN};
 use flowstack_wire::icmpv4::{DstUnreachable, Icmpv4Repr};
@@ -75,6 +75,16 @@ pub(crate) struct Iface {
     pool: Vec<Vec<u8>>,
     icmp_tokens: f64,
     icmp_refill_at: Instant,
+    /// The device takes gathered frames ([`Iface::set_gather`]).
+    gather: bool,
+}
+
+/// Writes a payload whole: `fill` the bytes before `tail`, then `tail`'s bytes copied.
+fn fill_flat(buf: &mut [u8], fill: &mut dyn FnMut(&mut [u8]), tail: Option<&TxPayload>) {
+    let t = tail.map_or(&[][..], |t| t.bytes());
+    let head = buf.len() - t.len();
+    fill(&mut buf[..head]);
+    buf[head..].copy_from_slice(t);
 }
 
 /// Where a datagram goes next.
@@ -99,7 +109,21 @@ impl Iface {
             pool: Vec::new(),
             icmp_tokens: cfg.icmp_burst as f64,
             icmp_refill_at: Instant::ZERO,
+            gather: false,
         }
+    }
+
+    /// Whether the device takes gathered frames (`Device::can_gather`); set before each
+    /// turn's output by the engine's poll.
+    pub fn set_gather(&mut self, on: bool) {
+        self.gather = on;
+    }
+
+    /// True if a zero-copy payload may leave as a reference ([`Iface::send_ip_gather`]
+    /// gathers instead of copying): the device gathers and no checksum is computed in
+    /// software (a checksum would read every payload byte anyway).
+    pub fn gathers(&self) -> bool {
+        self.gather && !self.caps.checksum.fill_tx
     }
 
     /// Our IPv4 address.
@@ -241,6 +265,43 @@ impl Iface {
         dont_frag: bool,
         fill: &mut dyn FnMut(&mut [u8]),
     ) -> Result<(), SocketError> {
+        self.send_ip_parts(now, src, dst, protocol, payload_len, dont_frag, fill, None)
+    }
+
+    /// [`Iface::send_ip_from`] of a datagram whose payload is `head_len` bytes written by
+    /// `fill` followed by `tail`'s bytes. When the frame goes to the device now and
+    /// [`Iface::gathers`], it is a gathered frame: the tail is referenced, not copied (the
+    /// caller must not need a checksum over it). Otherwise (no gather, queued behind ARP,
+    /// fragmented) the tail is copied after the head, and the datagram is byte-identical.
+    #[allow(clippy::too_many_arguments)]
+    pub fn send_ip_gather(
+        &mut self,
+        now: Instant,
+        src: Ipv4Address,
+        dst: Ipv4Address,
+        protocol: IpProtocol,
+        head_len: usize,
+        tail: TxPayload,
+        dont_frag: bool,
+        fill: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<(), SocketError> {
+        let len = head_len + tail.len();
+        self.send_ip_parts(now, src, dst, protocol, len, dont_frag, fill, Some(tail))
+    }
+
+    /// Sends a datagram of `payload_len` bytes: `fill` writes the bytes before `tail`.
+    #[allow(clippy::too_many_arguments)]
+    fn send_ip_parts(
+        &mut self,
+        now: Instant,
+        src: Ipv4Address,
+        dst: Ipv4Address,
+        protocol: IpProtocol,
+        payload_len: usize,
+        dont_frag: bool,
+        fill: &mut dyn FnMut(&mut [u8]),
+        tail: Option<TxPayload>,
+    ) -> Result<(), SocketError> {
         let src = if self.cfg.loopback && self.cfg.addr.contains(src) {
             src
         } else {
@@ -265,7 +326,7 @@ impl Iface {
         };
         if IP_LEN + payload_len <= limit {
             self.counters.inc(Counter::IpOutRequests);
-            self.output(now, &hop, &repr, fill);
+            self.output(now, &hop, &repr, fill, tail);
             return Ok(());
         }
         if dont_frag || payload_len > 65535 - IP_LEN {
@@ -276,7 +337,7 @@ impl Iface {
         let mut whole = std::mem::take(&mut self.scratch);
         whole.clear();
         whole.resize(payload_len, 0);
-        fill(&mut whole);
+        fill_flat(&mut whole, fill, tail.as_ref());
         let chunk = (self.caps.mtu - IP_LEN) & !7;
         let mut off = 0;
         self.counters.inc(Counter::IpOutRequests);
@@ -288,7 +349,7 @@ impl Iface {
             f.frag_offset = off as u16;
             f.more_frags = off + n < payload_len;
             let piece = &whole[off..off + n];
-            self.output(now, &hop, &f, &mut |b| b.copy_from_slice(piece));
+            self.output(now, &hop, &f, &mut |b| b.copy_from_slice(piece), None);
             self.counters.inc(Counter::IpFragCreates);
             off += n;
         }
@@ -296,12 +357,14 @@ impl Iface {
         Ok(())
     }
 
+    /// Frames and queues one datagram; `fill` writes its payload up to `tail`, if any.
     fn output(
         &mut self,
         now: Instant,
         hop: &NextHop,
         repr: &Ipv4Repr,
         fill: &mut dyn FnMut(&mut [u8]),
+        tail: Option<TxPayload>,
     ) {
         let _p = flowstack_prof::enter(flowstack_prof::Layer::EthOutput);
         let mac = match *hop {
@@ -312,21 +375,32 @@ impl Iface {
         let csum = self.caps.checksum;
         match (mac, hop) {
             (Some(mac), _) => {
-                let frame = self.tx.push(ETH_LEN + IP_LEN + repr.payload_len);
+                let len = ETH_LEN + IP_LEN + repr.payload_len;
+                let gather = self.gathers();
+                let frame = match tail {
+                    Some(t) if gather => self.tx.push_gather(len - t.len(), t),
+                    ref t => {
+                        let frame = self.tx.push(len);
+                        fill_flat(&mut frame[ETH_LEN + IP_LEN..], fill, t.as_ref());
+                        frame
+                    }
+                };
                 EthernetRepr {
                     src: self.cfg.mac,
                     dst: mac,
                     ethertype: EtherType::Ipv4,
                 }
                 .emit(frame);
-                fill(&mut frame[ETH_LEN + IP_LEN..]);
+                if gather {
+                    fill(&mut frame[ETH_LEN + IP_LEN..]);
+                }
                 repr.emit(&mut frame[ETH_LEN..], csum);
             }
             (None, NextHop::Unicast(ip)) => {
                 let mut buf = self.pool.pop().unwrap_or_default();
                 buf.clear();
                 buf.resize(IP_LEN + repr.payload_len, 0);
-                fill(&mut buf[IP_LEN..]);
+                fill_flat(&mut buf[IP_LEN..], fill, tail.as_ref());
                 repr.emit(&mut buf, csum);
                 match self.arp.enqueue(now, *ip, buf) {
                     Enqueued::SendRequest => self.send_arp(ArpOperation::Request, *ip, None),

@@ -9,7 +9,7 @@ use flowstack_link::impair::{ImpairSpec, Impaired};
 use flowstack_link::pcap::{Pcap, PcapWriter};
 use flowstack_link::pipe::{pipe, DEFAULT_CAPACITY};
 use flowstack_link::TxBatch;
-use flowstack_link::{Device, DeviceCaps};
+use flowstack_link::{Device, DeviceCaps, PartsSink, RxMeta};
 use flowstack_wire::{Duration, EthernetAddress, Instant, Ipv4Address, Ipv4Cidr};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -73,6 +73,11 @@ pub struct NetConfig {
     /// Drops chosen TCP segments A sends: called with each segment's payload length, its
     /// FIN flag and a counter it may keep (starts at 0); returns true to drop the segment.
     pub drop_a: Option<DropFn>,
+    /// The cable gathers (`Device::can_gather`, scatter-gather transmit): with checksums
+    /// offloaded in `caps`, segments of zero-copy sends cross as header + a reference to the
+    /// sender's memory. Impairment and capture read whole frames, so they cannot be combined
+    /// with it ([`Net::new`] fails).
+    pub gather: bool,
 }
 
 /// See [`NetConfig::drop_a`].
@@ -99,6 +104,11 @@ pub struct PathStats {
     pub too_big: u64,
     /// ICMP "fragmentation needed" messages sent back to A.
     pub icmp_sent: u64,
+    /// Gathered frames A sent (payload referenced, not copied: [`NetConfig::gather`]),
+    /// dropped ones included.
+    pub gathered: u64,
+    /// Payload bytes in those frames.
+    pub gathered_bytes: u64,
 }
 
 /// The address of the router that reports a smaller MTU.
@@ -115,6 +125,8 @@ struct PathDev {
     pass: TxBatch,
     drop: Option<DropFn>,
     drop_state: u32,
+    /// A gathered frame made whole for inspection.
+    flat: Vec<u8>,
 }
 
 impl PathDev {
@@ -197,19 +209,53 @@ impl Device for PathDev {
         }
         n + self.inner.recv_batch(now, budget - n, sink)
     }
+    fn recv_batch_parts(&mut self, now: Instant, budget: usize, sink: &mut PartsSink) -> usize {
+        let mut n = 0;
+        while n < budget {
+            let Some(f) = self.back.pop_front() else {
+                break;
+            };
+            sink(&f, &[], RxMeta::default());
+            n += 1;
+        }
+        n + self.inner.recv_batch_parts(now, budget - n, sink)
+    }
+    fn can_gather(&self) -> bool {
+        self.inner.can_gather()
+    }
     fn send_batch(&mut self, now: Instant, batch: &TxBatch) -> usize {
         let mut pass = std::mem::take(&mut self.pass);
+        let mut flat = std::mem::take(&mut self.flat);
         pass.clear();
         let mut dropped = 0;
-        for f in batch.iter() {
-            if self.inspect(f) {
-                pass.push(f.len()).copy_from_slice(f);
-            } else {
+        for (f, tail) in batch.iter_parts() {
+            let whole = match tail {
+                Some(t) => {
+                    let mut st = self.stats.get();
+                    st.gathered += 1;
+                    st.gathered_bytes += t.len() as u64;
+                    self.stats.set(st);
+                    flat.clear();
+                    flat.extend_from_slice(f);
+                    flat.extend_from_slice(t.bytes());
+                    &flat[..]
+                }
+                None => f,
+            };
+            if !self.inspect(whole) {
                 dropped += 1;
+                continue;
+            }
+            match tail {
+                Some(t) => pass.push_gather(f.len(), t.clone()).copy_from_slice(f),
+                None => pass.push(f.len()).copy_from_slice(f),
             }
         }
         let sent = self.inner.send_batch(now, &pass) + dropped;
+        // Release the tails' references now, as a device that sent them would.
+        pass.clear();
         self.pass = pass;
+        self.flat = flat;
         sent
     }
     fn poll_at(&self) -> Option<Instant> {
@@ -234,6 +280,7 @@ impl Default for NetConfig {
             tune: |_| {},
             path_mtu: None,
             drop_a: None,
+            gather: false,
         }
     }
 }
@@ -254,16 +301,30 @@ impl Net {
     pub fn new(cfg: NetConfig, pcap: Option<Box<dyn Write>>) -> io::Result<Self> {
         let (pa, pb) = pipe(cfg.caps, cfg.capacity);
         let stats = Rc::new(Cell::new(PathStats::default()));
+        if cfg.gather && (cfg.impair != ImpairSpec::default() || pcap.is_some()) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a gathering cable takes no impairment and no capture",
+            ));
+        }
+        let (inner_a, dev_b): (Box<dyn Device>, Box<dyn Device>) = if cfg.gather {
+            (Box::new(pa), Box::new(pb))
+        } else {
+            (
+                Box::new(Impaired::new(pa, cfg.impair, cfg.seed)),
+                Box::new(Impaired::new(pb, cfg.impair, cfg.seed.wrapping_add(1))),
+            )
+        };
         let ia = PathDev {
-            inner: Box::new(Impaired::new(pa, cfg.impair, cfg.seed)),
+            inner: inner_a,
             hop: cfg.path_mtu,
             stats: stats.clone(),
             back: VecDeque::new(),
             pass: TxBatch::new(),
             drop: cfg.drop_a,
             drop_state: 0,
+            flat: Vec::new(),
         };
-        let ib = Impaired::new(pb, cfg.impair, cfg.seed.wrapping_add(1));
         let (dev_a, shared): (Box<dyn Device>, _) = match pcap {
             Some(w) => {
                 let shared = SharedWriter(Rc::new(RefCell::new(w)));
@@ -280,7 +341,7 @@ impl Net {
             a: Engine::new(engine_cfg(A_IP, 1, cfg.seed, cfg.tune), cfg.caps),
             b: Engine::new(engine_cfg(B_IP, 2, cfg.seed, cfg.tune), cfg.caps),
             dev_a,
-            dev_b: Box::new(ib),
+            dev_b,
             now: Instant::from_millis(1),
             step_cost: Duration::from_micros(5),
             pcap: shared,

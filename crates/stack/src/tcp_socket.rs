@@ -6,6 +6,8 @@ use crate::counters::{Counter, Counters};
 use crate::demux::Demux;
 use crate::iface::Iface;
 use crate::SocketError;
+use flowstack_link::TxPayload;
+use flowstack_tcp::sendq::PayloadSrc;
 use flowstack_tcp::{Connection, FourTuple, IcmpError, IsnGenerator, State, TcpConfig, TcpError};
 use flowstack_wire::ipv4::{IpProtocol, Ipv4Repr};
 use flowstack_wire::tcp::{Flags, TcpOptions, TcpRepr};
@@ -161,22 +163,47 @@ pub(crate) fn map_err(e: TcpError) -> SocketError {
 }
 
 /// Sends one segment through the interface.
-fn send_seg(now: Instant, iface: &mut Iface, t: &FourTuple, r: &TcpRepr) {
+fn send_seg(now: Instant, iface: &mut Iface, t: &FourTuple, r: &TcpRepr, at: Option<PayloadSrc>) {
     let caps = iface.checksum();
     let (src, dst) = (t.local_ip, t.remote_ip);
-    let _ = iface.send_ip_from(
-        now,
-        src,
-        dst,
-        IpProtocol::Tcp,
-        r.buffer_len(),
-        true,
-        &mut |b| {
-            // Header, options, payload copy and checksum: TCP output's work, done in the frame.
-            let _p = flowstack_prof::enter(flowstack_prof::Layer::TcpEmit);
-            r.emit(b, src, dst, caps)
-        },
-    );
+    // A payload lying in a zero-copy send's shared memory leaves as a reference (header +
+    // payload gathered by the device, as a NIC's scatter-gather DMA) when the device gathers
+    // and no checksum has to read it; the segment is otherwise copied into the frame.
+    let tail = at
+        .filter(|_| iface.gathers() && !r.payload.is_empty())
+        .and_then(|a| TxPayload::new(a.owner.clone(), a.start, r.payload.len()));
+    let _ = match tail {
+        Some(tail) => {
+            let head = TcpRepr { payload: &[], ..*r };
+            iface.send_ip_gather(
+                now,
+                src,
+                dst,
+                IpProtocol::Tcp,
+                head.buffer_len(),
+                tail,
+                true,
+                &mut |b| {
+                    let _p = flowstack_prof::enter(flowstack_prof::Layer::TcpEmit);
+                    // No checksum (`gathers`): the header alone is the segment's to write.
+                    head.emit(b, src, dst, caps)
+                },
+            )
+        }
+        None => iface.send_ip_from(
+            now,
+            src,
+            dst,
+            IpProtocol::Tcp,
+            r.buffer_len(),
+            true,
+            &mut |b| {
+                // Header, options, payload copy and checksum: TCP output's work, done in the frame.
+                let _p = flowstack_prof::enter(flowstack_prof::Layer::TcpEmit);
+                r.emit(b, src, dst, caps)
+            },
+        ),
+    };
 }
 
 impl TcpSockets {
@@ -541,7 +568,7 @@ impl TcpSockets {
         };
         self.counters.inc(Counter::TcpOutRsts);
         self.counters.inc(Counter::TcpOutSegs);
-        send_seg(now, iface, t, &r);
+        send_seg(now, iface, t, &r, None);
     }
 
     /// A segment for a listener. `iss` is set when the SYN reopens a TIME-WAIT 4-tuple: the
@@ -634,7 +661,7 @@ impl TcpSockets {
             };
             self.counters.inc(Counter::TcpExtSyncookiesSent);
             self.counters.inc(Counter::TcpOutSegs);
-            send_seg(now, iface, &t, &r);
+            send_seg(now, iface, &t, &r, None);
             return;
         }
         self.counters.inc(Counter::TcpPassiveOpens);
@@ -698,9 +725,10 @@ impl TcpSockets {
             return;
         };
         let t = c.conn.tuple();
-        c.conn.poll_transmit(now, &mut self.counters, &mut |r| {
-            send_seg(now, iface, &t, r)
-        });
+        c.conn
+            .poll_transmit_gather(now, &mut self.counters, &mut |r, at| {
+                send_seg(now, iface, &t, r, at)
+            });
         let closed = c.conn.state() == State::Closed;
         if !c.owned && !c.tw_listed && c.conn.state() == State::TimeWait {
             c.tw_listed = true;

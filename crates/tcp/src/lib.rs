@@ -24,7 +24,7 @@ pub mod sendq;
 pub use cc::CcAlgorithm;
 pub use config::{Keepalive, LossDetection, Plpmtud, TcpConfig};
 pub use conn::{
-    syn_option_clamps, ConnStats, Connection, IcmpError, State, TcpError, TcpInfo, MIN_PMTU,
+    syn_option_clamps, ConnStats, Connection, Emit, IcmpError, State, TcpError, TcpInfo, MIN_PMTU,
     REST_AFTER,
 };
 pub use counters::{Counter, Counters};

@@ -65,7 +65,17 @@ impl std::fmt::Debug for ExtBuf {
 }
 
 /// The owner of a shared range.
-type SharedOwner = Arc<dyn AsRef<[u8]> + Send + Sync>;
+pub type SharedOwner = Arc<dyn AsRef<[u8]> + Send + Sync>;
+
+/// Where a segment's payload lies when it is one contiguous range of a shared owner's
+/// bytes ([`SendQueue::gather_src`]): `owner`'s bytes from `start`, as many as the payload.
+#[derive(Clone, Copy)]
+pub struct PayloadSrc<'a> {
+    /// The owner (clone it to keep the bytes alive: a reference count, no allocation).
+    pub owner: &'a SharedOwner,
+    /// First byte within the owner.
+    pub start: usize,
+}
 
 /// Whether two owners are the same object (data pointers only: vtables may differ).
 fn same_owner(a: &SharedOwner, b: &SharedOwner) -> bool {
@@ -179,13 +189,27 @@ impl SendQueue {
     /// The `n` bytes at `off`: one slice when they are contiguous in one chunk, otherwise
     /// gathered into `scratch`.
     pub fn gather<'a>(&'a self, off: usize, n: usize, scratch: &'a mut Vec<u8>) -> &'a [u8] {
+        self.gather_src(off, n, scratch).0
+    }
+
+    /// [`SendQueue::gather`], also telling where the bytes lie when they are one contiguous
+    /// range of a shared owner (a zero-copy send's [`ExtBuf::Shared`] memory): a device that
+    /// gathers can then reference them instead of copying them.
+    pub fn gather_src<'a>(
+        &'a self,
+        off: usize,
+        n: usize,
+        scratch: &'a mut Vec<u8>,
+    ) -> (&'a [u8], Option<PayloadSrc<'a>>) {
         let mut single: Option<&'a [u8]> = None;
+        let mut src = None;
         let mut pieces = 0;
         scratch.clear();
-        self.pieces(off, n, |p| {
+        self.pieces(off, n, |p, s| {
             pieces += 1;
             if pieces == 1 {
                 single = Some(p);
+                src = s;
             } else {
                 if pieces == 2 {
                     scratch.extend_from_slice(single.expect("first piece"));
@@ -194,16 +218,31 @@ impl SendQueue {
             }
         });
         match pieces {
-            0 => &[],
-            1 => single.expect("one piece"),
-            _ => scratch,
+            0 => (&[], None),
+            1 => (single.expect("one piece"), src),
+            _ => (scratch, None),
         }
     }
 
-    /// Calls `f` with the contiguous pieces making up `n` bytes at `off`.
+    /// Calls `f` with the contiguous pieces making up `n` bytes at `off`, and for a piece of
+    /// shared memory where it lies.
     /// Consecutive shared ranges that continue each other in one owner (a mapped window
     /// handed over in several sends) make one piece: a segment across them needs no gather.
-    fn pieces<'a>(&'a self, mut off: usize, mut n: usize, mut f: impl FnMut(&'a [u8])) {
+    fn pieces<'a>(
+        &'a self,
+        mut off: usize,
+        mut n: usize,
+        mut f: impl FnMut(&'a [u8], Option<PayloadSrc<'a>>),
+    ) {
+        let shared = |o: &'a SharedOwner, s0: usize, e0: usize| {
+            (
+                &(**o).as_ref()[s0..e0],
+                Some(PayloadSrc {
+                    owner: o,
+                    start: s0,
+                }),
+            )
+        };
         let mut ring_pos = 0;
         // A pending run of contiguous shared ranges: (owner, start, end) within the owner.
         let mut run: Option<(&'a SharedOwner, usize, usize)> = None;
@@ -226,14 +265,15 @@ impl SendQueue {
             match c {
                 Chunk::Ring(k) => {
                     if let Some((o, s0, e0)) = run.take() {
-                        f(&(**o).as_ref()[s0..e0]);
+                        let (p, s) = shared(o, s0, e0);
+                        f(p, s);
                     }
                     let (a, b) = self.ring.slices(ring_pos + off, m);
                     if !a.is_empty() {
-                        f(a);
+                        f(a, None);
                     }
                     if !b.is_empty() {
-                        f(b);
+                        f(b, None);
                     }
                     ring_pos += k;
                 }
@@ -247,7 +287,8 @@ impl SendQueue {
                         Some((o, _, e)) if same_owner(o, owner) && *e == s => *e = s + m,
                         _ => {
                             if let Some((o, s0, e0)) = run.take() {
-                                f(&(**o).as_ref()[s0..e0]);
+                                let (p, s) = shared(o, s0, e0);
+                                f(p, s);
                             }
                             run = Some((owner, s, s + m));
                         }
@@ -258,16 +299,18 @@ impl SendQueue {
                 }
                 Chunk::Ext { buf, off: done, .. } => {
                     if let Some((o, s0, e0)) = run.take() {
-                        f(&(**o).as_ref()[s0..e0]);
+                        let (p, s) = shared(o, s0, e0);
+                        f(p, s);
                     }
-                    f(&buf.bytes()[done + off..done + off + m])
+                    f(&buf.bytes()[done + off..done + off + m], None)
                 }
             }
             n -= m;
             off = 0;
         }
         if let Some((o, s0, e0)) = run {
-            f(&(**o).as_ref()[s0..e0]);
+            let (p, s) = shared(o, s0, e0);
+            f(p, s);
         }
     }
 

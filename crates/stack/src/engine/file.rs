@@ -8,8 +8,11 @@
 //! ([`Engine::tcp_send_zc`]): the segments, and their retransmissions, are cut from that
 //! buffer until the peer acknowledges it; the send queue then drops its reference and the
 //! buffer is free for the next chunk. A chunk is therefore read from the page cache exactly
-//! once and copied exactly once more, into the outgoing frame — against a read/write loop's
-//! three copies (file → application buffer → send ring → frame). Once the pool holds a
+//! once and copied at most once more: into the outgoing frame, or — on a device that gathers
+//! (the in-process pipe: scatter-gather transmit, `Iface::send_ip_gather`) — not on the
+//! sending side at all, the frame referencing the chunk until the receiver copied it. A
+//! read/write loop makes three copies (file → application buffer → send ring → frame), and
+//! a frame in flight keeps its chunk out of the pool (reuse needs `Arc::get_mut`). Once the pool holds a
 //! connection's window of chunks, nothing is allocated.
 //!
 //! This is [`FileSendMode::Read`], the default. [`FileSendMode::Map`] (`file_map.rs`) sends
@@ -338,5 +341,26 @@ mod tests {
         let bytes = [&(*c).as_ref()[..3], &(*d).as_ref()[..3]];
         assert!(bytes.contains(&&b"abc"[..]), "{bytes:?}");
         assert!(Arc::get_mut(&mut c).is_some());
+    }
+
+    #[test]
+    fn a_chunk_is_not_reused_while_a_gathered_frame_references_it() {
+        let mut pool = FilePool::default();
+        let mut a = pool.take();
+        fill(&mut a)[..2].copy_from_slice(b"ok");
+        pool.lend(&a);
+        // The connection let go (all acknowledged), but a frame in flight still holds it.
+        let owner: flowstack_link::SharedBytes = a.clone();
+        let frame = flowstack_link::TxPayload::new(owner, 0, 2).unwrap();
+        drop(a);
+        let b = pool.take();
+        assert_eq!(pool.allocated, 2, "reused under a frame in flight");
+        assert_eq!(frame.bytes(), b"ok");
+        pool.give_back(b);
+        drop(frame);
+        // Received: the chunk is free again.
+        let _c = pool.take();
+        let _d = pool.take();
+        assert_eq!(pool.allocated, 2);
     }
 }

@@ -35,7 +35,7 @@ impl Engine {
 
     /// The checksum work for a received TCP or UDP packet: the interface's, minus the
     /// verification when the device vouched for this frame (and it was not reassembled).
-    fn l4_checksum(&self) -> ChecksumCaps {
+    pub(super) fn l4_checksum(&self) -> ChecksumCaps {
         let mut c = self.iface.checksum();
         c.verify_rx &= !self.rx_l4_csum_ok;
         c
@@ -117,11 +117,8 @@ impl Engine {
             }
             Err(_) => return c.inc(Counter::IpInHdrErrors),
         };
-        if !self.iface.accepts(repr.dst) {
-            return self.iface.counters_mut().inc(Counter::IpInAddrErrors);
-        }
-        if self.is_martian_source(repr.src) {
-            return self.iface.counters_mut().inc(Counter::IpExtInMartianSrc);
+        if !self.ip_admit(&repr) {
+            return;
         }
         if !repr.is_fragment() {
             return self.deliver(now, &repr, pkt.header(), pkt.payload());
@@ -156,6 +153,19 @@ impl Engine {
         let c = self.iface.counters_mut();
         c.add(Counter::IpReasmFails, evicted);
         c.add(Counter::IpExtReasmNoMemory, evicted);
+    }
+
+    /// True if a parsed datagram is for us and from a possible source; counts the drop if not.
+    pub(super) fn ip_admit(&mut self, repr: &Ipv4Repr) -> bool {
+        if !self.iface.accepts(repr.dst) {
+            self.iface.counters_mut().inc(Counter::IpInAddrErrors);
+            return false;
+        }
+        if self.is_martian_source(repr.src) {
+            self.iface.counters_mut().inc(Counter::IpExtInMartianSrc);
+            return false;
+        }
+        true
     }
 
     /// RFC 1122 §3.2.1.3 / RFC 1812 §5.3.7: a source that cannot be a host on the link —

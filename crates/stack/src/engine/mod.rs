@@ -38,6 +38,7 @@ mod file;
 mod file_map;
 mod input;
 mod ping;
+mod rx_parts;
 mod tcp_api;
 mod udp_api;
 
@@ -150,6 +151,8 @@ pub struct Engine {
     /// The frame being received needs no TCP/UDP checksum verification (its device said so:
     /// [`flowstack_link::RxMeta`]); set for the length of one [`Engine::receive_meta`].
     rx_l4_csum_ok: bool,
+    /// Where a two-part frame of an unexpected shape is made whole (`rx_parts.rs`); kept.
+    rx_flat: Vec<u8>,
     /// `send_file`'s mode and mapped windows (file_map.rs).
     maps: file_map::MapSends,
     /// Makes the engine `!Sync` (one thread owns it) while leaving it `Send`.
@@ -221,6 +224,7 @@ impl Engine {
             now: Instant::ZERO,
             files: file::FilePool::default(),
             rx_l4_csum_ok: false,
+            rx_flat: Vec::new(),
             maps: file_map::MapSends::default(),
             _not_sync: PhantomData,
         }
@@ -257,9 +261,14 @@ impl Engine {
 
     /// Frames waiting for the device. Frames that could carry bytes of a file truncated under
     /// a mapped `send_file` window are discarded first (`file_map.rs`).
+    ///
+    /// The frames are whole: gathered ones (zero-copy payloads referenced, for a device that
+    /// gathers) are flattened here, for a caller that hands them to any device.
     pub fn tx(&mut self) -> &mut TxBatch {
         self.check_mapped_windows();
-        self.iface.tx_mut()
+        let tx = self.iface.tx_mut();
+        tx.flatten();
+        tx
     }
 
     /// One full turn: receive a batch from `dev`, run timers and socket output, transmit.
@@ -269,15 +278,21 @@ impl Engine {
         self.set_now(now);
         let _p = enter(Layer::Engine);
         let budget = self.cfg.rx_budget;
+        let gather = dev.can_gather();
+        self.iface.set_gather(gather);
         let got = {
             let _p = enter(Layer::DevRx);
-            dev.recv_batch_meta(now, budget, &mut |f, m| self.receive_meta(now, f, m))
+            dev.recv_batch_parts(now, budget, &mut |f, t, m| self.receive_parts(now, f, t, m))
         };
         self.on_timers(now);
         self.dispatch(now);
         self.check_mapped_windows();
         let sent = self.iface.tx().len();
         if sent > 0 {
+            if !gather {
+                // Frames built for a device that gathered (before a change of device).
+                self.iface.tx_mut().flatten();
+            }
             let accepted = {
                 let _p = enter(Layer::DevTx);
                 dev.send_batch_take(now, self.iface.tx_mut())

@@ -51,6 +51,7 @@ use timers::{Timer, Timers};
 
 pub use handshake::syn_option_clamps;
 pub use info::{TcpInfo, REST_AFTER};
+pub use output::Emit;
 pub use pmtu::{IcmpError, MIN_PMTU};
 
 /// RFC 9293 §3.3.2 connection states (LISTEN is the engine's listener table).

@@ -3,8 +3,15 @@
 
 use super::{Connection, State, Timer};
 use crate::counters::{Counter, Counters};
+use crate::sendq::PayloadSrc;
 use flowstack_wire::tcp::{Flags, TcpOptions, TcpRepr};
 use flowstack_wire::{Instant, SeqNum};
+
+/// Where [`Connection::poll_transmit_gather`] puts each segment: the segment (its payload
+/// always a slice, for emitters that copy) and, when that payload is one contiguous range of
+/// a zero-copy send's shared memory, where it lies there — an emitter for a device that
+/// gathers hands the device a reference to it instead of copying it.
+pub type Emit<'e> = dyn FnMut(&TcpRepr, Option<PayloadSrc>) + 'e;
 
 impl Connection {
     /// Emits every segment the connection wants to send now, through `emit`. Returns the
@@ -14,6 +21,17 @@ impl Connection {
         now: Instant,
         c: &mut Counters,
         emit: &mut dyn FnMut(&TcpRepr),
+    ) -> usize {
+        self.poll_transmit_gather(now, c, &mut |r, _| emit(r))
+    }
+
+    /// [`Connection::poll_transmit`], telling the emitter where each payload lies when it is
+    /// one range of shared memory ([`Emit`]).
+    pub fn poll_transmit_gather(
+        &mut self,
+        now: Instant,
+        c: &mut Counters,
+        emit: &mut Emit,
     ) -> usize {
         let _p = flowstack_prof::enter(flowstack_prof::Layer::TcpOutput);
         let mut n = 0;
@@ -25,7 +43,7 @@ impl Connection {
             }
             r.window = 0;
             r.options = TcpOptions::default();
-            emit(&r);
+            emit(&r, None);
             c.inc(Counter::TcpOutRsts);
             c.inc(Counter::TcpOutSegs);
             return 1;
@@ -75,7 +93,7 @@ impl Connection {
     }
 
     /// The probe a persist or keepalive timer asked for.
-    fn send_probe(&mut self, now: Instant, c: &mut Counters, emit: &mut dyn FnMut(&TcpRepr)) {
+    fn send_probe(&mut self, now: Instant, c: &mut Counters, emit: &mut Emit) {
         let room = self.snd.window_room();
         let avail = self.snd.data_end() - self.snd.nxt;
         if room > 0 && avail > 0 {
@@ -91,8 +109,8 @@ impl Connection {
         }
     }
 
-    fn emit_counted(&mut self, r: &TcpRepr, c: &mut Counters, emit: &mut dyn FnMut(&TcpRepr)) {
-        emit(r);
+    fn emit_counted(&mut self, r: &TcpRepr, c: &mut Counters, emit: &mut Emit) {
+        emit(r, None);
         c.inc(Counter::TcpOutSegs);
         self.stats.segs_out += 1;
         if r.flags.ack() {
@@ -143,7 +161,7 @@ impl Connection {
         r
     }
 
-    fn send_syn(&mut self, now: Instant, c: &mut Counters, emit: &mut dyn FnMut(&TcpRepr)) {
+    fn send_syn(&mut self, now: Instant, c: &mut Counters, emit: &mut Emit) {
         let active = self.state == State::SynSent;
         let iss = self.snd.iss;
         let mut r = self.base(iss, Flags::SYN);
@@ -193,7 +211,7 @@ impl Connection {
         seq: SeqNum,
         len: usize,
         c: &mut Counters,
-        emit: &mut dyn FnMut(&TcpRepr),
+        emit: &mut Emit,
     ) -> usize {
         let max = if self.tso_allowed() {
             self.cfg.max_tso_segment
@@ -212,7 +230,7 @@ impl Connection {
         len: usize,
         max: usize,
         c: &mut Counters,
-        emit: &mut dyn FnMut(&TcpRepr),
+        emit: &mut Emit,
     ) -> usize {
         let off = seq - self.snd.data_start();
         let retrans = seq < self.snd.max;
@@ -223,7 +241,10 @@ impl Connection {
         let data_len = self.snd.queue.len().saturating_sub(off).min(len).min(room);
         // A segment is never cut short at the ring's wrap point (that would make needless
         // small segments): a straddling payload is gathered into a scratch buffer.
-        let payload = self.snd.queue.gather(off, data_len, &mut self.snd.scratch);
+        let (payload, src) = self
+            .snd
+            .queue
+            .gather_src(off, data_len, &mut self.snd.scratch);
         let sent = payload.len();
         // The FIN rides on the segment whose data ends where the FIN sits.
         let fin = self.snd.fin_seq == Some(seq + sent);
@@ -235,7 +256,7 @@ impl Connection {
         }
         let r = TcpRepr { payload, ..r };
         self.timers.unacked_since.get_or_insert(now);
-        emit(&r);
+        emit(&r, src);
         c.inc(Counter::TcpOutSegs);
         self.stats.segs_out += 1;
         self.ack_sent(c);

@@ -11,6 +11,7 @@
 //! only when the flight outgrows it (amortized: never per packet once the window has been reached).
 //! RACK runs only when SACK was negotiated; without it duplicate-ACK counting decides.
 
+use super::output::Emit;
 use super::{Connection, Timer};
 use crate::config::LossDetection;
 use crate::counters::{Counter, Counters};
@@ -385,7 +386,7 @@ impl Connection {
         &mut self,
         now: Instant,
         c: &mut Counters,
-        emit: &mut dyn FnMut(&TcpRepr),
+        emit: &mut Emit,
     ) -> usize {
         let mut n = 0;
         let mut i = 0;
@@ -472,12 +473,7 @@ impl Connection {
     /// RFC 8985 §7.3: "If a previously unsent segment exists AND the receive window allows,
     /// send that segment"; else "retransmit the highest-sequence segment sent so far". The
     /// probe ignores the congestion window. Then the RTO is re-armed.
-    pub(crate) fn send_tlp(
-        &mut self,
-        now: Instant,
-        c: &mut Counters,
-        emit: &mut dyn FnMut(&TcpRepr),
-    ) -> usize {
+    pub(crate) fn send_tlp(&mut self, now: Instant, c: &mut Counters, emit: &mut Emit) -> usize {
         self.rec.rack.tlp_now = false;
         if self.snd.all_acked() || self.rec.in_recovery {
             return 0;

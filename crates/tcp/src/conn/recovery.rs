@@ -8,12 +8,12 @@
 //! retransmit waits for, and a lost retransmission stays lost; each costs a retransmission
 //! timeout (200 ms at least) instead of about one round trip.
 
+use super::output::Emit;
 use super::Connection;
 use crate::cc::Congestion;
 use crate::config::TcpConfig;
 use crate::counters::{Counter, Counters};
 use crate::sack::{Scoreboard, DUP_THRESH};
-use flowstack_wire::tcp::TcpRepr;
 use flowstack_wire::{Instant, SeqNum};
 
 /// Congestion control and loss-recovery state.
@@ -266,7 +266,7 @@ impl Connection {
         &mut self,
         now: Instant,
         c: &mut Counters,
-        emit: &mut dyn FnMut(&TcpRepr),
+        emit: &mut Emit,
     ) -> usize {
         if self.rack_on() {
             // RACK marked what to resend; the head is among it if it is lost.

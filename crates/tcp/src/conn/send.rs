@@ -2,6 +2,7 @@
 //! sent data; what an acceptable ACK does to them; and cutting queued data into segments
 //! (Nagle, sender SWS avoidance, congestion and flow control).
 
+use super::output::Emit;
 use super::{Connection, State, Timer};
 use crate::config::TcpConfig;
 use crate::counters::Counters;
@@ -255,12 +256,7 @@ impl Connection {
     }
 
     /// New data (or a go-back-N resend after a timeout) from SND.NXT.
-    pub(super) fn send_data(
-        &mut self,
-        now: Instant,
-        c: &mut Counters,
-        emit: &mut dyn FnMut(&TcpRepr),
-    ) -> usize {
+    pub(super) fn send_data(&mut self, now: Instant, c: &mut Counters, emit: &mut Emit) -> usize {
         if !matches!(
             self.state,
             State::Established
