@@ -152,6 +152,8 @@ pub struct Client {
     /// Times a waiting call slept on the event ring's futex ([`Client::sleeps`]).
     sleeps: u64,
     zc_tokens: HashMap<u32, VecDeque<u64>>,
+    /// Posts leave the doorbell to the caller (several records, one doorbell).
+    hold_bell: bool,
     next_token: u64,
     /// Passes of [`Client::pump`] that took at least one event (a waiter that saw the same
     /// value before announcing sleep missed nothing, see `posix::fast`).
@@ -266,6 +268,7 @@ impl Client {
             accept_ids: HashSet::new(),
             dead: false,
             zc_tokens: HashMap::new(),
+            hold_bell: false,
             next_token: 1,
             gen: 0,
             evs: Vec::new(),
@@ -330,7 +333,9 @@ impl Client {
                 }
             }
         }
-        self.ring_doorbell();
+        if !self.hold_bell {
+            self.ring_doorbell();
+        }
         if mode == Mode::Sync {
             self.waiting.insert(id);
         }
@@ -594,18 +599,48 @@ impl Client {
         remote: SocketAddrV4,
         timeout: Duration,
     ) -> Result<TcpHandle, SocketError> {
+        self.connect_send(remote, &[], timeout).map(|(h, _)| h)
+    }
+
+    /// Sync connect with the first bytes posted right behind it, in the same ring batch:
+    /// the daemon hands them to the engine during the handshake, so they leave with its
+    /// last ACK and reach the server with (usually in the same batch as) its accept's
+    /// completion — one wake-up there instead of two. Returns the connection and how many
+    /// of `first` were taken (as [`Sockets::tcp_send`]: what fits the send buffer; the
+    /// caller sends the rest). If the connect fails, the bytes are dropped with it.
+    pub fn connect_send(
+        &mut self,
+        remote: SocketAddrV4,
+        first: &[u8],
+        timeout: Duration,
+    ) -> Result<(TcpHandle, usize), SocketError> {
         let h = self.alloc_handle();
+        let handle = TcpHandle::from_raw(h as usize);
         self.socks.insert(h, Sock::default());
-        let id = self.post(Mode::Sync, Command::TcpConnect { remote })?;
-        match self.complete(id, timeout) {
-            Ok(_) => {
+        // One doorbell for both records: a sleeping daemon wakes to find them together.
+        self.hold_bell = true;
+        let posted = self.post(Mode::Sync, Command::TcpConnect { remote });
+        let sent = match posted {
+            Ok(_) if !first.is_empty() => self.tcp_send(handle, first),
+            _ => Ok(0),
+        };
+        self.hold_bell = false;
+        self.ring_doorbell();
+        let id = posted?;
+        let r = sent.or_else(|e| match e {
+            SocketError::WouldBlock => Ok(0),
+            e => Err(e),
+        });
+        match r.and_then(|n| self.complete(id, timeout).map(|_| n)) {
+            Ok(n) => {
                 if let Some(s) = self.socks.get_mut(&h) {
                     s.open = true;
                 }
-                Ok(TcpHandle::from_raw(h as usize))
+                Ok((handle, n))
             }
             Err(e) => {
-                let _ = self.tcp_close(TcpHandle::from_raw(h as usize));
+                self.waiting.remove(&id);
+                let _ = self.tcp_close(handle);
                 Err(e)
             }
         }
@@ -681,11 +716,21 @@ impl Client {
         Ok(())
     }
 
-    /// Sync close: releases the handle and waits for the daemon to take it.
+    /// Close: releases the handle. A listener's close waits for the daemon to take it, so
+    /// its port is free for any process once this returns. A connection's does not wait
+    /// (one futex sleep and wake-up less per short connection): the daemon takes the close
+    /// before anything this application posts later (the command ring is in order), so a
+    /// later connect, listen or socket count already sees it released; another process
+    /// could not rely on the port anyway (the kernel keeps it in TIME-WAIT).
     pub fn close(&mut self, h: TcpHandle, timeout: Duration) -> Result<(), SocketError> {
         let raw = Self::raw(h)?;
-        self.socks.remove(&raw).ok_or(SocketError::InvalidHandle)?;
-        let id = self.post(Mode::Sync, Command::TcpClose { handle: raw })?;
+        let s = self.socks.remove(&raw).ok_or(SocketError::InvalidHandle)?;
+        self.zc_tokens.remove(&raw);
+        let mode = if s.listener { Mode::Sync } else { Mode::Async };
+        let id = self.post(mode, Command::TcpClose { handle: raw })?;
+        if mode == Mode::Async {
+            return Ok(());
+        }
         self.complete(id, timeout).map(|_| ())
     }
 
