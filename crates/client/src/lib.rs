@@ -113,6 +113,10 @@ struct Sock {
     /// A send found no room and filled the placeholder (`posix`): unwritable until a
     /// `Writable` event or the placeholder is writable again (`Posix::unblock`).
     blocked: bool,
+    /// Listeners: the accept posted by [`Client::accept`] still in flight (its id).
+    ahead: Option<u32>,
+    /// Listeners: an accept posted by [`Client::accept`] failed; the next one returns it.
+    accept_err: Option<SocketError>,
     /// An accepted connection's peer as its accept's completion said (`GetAddr`'s encoding:
     /// address in bits 16..48, port below; 0: not said, an older daemon).
     peer: u64,
@@ -408,9 +412,7 @@ impl Client {
                     }
                 }
                 if let Some(listener) = self.orphan_accepts.remove(&e.id) {
-                    if let Ok(h) = e.outcome() {
-                        self.new_accepted(listener, h as u32);
-                    }
+                    self.accept_answered(listener, e.id, e.outcome());
                 } else if self.waiting.remove(&e.id) {
                     self.done.insert(e.id, (e.handle, e.outcome()));
                 } else if let Err(err) = e.outcome() {
@@ -477,6 +479,28 @@ impl Client {
                         s.error = Some(e.outcome().err().unwrap_or(SocketError::ConnectionReset));
                     }
                 }
+            }
+        }
+    }
+
+    /// An answer to an accept of `listener` posted by [`Client::accept`]: into the
+    /// listener's queue (its error is returned by the next accept). If the listener was
+    /// closed meanwhile, the connection is closed.
+    fn accept_answered(&mut self, listener: u32, id: u32, r: Result<u64, SocketError>) {
+        let Some(s) = self.socks.get_mut(&listener) else {
+            if let Ok(h) = r {
+                let _ = self.tcp_close(TcpHandle::from_raw(h as u32 as usize));
+            }
+            return;
+        };
+        if s.ahead == Some(id) {
+            s.ahead = None;
+        }
+        match r {
+            Ok(h) => self.new_accepted(listener, h as u32),
+            Err(e) => {
+                s.accept_err = Some(e);
+                s.rgen = s.rgen.wrapping_add(1);
             }
         }
     }
@@ -647,38 +671,49 @@ impl Client {
     }
 
     /// Sync accept: waits up to `timeout` for a connection on `listener`.
+    ///
+    /// Once an accept has returned a connection, the next one is asked for at once
+    /// (*accept-ahead*): the daemon holds it like any waiting accept, and its answer lands
+    /// in the listener's queue — often in the same batch of events as the previous
+    /// connection's end, so a server looping accept → recv → close wakes once per
+    /// connection less. Like the kernel's backlog, the daemon completes and holds one such
+    /// connection before it is asked for; it is closed with the listener if never taken.
+    /// An accept that times out leaves its request in flight for the next call.
     pub fn accept(
         &mut self,
         listener: TcpHandle,
         timeout: Duration,
     ) -> Result<TcpHandle, SocketError> {
         let l = Self::raw(listener)?;
-        self.pump();
-        let s = self.sock_mut(listener)?;
-        if let Some(h) = s.accepted.pop_front() {
-            return Ok(TcpHandle::from_raw(h as usize));
-        }
-        if let Some(e) = s.error {
-            return Err(e);
-        }
-        let id = self.post(Mode::Sync, Command::TcpAccept { listener: l })?;
-        match self.complete(id, timeout) {
-            // The socket was created when the completion arrived.
-            Ok((_, h)) => Ok(TcpHandle::from_raw(h as u32 as usize)),
-            Err(SocketError::TimedOut) => {
-                // The daemon still holds the accept: its connection goes to the listener.
-                self.orphan_accepts.insert(id, l);
-                Err(SocketError::TimedOut)
-            }
-            Err(e) => {
-                if let Some(s) = self.socks.get_mut(&l) {
-                    if e != SocketError::ConnectionReset {
-                        s.error.get_or_insert(e);
-                    }
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.pump();
+            let s = self.sock_mut(listener)?;
+            if let Some(h) = s.accepted.pop_front() {
+                if s.ahead.is_none() {
+                    self.ask_accept(l)?;
                 }
-                Err(e)
+                return Ok(TcpHandle::from_raw(h as usize));
             }
+            if let Some(e) = s.accept_err.take().or(s.error) {
+                return Err(e);
+            }
+            if s.ahead.is_none() {
+                self.ask_accept(l)?;
+            }
+            self.wait_event(deadline)?;
         }
+    }
+
+    /// Posts a sync accept on listener `l` whose answer goes to the listener's queue.
+    fn ask_accept(&mut self, l: u32) -> Result<(), SocketError> {
+        let id = self.post(Mode::Sync, Command::TcpAccept { listener: l })?;
+        self.waiting.remove(&id);
+        self.orphan_accepts.insert(id, l);
+        if let Some(s) = self.socks.get_mut(&l) {
+            s.ahead = Some(id);
+        }
+        Ok(())
     }
 
     /// Receives at least one byte, waiting up to `timeout` when nothing is buffered;
@@ -726,12 +761,23 @@ impl Client {
         let raw = Self::raw(h)?;
         let s = self.socks.remove(&raw).ok_or(SocketError::InvalidHandle)?;
         self.zc_tokens.remove(&raw);
+        self.drop_unclaimed(&s);
         let mode = if s.listener { Mode::Sync } else { Mode::Async };
         let id = self.post(mode, Command::TcpClose { handle: raw })?;
         if mode == Mode::Async {
             return Ok(());
         }
         self.complete(id, timeout).map(|_| ())
+    }
+
+    /// A listener being closed: the connections accepted for it and never taken are
+    /// closed too (the kernel resets those left in a closed listener's backlog).
+    fn drop_unclaimed(&mut self, s: &Sock) {
+        for &h in &s.accepted {
+            if self.socks.remove(&h).is_some() {
+                let _ = self.post(Mode::Async, Command::TcpClose { handle: h });
+            }
+        }
     }
 
     fn report_consumed(&mut self, raw: u32, force: bool) {
@@ -922,8 +968,9 @@ impl Sockets for Client {
 
     fn tcp_close(&mut self, h: TcpHandle) -> Result<(), SocketError> {
         let raw = Self::raw(h)?;
-        self.socks.remove(&raw).ok_or(SocketError::InvalidHandle)?;
+        let s = self.socks.remove(&raw).ok_or(SocketError::InvalidHandle)?;
         self.zc_tokens.remove(&raw);
+        self.drop_unclaimed(&s);
         self.post(Mode::Async, Command::TcpClose { handle: raw })
             .map(|_| ())
     }
