@@ -113,8 +113,9 @@ struct Sock {
     /// A send found no room and filled the placeholder (`posix`): unwritable until a
     /// `Writable` event or the placeholder is writable again (`Posix::unblock`).
     blocked: bool,
-    /// Listeners: the accept posted by [`Client::accept`] still in flight (its id).
-    ahead: Option<u32>,
+    /// Listeners: the accept posted by [`Client::accept`] still in flight (its id, and
+    /// whether it was asked ahead of a call).
+    ahead: Option<(u32, bool)>,
     /// Listeners: an accept posted by [`Client::accept`] failed; the next one returns it.
     accept_err: Option<SocketError>,
     /// An accepted connection's peer as its accept's completion said (`GetAddr`'s encoding:
@@ -493,11 +494,18 @@ impl Client {
             }
             return;
         };
-        if s.ahead == Some(id) {
-            s.ahead = None;
+        let mut early = false;
+        if let Some((i, a)) = s.ahead {
+            if i == id {
+                s.ahead = None;
+                early = a;
+            }
         }
         match r {
             Ok(h) => self.new_accepted(listener, h as u32),
+            // Asked ahead while the application held as many sockets as it may: the
+            // limit may be gone when it does call (it closes one first), so it asks again.
+            Err(SocketError::LimitReached) if early => {}
             Err(e) => {
                 s.accept_err = Some(e);
                 s.rgen = s.rgen.wrapping_add(1);
@@ -691,7 +699,7 @@ impl Client {
             let s = self.sock_mut(listener)?;
             if let Some(h) = s.accepted.pop_front() {
                 if s.ahead.is_none() {
-                    self.ask_accept(l)?;
+                    self.ask_accept(l, true)?;
                 }
                 return Ok(TcpHandle::from_raw(h as usize));
             }
@@ -699,19 +707,20 @@ impl Client {
                 return Err(e);
             }
             if s.ahead.is_none() {
-                self.ask_accept(l)?;
+                self.ask_accept(l, false)?;
             }
             self.wait_event(deadline)?;
         }
     }
 
-    /// Posts a sync accept on listener `l` whose answer goes to the listener's queue.
-    fn ask_accept(&mut self, l: u32) -> Result<(), SocketError> {
+    /// Posts a sync accept on listener `l` whose answer goes to the listener's queue;
+    /// `ahead`: asked before the application called (see [`Client::accept`]).
+    fn ask_accept(&mut self, l: u32, ahead: bool) -> Result<(), SocketError> {
         let id = self.post(Mode::Sync, Command::TcpAccept { listener: l })?;
         self.waiting.remove(&id);
         self.orphan_accepts.insert(id, l);
         if let Some(s) = self.socks.get_mut(&l) {
-            s.ahead = Some(id);
+            s.ahead = Some((id, ahead));
         }
         Ok(())
     }
