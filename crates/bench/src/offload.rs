@@ -409,8 +409,9 @@ fn offload_client(
     let mut lat = Vec::new();
     let mut n = 0u64;
     let start = Instant::now();
-    let rr = |app: &mut Client, c: TcpHandle, buf: &mut [u8]| -> Result<(), String> {
-        app.send_all(c, &data, T).map_err(e)?;
+    // `sent`: bytes of the request already posted (behind the connect, crr).
+    let rr = |app: &mut Client, c: TcpHandle, sent: usize, buf: &mut [u8]| -> Result<(), String> {
+        app.send_all(c, &data[sent..], T).map_err(e)?;
         let mut got = 0;
         while got < msg {
             match app.recv(c, &mut buf[got..], T).map_err(e)? {
@@ -426,7 +427,7 @@ fn offload_client(
             app.tcp_set_nodelay(c, true).map_err(e)?;
             while start.elapsed() < duration {
                 let t = Instant::now();
-                rr(app, c, &mut buf)?;
+                rr(app, c, 0, &mut buf)?;
                 lat.push(t.elapsed().as_nanos() as u64);
                 n += 1;
             }
@@ -435,9 +436,10 @@ fn offload_client(
         Workload::Crr => {
             while start.elapsed() < duration {
                 let t = Instant::now();
-                let c = app.connect_to(dst, T).map_err(e)?;
+                // The request follows the connect in the same ring batch.
+                let (c, sent) = app.connect_send(dst, &data, T).map_err(e)?;
                 app.tcp_set_nodelay(c, true).map_err(e)?;
-                rr(app, c, &mut buf)?;
+                rr(app, c, sent, &mut buf)?;
                 app.close(c, T).map_err(e)?;
                 lat.push(t.elapsed().as_nanos() as u64);
                 n += 1;

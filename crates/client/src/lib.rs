@@ -113,6 +113,11 @@ struct Sock {
     /// A send found no room and filled the placeholder (`posix`): unwritable until a
     /// `Writable` event or the placeholder is writable again (`Posix::unblock`).
     blocked: bool,
+    /// Listeners: the accept posted by [`Client::accept`] still in flight (its id, and
+    /// whether it was asked ahead of a call).
+    ahead: Option<(u32, bool)>,
+    /// Listeners: an accept posted by [`Client::accept`] failed; the next one returns it.
+    accept_err: Option<SocketError>,
     /// An accepted connection's peer as its accept's completion said (`GetAddr`'s encoding:
     /// address in bits 16..48, port below; 0: not said, an older daemon).
     peer: u64,
@@ -152,6 +157,8 @@ pub struct Client {
     /// Times a waiting call slept on the event ring's futex ([`Client::sleeps`]).
     sleeps: u64,
     zc_tokens: HashMap<u32, VecDeque<u64>>,
+    /// Posts leave the doorbell to the caller (several records, one doorbell).
+    hold_bell: bool,
     next_token: u64,
     /// Passes of [`Client::pump`] that took at least one event (a waiter that saw the same
     /// value before announcing sleep missed nothing, see `posix::fast`).
@@ -266,6 +273,7 @@ impl Client {
             accept_ids: HashSet::new(),
             dead: false,
             zc_tokens: HashMap::new(),
+            hold_bell: false,
             next_token: 1,
             gen: 0,
             evs: Vec::new(),
@@ -330,7 +338,9 @@ impl Client {
                 }
             }
         }
-        self.ring_doorbell();
+        if !self.hold_bell {
+            self.ring_doorbell();
+        }
         if mode == Mode::Sync {
             self.waiting.insert(id);
         }
@@ -403,9 +413,7 @@ impl Client {
                     }
                 }
                 if let Some(listener) = self.orphan_accepts.remove(&e.id) {
-                    if let Ok(h) = e.outcome() {
-                        self.new_accepted(listener, h as u32);
-                    }
+                    self.accept_answered(listener, e.id, e.outcome());
                 } else if self.waiting.remove(&e.id) {
                     self.done.insert(e.id, (e.handle, e.outcome()));
                 } else if let Err(err) = e.outcome() {
@@ -472,6 +480,35 @@ impl Client {
                         s.error = Some(e.outcome().err().unwrap_or(SocketError::ConnectionReset));
                     }
                 }
+            }
+        }
+    }
+
+    /// An answer to an accept of `listener` posted by [`Client::accept`]: into the
+    /// listener's queue (its error is returned by the next accept). If the listener was
+    /// closed meanwhile, the connection is closed.
+    fn accept_answered(&mut self, listener: u32, id: u32, r: Result<u64, SocketError>) {
+        let Some(s) = self.socks.get_mut(&listener) else {
+            if let Ok(h) = r {
+                let _ = self.tcp_close(TcpHandle::from_raw(h as u32 as usize));
+            }
+            return;
+        };
+        let mut early = false;
+        if let Some((i, a)) = s.ahead {
+            if i == id {
+                s.ahead = None;
+                early = a;
+            }
+        }
+        match r {
+            Ok(h) => self.new_accepted(listener, h as u32),
+            // Asked ahead while the application held as many sockets as it may: the
+            // limit may be gone when it does call (it closes one first), so it asks again.
+            Err(SocketError::LimitReached) if early => {}
+            Err(e) => {
+                s.accept_err = Some(e);
+                s.rgen = s.rgen.wrapping_add(1);
             }
         }
     }
@@ -594,56 +631,98 @@ impl Client {
         remote: SocketAddrV4,
         timeout: Duration,
     ) -> Result<TcpHandle, SocketError> {
+        self.connect_send(remote, &[], timeout).map(|(h, _)| h)
+    }
+
+    /// Sync connect with the first bytes posted right behind it, in the same ring batch:
+    /// the daemon hands them to the engine during the handshake, so they leave with its
+    /// last ACK and reach the server with (usually in the same batch as) its accept's
+    /// completion — one wake-up there instead of two. Returns the connection and how many
+    /// of `first` were taken (as [`Sockets::tcp_send`]: what fits the send buffer; the
+    /// caller sends the rest). If the connect fails, the bytes are dropped with it.
+    pub fn connect_send(
+        &mut self,
+        remote: SocketAddrV4,
+        first: &[u8],
+        timeout: Duration,
+    ) -> Result<(TcpHandle, usize), SocketError> {
         let h = self.alloc_handle();
+        let handle = TcpHandle::from_raw(h as usize);
         self.socks.insert(h, Sock::default());
-        let id = self.post(Mode::Sync, Command::TcpConnect { remote })?;
-        match self.complete(id, timeout) {
-            Ok(_) => {
+        // One doorbell for both records: a sleeping daemon wakes to find them together.
+        self.hold_bell = true;
+        let posted = self.post(Mode::Sync, Command::TcpConnect { remote });
+        let sent = match posted {
+            Ok(_) if !first.is_empty() => self.tcp_send(handle, first),
+            _ => Ok(0),
+        };
+        self.hold_bell = false;
+        self.ring_doorbell();
+        let id = posted?;
+        let r = sent.or_else(|e| match e {
+            SocketError::WouldBlock => Ok(0),
+            e => Err(e),
+        });
+        match r.and_then(|n| self.complete(id, timeout).map(|_| n)) {
+            Ok(n) => {
                 if let Some(s) = self.socks.get_mut(&h) {
                     s.open = true;
                 }
-                Ok(TcpHandle::from_raw(h as usize))
+                Ok((handle, n))
             }
             Err(e) => {
-                let _ = self.tcp_close(TcpHandle::from_raw(h as usize));
+                self.waiting.remove(&id);
+                let _ = self.tcp_close(handle);
                 Err(e)
             }
         }
     }
 
     /// Sync accept: waits up to `timeout` for a connection on `listener`.
+    ///
+    /// Once an accept has returned a connection, the next one is asked for at once
+    /// (*accept-ahead*): the daemon holds it like any waiting accept, and its answer lands
+    /// in the listener's queue — often in the same batch of events as the previous
+    /// connection's end, so a server looping accept → recv → close wakes once per
+    /// connection less. Like the kernel's backlog, the daemon completes and holds one such
+    /// connection before it is asked for; it is closed with the listener if never taken.
+    /// An accept that times out leaves its request in flight for the next call.
     pub fn accept(
         &mut self,
         listener: TcpHandle,
         timeout: Duration,
     ) -> Result<TcpHandle, SocketError> {
         let l = Self::raw(listener)?;
-        self.pump();
-        let s = self.sock_mut(listener)?;
-        if let Some(h) = s.accepted.pop_front() {
-            return Ok(TcpHandle::from_raw(h as usize));
-        }
-        if let Some(e) = s.error {
-            return Err(e);
-        }
-        let id = self.post(Mode::Sync, Command::TcpAccept { listener: l })?;
-        match self.complete(id, timeout) {
-            // The socket was created when the completion arrived.
-            Ok((_, h)) => Ok(TcpHandle::from_raw(h as u32 as usize)),
-            Err(SocketError::TimedOut) => {
-                // The daemon still holds the accept: its connection goes to the listener.
-                self.orphan_accepts.insert(id, l);
-                Err(SocketError::TimedOut)
-            }
-            Err(e) => {
-                if let Some(s) = self.socks.get_mut(&l) {
-                    if e != SocketError::ConnectionReset {
-                        s.error.get_or_insert(e);
-                    }
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.pump();
+            let s = self.sock_mut(listener)?;
+            if let Some(h) = s.accepted.pop_front() {
+                if s.ahead.is_none() {
+                    self.ask_accept(l, true)?;
                 }
-                Err(e)
+                return Ok(TcpHandle::from_raw(h as usize));
             }
+            if let Some(e) = s.accept_err.take().or(s.error) {
+                return Err(e);
+            }
+            if s.ahead.is_none() {
+                self.ask_accept(l, false)?;
+            }
+            self.wait_event(deadline)?;
         }
+    }
+
+    /// Posts a sync accept on listener `l` whose answer goes to the listener's queue;
+    /// `ahead`: asked before the application called (see [`Client::accept`]).
+    fn ask_accept(&mut self, l: u32, ahead: bool) -> Result<(), SocketError> {
+        let id = self.post(Mode::Sync, Command::TcpAccept { listener: l })?;
+        self.waiting.remove(&id);
+        self.orphan_accepts.insert(id, l);
+        if let Some(s) = self.socks.get_mut(&l) {
+            s.ahead = Some((id, ahead));
+        }
+        Ok(())
     }
 
     /// Receives at least one byte, waiting up to `timeout` when nothing is buffered;
@@ -681,12 +760,33 @@ impl Client {
         Ok(())
     }
 
-    /// Sync close: releases the handle and waits for the daemon to take it.
+    /// Close: releases the handle. A listener's close waits for the daemon to take it, so
+    /// its port is free for any process once this returns. A connection's does not wait
+    /// (one futex sleep and wake-up less per short connection): the daemon takes the close
+    /// before anything this application posts later (the command ring is in order), so a
+    /// later connect, listen or socket count already sees it released; another process
+    /// could not rely on the port anyway (the kernel keeps it in TIME-WAIT).
     pub fn close(&mut self, h: TcpHandle, timeout: Duration) -> Result<(), SocketError> {
         let raw = Self::raw(h)?;
-        self.socks.remove(&raw).ok_or(SocketError::InvalidHandle)?;
-        let id = self.post(Mode::Sync, Command::TcpClose { handle: raw })?;
+        let s = self.socks.remove(&raw).ok_or(SocketError::InvalidHandle)?;
+        self.zc_tokens.remove(&raw);
+        self.drop_unclaimed(&s);
+        let mode = if s.listener { Mode::Sync } else { Mode::Async };
+        let id = self.post(mode, Command::TcpClose { handle: raw })?;
+        if mode == Mode::Async {
+            return Ok(());
+        }
         self.complete(id, timeout).map(|_| ())
+    }
+
+    /// A listener being closed: the connections accepted for it and never taken are
+    /// closed too (the kernel resets those left in a closed listener's backlog).
+    fn drop_unclaimed(&mut self, s: &Sock) {
+        for &h in &s.accepted {
+            if self.socks.remove(&h).is_some() {
+                let _ = self.post(Mode::Async, Command::TcpClose { handle: h });
+            }
+        }
     }
 
     fn report_consumed(&mut self, raw: u32, force: bool) {
@@ -877,8 +977,9 @@ impl Sockets for Client {
 
     fn tcp_close(&mut self, h: TcpHandle) -> Result<(), SocketError> {
         let raw = Self::raw(h)?;
-        self.socks.remove(&raw).ok_or(SocketError::InvalidHandle)?;
+        let s = self.socks.remove(&raw).ok_or(SocketError::InvalidHandle)?;
         self.zc_tokens.remove(&raw);
+        self.drop_unclaimed(&s);
         self.post(Mode::Async, Command::TcpClose { handle: raw })
             .map(|_| ())
     }

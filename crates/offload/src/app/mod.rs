@@ -97,6 +97,9 @@ pub(crate) struct Conn {
     /// A `TcpSendFile` found no room: the bytes it still wanted. The holder is told
     /// writable once the engine's send buffer takes a chunk of them (see `file`).
     file_want: Option<u64>,
+    /// Bytes the engine took while the connect was in flight; their credit is told with
+    /// the open (see `service`).
+    early_credit: u64,
 }
 
 impl Conn {
@@ -112,6 +115,7 @@ impl Conn {
             closed_told: false,
             shutdown_pending: false,
             file_want: None,
+            early_credit: 0,
         }
     }
 }
@@ -267,6 +271,8 @@ pub(crate) struct Shared {
     /// TCP ports bound, listening or accepted on, daemon-wide.
     pub ports: Arc<PortTable>,
     scratch: Vec<u8>,
+    /// Events of one connection's turn (reused: no allocation per turn once warm).
+    evs: Vec<EventRecord>,
     pub counters: DaemonCounters,
     /// Placeholder actions (socket, readable, writable) deferred until the events posted
     /// in this turn are published.
@@ -287,6 +293,7 @@ impl Shared {
             by_ident: HashMap::new(),
             ports,
             scratch: vec![0; RX_CHUNK],
+            evs: Vec::new(),
             counters: DaemonCounters::default(),
             ph_actions: Vec::new(),
             max_sockets_per_app: usize::MAX,
@@ -872,6 +879,7 @@ impl App {
             Some(Ok((i, c))) => {
                 let h = self.adopt_accepted(sh, i, c);
                 self.post(service::accepted(sh, id, listener, i, c, h));
+                service::first_data(sh, self, h);
             }
             Some(Err(e)) => self.post(EventRecord::completion(id, listener, Err(e))),
             None if mode == Mode::Sync => {

@@ -16,7 +16,7 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
     let mut accepts: Vec<(u64, u32, u32, Accepted)> = Vec::new();
     let mut done: Vec<u32> = Vec::new();
     // One event buffer for every connection of the turn (allocated once per turn at most).
-    let mut evs = Vec::new();
+    let mut evs = std::mem::take(&mut sh.evs);
     let Shared {
         lo,
         socks,
@@ -78,6 +78,7 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
             Kind::Fresh { .. } | Kind::Failed(_) => {}
         }
     }
+    sh.evs = evs;
     for gid in done {
         sh.socks.remove(&gid);
     }
@@ -94,6 +95,7 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
             Ok((i, c)) => {
                 let h = a.adopt_accepted(sh, i, c);
                 a.post(accepted(sh, id, listener, i, c, h));
+                first_data(sh, a, h);
             }
             Err(e) => a.post(EventRecord::completion(id, listener, Err(e))),
         }
@@ -120,6 +122,39 @@ pub(super) fn accepted(
         ev.offset = (u32::from(ip) as u64) << 16 | t.remote_port as u64;
     }
     ev
+}
+
+/// Right behind accept `h`'s completion: the connection's first bytes (and its end, if it
+/// came too) in the same batch of events, so the application woken by the accept finds
+/// them instead of sleeping again for its first recv. With the request posted behind the
+/// client's connect (`service_conn`, `Client::connect_send`) they usually came with the
+/// handshake.
+pub(super) fn first_data(sh: &mut Shared, a: &mut App, h: u32) {
+    let Some(&gid) = a.handles.get(&h) else {
+        return;
+    };
+    let Shared {
+        lo,
+        socks,
+        scratch,
+        evs,
+        ph_actions,
+        ..
+    } = sh;
+    let Some(g) = socks.get_mut(&gid) else {
+        return;
+    };
+    let Kind::Conn(c) = &mut g.kind else {
+        return;
+    };
+    evs.clear();
+    let out = service_conn(lo, scratch, h, c, evs, Some(&mut *a));
+    for e in evs.drain(..) {
+        a.post(e);
+    }
+    if g.ph.is_some() && (out.readable || out.writable) {
+        ph_actions.push((gid, out.readable, out.writable));
+    }
 }
 
 pub(super) fn try_accept(
@@ -230,27 +265,29 @@ fn service_conn(
             Some((_, id)) => evs.push(EventRecord::completion(id, handle, Ok(handle as u64))),
             None => evs.push(writable(handle, 0)),
         }
+        // Credit for bytes the engine took during the handshake, told after the open.
+        let early = std::mem::take(&mut c.early_credit);
+        if early > 0 {
+            evs.push(writable(handle, early));
+        }
     }
     // Application bytes into the engine, unless its application is over its memory limit
-    // (memory.rs: no credit returns, so its sends stall).
+    // (memory.rs: no credit returns, so its sends stall). Bytes posted behind a connect go
+    // to the engine during the handshake — RFC 9293 §3.10.2, SEND in SYN-SENT: "queue the
+    // data for transmission after entering ESTABLISHED" — so they leave with (or right
+    // behind) the handshake's last ACK rather than a turn later. Their credit waits for the
+    // open (an application must not see a connecting socket as writable).
     let stalled = app.as_ref().is_some_and(|a| a.mem_limited);
-    if c.open_told && !c.pending_tx.is_empty() && !stalled {
-        let mut taken = 0u64;
-        while !c.pending_tx.is_empty() {
-            let (a, _) = c.pending_tx.as_slices();
-            match e.tcp_send(c.h, a) {
-                Ok(0) | Err(SocketError::WouldBlock) => break,
-                Ok(n) => {
-                    c.pending_tx.drain(..n);
-                    taken += n as u64;
-                }
-                Err(_) => break, // reported by the error check next turn
-            }
-        }
+    if !c.pending_tx.is_empty() && !stalled {
+        let taken = push_pending(e, c);
         if taken > 0 {
             out.busy = true;
-            out.writable = true;
-            evs.push(writable(handle, taken));
+            if c.open_told {
+                out.writable = true;
+                evs.push(writable(handle, taken));
+            } else {
+                c.early_credit += taken;
+            }
         }
     }
     // A file send that found no room: writable once the send buffer takes its next chunk.
@@ -317,6 +354,23 @@ fn service_conn(
         }
     }
     out
+}
+
+/// Moves the daemon's queued bytes into the engine's send buffer; returns how many it took.
+fn push_pending(e: &mut flowstack_stack::Engine, c: &mut Conn) -> u64 {
+    let mut taken = 0u64;
+    while !c.pending_tx.is_empty() {
+        let (a, _) = c.pending_tx.as_slices();
+        match e.tcp_send(c.h, a) {
+            Ok(0) | Err(SocketError::WouldBlock) => break,
+            Ok(n) => {
+                c.pending_tx.drain(..n);
+                taken += n as u64;
+            }
+            Err(_) => break, // reported by the error check next turn
+        }
+    }
+    taken
 }
 
 fn writable(handle: u32, len: u64) -> EventRecord {
