@@ -62,11 +62,7 @@ pub fn sendfile(
     let regular = kind == libc::S_IFREG;
     let mode = st.cfg.sendfile;
     if regular && mode == SendfileMode::Auto {
-        let at = match off.as_ref() {
-            Some(o) => **o,
-            // SAFETY: lseek on a descriptor number.
-            None => unsafe { libc::lseek(in_fd, 0, libc::SEEK_CUR) },
-        };
+        let at = position(in_fd, off.as_deref());
         let left = (sb.st_size as i64).saturating_sub(at.max(0)).max(0) as usize;
         if at >= 0 && left.min(count) <= SMALL_FILE {
             // The first pread checks the mode (EBADF for a file not open for reading, as
@@ -87,6 +83,16 @@ pub fn sendfile(
     through_daemon(b, st, fd, e, in_fd, off, count)
 }
 
+/// Where `sendfile(2)` reads from: the explicit offset, or the file's own position (-1 if
+/// it has none, e.g. a pipe).
+fn position(in_fd: i32, off: Option<&i64>) -> i64 {
+    match off {
+        Some(o) => *o,
+        // SAFETY: lseek on a descriptor number.
+        None => unsafe { libc::lseek(in_fd, 0, libc::SEEK_CUR) },
+    }
+}
+
 /// The daemon reads the file: tries of `Backend::send_file` from explicit offsets.
 fn through_daemon(
     b: &dyn Backend,
@@ -97,11 +103,7 @@ fn through_daemon(
     off: Option<&mut i64>,
     count: usize,
 ) -> Result<usize, Errno> {
-    let start = match off.as_ref() {
-        Some(o) => **o,
-        // SAFETY: lseek on a descriptor number.
-        None => unsafe { libc::lseek(in_fd, 0, libc::SEEK_CUR) },
-    };
+    let start = position(in_fd, off.as_deref());
     if start < 0 {
         return Err(libc::EINVAL);
     }

@@ -63,24 +63,13 @@ fn cal_runs(a: &SimArgs, dir: &std::path::Path) -> Result<(Vec<CalRun>, OffloadC
                 "sim: calibration run {} ({} x {} s)",
                 c.file, a.runs, a.duration
             );
-            let spec = BenchSpec {
-                workload: c.workload,
-                peer: if c.peer == Peer::Kernel {
-                    PeerSel::Kernel
-                } else {
-                    PeerSel::Flowstack
-                },
-                link: BenchLink::Pipe,
-                duration: a.duration,
-                conns: 1,
-                runs: a.runs,
-                opts: RunOpts {
-                    msg_size: Some(c.msg_size),
-                    kernel_placement: flowstack_bench::Placement::Split,
-                    ..RunOpts::default()
-                },
-                cores: (c.clients != Clients::Split).then_some(1),
+            let opts = RunOpts {
+                msg_size: Some(c.msg_size),
+                kernel_placement: flowstack_bench::Placement::Split,
+                ..RunOpts::default()
             };
+            let cores = (c.clients != Clients::Split).then_some(1);
+            let spec = pipe_spec(a, c.workload, c.peer, opts, cores);
             let cpus = if c.clients == Clients::Split { 2 } else { 1 };
             let (r, share, _) = bench_with_share(&spec, cpus, false);
             let (r, share) = (r?, share.unwrap_or(1.0));
@@ -230,6 +219,40 @@ impl CpuSnapshot {
 /// rises with the share, so the share that stands for the median run is the median share —
 /// not the share over all runs, which one starved run (a tenth of the others' rate) pulls
 /// far below what the median run got.
+/// One connection over the in-process pipe at `a`'s duration and runs: the kernel peer or
+/// flowstack's, with `opts` and `cores`.
+fn pipe_spec(
+    a: &SimArgs,
+    workload: flowstack_prof::report::Workload,
+    peer: Peer,
+    opts: RunOpts,
+    cores: Option<usize>,
+) -> BenchSpec {
+    BenchSpec {
+        workload,
+        peer: if peer == Peer::Kernel {
+            PeerSel::Kernel
+        } else {
+            PeerSel::Flowstack
+        },
+        link: BenchLink::Pipe,
+        duration: a.duration,
+        conns: 1,
+        runs: a.runs,
+        opts,
+        cores,
+    }
+}
+
+/// The bench's name for the model's workload (file transfer has no bench row here: rr).
+fn report_workload(w: Workload) -> flowstack_prof::report::Workload {
+    match w {
+        Workload::Stream => flowstack_prof::report::Workload::Stream,
+        Workload::Crr => flowstack_prof::report::Workload::Crr,
+        _ => flowstack_prof::report::Workload::Rr,
+    }
+}
+
 fn bench_with_share(
     spec: &BenchSpec,
     cpus: usize,
@@ -332,31 +355,15 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
             a.duration,
             a.runs
         );
-        let spec = BenchSpec {
-            workload: match c.workload {
-                Workload::Stream => flowstack_prof::report::Workload::Stream,
-                Workload::Crr => flowstack_prof::report::Workload::Crr,
-                _ => flowstack_prof::report::Workload::Rr,
-            },
-            peer: if c.peer == Peer::Kernel {
-                PeerSel::Kernel
+        let opts = RunOpts {
+            kernel_placement: if c.peer == Peer::Kernel {
+                flowstack_bench::Placement::Same
             } else {
-                PeerSel::Flowstack
+                flowstack_bench::Placement::Free
             },
-            link: BenchLink::Pipe,
-            duration: a.duration,
-            conns: 1,
-            runs: a.runs,
-            opts: RunOpts {
-                kernel_placement: if c.peer == Peer::Kernel {
-                    flowstack_bench::Placement::Same
-                } else {
-                    flowstack_bench::Placement::Free
-                },
-                ..RunOpts::default()
-            },
-            cores: Some(c.cores),
+            ..RunOpts::default()
         };
+        let spec = pipe_spec(a, report_workload(c.workload), c.peer, opts, Some(c.cores));
         // flowstack's rr and crr runs: a speed probe beside each ([`speed_probe`]).
         let (measured, share, probe) = bench_with_share(&spec, c.cores, c.probed());
         kernel_runs.push((c, measured, share, probe));
@@ -369,11 +376,7 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
             a.duration,
             a.runs
         );
-        let pw = match w {
-            Workload::Stream => flowstack_prof::report::Workload::Stream,
-            Workload::Crr => flowstack_prof::report::Workload::Crr,
-            _ => flowstack_prof::report::Workload::Rr,
-        };
+        let pw = report_workload(w);
         let before = CpuSnapshot::take();
         let measured = run_offload(pw, validate::default_size(w), a).and_then(|r| {
             serde_json::from_str::<OffloadReport>(&r.to_json()).map_err(|e| e.to_string())
