@@ -5,11 +5,11 @@
 //! unless `CI` is set, in which case they fail.
 
 mod common;
-use common::{have_root, run, Netns};
+use common::{have_root, ok, run, Netns};
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const FLOWSTACK: &str = env!("CARGO_BIN_EXE_flowstack");
@@ -121,12 +121,32 @@ fn serve(
     i
 }
 
-fn curl_get(ns: &Netns, url: &str, out: &Path) -> Output {
-    run(ns
+/// curl downloads `url` to `out`; it must succeed.
+fn curl_get(ns: &Netns, url: &str, out: &Path) {
+    ok(ns
         .cmd("curl")
         .args(["-s", "-S", "--max-time", "120", "-o"])
         .arg(out)
-        .arg(url))
+        .arg(url));
+}
+
+/// `flowstack ping` from 10.77.0.2 on `fst0` to the kernel's 10.77.0.1, `count` echoes; it
+/// must succeed. Its output.
+fn flowstack_pings_kernel(ns: &Netns, count: u32) -> String {
+    let c = count.to_string();
+    let out = ok(ns.cmd(FLOWSTACK).args([
+        "ping",
+        "--tap",
+        "fst0",
+        "--ip",
+        "10.77.0.2/24",
+        "10.77.0.1",
+        "-c",
+        &c,
+        "-i",
+        "0.1",
+    ]));
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[test]
@@ -137,24 +157,7 @@ fn tap_ping_both_ways() {
     let mut ns = Netns::new("fst").with_tap();
     let d = tmpdir("ping");
     // flowstack pings the kernel.
-    let out = run(ns.cmd(FLOWSTACK).args([
-        "ping",
-        "--tap",
-        "fst0",
-        "--ip",
-        "10.77.0.2/24",
-        "10.77.0.1",
-        "-c",
-        "3",
-        "-i",
-        "0.1",
-    ]));
-    let s = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{s}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let s = flowstack_pings_kernel(&ns, 3);
     assert!(s.contains("3 packets transmitted, 3 received"), "{s}");
     // The kernel pings flowstack (running as a server).
     let srv = serve(
@@ -200,12 +203,7 @@ fn kernel_curl_from_flowstack(
     extra.push(&pcap_s);
     let srv = serve(&mut ns, &link, ip, &www, &extra, &d.join("serve.log"));
     let got = d.join("got.bin");
-    let out = curl_get(&ns, &format!("http://{server}/big.bin"), &got);
-    assert!(
-        out.status.success(),
-        "curl: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    curl_get(&ns, &format!("http://{server}/big.bin"), &got);
     assert!(
         same_file(&www.join("big.bin"), &got),
         "downloaded file differs"
@@ -305,12 +303,7 @@ fn flowstack_get_from_kernel(
         c.args(["--impair", i]);
     }
     c.arg(&url).arg("-o").arg(&got);
-    let out = run(&mut c);
-    assert!(
-        out.status.success(),
-        "flowstack get: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok(&mut c);
     assert!(
         same_file(&www.join("big.bin"), &got),
         "downloaded file differs"
@@ -614,24 +607,7 @@ fn tap_made_with_multi_queue_is_attached() {
     ns.ip(&["tuntap", "add", "dev", "fst0", "mode", "tap", "multi_queue"]);
     ns.ip(&["addr", "add", "10.77.0.1/24", "dev", "fst0"]);
     ns.ip(&["link", "set", "fst0", "up"]);
-    let out = run(ns.cmd(FLOWSTACK).args([
-        "ping",
-        "--tap",
-        "fst0",
-        "--ip",
-        "10.77.0.2/24",
-        "10.77.0.1",
-        "-c",
-        "2",
-        "-i",
-        "0.1",
-    ]));
-    let s = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{s}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let s = flowstack_pings_kernel(&ns, 2);
     assert!(s.contains("2 received"), "{s}");
 }
 
@@ -668,7 +644,7 @@ http.server.HTTPServer(("10.77.0.1", 8000), H).serve_forever()
     ns.spawn(py, &d.join("py.log"));
     wait_http(&ns, "http://10.77.0.1:8000/");
     let got = d.join("got.txt");
-    let out = run(ns
+    ok(ns
         .cmd(FLOWSTACK)
         .args([
             "get",
@@ -680,11 +656,6 @@ http.server.HTTPServer(("10.77.0.1", 8000), H).serve_forever()
             "-o",
         ])
         .arg(&got));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let want: String = (0..300)
         .map(|i: usize| format!("{i:05},").repeat(i + 1))
         .collect();
@@ -781,12 +752,7 @@ fn tap_reattached_without_vnet_after_a_vnet_user() {
             &d.join(format!("s{i}.log")),
         );
         let got = d.join(format!("got{i}.bin"));
-        let out = curl_get(&ns, "http://10.77.0.2/f.bin", &got);
-        assert!(
-            out.status.success(),
-            "run {i}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        curl_get(&ns, "http://10.77.0.2/f.bin", &got);
         assert!(same_file(&www.join("f.bin"), &got));
         assert_eq!(ns.interrupt(srv), Some(0));
     }
