@@ -127,20 +127,7 @@ fn profile_covers_every_layer_for_each_size_and_writes_json_and_svg() {
         assert!(j.contains(size), "{size}");
     }
     // Every layer of seed 000's experiment appears in both sizes.
-    for layer in [
-        "AppCopyIn",
-        "TcpOutput",
-        "TcpEmit",
-        "IpOutput",
-        "EthOutput",
-        "DevTx",
-        "DevRx",
-        "EthIpInput",
-        "TcpInput",
-        "BufRelease",
-        "SockAppend",
-        "AppCopyOut",
-    ] {
+    for layer in common::PROFILE_LAYERS {
         let n = j.matches(&format!("\"layer\": \"{layer}\"")).count();
         assert!(n >= 2, "{layer} appears {n} times");
     }

@@ -783,20 +783,7 @@ fn profile_over(
     assert!(text.contains("against the kernel at"), "{text}");
     let j = fs::read_to_string(&json).unwrap();
     assert!(j.contains(&format!("against the kernel at {peer}")), "{j}");
-    for layer in [
-        "AppCopyIn",
-        "TcpOutput",
-        "TcpEmit",
-        "IpOutput",
-        "EthOutput",
-        "DevTx",
-        "DevRx",
-        "EthIpInput",
-        "TcpInput",
-        "BufRelease",
-        "SockAppend",
-        "AppCopyOut",
-    ] {
+    for layer in common::PROFILE_LAYERS {
         let n = j.matches(&format!("\"layer\": \"{layer}\"")).count();
         assert!(n >= 2, "{layer} appears {n} times\n{text}");
     }

@@ -22,6 +22,22 @@ pub fn have_root() -> bool {
     root
 }
 
+/// Every layer of seed 000's experiment, as `flowstack profile --json` names them.
+pub const PROFILE_LAYERS: [&str; 12] = [
+    "AppCopyIn",
+    "TcpOutput",
+    "TcpEmit",
+    "IpOutput",
+    "EthOutput",
+    "DevTx",
+    "DevRx",
+    "EthIpInput",
+    "TcpInput",
+    "BufRelease",
+    "SockAppend",
+    "AppCopyOut",
+];
+
 /// Runs a command to completion; a command that cannot start fails the test.
 pub fn run(cmd: &mut Command) -> Output {
     cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
