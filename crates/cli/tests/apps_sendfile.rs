@@ -12,8 +12,7 @@ mod apps_common;
 
 use apps_common::*;
 use std::net::Ipv4Addr;
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 /// The sender: `socket.sendfile(f)` of the whole file, then `os.sendfile` with no offset
@@ -39,32 +38,6 @@ with open(path, "rb") as f:
     print(n, m, f.tell(), flush=True)
 c.close()
 "#;
-
-/// The receiver: everything until end of stream into a file; prints the count and sha256.
-const RECEIVER: &str = r#"
-import hashlib, socket, sys
-port, out = int(sys.argv[1]), sys.argv[2]
-s = socket.create_connection(("127.0.0.1", port), timeout=60)
-h, total = hashlib.sha256(), 0
-with open(out, "wb") as f:
-    while True:
-        b = s.recv(1 << 20)
-        if not b:
-            break
-        f.write(b)
-        h.update(b)
-        total += len(b)
-print(total, h.hexdigest(), flush=True)
-"#;
-
-fn sha256_hex(path: &Path) -> String {
-    let out = Command::new("sha256sum").arg(path).output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_string()
-}
 
 #[test]
 fn python_socket_sendfile_of_100_mb_goes_through_the_daemons_file_path() {
@@ -100,7 +73,7 @@ fn python_socket_sendfile_of_100_mb_goes_through_the_daemons_file_path() {
     std::fs::write(w.dir.join("expect.bin"), &expect).unwrap();
     assert_eq!(
         line,
-        format!("{total} {}", sha256_hex(&w.dir.join("expect.bin"))),
+        format!("{total} {}", sha256_file(&w.dir.join("expect.bin"))),
         "receiver's count and sha256"
     );
     let got = std::fs::read(w.dir.join("got.bin")).unwrap();

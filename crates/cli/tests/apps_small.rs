@@ -16,29 +16,6 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-/// The receiver: waits for `go` to exist (if given), then reads until end of stream; prints
-/// the count and sha256 of what it got, and writes it to `out`.
-const RECEIVER: &str = r#"
-import hashlib, os, socket, sys, time
-port, out = int(sys.argv[1]), sys.argv[2]
-go = sys.argv[3] if len(sys.argv) > 3 else None
-s = socket.create_connection(("127.0.0.1", port), timeout=60)
-if go:
-    end = time.time() + 60
-    while not os.path.exists(go) and time.time() < end:
-        time.sleep(0.01)
-h, total = hashlib.sha256(), 0
-with open(out, "wb") as f:
-    while True:
-        b = s.recv(1 << 20)
-        if not b:
-            break
-        f.write(b)
-        h.update(b)
-        total += len(b)
-print(total, h.hexdigest(), flush=True)
-"#;
-
 /// Sends each file named on the command line whole with `os.sendfile` (explicit offsets),
 /// opening it just before and closing it just after, so the descriptor number is reused;
 /// prints the descriptor numbers.
@@ -133,12 +110,7 @@ print("served", flush=True)
 fn sha256_hex(data: &[u8], dir: &Path) -> String {
     let p = dir.join("expect.bin");
     std::fs::write(&p, data).unwrap();
-    let out = Command::new("sha256sum").arg(&p).output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_string()
+    sha256_file(&p)
 }
 
 /// Starts `script` (python) under flowstack as the sender and waits until it listens.

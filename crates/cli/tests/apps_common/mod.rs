@@ -273,6 +273,39 @@ pub fn wait_listening(ip: Ipv4Addr, port: u16) {
     });
 }
 
+/// A python receiver (`recv.py PORT OUT [GO]`): waits for `go` to exist (if given), then reads until end of stream; prints
+/// the count and sha256 of what it got, and writes it to `out`.
+pub const RECEIVER: &str = r#"
+import hashlib, os, socket, sys, time
+port, out = int(sys.argv[1]), sys.argv[2]
+go = sys.argv[3] if len(sys.argv) > 3 else None
+s = socket.create_connection(("127.0.0.1", port), timeout=60)
+if go:
+    end = time.time() + 60
+    while not os.path.exists(go) and time.time() < end:
+        time.sleep(0.01)
+h, total = hashlib.sha256(), 0
+with open(out, "wb") as f:
+    while True:
+        b = s.recv(1 << 20)
+        if not b:
+            break
+        f.write(b)
+        h.update(b)
+        total += len(b)
+print(total, h.hexdigest(), flush=True)
+"#;
+
+/// The sha256 of a file, in hex (`sha256sum`).
+pub fn sha256_file(path: &Path) -> String {
+    let out = Command::new("sha256sum").arg(path).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
 /// Deterministic pseudo-random bytes (xorshift), so a failure is reproducible.
 pub fn write_random(path: &Path, len: usize) -> Vec<u8> {
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ len as u64;
