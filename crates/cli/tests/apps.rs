@@ -487,9 +487,7 @@ fn killing_the_daemon_mid_transfer_errors_every_client_within_10_s() {
         eprintln!("skipped: the shim has no daemon API yet (clients are on the kernel)");
         return;
     }
-    let mut d = w.daemon.take().unwrap();
-    d.0.kill().unwrap();
-    let _ = d.0.wait();
+    w.kill_daemon();
     let start = Instant::now();
     for mut c in clients {
         let st = loop {
@@ -578,9 +576,7 @@ else:
         eprintln!("skipped: the shim has no daemon API yet (the listener is on the kernel)");
         return;
     }
-    let mut d = w.daemon.take().unwrap();
-    d.0.kill().unwrap();
-    let _ = d.0.wait();
+    w.kill_daemon();
     stdin.write_all(b"go\n").unwrap();
     let quiet = line();
     let fields: Vec<&str> = quiet.split_whitespace().collect();

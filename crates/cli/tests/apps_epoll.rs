@@ -78,9 +78,7 @@ fn a_thread_in_epoll_wait_wakes_with_error_and_hangup_when_the_daemon_is_killed(
         eprintln!("skipped: the shim has no daemon API (sockets are on the kernel)");
         return;
     }
-    let mut d = w.daemon.take().unwrap();
-    d.0.kill().unwrap();
-    let _ = d.0.wait();
+    w.kill_daemon();
     let killed = Instant::now();
     let woke = line();
     assert_eq!(woke, "woke ERR HUP", "stderr: {err}");

@@ -120,6 +120,13 @@ impl World {
         w
     }
 
+    /// Kills this world's daemon with SIGKILL and reaps it.
+    pub fn kill_daemon(&mut self) {
+        let mut d = self.daemon.take().expect("the daemon runs");
+        d.0.kill().unwrap();
+        let _ = d.0.wait();
+    }
+
     /// `flowstack run --socket S -- argv…` with the shim's report going to our file.
     pub fn run(&self, argv: &[&str]) -> Command {
         let mut c = Command::new(flowstack_bin());
