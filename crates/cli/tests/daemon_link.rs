@@ -496,6 +496,12 @@ fn daemon_link_ports_are_per_address() {
     assert_eq!(ns.wait(k), Some(0), "{}", ns.log("client-addr.log"));
     // A client of the daemon on 127.0.0.1: to the loopback's listener.
     let mut cli = Client::connect(&path).unwrap();
+    // The link's own address is refused at once, not sent out the link (README: carrying
+    // it locally waits for the stack).
+    assert_eq!(
+        cli.connect_to(SocketAddrV4::new(DAEMON_IP, port), T),
+        Err(SocketError::NoRoute)
+    );
     let h = cli
         .connect_to(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port), T)
         .unwrap();
