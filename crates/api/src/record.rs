@@ -422,6 +422,11 @@ pub const BIND_REUSEADDR: u8 = 1;
 /// `Command::Bind` flag: the socket has `SO_REUSEPORT` (socket(7): a group of sockets of
 /// one effective uid may bind the same address and port; connections are spread over them).
 pub const BIND_REUSEPORT: u8 = 2;
+
+/// `Command::Bind`'s flags for a socket's `SO_REUSEADDR` and `SO_REUSEPORT`.
+pub fn bind_flags(reuse_addr: bool, reuse_port: bool) -> u8 {
+    (reuse_addr as u8 * BIND_REUSEADDR) | (reuse_port as u8 * BIND_REUSEPORT)
+}
 const OP_LISTEN: u16 = 32;
 const OP_CONNECT: u16 = 33;
 const OP_TOKEN_CLEARED: u16 = 34;

@@ -410,20 +410,11 @@ impl Posix {
 
     /// `bind(2)`; returns the port (chosen when 0).
     pub fn bind(&self, id: SockId, addr: SocketAddrV4) -> Result<u16, Errno> {
-        use flowstack_api::record::{BIND_REUSEADDR, BIND_REUSEPORT};
         let mut g = self.lock()?;
         // SO_REUSEADDR / SO_REUSEPORT as set now: the daemon's port table decides by them.
         let opts = &g.sock(id)?.opts;
         let on = |o| opts.get(&o).is_some_and(|&v| v != 0);
-        let flags = if on(Opt::ReuseAddr) {
-            BIND_REUSEADDR
-        } else {
-            0
-        } | if on(Opt::ReusePort) {
-            BIND_REUSEPORT
-        } else {
-            0
-        };
+        let flags = flowstack_api::record::bind_flags(on(Opt::ReuseAddr), on(Opt::ReusePort));
         let c = g.client.as_mut().expect("registered");
         sync(
             c,

@@ -79,6 +79,18 @@ pub struct BindOpts {
     pub uid: u32,
 }
 
+impl BindOpts {
+    /// From `Command::Bind`'s `flags` and the application's uid.
+    pub fn new(flags: u8, uid: u32) -> Self {
+        use flowstack_api::record::{BIND_REUSEADDR, BIND_REUSEPORT};
+        Self {
+            reuse_addr: flags & BIND_REUSEADDR != 0,
+            reuse_port: flags & BIND_REUSEPORT != 0,
+            uid,
+        }
+    }
+}
+
 /// The address a binding holds in the table: 0.0.0.0, the loopback (every 127/8 address
 /// is 127.0.0.1 here, see the module docs) or a link address.
 pub fn table_addr(ip: Ipv4Addr) -> Ipv4Addr {

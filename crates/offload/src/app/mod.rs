@@ -37,7 +37,7 @@
 
 use crate::layout::{self, at, LAYOUT, RX_SIZE, SOCK_RCVBUF, SOCK_SNDBUF, TX_SIZE};
 use crate::loopback::{is_loopback, Loopback};
-use crate::ports::PortTable;
+use crate::ports::{BindOpts, PortTable};
 use flowstack_api::record::{
     check_span, AttachOp, Command, CommandRecord, EventKind, EventRecord, Mode, SockType,
     RECORD_LEN, REPORT_KINDS,
@@ -592,16 +592,6 @@ impl App {
         full
     }
 
-    /// How this application's socket binds with `Command::Bind`'s `flags`.
-    fn bind_opts(&self, flags: u8) -> crate::ports::BindOpts {
-        use flowstack_api::record::{BIND_REUSEADDR, BIND_REUSEPORT};
-        crate::ports::BindOpts {
-            reuse_addr: flags & BIND_REUSEADDR != 0,
-            reuse_port: flags & BIND_REUSEPORT != 0,
-            uid: self.uid,
-        }
-    }
-
     /// A new socket named `handle` here (counted handles of the native client).
     fn new_sock(&mut self, sh: &mut Shared, handle: u32, kind: Kind) -> u32 {
         let gid = sh.insert(GSock::new(kind, self.id, handle));
@@ -627,8 +617,8 @@ impl App {
                     },
                 );
                 let any = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port);
-                let r =
-                    bind(sh, gid, any, self.bind_opts(0)).and_then(|_| listen(sh, gid, backlog));
+                let r = bind(sh, gid, any, BindOpts::new(0, self.uid))
+                    .and_then(|_| listen(sh, gid, backlog));
                 if let Err(e) = r {
                     set_failed(sh, gid, e);
                 }
@@ -659,7 +649,7 @@ impl App {
                 local,
                 flags,
             } => {
-                let opts = self.bind_opts(flags);
+                let opts = BindOpts::new(flags, self.uid);
                 let r = self.gid(handle).and_then(|g| bind(sh, g, local, opts));
                 self.complete(id, mode, handle, r.map(|p| p as u64));
             }
