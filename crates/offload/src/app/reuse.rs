@@ -123,3 +123,26 @@ pub(crate) fn dispatch(sh: &mut Shared) -> bool {
     }
     moved
 }
+
+#[cfg(test)]
+mod tests {
+    use super::pick;
+    use std::net::{Ipv4Addr, SocketAddrV4};
+
+    /// The same flow always goes to the same member; flows spread over all of them.
+    #[test]
+    fn pick_is_deterministic_and_spreads() {
+        let local = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 80);
+        for n in 1..=4 {
+            let mut seen = vec![0; n];
+            for p in 40000..40256 {
+                let remote = SocketAddrV4::new(Ipv4Addr::LOCALHOST, p);
+                let m = pick(remote, local, n);
+                assert!(m < n);
+                assert_eq!(m, pick(remote, local, n));
+                seen[m] += 1;
+            }
+            assert!(seen.iter().all(|&c| c > 256 / n / 2), "{n}: {seen:?}");
+        }
+    }
+}
