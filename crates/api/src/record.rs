@@ -225,6 +225,9 @@ pub enum Command {
         handle: u32,
         /// Local address (any 127/8 address or 0.0.0.0 on the loopback).
         local: SocketAddrV4,
+        /// The socket's `SO_REUSEADDR` ([`BIND_REUSEADDR`]) and `SO_REUSEPORT`
+        /// ([`BIND_REUSEPORT`]) at bind time (0 from an older client).
+        flags: u8,
     },
     /// Listen on a socket created with `Attach{New}` (bound, or given an ephemeral port).
     Listen {
@@ -414,6 +417,16 @@ const OP_UDP_SEND_TO: u16 = 21;
 const OP_UDP_CLOSE: u16 = 22;
 const OP_ATTACH: u16 = 30;
 const OP_BIND: u16 = 31;
+/// `Command::Bind` flag: the socket has `SO_REUSEADDR`.
+pub const BIND_REUSEADDR: u8 = 1;
+/// `Command::Bind` flag: the socket has `SO_REUSEPORT` (socket(7): a group of sockets of
+/// one effective uid may bind the same address and port; connections are spread over them).
+pub const BIND_REUSEPORT: u8 = 2;
+
+/// `Command::Bind`'s flags for a socket's `SO_REUSEADDR` and `SO_REUSEPORT`.
+pub fn bind_flags(reuse_addr: bool, reuse_port: bool) -> u8 {
+    (reuse_addr as u8 * BIND_REUSEADDR) | (reuse_port as u8 * BIND_REUSEPORT)
+}
 const OP_LISTEN: u16 = 32;
 const OP_CONNECT: u16 = 33;
 const OP_TOKEN_CLEARED: u16 = 34;
@@ -518,9 +531,18 @@ impl CommandRecord {
                 };
                 (OP_ATTACH, handle, None, (op.code() as u32) << 8 | t, 0, 0)
             }
-            Command::Bind { handle, local } => {
-                (OP_BIND, handle, Some((*local.ip(), local.port())), 0, 0, 0)
-            }
+            Command::Bind {
+                handle,
+                local,
+                flags,
+            } => (
+                OP_BIND,
+                handle,
+                Some((*local.ip(), local.port())),
+                flags as u32,
+                0,
+                0,
+            ),
             Command::Listen { handle, backlog } => (OP_LISTEN, handle, None, backlog, 0, 0),
             Command::Connect { handle, remote } => (
                 OP_CONNECT,
@@ -714,10 +736,14 @@ impl CommandRecord {
                 Command::Attach { handle, op, ty }
             }
             OP_BIND => {
-                unused(false, true, true, true)?;
+                unused(false, false, true, true)?;
+                if arg & !u32::from(BIND_REUSEADDR | BIND_REUSEPORT) != 0 {
+                    return Err(RecordError::BadArgument);
+                }
                 Command::Bind {
                     handle,
                     local: SocketAddrV4::new(ip, port),
+                    flags: arg as u8,
                 }
             }
             OP_LISTEN => {

@@ -778,7 +778,22 @@ impl Client {
         if mode == Mode::Async {
             return Ok(());
         }
-        self.complete(id, timeout).map(|_| ())
+        let r = self.complete(id, timeout).map(|_| ());
+        if r.is_ok() {
+            // The daemon dropped an accept still waiting with the listener, unanswered;
+            // an answer posted before the close was taken before its completion.
+            if let Some((ahead, _)) = s.ahead {
+                self.orphan_accepts.remove(&ahead);
+                self.accept_ids.remove(&ahead);
+            }
+        }
+        r
+    }
+
+    /// Entries kept for accepts in flight (`orphan_accepts`, `accept_ids`): what a
+    /// listener's close leaves nothing of.
+    pub fn accepts_in_flight(&self) -> (usize, usize) {
+        (self.orphan_accepts.len(), self.accept_ids.len())
     }
 
     /// A listener being closed: the connections accepted for it and never taken are

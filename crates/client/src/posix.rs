@@ -411,13 +411,17 @@ impl Posix {
     /// `bind(2)`; returns the port (chosen when 0).
     pub fn bind(&self, id: SockId, addr: SocketAddrV4) -> Result<u16, Errno> {
         let mut g = self.lock()?;
-        g.sock(id)?;
+        // SO_REUSEADDR / SO_REUSEPORT as set now: the daemon's port table decides by them.
+        let opts = &g.sock(id)?.opts;
+        let on = |o| opts.get(&o).is_some_and(|&v| v != 0);
+        let flags = flowstack_api::record::bind_flags(on(Opt::ReuseAddr), on(Opt::ReusePort));
         let c = g.client.as_mut().expect("registered");
         sync(
             c,
             Command::Bind {
                 handle: id.0,
                 local: addr,
+                flags,
             },
         )
         .map(|p| p as u16)

@@ -480,7 +480,18 @@ impl Loopback {
     /// The engine a connection to `remote` is opened from: `home` (the connecting
     /// application's engine) if the destination is on the loopback, the link's engine if it
     /// leaves through the link.
+    ///
+    /// The link's own address is refused at once (`NoRoute`): the link engine cannot reach
+    /// itself (its SYN would only count `IpOutNoRoutes` until the connect timed out), and
+    /// carrying it locally as the kernel does needs the stack's martian-source check to
+    /// accept a loopback interface's own non-127 source (README).
     pub fn engine_for(&self, remote: &SocketAddrV4, home: usize) -> Result<usize, SocketError> {
+        let own = self
+            .link
+            .is_some_and(|(_, a)| Ipv4Address::from(*remote.ip()) == a.ip.addr);
+        if own {
+            return Err(SocketError::NoRoute);
+        }
         if is_loopback(remote.ip()) && !remote.ip().is_broadcast() {
             Ok(home % self.loopbacks())
         } else if self.via_link(remote.ip()) {
@@ -585,7 +596,12 @@ mod tests {
         let at = |ip: [u8; 4]| SocketAddrV4::new(Ipv4Addr::from(ip), 80);
         assert_eq!(lo.engine_for(&at([127, 0, 0, 1]), 0), Ok(0));
         assert_eq!(lo.engine_for(&at([10, 0, 0, 9]), 0), Ok(1));
-        // Off the subnet without a gateway, or the subnet's broadcast: no route.
+        // Our own address (not carried locally yet, README), off the subnet without a
+        // gateway, or the subnet's broadcast: no route.
+        assert_eq!(
+            lo.engine_for(&at([10, 0, 0, 2]), 0),
+            Err(SocketError::NoRoute)
+        );
         assert_eq!(
             lo.engine_for(&at([8, 8, 8, 8]), 0),
             Err(SocketError::NoRoute)

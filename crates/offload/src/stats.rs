@@ -21,6 +21,11 @@
 //! `FlowstackdSendFileBytes` and `FlowstackdSendFileCalls` (bytes
 //! and calls of applications' `sendfile` sent from their files by the daemon), and the fallbacks shims reported (`Command::Report`):
 //! `FlowstackdFallbackNotCarried`, `…Unsupported`, `…NoDaemon`, `…Ipv6`, `…Other`.
+//! Gauges in the same map: `FlowstackdTableSockets`, `FlowstackdTableHandles`,
+//! `FlowstackdTableIdents`, `FlowstackdTablePorts` (the sizes of the daemon's per-socket
+//! tables: what a daemon at rest returns to), `FlowstackdTcpConnections` (the engines'
+//! connections in any state, TIME-WAIT included) and `FlowstackdTcpAccountedBytes` (what
+//! their socket tables account for, `Engine::tcp_accounted_bytes`).
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

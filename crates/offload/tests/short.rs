@@ -146,3 +146,41 @@ fn accept_ahead_is_closed_with_its_listener_and_survives_timeouts() {
     drop(srv);
     d.stop().unwrap();
 }
+
+/// An accept asked ahead that still waits in the daemon when its listener closes is
+/// dropped there unanswered; the listener's close (once it completes) leaves no entry for it
+/// in the client either, and the application keeps working.
+#[test]
+fn a_listener_closed_under_a_waiting_accept_ahead_leaves_nothing() {
+    let d = daemon("short-stale", 1, false);
+    let mut srv = Client::connect(&d.path).unwrap();
+    let mut cli = Client::connect(&d.path).unwrap();
+    assert_eq!(srv.accepts_in_flight(), (0, 0));
+    let l = listen(&mut srv, 7513).unwrap();
+    let a = cli.connect_to(lo(7513), T).unwrap();
+    let sa = srv.accept(l, T).unwrap();
+    // The next accept is asked ahead and waits in the daemon: nothing connects.
+    assert_eq!(srv.accepts_in_flight(), (1, 1));
+    srv.close(l, T).unwrap();
+    assert_eq!(
+        srv.accepts_in_flight(),
+        (0, 0),
+        "stale accept-ahead entries"
+    );
+    // The port is free and the accepted connection untouched.
+    let l = listen(&mut srv, 7513).unwrap();
+    cli.send_all(a, b"ok", T).unwrap();
+    let mut buf = [0u8; 4];
+    assert_eq!(srv.recv(sa, &mut buf, T).unwrap(), 2);
+    let b = cli.connect_to(lo(7513), T).unwrap();
+    let sb = srv.accept(l, T).unwrap();
+    for (c, s) in [(a, sa), (b, sb)] {
+        cli.close(c, T).unwrap();
+        srv.close(s, T).unwrap();
+    }
+    srv.close(l, T).unwrap();
+    assert_eq!(srv.accepts_in_flight(), (0, 0));
+    drop(cli);
+    drop(srv);
+    d.stop().unwrap();
+}

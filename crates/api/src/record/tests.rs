@@ -50,6 +50,12 @@ fn all_commands() -> Vec<Command> {
         Command::Bind {
             handle: 9,
             local: SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 2), 0),
+            flags: 0,
+        },
+        Command::Bind {
+            handle: 9,
+            local: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 80),
+            flags: BIND_REUSEADDR | BIND_REUSEPORT,
         },
         Command::Listen {
             handle: 9,

@@ -32,8 +32,14 @@ pub(super) fn set_failed(sh: &mut Shared, gid: u32, e: SocketError) {
 }
 
 /// `bind(2)` on the daemon's interfaces: any 127/8 address, the link's address or 0.0.0.0;
-/// port 0 picks an ephemeral one.
-pub(super) fn bind(sh: &mut Shared, gid: u32, local: SocketAddrV4) -> Result<u16, SocketError> {
+/// port 0 picks an ephemeral one. Conflicts per address, with `SO_REUSEADDR` and
+/// `SO_REUSEPORT` as Linux ([`crate::ports`]).
+pub(super) fn bind(
+    sh: &mut Shared,
+    gid: u32,
+    local: SocketAddrV4,
+    opts: crate::ports::BindOpts,
+) -> Result<u16, SocketError> {
     if !(local.ip().is_unspecified() || sh.lo.is_local(local.ip())) {
         return Err(SocketError::AddrNotAvailable);
     }
@@ -44,29 +50,29 @@ pub(super) fn bind(sh: &mut Shared, gid: u32, local: SocketAddrV4) -> Result<u16
         None => return Err(SocketError::InvalidHandle),
     }
     let port = local.port();
-    if port != 0 {
-        if let Some((_, old)) = sh.ports.holder(port).filter(|&(e, _)| e == sh.me) {
-            // The program closed its listener and binds the port again at once (iperf3 -s
-            // between tests): its last close, if every placeholder copy is gone, is taken
-            // now rather than at the next periodic check, which the bind would beat.
-            let closed = sh.socks.get(&old).is_some_and(|g| {
-                !matches!(g.kind, Kind::Conn(_))
-                    && g.ph.as_ref().is_some_and(|ph| {
-                        placeholder::poll_sets(
-                            &[],
-                            &[ph.d.as_fd()],
-                            Some(std::time::Duration::ZERO),
-                        )
+    let holders = if port != 0 {
+        sh.ports.holders(port)
+    } else {
+        Vec::new()
+    };
+    let me = sh.me;
+    for (_, old) in holders.into_iter().filter(|&(e, _)| e == me) {
+        // The program closed its listener and binds the port again at once (iperf3 -s
+        // between tests): its last close, if every placeholder copy is gone, is taken
+        // now rather than at the next periodic check, which the bind would beat.
+        let closed = sh.socks.get(&old).is_some_and(|g| {
+            !matches!(g.kind, Kind::Conn(_))
+                && g.ph.as_ref().is_some_and(|ph| {
+                    placeholder::poll_sets(&[], &[ph.d.as_fd()], Some(std::time::Duration::ZERO))
                         .is_ok_and(|(_, h)| h.first() == Some(&true))
-                    })
-            });
-            if closed {
-                sh.counters.last_closes += 1;
-                sh.release(old, false);
-            }
+                })
+        });
+        if closed {
+            sh.counters.last_closes += 1;
+            sh.release(old, false);
         }
     }
-    let port = sh.ports.bind(sh.me, gid, port)?;
+    let port = sh.ports.bind(sh.me, gid, *local.ip(), port, opts)?;
     if let Some(g) = sh.socks.get_mut(&gid) {
         g.hold = Some(Hold::Bound(port));
         if let Kind::Fresh { bound, .. } = &mut g.kind {
@@ -94,15 +100,34 @@ pub(super) fn listen(sh: &mut Shared, gid: u32, backlog: u32) -> Result<u16, Soc
     let port = match port {
         Some(p) => p,
         None => {
-            let p = sh.ports.bind(sh.me, gid, 0)?;
+            let opts = crate::ports::BindOpts::default();
+            let p = sh.ports.bind(sh.me, gid, Ipv4Addr::UNSPECIFIED, 0, opts)?;
             if let Some(g) = sh.socks.get_mut(&gid) {
                 g.hold = Some(Hold::Bound(p));
             }
             p
         }
     };
-    let hs = sh.lo.listen(ip, port, (backlog as usize).clamp(1, 4096))?;
-    sh.ports.set_listening(port);
+    let backlog = (backlog as usize).clamp(1, 4096);
+    // SO_REUSEPORT: the group of this address and port listens for it (`reuse`).
+    let group = sh.ports.reuse_port(port, gid).map(|addr| (addr, port));
+    let hs = match group {
+        Some(key) => super::reuse::join(sh, gid, key, ip, backlog).map(|_| Vec::new())?,
+        None => sh.lo.listen(ip, port, backlog)?,
+    };
+    // Another listener on an overlapping address (outside a reuseport group) refuses it;
+    // the socket stays bound, as Linux leaves it.
+    if let Err(e) = sh.ports.set_listening(port, gid) {
+        match group {
+            Some(key) => super::reuse::leave(sh, gid, key),
+            None => {
+                for (i, h) in hs {
+                    let _ = sh.lo.engines[i].tcp_close(h);
+                }
+            }
+        }
+        return Err(e);
+    }
     if let Some(g) = sh.socks.get_mut(&gid) {
         g.kind = Kind::Listener {
             ip,
@@ -110,6 +135,8 @@ pub(super) fn listen(sh: &mut Shared, gid: u32, backlog: u32) -> Result<u16, Soc
             hs,
             waiting: VecDeque::new(),
             kernel: None,
+            queue: VecDeque::new(),
+            backlog,
         };
     }
     Ok(port)
@@ -138,15 +165,20 @@ pub(super) fn addr_of(sh: &Shared, gid: u32, peer: bool) -> Result<SocketAddrV4,
 pub(super) fn readable_now(lo: &Loopback, k: &Kind) -> bool {
     match k {
         Kind::Conn(c) => c.outstanding > 0 || c.eof_told || c.closed_told,
-        Kind::Listener { hs, kernel, .. } => {
-            hs.iter().any(|&(i, h)| {
-                lo.engines[i]
-                    .tcp_poll(h)
-                    .map(|r| r.readable)
-                    .unwrap_or(false)
-            }) || kernel.as_ref().is_some_and(|k| {
-                flowstack_sys::poll::wait_readable(k, std::time::Duration::ZERO).unwrap_or(false)
-            })
+        Kind::Listener {
+            hs, kernel, queue, ..
+        } => {
+            !queue.is_empty()
+                || hs.iter().any(|&(i, h)| {
+                    lo.engines[i]
+                        .tcp_poll(h)
+                        .map(|r| r.readable)
+                        .unwrap_or(false)
+                })
+                || kernel.as_ref().is_some_and(|k| {
+                    flowstack_sys::poll::wait_readable(k, std::time::Duration::ZERO)
+                        .unwrap_or(false)
+                })
         }
         Kind::Failed(_) => true,
         Kind::Fresh { .. } => false,

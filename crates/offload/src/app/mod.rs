@@ -37,7 +37,7 @@
 
 use crate::layout::{self, at, LAYOUT, RX_SIZE, SOCK_RCVBUF, SOCK_SNDBUF, TX_SIZE};
 use crate::loopback::{is_loopback, Loopback};
-use crate::ports::PortTable;
+use crate::ports::{BindOpts, PortTable};
 use flowstack_api::record::{
     check_span, AttachOp, Command, CommandRecord, EventKind, EventRecord, Mode, SockType,
     RECORD_LEN, REPORT_KINDS,
@@ -59,6 +59,7 @@ mod control;
 mod file;
 mod memory;
 mod notify;
+mod reuse;
 mod service;
 mod snapshot;
 use control::{
@@ -140,6 +141,10 @@ pub(crate) enum Kind {
         waiting: VecDeque<(u64, u32, u32)>,
         /// The kernel's listener on the same port (shim), watched for readiness.
         kernel: Option<OwnedFd>,
+        /// A member of a reuseport group (`hs` empty): the connections handed to it
+        /// (`reuse`), at most `backlog`.
+        queue: VecDeque<(usize, TcpHandle)>,
+        backlog: usize,
     },
     Conn(Conn),
     /// A listen or connect that failed; its error was reported.
@@ -270,6 +275,8 @@ pub(crate) struct Shared {
     by_ident: HashMap<(u64, u64), u32>,
     /// TCP ports bound, listening or accepted on, daemon-wide.
     pub ports: Arc<PortTable>,
+    /// This engine's `SO_REUSEPORT` groups (`reuse`).
+    groups: reuse::Groups,
     scratch: Vec<u8>,
     /// Events of one connection's turn (reused: no allocation per turn once warm).
     evs: Vec<EventRecord>,
@@ -292,6 +299,7 @@ impl Shared {
             next_gid: 1,
             by_ident: HashMap::new(),
             ports,
+            groups: HashMap::new(),
             scratch: vec![0; RX_CHUNK],
             evs: Vec::new(),
             counters: DaemonCounters::default(),
@@ -342,6 +350,9 @@ impl Shared {
             self.ports.forget_ident(ph.ident);
         }
         self.unhold(gid, &mut g);
+        if let Kind::Listener { ip, port, .. } = &g.kind {
+            reuse::leave(self, gid, (crate::ports::table_addr(*ip), *port));
+        }
         if let Kind::Conn(c) = &mut g.kind {
             let e = &self.lo.engines[c.eng];
             let unread =
@@ -605,7 +616,8 @@ impl App {
                         bound: None,
                     },
                 );
-                let r = bind(sh, gid, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port))
+                let any = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port);
+                let r = bind(sh, gid, any, BindOpts::new(0, self.uid))
                     .and_then(|_| listen(sh, gid, backlog));
                 if let Err(e) = r {
                     set_failed(sh, gid, e);
@@ -632,8 +644,13 @@ impl App {
                 Ok(gid) => self.connect(sh, id, mode, handle, gid, remote),
                 Err(e) => self.complete(id, mode, handle, Err(e)),
             },
-            Command::Bind { handle, local } => {
-                let r = self.gid(handle).and_then(|g| bind(sh, g, local));
+            Command::Bind {
+                handle,
+                local,
+                flags,
+            } => {
+                let opts = BindOpts::new(flags, self.uid);
+                let r = self.gid(handle).and_then(|g| bind(sh, g, local, opts));
                 self.complete(id, mode, handle, r.map(|p| p as u64));
             }
             Command::Listen { handle, backlog } => {
@@ -780,7 +797,8 @@ impl App {
             }
             Command::Carries { remote } => {
                 // Our own listeners on the loopback, and anything the real link reaches.
-                let yes = (is_loopback(remote.ip()) && sh.ports.listening(remote.port()))
+                let yes = (is_loopback(remote.ip())
+                    && sh.ports.listening(*remote.ip(), remote.port()))
                     || sh.lo.via_link(remote.ip());
                 self.complete(id, mode, 0, Ok(yes as u64));
             }
@@ -869,8 +887,9 @@ impl App {
                 Err(SocketError::LimitReached),
             ));
         }
-        let r = match sh.socks.get(&gid).map(|g| &g.kind) {
-            Some(Kind::Listener { hs, .. }) => try_accept(&mut sh.lo, hs),
+        reuse::dispatch(sh);
+        let r = match sh.socks.get_mut(&gid).map(|g| &mut g.kind) {
+            Some(Kind::Listener { hs, queue, .. }) => try_accept(&mut sh.lo, hs, queue),
             Some(Kind::Failed(e)) => Some(Err(*e)),
             Some(_) => Some(Err(SocketError::InvalidArgument)),
             None => Some(Err(SocketError::InvalidHandle)),

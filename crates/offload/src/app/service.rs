@@ -12,7 +12,7 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
     for a in apps.iter_mut() {
         a.read_rx_freed();
     }
-    let mut busy = false;
+    let mut busy = reuse::dispatch(sh);
     let mut accepts: Vec<(u64, u32, u32, Accepted)> = Vec::new();
     let mut done: Vec<u32> = Vec::new();
     // One event buffer for every connection of the turn (allocated once per turn at most).
@@ -26,9 +26,11 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
     } = sh;
     for (&gid, g) in socks.iter_mut() {
         match &mut g.kind {
-            Kind::Listener { hs, waiting, .. } => {
+            Kind::Listener {
+                hs, waiting, queue, ..
+            } => {
                 while !waiting.is_empty() {
-                    match try_accept(lo, hs) {
+                    match try_accept(lo, hs, queue) {
                         Some(r) => {
                             let (app, id, l) = waiting.pop_front().expect("waiting");
                             accepts.push((app, id, l, r));
@@ -160,7 +162,12 @@ pub(super) fn first_data(sh: &mut Shared, a: &mut App, h: u32) {
 pub(super) fn try_accept(
     lo: &mut Loopback,
     hs: &[(usize, TcpHandle)],
+    queue: &mut VecDeque<(usize, TcpHandle)>,
 ) -> Option<Result<(usize, TcpHandle), SocketError>> {
+    // A reuseport group's member: what the group handed it (`reuse`).
+    if let Some(c) = queue.pop_front() {
+        return Some(Ok(c));
+    }
     for &(i, l) in hs {
         match lo.engines[i].tcp_accept(l) {
             Ok(c) => return Some(Ok((i, c))),
@@ -173,9 +180,15 @@ pub(super) fn try_accept(
 
 pub(super) fn release_kind(lo: &mut Loopback, k: Kind, died: bool) {
     match k {
-        Kind::Listener { hs, .. } => {
+        Kind::Listener { hs, queue, .. } => {
             for (i, h) in hs {
                 let _ = lo.engines[i].tcp_close(h);
+            }
+            // A reuseport member's own connections, never accepted: reset, as the kernel
+            // does a closed listener's queue (the group's others keep theirs).
+            for (i, c) in queue {
+                let _ = lo.engines[i].tcp_abort(c);
+                let _ = lo.engines[i].tcp_close(c);
             }
         }
         Kind::Conn(c) => {

@@ -124,7 +124,10 @@ pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
         ("FlowstackdFallbackNoDaemon", d.fallbacks[3]),
         ("FlowstackdFallbackIpv6", d.fallbacks[4]),
         ("FlowstackdFallbackOther", d.fallbacks[5]),
-    ] {
+    ]
+    .into_iter()
+    .chain(table_gauges(sh, apps))
+    {
         counters.insert(k.to_string(), v);
     }
     Stats {
@@ -133,4 +136,35 @@ pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
         apps: apps_rows,
         counters,
     }
+}
+
+/// The sizes of the daemon's per-socket tables, as gauges (`FlowstackdTable…`): what a
+/// daemon at rest returns to (tests/churn.rs). The port table is daemon-wide, so only
+/// engine 0 reports it (the parts are summed).
+fn table_gauges(sh: &Shared, apps: &[App]) -> [(&'static str, u64); 6] {
+    let e = &sh.lo.engines;
+    [
+        ("FlowstackdTableSockets", sh.socks.len() as u64),
+        ("FlowstackdTableIdents", sh.by_ident.len() as u64),
+        (
+            "FlowstackdTableHandles",
+            apps.iter().map(|a| a.handles.len() as u64).sum(),
+        ),
+        (
+            "FlowstackdTablePorts",
+            if sh.me == 0 {
+                sh.ports.entries() as u64
+            } else {
+                0
+            },
+        ),
+        (
+            "FlowstackdTcpConnections",
+            e.iter().map(|e| e.tcp_connections() as u64).sum(),
+        ),
+        (
+            "FlowstackdTcpAccountedBytes",
+            e.iter().map(|e| e.tcp_accounted_bytes() as u64).sum(),
+        ),
+    ]
 }
