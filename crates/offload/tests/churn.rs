@@ -33,7 +33,10 @@ fn settle(path: &Path, want: &[(&str, u64)]) {
         std::thread::yield_now();
         now = tables(path);
     }
-    assert_eq!(now, want, "the daemon's tables after the connections closed");
+    assert_eq!(
+        now, want,
+        "the daemon's tables after the connections closed"
+    );
 }
 
 fn rss_kib() -> u64 {

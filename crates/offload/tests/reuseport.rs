@@ -150,7 +150,11 @@ fn a_member_leaving_keeps_the_others_queue() {
     let cs = connect_all(&mut cli, port);
     // A's listener is readable: connections were handed to it.
     let fd = std::os::fd::AsFd::as_fd(&fa);
-    assert!(flowstack_sys::placeholder::wait_a(fd, true, false, T).unwrap().0);
+    assert!(
+        flowstack_sys::placeholder::wait_a(fd, true, false, T)
+            .unwrap()
+            .0
+    );
     // A closes its listener (last close of its descriptor) without accepting.
     a.forget(la).unwrap();
     drop(fa);
@@ -190,7 +194,10 @@ fn a_member_leaving_keeps_the_others_queue() {
 #[ignore]
 fn other_uid_child() {
     let path = PathBuf::from(std::env::var("DCTL_REUSEPORT_DAEMON").expect("run by the parent"));
-    let port: u16 = std::env::var("DCTL_REUSEPORT_PORT").unwrap().parse().unwrap();
+    let port: u16 = std::env::var("DCTL_REUSEPORT_PORT")
+        .unwrap()
+        .parse()
+        .unwrap();
     let app = Posix::attach(&path).unwrap();
     assert_eq!(bound(&app, port, true).err(), Some(Errno::EADDRINUSE));
     // The same uid's rule does not stop it elsewhere: another port binds.
@@ -199,7 +206,9 @@ fn other_uid_child() {
 
 fn uid() -> u32 {
     use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(0)
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(0)
 }
 
 /// socket(7): a group's sockets share one effective uid. As root, this test's own binary
@@ -221,14 +230,20 @@ fn another_uid_cannot_join() {
     let port = 7722;
     let (_la, _l) = listener(&a, port);
     let st = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "other_uid_child", "--ignored", "--test-threads=1"])
+        .args([
+            "--exact",
+            "other_uid_child",
+            "--ignored",
+            "--test-threads=1",
+        ])
         .env("DCTL_REUSEPORT_DAEMON", &d.path)
         .env("DCTL_REUSEPORT_PORT", port.to_string())
         .uid(65534)
         .gid(65534)
         .output()
         .unwrap();
-    let log = String::from_utf8_lossy(&st.stdout).to_string() + &String::from_utf8_lossy(&st.stderr);
+    let log =
+        String::from_utf8_lossy(&st.stdout).to_string() + &String::from_utf8_lossy(&st.stderr);
     assert!(st.status.success(), "child as uid 65534 failed:\n{log}");
     assert!(log.contains("1 passed"), "{log}");
     // The same uid joins.

@@ -162,7 +162,11 @@ fn a_listener_closed_under_a_waiting_accept_ahead_leaves_nothing() {
     // The next accept is asked ahead and waits in the daemon: nothing connects.
     assert_eq!(srv.accepts_in_flight(), (1, 1));
     srv.close(l, T).unwrap();
-    assert_eq!(srv.accepts_in_flight(), (0, 0), "stale accept-ahead entries");
+    assert_eq!(
+        srv.accepts_in_flight(),
+        (0, 0),
+        "stale accept-ahead entries"
+    );
     // The port is free and the accepted connection untouched.
     let l = listen(&mut srv, 7513).unwrap();
     cli.send_all(a, b"ok", T).unwrap();
