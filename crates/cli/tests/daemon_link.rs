@@ -496,12 +496,6 @@ fn daemon_link_ports_are_per_address() {
     assert_eq!(ns.wait(k), Some(0), "{}", ns.log("client-addr.log"));
     // A client of the daemon on 127.0.0.1: to the loopback's listener.
     let mut cli = Client::connect(&path).unwrap();
-    // The link's own address is refused at once, not sent out the link (README: carrying
-    // it locally waits for the stack).
-    assert_eq!(
-        cli.connect_to(SocketAddrV4::new(DAEMON_IP, port), T),
-        Err(SocketError::NoRoute)
-    );
     let h = cli
         .connect_to(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port), T)
         .unwrap();
@@ -520,5 +514,25 @@ fn daemon_link_ports_are_per_address() {
     assert_eq!(got, b"loopback");
     let (total, peer) = server.join().unwrap();
     assert_eq!((total, *peer.ip()), (8, Ipv4Addr::LOCALHOST));
+    cli.close(h, T).unwrap();
+    // A client of the daemon to the link's own address: carried locally, as the kernel
+    // carries a local address over `lo` (the peer the listener sees is that address too).
+    let h = cli
+        .connect_to(SocketAddrV4::new(DAEMON_IP, port), T)
+        .unwrap();
+    let server = std::thread::spawn(move || echo(&link_app, l_link));
+    cli.send_all(h, b"own address", T).unwrap();
+    cli.tcp_shutdown(h).unwrap();
+    let mut got = Vec::new();
+    loop {
+        let n = cli.recv(h, &mut buf, T).unwrap();
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(got, b"own address");
+    let (total, peer) = server.join().unwrap();
+    assert_eq!((total, *peer.ip()), (11, DAEMON_IP));
     cli.close(h, T).unwrap();
 }

@@ -258,11 +258,13 @@ pub const LOOPBACK_IP: Ipv4Addr = Ipv4Addr::LOCALHOST;
 fn engine(i: usize, ephemeral: Option<(u16, u16)>) -> Engine {
     // One interface seen from several engines: one address (frames cross engines unchanged).
     let _ = i;
+    loopback_engine(Ipv4Cidr::new(Ipv4Address::from(LOOPBACK_IP), 8), ephemeral)
+}
+
+/// An engine configured as a loopback interface owning `prefix`.
+fn loopback_engine(prefix: Ipv4Cidr, ephemeral: Option<(u16, u16)>) -> Engine {
     let mac = EthernetAddress([0x02, 0x66, 0x73, 0x7f, 0, 1]);
-    let mut cfg = EngineConfig::new(IfaceConfig::loopback(
-        mac,
-        Ipv4Cidr::new(Ipv4Address::from(LOOPBACK_IP), 8),
-    ));
+    let mut cfg = EngineConfig::new(IfaceConfig::loopback(mac, prefix));
     if let Some(r) = ephemeral {
         cfg.ephemeral = r;
     }
@@ -283,6 +285,9 @@ pub struct Loopback {
     devs: Vec<LoDev>,
     /// The real link: its engine's index and addresses.
     link: Option<(usize, AddrSpec)>,
+    /// The engine that carries connections to the link's own address (last; one engine
+    /// thread): a loopback interface owning that one address ([`Loopback::attach_link`]).
+    local: Option<usize>,
     /// What an idle engine sleeps on for its link.
     link_wait: LinkWait,
 }
@@ -316,6 +321,7 @@ impl Loopback {
                 .map(|_| LoDev::Local(LoopbackDevice::default()))
                 .collect(),
             link: None,
+            local: None,
             link_wait: LinkWait::default(),
         }
     }
@@ -333,6 +339,7 @@ impl Loopback {
                 forwarded: 0,
             }))],
             link: None,
+            local: None,
             link_wait: LinkWait::default(),
         }
     }
@@ -387,15 +394,29 @@ impl Loopback {
     /// gateway are that engine's, shared by every application of the engine thread);
     /// `ephemeral`: the ports it connects from (with several engines, this engine's slice,
     /// so the port table routes the answers here).
+    ///
+    /// With the whole link (one engine thread), a connection to the link's own address is
+    /// carried locally, as the kernel carries any local address over `lo` (it never leaves
+    /// through the link): one more engine, a loopback interface owning exactly that address
+    /// (/32), connects to it and listens beside the link's engine on it and on 0.0.0.0. With
+    /// several engine threads it is not added (a connect to the link's address is refused,
+    /// `NoRoute`, see README).
     pub fn attach_link(&mut self, dev: LinkDev, addr: AddrSpec, ephemeral: Option<(u16, u16)>) {
         let mut cfg = addr.engine_config();
         if let Some(r) = ephemeral {
             cfg.ephemeral = r;
         }
         let e = Engine::new(cfg, dev.dev().caps());
+        let whole = matches!(dev, LinkDev::One(_));
         self.link = Some((self.engines.len(), addr));
         self.engines.push(e);
         self.devs.push(LoDev::Link(dev));
+        if whole {
+            let own = Ipv4Cidr::new(addr.ip.addr, 32);
+            self.local = Some(self.engines.len());
+            self.engines.push(loopback_engine(own, None));
+            self.devs.push(LoDev::Local(LoopbackDevice::default()));
+        }
     }
 
     /// What steering did on this engine's queue of the link (several engines).
@@ -456,10 +477,7 @@ impl Loopback {
 
     /// True if `ip` is one of the daemon's own addresses: 127/8 or the link's.
     pub fn is_local(&self, ip: &Ipv4Addr) -> bool {
-        is_loopback(ip)
-            || self
-                .link
-                .is_some_and(|(_, a)| Ipv4Address::from(*ip) == a.ip.addr)
+        is_loopback(ip) || self.is_link_addr(ip)
     }
 
     /// True if a connection to `ip` leaves through the real link: on its subnet, or anywhere
@@ -481,16 +499,16 @@ impl Loopback {
     /// application's engine) if the destination is on the loopback, the link's engine if it
     /// leaves through the link.
     ///
-    /// The link's own address is refused at once (`NoRoute`): the link engine cannot reach
-    /// itself (its SYN would only count `IpOutNoRoutes` until the connect timed out), and
-    /// carrying it locally as the kernel does needs the stack's martian-source check to
-    /// accept a loopback interface's own non-127 source (README).
+    /// The link's own address goes to the engine that carries it locally (as Linux carries
+    /// any local address over `lo`); with several engine threads there is none, and it is
+    /// refused at once (`NoRoute`): the link engine cannot reach itself (its SYN would only
+    /// count `IpOutNoRoutes` until the connect timed out).
     pub fn engine_for(&self, remote: &SocketAddrV4, home: usize) -> Result<usize, SocketError> {
-        let own = self
-            .link
-            .is_some_and(|(_, a)| Ipv4Address::from(*remote.ip()) == a.ip.addr);
-        if own {
-            return Err(SocketError::NoRoute);
+        if let Some(i) = self.local.filter(|_| self.is_link_addr(remote.ip())) {
+            return Ok(i); // our own link address: carried locally
+        }
+        if self.is_link_addr(remote.ip()) {
+            return Err(SocketError::NoRoute); // never out the link to ourselves
         }
         if is_loopback(remote.ip()) && !remote.ip().is_broadcast() {
             Ok(home % self.loopbacks())
@@ -501,9 +519,15 @@ impl Loopback {
         }
     }
 
-    /// The loopback engines (all but the link's, which is last).
+    /// The loopback engines (all but the link's and the one of its own address, last).
     fn loopbacks(&self) -> usize {
-        self.engines.len() - usize::from(self.link.is_some())
+        self.engines.len() - usize::from(self.link.is_some()) - usize::from(self.local.is_some())
+    }
+
+    /// `ip` is the link's own address.
+    fn is_link_addr(&self, ip: &Ipv4Addr) -> bool {
+        self.link
+            .is_some_and(|(_, a)| Ipv4Address::from(*ip) == a.ip.addr)
     }
 
     /// Listens on `port` (all or nothing) on the engines that own `ip`: every engine for
@@ -519,8 +543,9 @@ impl Loopback {
             (0..self.engines.len()).collect()
         } else if is_loopback(&ip) {
             (0..self.loopbacks()).collect()
-        } else if let Some((i, _)) = self.link.filter(|_| self.is_local(&ip)) {
-            vec![i]
+        } else if let Some((i, _)) = self.link.filter(|_| self.is_link_addr(&ip)) {
+            // The link, and the connections to its address from here (`local`).
+            std::iter::once(i).chain(self.local).collect()
         } else {
             return Err(SocketError::AddrNotAvailable);
         };
@@ -596,12 +621,9 @@ mod tests {
         let at = |ip: [u8; 4]| SocketAddrV4::new(Ipv4Addr::from(ip), 80);
         assert_eq!(lo.engine_for(&at([127, 0, 0, 1]), 0), Ok(0));
         assert_eq!(lo.engine_for(&at([10, 0, 0, 9]), 0), Ok(1));
-        // Our own address (not carried locally yet, README), off the subnet without a
-        // gateway, or the subnet's broadcast: no route.
-        assert_eq!(
-            lo.engine_for(&at([10, 0, 0, 2]), 0),
-            Err(SocketError::NoRoute)
-        );
+        // Our own address: the engine that carries it locally.
+        assert_eq!(lo.engine_for(&at([10, 0, 0, 2]), 0), Ok(2));
+        // Off the subnet without a gateway, or the subnet's broadcast: no route.
         assert_eq!(
             lo.engine_for(&at([8, 8, 8, 8]), 0),
             Err(SocketError::NoRoute)
@@ -613,10 +635,11 @@ mod tests {
         assert!(lo.is_local(&Ipv4Addr::new(10, 0, 0, 2)));
         assert!(!lo.is_local(&Ipv4Addr::new(10, 0, 0, 3)));
         let engines = |hs: Vec<(usize, TcpHandle)>| hs.iter().map(|h| h.0).collect::<Vec<_>>();
+        // Engine 2 carries connections to the link's own address.
         let any = lo.listen(Ipv4Addr::UNSPECIFIED, 80, 8).unwrap();
-        assert_eq!(engines(any), vec![0, 1]);
+        assert_eq!(engines(any), vec![0, 1, 2]);
         let link = lo.listen(Ipv4Addr::new(10, 0, 0, 2), 81, 8).unwrap();
-        assert_eq!(engines(link), vec![1]);
+        assert_eq!(engines(link), vec![1, 2]);
         let local = lo.listen(Ipv4Addr::new(127, 0, 0, 1), 82, 8).unwrap();
         assert_eq!(engines(local), vec![0]);
         assert_eq!(
@@ -630,5 +653,69 @@ mod tests {
         lo.attach_link(LinkDev::One(Box::new(LoopbackDevice::default())), gw, None);
         assert_eq!(lo.engine_for(&at([8, 8, 8, 8]), 0), Ok(1));
         assert_eq!(lo.engine_for(&at([127, 9, 9, 9]), 0), Ok(0));
+    }
+
+    /// A link device that counts what it is given to send and never receives.
+    struct Wire(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+    impl Device for Wire {
+        fn caps(&self) -> DeviceCaps {
+            LINK_CAPS
+        }
+        fn recv_batch(&mut self, _: Instant, _: usize, _: &mut dyn FnMut(&[u8])) -> usize {
+            0
+        }
+        fn send_batch(&mut self, _: Instant, batch: &TxBatch) -> usize {
+            let n = batch.iter().count();
+            self.0.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            n
+        }
+        fn rx_pending(&self, _: Instant) -> bool {
+            false
+        }
+    }
+
+    /// A connection to the link's own address is carried locally, as Linux carries a local
+    /// address over `lo`: it reaches a listener on the address (or on 0.0.0.0) and not one
+    /// frame goes out the link. Not 127/8's engine either: its tuple says the link address.
+    #[test]
+    fn a_connect_to_the_links_own_address_stays_local() {
+        let own = Ipv4Addr::new(10, 0, 0, 2);
+        for listen_on in [own, Ipv4Addr::UNSPECIFIED] {
+            let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let mut lo = Loopback::new(1);
+            let cidr = Ipv4Cidr::new(Ipv4Address::from(own), 24);
+            let wire = LinkDev::One(Box::new(Wire(sent.clone())));
+            lo.attach_link(wire, AddrSpec::new(cidr), None);
+            let ls = lo.listen(listen_on, 80, 8).unwrap();
+            let remote = SocketAddrV4::new(own, 80);
+            let i = lo.engine_for(&remote, 0).unwrap();
+            assert_eq!(i, 2, "the engine of the link's own address");
+            let h = lo.engines[i].tcp_connect(remote).unwrap();
+            let mut t = Instant::ZERO;
+            for _ in 0..100 {
+                lo.poll(t);
+                t += Duration::from_millis(1);
+                if lo.engines[i].tcp_conn(h).unwrap().is_open() {
+                    break;
+                }
+            }
+            let k = lo.engines[i].tcp_conn(h).unwrap();
+            let c = lo.engines[i].counters();
+            let nz: Vec<_> = flowstack_api::counters::Counter::ALL
+                .iter()
+                .filter(|&&x| c.get(x) != 0)
+                .map(|&x| (x.name(), c.get(x)))
+                .collect();
+            assert!(k.is_open(), "{listen_on} {:?} {nz:?}", k.state());
+            assert_eq!(Ipv4Addr::from(k.tuple().local_ip), own);
+            let l = ls.iter().find(|(e, _)| *e == i).expect("listens there").1;
+            assert!(lo.engines[i].tcp_accept(l).is_ok(), "{listen_on}");
+            assert_eq!(
+                sent.load(std::sync::atomic::Ordering::Relaxed),
+                0,
+                "{listen_on}"
+            );
+        }
     }
 }

@@ -132,6 +132,12 @@ impl Iface {
         self.cfg.addr.addr
     }
 
+    /// A loopback interface ([`IfaceConfig::loopback`]).
+    #[inline]
+    pub fn is_loopback(&self) -> bool {
+        self.cfg.loopback
+    }
+
     /// Our MAC address.
     #[inline]
     pub fn mac(&self) -> EthernetAddress {

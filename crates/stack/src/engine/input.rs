@@ -171,11 +171,12 @@ impl Engine {
     /// RFC 1122 §3.2.1.3 / RFC 1812 §5.3.7: a source that cannot be a host on the link —
     /// "this network" 0/8 (0.0.0.0 itself is allowed, hosts use it while configuring),
     /// class E 240/4, loopback 127/8 and our own address arriving from the wire (a spoofed
-    /// or "land" datagram). An engine that itself serves 127/8 accepts loopback sources.
+    /// or "land" datagram). A loopback interface (127/8, or one carrying a host's own
+    /// address locally) sees only what it sent itself, so nothing it receives is martian.
     fn is_martian_source(&self, src: ipv4::Ipv4Address) -> bool {
         let ours = self.iface.ip();
         let o = src.0[0];
-        if ours.is_loopback() {
+        if ours.is_loopback() || self.iface.is_loopback() {
             return false;
         }
         (o == 0 && !src.is_unspecified()) || o >= 240 || src.is_loopback() || src == ours
