@@ -14,6 +14,8 @@
 //! | `host.app_wait_ns` | offload rr (`bench --peer offload`): the applications' CPU per request (`app_cpu_us_per_req`) |
 //! | `host.app_wake_ns` | offload rr: its **median** response time (the daemon waking a sleeping application, the wait for its core included) |
 //! | `host.stack_op_ns` | offload rr: transactions/s |
+//! | `bus.host_per_byte_ns` | offload stream, 16 KiB writes: the applications' CPU per write |
+//! | `host.daemon_per_byte_ns` | offload stream: the daemon thread's CPU per write |
 //!
 //! Everything else is an assumption written into the calibration's `notes`. Each parameter
 //! is found by bisection on the simulator itself (the predicted metric falls as the cost
@@ -247,6 +249,9 @@ fn assumed_host() -> HostCosts {
         app_wake_ns: 0.0,
         app_tail: 0.0,
         offload_crr_waits: crate::calib::CrrWaits::default(),
+        daemon_per_byte_ns: 0.0,
+        offload_stream_waits: crate::calib::StreamWaits::default(),
+        daemon_credit_bytes: crate::calib::daemon_credit(),
     }
 }
 
@@ -303,8 +308,18 @@ pub struct OffloadCalRun {
     pub share: f64,
 }
 
-/// The offload calibration run's file and size.
+/// The offload rr calibration run's file and size.
 pub const OFFLOAD_CAL: (&str, usize) = ("cal-rr-offload.json", 1024);
+
+/// The offload stream calibration run's file and write size (16 KiB: the validation
+/// measures 64 KiB writes).
+pub const OFFLOAD_STREAM_CAL: (&str, usize) = ("cal-stream-offload.json", 16384);
+
+/// The offload calibration runs, in the order they are made: (file, workload, size).
+pub const OFFLOAD_CALS: [(&str, BenchWorkload, usize); 2] = [
+    (OFFLOAD_CAL.0, BenchWorkload::Rr, OFFLOAD_CAL.1),
+    (OFFLOAD_STREAM_CAL.0, BenchWorkload::Stream, OFFLOAD_STREAM_CAL.1),
+];
 
 /// The scenario that stands for `bench <w> --peer offload`: one connection; the daemon
 /// (`daemon-wake`, one stack core) on cpu 0, client and server applications on cpu 1,
@@ -387,11 +402,12 @@ fn find(
 }
 
 /// This machine's calibration from a profile and the calibration bench runs (see the
-/// [module docs](self) for which run fits which parameter).
+/// [module docs](self) for which run fits which parameter); `offload`: the offload rr and
+/// stream calibration runs ([`OFFLOAD_CALS`]), each optional.
 pub fn calibrate(
     profile: &ProfileReport,
     runs: &[CalRun],
-    offload: Option<&OffloadCalRun>,
+    offload: &[OffloadCalRun],
 ) -> Result<Calibration, String> {
     let pf = fit_profile(profile)?;
     let mut cal = Calibration {
@@ -581,8 +597,16 @@ pub fn calibrate(
     }
     // The daemon's host copy into shared memory is the host's copy.
     cal.bus.host_per_byte_ns = cal.host.copy_per_byte_ns;
-    if let Some(o) = offload {
-        fit_offload(&mut cal, o)?;
+    let by = |w: Workload| offload.iter().find(|o| o.report.workload() == Some(w));
+    // The stream run's per-byte costs enter the rr run's engine work and the rr run's
+    // wait enters the stream's application CPU: twice round.
+    for _round in 0..2 {
+        if let Some(o) = by(Workload::Rr) {
+            fit_offload(&mut cal, o)?;
+        }
+        if let Some(o) = by(Workload::Stream) {
+            fit_offload_stream(&mut cal, o)?;
+        }
     }
     // The kernel's server-side connection work (listen socket, accept queue) is taken as
     // serialised over all cores: with the measured costs this stops the kernel's crr
@@ -733,6 +757,58 @@ fn fit_offload(cal: &mut Calibration, o: &OffloadCalRun) -> Result<(), String> {
         format!(
             "{:.1}, to {what}: {:.1} per s (the daemon's own CPU, {:.1} us per request, includes its spinning and is not used)",
             cal.host.stack_op_ns, p.per_sec, p.stack_cpu_us_per_req
+        ),
+    );
+    Ok(())
+}
+
+/// The offload stream's per-byte costs, on whole cores (CPU times, not rates): the
+/// applications' copy into the transmit area and out of the receive area
+/// (`bus.host_per_byte_ns`) to their measured CPU per write, their sleeps being the
+/// measured [`StreamWaits`](crate::calib::StreamWaits) at the rr run's `host.app_wait_ns`;
+/// and the daemon's own copies (`host.daemon_per_byte_ns`) to its thread's CPU per write,
+/// its spin included as the model's stack core spins. The stream's rate is then predicted,
+/// not fitted: whichever of the two cores is slower at the run's share.
+fn fit_offload_stream(cal: &mut Calibration, o: &OffloadCalRun) -> Result<(), String> {
+    let p = o
+        .report
+        .offload()
+        .ok_or("the offload stream calibration run has no offload peer")?
+        .clone();
+    let size = o.report.msg;
+    let sim = |c: &Calibration| simulate(&offload_scenario(Workload::Stream, size, 1.0), c);
+    for _round in 0..2 {
+        let x = bisect(-p.app_cpu_us_per_req, 10.0, |x| {
+            let mut c = cal.clone();
+            c.bus.host_per_byte_ns = x;
+            sim(&c)
+                .map(|r| -r.host_protocol_us_per_txn)
+                .unwrap_or(f64::MIN)
+        });
+        cal.bus.host_per_byte_ns = x;
+        let x = bisect(-p.stack_cpu_us_per_req, 10.0, |x| {
+            let mut c = cal.clone();
+            c.host.daemon_per_byte_ns = x;
+            sim(&c).map(|r| -r.stack_cpu_us_per_txn).unwrap_or(f64::MIN)
+        });
+        cal.host.daemon_per_byte_ns = x;
+    }
+    let what = format!(
+        "offload stream, {size} B writes (daemon on cpu 0, apps on cpu 1) with {:.0}% of its cores",
+        o.share * 100.0
+    );
+    cal.fitted.insert(
+        "bus.host_per_byte_ns".into(),
+        format!(
+            "{:.4}, to the applications' CPU per write of {what}: {:.2} us (their sleeps: host.offload_stream_waits, measured)",
+            cal.bus.host_per_byte_ns, p.app_cpu_us_per_req
+        ),
+    );
+    cal.fitted.insert(
+        "host.daemon_per_byte_ns".into(),
+        format!(
+            "{:.4}, to the daemon thread's CPU per write of {what}: {:.2} us ({:.2} Gbit/s)",
+            cal.host.daemon_per_byte_ns, p.stack_cpu_us_per_req, p.gbit_s
         ),
     );
     Ok(())

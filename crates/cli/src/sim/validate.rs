@@ -7,7 +7,7 @@ use flowstack_bench::{BenchSpec, PeerSel, RunOpts};
 use flowstack_prof::report::{from_json, BenchLink, BenchReport, Peer, ProfileReport};
 use flowstack_sim::fit::{
     calibrate, merge_cal_runs, merge_offload_runs, CalRun, OffloadCalRun, OffloadReport,
-    CAL_CONFIGS, OFFLOAD_CAL,
+    CAL_CONFIGS, OFFLOAD_CALS,
 };
 use flowstack_sim::validate::{self, Measured, Row};
 use flowstack_sim::{Calibration, Clients, Workload};
@@ -43,12 +43,14 @@ fn fit_from_runs(
     dir: &std::path::Path,
 ) -> Result<Calibration, String> {
     let (runs, offload) = cal_runs(a, dir)?;
-    calibrate(profile, &runs, Some(&offload))
+    calibrate(profile, &runs, &offload)
 }
 
 /// The calibration runs in `dir`, each made now (with the CPU share it got) where `dir`
 /// lacks it.
-fn cal_runs(a: &SimArgs, dir: &std::path::Path) -> Result<(Vec<CalRun>, OffloadCalRun), String> {
+type CalRuns = (Vec<CalRun>, Vec<OffloadCalRun>);
+
+fn cal_runs(a: &SimArgs, dir: &std::path::Path) -> Result<CalRuns, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let shares_path = dir.join("shares.json");
     let mut shares: std::collections::BTreeMap<String, f64> = read(&shares_path)
@@ -87,27 +89,30 @@ fn cal_runs(a: &SimArgs, dir: &std::path::Path) -> Result<(Vec<CalRun>, OffloadC
             share,
         });
     }
-    let (ofile, osize) = OFFLOAD_CAL;
-    let opath = dir.join(ofile);
-    if !opath.exists() {
-        eprintln!(
-            "sim: calibration run {ofile} ({} x {} s)",
-            a.runs, a.duration
-        );
-        let before = CpuSnapshot::take();
-        let r = run_offload(flowstack_prof::report::Workload::Rr, osize, a)?;
-        let share = CpuSnapshot::take().share_since(&before, 2).unwrap_or(1.0);
-        shares.insert(ofile.to_string(), share);
-        std::fs::write(&opath, r.to_json())
-            .map_err(|e| format!("cannot write {}: {e}", opath.display()))?;
+    let mut offload = vec![];
+    for (ofile, ow, osize) in OFFLOAD_CALS {
+        let opath = dir.join(ofile);
+        if !opath.exists() {
+            eprintln!(
+                "sim: calibration run {ofile} ({} x {} s)",
+                a.runs, a.duration
+            );
+            let before = CpuSnapshot::take();
+            let r = run_offload(ow, osize, a)?;
+            let share = CpuSnapshot::take().share_since(&before, 2).unwrap_or(1.0);
+            shares.insert(ofile.to_string(), share);
+            std::fs::write(&opath, r.to_json())
+                .map_err(|e| format!("cannot write {}: {e}", opath.display()))?;
+        }
+        let report = read(&opath).and_then(|t| {
+            serde_json::from_str::<OffloadReport>(&t)
+                .map_err(|e| format!("{}: {e}", opath.display()))
+        })?;
+        offload.push(OffloadCalRun {
+            report,
+            share: shares.get(ofile).copied().unwrap_or(1.0),
+        });
     }
-    let report = read(&opath).and_then(|t| {
-        serde_json::from_str::<OffloadReport>(&t).map_err(|e| format!("{}: {e}", opath.display()))
-    })?;
-    let offload = OffloadCalRun {
-        report,
-        share: shares.get(ofile).copied().unwrap_or(1.0),
-    };
     let j = serde_json::to_string_pretty(&shares).expect("plain data") + "\n";
     std::fs::write(&shares_path, j)
         .map_err(|e| format!("cannot write {}: {e}", shares_path.display()))?;
@@ -116,7 +121,7 @@ fn cal_runs(a: &SimArgs, dir: &std::path::Path) -> Result<(Vec<CalRun>, OffloadC
 
 /// `--fresh`: the calibration runs in two passes, one before and one after the validation
 /// runs (`dir`-1, `dir`-2), fitted to both together ([`merge_cal_runs`]).
-fn fresh_pass(a: &SimArgs, pass: u32) -> Result<(Vec<CalRun>, OffloadCalRun), String> {
+fn fresh_pass(a: &SimArgs, pass: u32) -> Result<CalRuns, String> {
     let dir =
         std::env::temp_dir().join(format!("flowstack-sim-fresh-{}-{pass}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -394,7 +399,12 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
             .zip(&runs2)
             .map(|(x, y)| merge_cal_runs(x, y))
             .collect();
-        cal = match calibrate(profile, &runs, Some(&merge_offload_runs(&off1, &off2))) {
+        let off: Vec<OffloadCalRun> = off1
+            .iter()
+            .zip(&off2)
+            .map(|(x, y)| merge_offload_runs(x, y))
+            .collect();
+        cal = match calibrate(profile, &runs, &off) {
             Ok(c) => c,
             Err(e) => return fail(e),
         };
