@@ -120,8 +120,8 @@ pub struct HostCosts {
     /// copies between the applications' shared-memory areas and its engines' socket
     /// buffers (flowstackd: the transmit area into its per-socket queue and on into the
     /// send buffer; the receive buffer through its scratch into the receive area). A NIC
-    /// (`offload`) moves them by DMA: 0 there. Fitted to the daemon thread's CPU per write of
-    /// the offload stream calibration run.
+    /// (`offload`) moves them by DMA: 0 there. Fitted to the offload stream calibration run's
+    /// rate.
     #[serde(default)]
     pub daemon_per_byte_ns: f64,
     /// `daemon-wake` stream: how often the applications sleep, per 64 KiB moved.
