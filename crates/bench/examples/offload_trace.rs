@@ -130,7 +130,10 @@ fn main() {
         let t0 = ns(Instant::now());
         // crr as the bench runs it: the request posted behind the connect.
         let (c, sent) = if rr {
-            (*rc.get_or_insert_with(|| cli.connect_to(dst, T).unwrap()), 0)
+            (
+                *rc.get_or_insert_with(|| cli.connect_to(dst, T).unwrap()),
+                0,
+            )
         } else {
             cli.connect_send(dst, &data, T).unwrap()
         };

@@ -318,7 +318,11 @@ pub const OFFLOAD_STREAM_CAL: (&str, usize) = ("cal-stream-offload.json", 16384)
 /// The offload calibration runs, in the order they are made: (file, workload, size).
 pub const OFFLOAD_CALS: [(&str, BenchWorkload, usize); 2] = [
     (OFFLOAD_CAL.0, BenchWorkload::Rr, OFFLOAD_CAL.1),
-    (OFFLOAD_STREAM_CAL.0, BenchWorkload::Stream, OFFLOAD_STREAM_CAL.1),
+    (
+        OFFLOAD_STREAM_CAL.0,
+        BenchWorkload::Stream,
+        OFFLOAD_STREAM_CAL.1,
+    ),
 ];
 
 /// The scenario that stands for `bench <w> --peer offload`: one connection; the daemon

@@ -98,7 +98,7 @@ fn cal_runs(a: &SimArgs, dir: &std::path::Path) -> Result<CalRuns, String> {
                 a.runs, a.duration
             );
             let before = CpuSnapshot::take();
-            let r = run_offload(ow, osize, a)?;
+            let r = run_offload(ow, osize, a.duration, a.runs)?;
             let share = CpuSnapshot::take().share_since(&before, 2).unwrap_or(1.0);
             shares.insert(ofile.to_string(), share);
             std::fs::write(&opath, r.to_json())
@@ -135,19 +135,53 @@ fn fresh_pass(a: &SimArgs, pass: u32) -> Result<CalRuns, String> {
 }
 
 /// `bench <w> --peer offload` (the daemon against the kernel, same run) through the bench
-/// library.
+/// library, `runs` runs of `duration` s.
 fn run_offload(
     w: flowstack_prof::report::Workload,
     msg: usize,
-    a: &SimArgs,
+    duration: f64,
+    runs: usize,
 ) -> Result<flowstack_bench::offload::OffloadReport, String> {
     flowstack_bench::offload::run(&flowstack_bench::offload::OffloadSpec {
         workload: w,
         msg,
-        duration: a.duration,
-        runs: a.runs,
+        duration,
+        runs,
         daemon_cores: None,
     })
+}
+
+/// `bench <w> --peer offload` at the default size, `a.runs` times one run (each report
+/// is one run's, so the median response time and the applications' CPU get a range as the
+/// rate does), with the CPU share of both CPUs each run got: the runs' offload lines and
+/// the median share.
+fn offload_each_run(
+    w: Workload,
+    a: &SimArgs,
+) -> Result<(Vec<flowstack_sim::fit::OffloadPeer>, Option<f64>), String> {
+    let (mut peers, mut shares) = (vec![], vec![]);
+    for _ in 0..a.runs.max(1) {
+        let before = CpuSnapshot::take();
+        let r = run_offload(report_workload(w), validate::default_size(w), a.duration, 1)?;
+        if let Some(x) = CpuSnapshot::take().share_since(&before, 2) {
+            shares.push(x);
+        }
+        let r: OffloadReport = serde_json::from_str(&r.to_json()).map_err(|e| e.to_string())?;
+        peers.extend(r.offload().cloned());
+    }
+    Ok((peers, validate::median(&shares)))
+}
+
+/// Short runs of flowstack's, the kernel's and the daemon's rr whose results are discarded.
+fn warm_up(a: &SimArgs) {
+    eprintln!("sim: warm-up (0.3 s runs, discarded)");
+    let opts = RunOpts::default;
+    for peer in [Peer::Flowstack, Peer::Kernel] {
+        let mut spec = pipe_spec(a, report_workload(Workload::Rr), peer, opts(), Some(2));
+        (spec.duration, spec.runs) = (0.3, 1);
+        let _ = bench_with_share(&spec, 2, false);
+    }
+    let _ = run_offload(report_workload(Workload::Rr), 64, 0.3, 1);
 }
 
 fn loadavg() -> String {
@@ -351,6 +385,11 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
         Ok(f) => f,
         Err(e) => return fail(e),
     };
+    if first.is_none() {
+        // Without --fresh's first pass before them, the first runs would be the process's
+        // first (cold caches, page faults, the daemon's first start): a warm-up, discarded.
+        warm_up(a);
+    }
     // Measure every configuration first (with the CPU share each run got); predict after.
     let mut kernel_runs = vec![];
     for c in validate::cases() {
@@ -381,13 +420,7 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
             a.duration,
             a.runs
         );
-        let pw = report_workload(w);
-        let before = CpuSnapshot::take();
-        let measured = run_offload(pw, validate::default_size(w), a).and_then(|r| {
-            serde_json::from_str::<OffloadReport>(&r.to_json()).map_err(|e| e.to_string())
-        });
-        let share = CpuSnapshot::take().share_since(&before, 2);
-        offload_runs.push((w, measured, share));
+        offload_runs.push((w, offload_each_run(w, a)));
     }
     if let (Some(profile), Some((runs1, off1))) = (&profile, first) {
         let (runs2, off2) = match fresh_pass(a, 2) {
@@ -465,6 +498,11 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
                     min: s.min,
                     max: s.max,
                 };
+                let p50s: Vec<f64> = s
+                    .run_results
+                    .iter()
+                    .filter_map(|r| r.latency.map(|l| l.p50_us))
+                    .collect();
                 rows.extend(validate::rows_of(
                     &c,
                     &pred,
@@ -472,7 +510,7 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
                     share,
                     speed,
                     Some(m),
-                    s.latency.map(|l| l.p50_us),
+                    Measured::of(&p50s),
                 ));
             }
             Err(e) => {
@@ -484,7 +522,8 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
             }
         }
     }
-    for (w, measured, share) in offload_runs {
+    for (w, measured) in offload_runs {
+        let share = measured.as_ref().ok().and_then(|m| m.1);
         let idle = match validate::predict_offload(&cal, w, 1.0) {
             Ok(p) => p,
             Err(e) => return fail(e),
@@ -494,9 +533,9 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
             Err(e) => return fail(e),
         };
         match &measured {
-            Ok(r) => rows.extend(validate::offload_rows(w, &pred, &idle, share, r.offload())),
+            Ok((runs, _)) => rows.extend(validate::offload_rows(w, &pred, &idle, share, runs)),
             Err(e) => {
-                let mut rs = validate::offload_rows(w, &pred, &idle, share, None);
+                let mut rs = validate::offload_rows(w, &pred, &idle, share, &[]);
                 for r in &mut rs {
                     r.status = validate::Status::NotMeasured(format!("bench failed: {e}"));
                 }

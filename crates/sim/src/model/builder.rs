@@ -208,7 +208,11 @@ impl Builder<'_> {
         self.on(host, pio, Cat::Copy);
         if self.arch.engines_on_host {
             let e = self.p.engine;
-            self.on(e, bytes as f64 * self.cal.host.daemon_per_byte_ns, Cat::Copy);
+            self.on(
+                e,
+                bytes as f64 * self.cal.host.daemon_per_byte_ns,
+                Cat::Copy,
+            );
         }
         let b = &self.cal.bus;
         let bus = self.p.bus;
