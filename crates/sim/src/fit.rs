@@ -715,15 +715,7 @@ fn fit_offload(cal: &mut Calibration, o: &OffloadCalRun) -> Result<(), String> {
         // The wake-up's latency to the median response time (whole cores: a latency is
         // measured while the threads run; the wait behind other processes for the woken
         // application's core is part of it).
-        let x = bisect(-p.p50_us, 200_000.0, |x| {
-            let mut c = cal.clone();
-            // (0 would mean "cross_core_ns": a nanosecond is the least it can be.)
-            c.host.app_wake_ns = x.max(1.0);
-            simulate(&offload_scenario(w, size, 1.0), &c)
-                .map(|r| -r.p50_us)
-                .unwrap_or(f64::MIN)
-        });
-        cal.host.app_wake_ns = x.max(1.0);
+        cal.host.app_wake_ns = fit_app_wake(cal, size, p.p50_us);
         let x = bisect(p.per_sec, 20_000.0, |x| {
             let mut c = cal.clone();
             c.host.stack_op_ns = x;
@@ -764,6 +756,40 @@ fn fit_offload(cal: &mut Calibration, o: &OffloadCalRun) -> Result<(), String> {
         ),
     );
     Ok(())
+}
+
+/// `host.app_wake_ns` such that `bench rr --peer offload --msg-size <size>` has median
+/// response time `p50_us` on whole cores (a latency is measured while the threads run; the
+/// wait behind other processes for the woken application's core is part of it).
+fn fit_app_wake(cal: &Calibration, size: usize, p50_us: f64) -> f64 {
+    let x = bisect(-p50_us, 200_000.0, |x| {
+        let mut c = cal.clone();
+        // (0 would mean "cross_core_ns": a nanosecond is the least it can be.)
+        c.host.app_wake_ns = x.max(1.0);
+        simulate(&offload_scenario(Workload::Rr, size, 1.0), &c)
+            .map(|r| -r.p50_us)
+            .unwrap_or(f64::MIN)
+    });
+    x.max(1.0)
+}
+
+/// The daemon's wake-up latency and tail as a probe measured them beside an offload
+/// validation run: `bench rr --peer offload --msg-size 1024` (the offload rr calibration
+/// run's configuration, not a validated one) for a moment just before and after it, its
+/// median response time `p50_us` and rate `per_sec`. `host.app_wake_ns` is refitted to
+/// the median and `host.app_tail` is one over the rate over it — as the calibration does
+/// ([`calibrate`]), but at the load of the run's own minute: the wait of a woken
+/// application behind other processes moves with that load (the calibration passes'
+/// tail was 1.57–2.03 in three validations of 2026-11-27 03:52–04:00 UTC, the validated
+/// runs' 1.66–3.1, and the rates missed by −18..+141 %).
+pub fn offload_probe(cal: &Calibration, p50_us: f64, per_sec: f64) -> Result<Calibration, String> {
+    if !(p50_us > 0.0 && p50_us.is_finite() && per_sec > 0.0 && per_sec.is_finite()) {
+        return Err("an offload probe needs a positive median and rate".into());
+    }
+    let mut c = cal.clone();
+    c.host.app_tail = (1e6 / per_sec / p50_us).max(1.0);
+    c.host.app_wake_ns = fit_app_wake(&c, OFFLOAD_CAL.1, p50_us);
+    Ok(c)
 }
 
 /// The daemon's copies of a payload byte on each side (flowstackd: the transmit area into

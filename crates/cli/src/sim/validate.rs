@@ -155,22 +155,40 @@ fn run_offload(
 /// is one run's, so the median response time and the applications' CPU get a range as the
 /// rate does), with the CPU share of both CPUs each run got: the runs' offload lines and
 /// the median share.
-fn offload_each_run(
-    w: Workload,
-    a: &SimArgs,
-) -> Result<(Vec<flowstack_sim::fit::OffloadPeer>, Option<f64>), String> {
-    let (mut peers, mut shares) = (vec![], vec![]);
+fn offload_each_run(w: Workload, a: &SimArgs) -> Result<OffloadRuns, String> {
+    let (mut peers, mut shares, mut probes) = (vec![], vec![], vec![]);
+    let offload = |w: Workload, size: usize, secs: f64| {
+        let r = run_offload(report_workload(w), size, secs, 1)?;
+        let r: OffloadReport = serde_json::from_str(&r.to_json()).map_err(|e| e.to_string())?;
+        Ok::<_, String>(r.offload().cloned())
+    };
     for _ in 0..a.runs.max(1) {
+        // rr and crr: a probe just before and just after ([`flowstack_sim::fit::offload_probe`]).
+        let probe = || {
+            (w != Workload::Stream)
+                .then(|| offload(Workload::Rr, flowstack_sim::fit::OFFLOAD_CAL.1, PROBE_SECS))
+        };
+        probes.extend(probe().transpose()?.flatten());
         let before = CpuSnapshot::take();
-        let r = run_offload(report_workload(w), validate::default_size(w), a.duration, 1)?;
+        let r = offload(w, validate::default_size(w), a.duration)?;
         if let Some(x) = CpuSnapshot::take().share_since(&before, 2) {
             shares.push(x);
         }
-        let r: OffloadReport = serde_json::from_str(&r.to_json()).map_err(|e| e.to_string())?;
-        peers.extend(r.offload().cloned());
+        peers.extend(r);
+        probes.extend(probe().transpose()?.flatten());
     }
-    Ok((peers, validate::median(&shares)))
+    let probe = validate::median(&probes.iter().map(|p| p.p50_us).collect::<Vec<_>>())
+        .zip(validate::median(&probes.iter().map(|p| p.per_sec).collect::<Vec<_>>()));
+    Ok((peers, validate::median(&shares), probe))
 }
+
+/// An offload case's runs: each run's offload line, the median CPU share, and the probes'
+/// median response time and rate (rr and crr).
+type OffloadRuns = (
+    Vec<flowstack_sim::fit::OffloadPeer>,
+    Option<f64>,
+    Option<(f64, f64)>,
+);
 
 /// Short runs of flowstack's, the kernel's and the daemon's rr whose results are discarded.
 fn warm_up(a: &SimArgs) {
@@ -522,8 +540,25 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
             }
         }
     }
+    let mut probe_lines = vec![];
     for (w, measured) in offload_runs {
         let share = measured.as_ref().ok().and_then(|m| m.1);
+        // The daemon's wake-up and tail at this run's minute, from its probes.
+        let cal = match measured.as_ref().ok().and_then(|m| m.2) {
+            Some((p50, rate)) => match flowstack_sim::fit::offload_probe(&cal, p50, rate) {
+                Ok(c) => {
+                    probe_lines.push(format!(
+                        "  {}: probe p50 {p50:.1} us, {rate:.0}/s: host.app_wake_ns {:.0}, host.app_tail {:.2}",
+                        w.name(),
+                        c.host.app_wake_ns,
+                        c.host.tail()
+                    ));
+                    c
+                }
+                Err(e) => return fail(e),
+            },
+            None => cal.clone(),
+        };
         let idle = match validate::predict_offload(&cal, w, 1.0) {
             Ok(p) => p,
             Err(e) => return fail(e),
@@ -533,7 +568,7 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
             Err(e) => return fail(e),
         };
         match &measured {
-            Ok((runs, _)) => rows.extend(validate::offload_rows(w, &pred, &idle, share, runs)),
+            Ok((runs, ..)) => rows.extend(validate::offload_rows(w, &pred, &idle, share, runs)),
             Err(e) => {
                 let mut rs = validate::offload_rows(w, &pred, &idle, share, &[]);
                 for r in &mut rs {
@@ -549,6 +584,12 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
         println!("not measured: the kernel's other placements (--kernel-placement free draws each with equal probability per run):");
         for p in &placements {
             println!("{p}");
+        }
+    }
+    if !probe_lines.is_empty() {
+        println!("offload rr and crr predicted with the daemon's wake-up and tail from probes beside their runs (bench rr --peer offload --msg-size {} for {PROBE_SECS} s just before and after each; medians):", flowstack_sim::fit::OFFLOAD_CAL.1);
+        for l in &probe_lines {
+            println!("{l}");
         }
     }
     println!("machine load average (1, 5, 15 min): before {before}; after {after}");
