@@ -780,10 +780,13 @@ fn an_offload_probe_gives_the_wake_up_and_tail_of_its_minute() {
     let p50 = simulate(&offload_scenario(Workload::Rr, OFFLOAD_CAL.1, 1.0), &c)
         .unwrap()
         .p50_us;
-    assert!((p50 - 150.0).abs() / 150.0 < 0.05, "probe median 150 us, model {p50}");
+    assert!(
+        (p50 - 150.0).abs() / 150.0 < 0.05,
+        "probe median 150 us, model {p50}"
+    );
     assert!((c.host.tail() - 1e6 / 3000.0 / 150.0).abs() < 1e-9);
-    let rate = flowstack_sim::validate::offload_metric(&c, Workload::Rr, OFFLOAD_CAL.1, 1.0)
-        .unwrap();
+    let rate =
+        flowstack_sim::validate::offload_metric(&c, Workload::Rr, OFFLOAD_CAL.1, 1.0).unwrap();
     assert!(
         (rate - 3000.0).abs() / 3000.0 < 0.05,
         "the probe's own rate, predicted: {rate}"

@@ -177,8 +177,9 @@ fn offload_each_run(w: Workload, a: &SimArgs) -> Result<OffloadRuns, String> {
         peers.extend(r);
         probes.extend(probe().transpose()?.flatten());
     }
-    let probe = validate::median(&probes.iter().map(|p| p.p50_us).collect::<Vec<_>>())
-        .zip(validate::median(&probes.iter().map(|p| p.per_sec).collect::<Vec<_>>()));
+    let probe = validate::median(&probes.iter().map(|p| p.p50_us).collect::<Vec<_>>()).zip(
+        validate::median(&probes.iter().map(|p| p.per_sec).collect::<Vec<_>>()),
+    );
     Ok((peers, validate::median(&shares), probe))
 }
 
