@@ -7,7 +7,11 @@
 //! ```sh
 //! cargo run --release -p flowstack-bench --example offload_trace -- 1      # crr, 1 s
 //! cargo run --release -p flowstack-bench --example offload_trace -- 1 rr   # rr
+//! cargo run --release -p flowstack-bench --example offload_trace -- 1 stream [BYTES]
 //! ```
+//!
+//! `stream`: 64 KiB writes (or BYTES) one way; prints the sender's futex sleeps per write
+//! and the receiver's per 64 KiB read (`host.offload_stream` in `flowstack sim`).
 //!
 //! Prints medians in µs. Listens on 127.0.0.1:7123 of the daemon's own loopback (no kernel
 //! socket).
@@ -36,6 +40,13 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1.0);
     let rr = std::env::args().nth(2).as_deref() == Some("rr");
+    if std::env::args().nth(2).as_deref() == Some("stream") {
+        let msg = std::env::args()
+            .nth(3)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(65536);
+        return stream(secs, msg);
+    }
     let dir = std::env::temp_dir().join(format!("simfit-trace-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&dir);
     let d = Daemon::spawn(&DaemonConfig {
@@ -117,14 +128,18 @@ fn main() {
     while start.elapsed().as_secs_f64() < secs {
         let s0 = cli.sleeps();
         let t0 = ns(Instant::now());
-        let c = if rr {
-            *rc.get_or_insert_with(|| cli.connect_to(dst, T).unwrap())
+        // crr as the bench runs it: the request posted behind the connect.
+        let (c, sent) = if rr {
+            (
+                *rc.get_or_insert_with(|| cli.connect_to(dst, T).unwrap()),
+                0,
+            )
         } else {
-            cli.connect_to(dst, T).unwrap()
+            cli.connect_send(dst, &data, T).unwrap()
         };
         let _ = cli.tcp_set_nodelay(c, true);
         let t1 = ns(Instant::now());
-        cli.send_all(c, &data, T).unwrap();
+        cli.send_all(c, &data[sent..], T).unwrap();
         let mut got = 0;
         while got < 64 {
             got += cli.recv(c, &mut buf[got..], T).unwrap();
@@ -177,4 +192,59 @@ fn main() {
         println!("server: request in -> answer sent {:.1}; client start -> server has request {:.1}; answer sent -> client has it {:.1}",
             col(&|i| sv[i][2] - sv[i][1]), col(&|i| sv[i][1] - clog[i][0]), col(&|i| clog[i][2] - sv[i][2]));
     }
+}
+
+/// One-way stream: the sender's sleeps per write, the receiver's per 64 KiB.
+fn stream(secs: f64, msg: usize) {
+    let dir = std::env::temp_dir().join(format!("simfit-trace-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let d = Daemon::spawn(&DaemonConfig {
+        socket: dir.join("d.sock"),
+        cpu: Some(0),
+        ..DaemonConfig::default()
+    })
+    .unwrap();
+    let mut srv = Client::connect(&d.path).unwrap();
+    let mut cli = Client::connect(&d.path).unwrap();
+    srv.set_spin(Duration::ZERO);
+    cli.set_spin(Duration::ZERO);
+    let l = srv.tcp_listen(7124, 64).unwrap();
+    pin(1);
+    let server = std::thread::spawn(move || {
+        pin(1);
+        let c = srv.accept(l, T).unwrap();
+        let s0 = srv.sleeps();
+        let (mut bytes, mut reads) = (0u64, 0u64);
+        let mut buf = vec![0u8; 65536];
+        while let Ok(n @ 1..) = srv.recv(c, &mut buf, T) {
+            bytes += n as u64;
+            reads += 1;
+        }
+        let _ = srv.close(c, T);
+        (bytes, reads, srv.sleeps() - s0)
+    });
+    let c = cli
+        .connect_to(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7124), T)
+        .unwrap();
+    let data = vec![0x17u8; msg];
+    let s0 = cli.sleeps();
+    let start = Instant::now();
+    let mut writes = 0u64;
+    while start.elapsed().as_secs_f64() < secs {
+        cli.send_all(c, &data, T).unwrap();
+        writes += 1;
+    }
+    let el = start.elapsed().as_secs_f64();
+    let sleeps = cli.sleeps() - s0;
+    cli.tcp_shutdown(c).unwrap();
+    let (bytes, reads, rs) = server.join().unwrap();
+    let _ = cli.close(c, T);
+    let _ = d.stop();
+    println!(
+        "stream {msg} B writes: {writes} in {el:.2} s, {:.0} Mbit/s; sender sleeps per write {:.2}; receiver: {bytes} B in {reads} reads, sleeps per 64 KiB {:.2}, bytes per read {:.0}",
+        writes as f64 * msg as f64 * 8.0 / el / 1e6,
+        sleeps as f64 / writes.max(1) as f64,
+        rs as f64 / (bytes as f64 / 65536.0).max(1.0),
+        bytes as f64 / reads.max(1) as f64
+    );
 }

@@ -116,6 +116,56 @@ pub struct HostCosts {
     /// `daemon-wake` crr: which calls of a connection block and sleep.
     #[serde(default)]
     pub offload_crr_waits: CrrWaits,
+    /// A daemon's stack core (`daemon`, `daemon-wake`), per payload byte beyond TCP/IP: its
+    /// copies between the applications' shared-memory areas and its engines' socket
+    /// buffers (flowstackd: the transmit area into its per-socket queue and on into the
+    /// send buffer; the receive buffer through its scratch into the receive area). A NIC
+    /// (`offload`) moves them by DMA: 0 there. Fitted to the offload stream calibration run's
+    /// rate.
+    #[serde(default)]
+    pub daemon_per_byte_ns: f64,
+    /// `daemon-wake` stream: how often the applications sleep, per 64 KiB moved.
+    #[serde(default)]
+    pub offload_stream_waits: StreamWaits,
+    /// A daemon's send credit per connection, bytes: how far an application's writes may
+    /// run ahead of its stack core (flowstackd: `SOCK_SNDBUF`, 256 KiB). 0: no limit but the
+    /// stream's window.
+    #[serde(default = "daemon_credit")]
+    pub daemon_credit_bytes: f64,
+}
+
+/// flowstackd's send credit per connection (`flowstack_api::region::SOCK_SNDBUF`).
+pub fn daemon_credit() -> f64 {
+    262_144.0
+}
+
+/// How often the applications of an offload stream (`bench stream --peer offload`: one
+/// sender, one receiver, both on one core, the daemon's stack core on another) sleep on
+/// the futex, per 64 KiB of payload. A sender ahead of its stack core finds its credit
+/// used up and sleeps until the daemon returns some (it asked: `wants_writable`); a receiver
+/// ahead of it finds nothing to read. Which of the two waits depends on which side is
+/// faster, so the counts are measured (`cargo run --release -p flowstack-bench --example
+/// offload_trace -- 2 stream`), not derived. Each costs its application
+/// [`HostCosts::app_wait_ns`] of CPU, off the stream's path (the other writes in flight
+/// carry on meanwhile).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct StreamWaits {
+    /// The sender's sleeps per 64 KiB written.
+    pub sender: f64,
+    /// The receiver's sleeps per 64 KiB read.
+    pub receiver: f64,
+}
+
+impl Default for StreamWaits {
+    /// Measured 2026-11-27 03:28 UTC (load 5–6): 0.79 sleeps per 64 KiB write and 0.17 per
+    /// 16 KiB one (0.68 per 64 KiB) for the sender, 0.02–0.04 per 64 KiB for the receiver
+    /// (2.2 Gbit/s either way): the stack core is the slower side.
+    fn default() -> Self {
+        StreamWaits {
+            sender: 0.75,
+            receiver: 0.03,
+        }
+    }
 }
 
 impl HostCosts {
@@ -136,20 +186,22 @@ impl HostCosts {
 }
 
 /// Which calls of a crr connection sleep when flowstackd's applications wait on a futex
-/// (`bench crr --peer offload`: client `connect`, `send`, `recv`, `close`; server `accept`,
-/// `recv` until the request, `send`, `recv` of the FIN, `close`). Each one that sleeps costs
-/// its application [`HostCosts::app_wait_ns`] of CPU on the applications' core; one on the
-/// client's path (connect, request, answer, client close) also adds a wake-up's latency
+/// (`bench crr --peer offload`: client `connect_send` (the request posted behind the
+/// connect), `recv` of the answer, `close`; server `accept`, `recv` of the request, `send`,
+/// `recv` of the FIN, `close`). Each one that sleeps costs its application
+/// [`HostCosts::app_wait_ns`] of CPU on the applications' core; one on the client's path
+/// (connect, the request, the answer, the client's close) also adds a wake-up's latency
 /// ([`HostCosts::app_wake`]) to the connection's time. The server's accept is completed
 /// with the client's connect and its FIN and close while the client's close completes, so
 /// their wake-ups run beside the client's (off its path; their CPU still competes for the
 /// core both applications share).
 ///
-/// Measured 2026-11-27 00:29 UTC (`cargo run --release -p flowstack-bench --example
-/// offload_trace`, the futex sleeps per connection): the client sleeps 3.0 times (connect,
-/// answer, close), the server 4.0 (accept, request, FIN, close) — every call here. A daemon
-/// that answers a call without a sleep (fewer waits per connection) is this with the flag
-/// off.
+/// Measured 2026-11-27 03:29 UTC (`cargo run --release -p flowstack-bench --example
+/// offload_trace -- 2`, the futex sleeps per connection, load 3.5): the client sleeps 2.0
+/// times (connect, answer; its close does not wait), the server 1.0: the accept's
+/// completion carries the request, and the FIN arrives in the same batch as the next
+/// connection's accept (asked ahead), so one wake-up serves both — counted as the accept's.
+/// Before the daemon's short-connection changes (issue 15) all seven calls slept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CrrWaits {
     /// The client's connect waits for its completion (on the path).
@@ -172,6 +224,21 @@ pub struct CrrWaits {
 
 impl Default for CrrWaits {
     fn default() -> Self {
+        CrrWaits {
+            connect: true,
+            accept: true,
+            request: false,
+            answer: true,
+            fin: false,
+            server_close: false,
+            client_close: false,
+        }
+    }
+}
+
+impl CrrWaits {
+    /// Every call sleeps (flowstackd before issue 15's short-connection changes).
+    pub fn all() -> Self {
         CrrWaits {
             connect: true,
             accept: true,

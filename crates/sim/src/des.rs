@@ -195,6 +195,10 @@ pub struct ResTally {
     /// Times a sleeping core ([`Des::sleeps`]) was woken.
     #[serde(default)]
     pub wakes: u64,
+    /// A core that sleeps ([`Des::sleeps`]): picoseconds it spun idle before work came or
+    /// it slept (CPU time of its thread, no work: not in `busy_ps`).
+    #[serde(default)]
+    pub idle_spin_ps: u64,
 }
 
 impl ResTally {
@@ -352,6 +356,7 @@ impl Des {
                 wait_ps: 0,
                 spin_ps: 0,
                 wakes: 0,
+                idle_spin_ps: 0,
             },
             queue: VecDeque::new(),
             running: None,
@@ -543,10 +548,14 @@ impl Des {
                 if self.res[r].running.is_none() {
                     // An idle core that spun out its spin sleeps: the job waits for it.
                     let res = &self.res[r];
+                    let idle = self.now.saturating_sub(res.idle_since);
                     let wake = match res.sleep {
-                        Some((spin, wake)) if self.now - res.idle_since >= spin => wake,
+                        Some((spin, wake)) if idle >= spin => wake,
                         _ => 0,
                     };
+                    if let Some((spin, _)) = res.sleep {
+                        self.res[r].t.idle_spin_ps += idle.min(spin);
+                    }
                     if wake > 0 {
                         self.res[r].t.wakes += 1;
                     }

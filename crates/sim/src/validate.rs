@@ -299,14 +299,16 @@ pub fn offload_share(w: Workload, share: f64) -> f64 {
     }
 }
 
-/// The rows of an offload case: its rate, the applications' CPU per request and (rr) the
-/// median response time.
+/// The rows of an offload case: its rate, the applications' CPU per request and (rr, crr)
+/// the median response time, each measured as the median (and range) of `runs` — one
+/// report per `bench --peer offload` run (so every row shows its own spread, not only the
+/// rate's).
 pub fn offload_rows(
     w: Workload,
     p: &Prediction,
     idle: &Prediction,
     share: Option<f64>,
-    m: Option<&OffloadPeer>,
+    runs: &[OffloadPeer],
 ) -> Vec<Row> {
     let config = format!(
         "{} {} B, offload daemon (1 core)",
@@ -314,43 +316,14 @@ pub fn offload_rows(
         default_size(w)
     );
     let command = format!("flowstack bench {} --peer offload", w.name());
-    let one = |x: f64| {
-        Some(Measured {
-            median: x,
-            min: x,
-            max: x,
-        })
+    let of =
+        |f: &dyn Fn(&OffloadPeer) -> f64| Measured::of(&runs.iter().map(f).collect::<Vec<_>>());
+    let (q, rate) = match w {
+        Workload::Stream => ("Mbit/s", of(&|m| m.gbit_s * 1000.0)),
+        Workload::Crr => ("conn/s", of(&|m| m.per_sec)),
+        _ => ("tx/s", of(&|m| m.per_sec)),
     };
-    let (q, measured) = match w {
-        Workload::Stream => ("Mbit/s", m.map(|m| m.gbit_s * 1000.0)),
-        Workload::Crr => ("conn/s", m.map(|m| m.per_sec)),
-        _ => ("tx/s", m.map(|m| m.per_sec)),
-    };
-    let range = m.map(|m| {
-        let scale = if w == Workload::Stream {
-            m.gbit_s * 1000.0 / m.per_sec.max(1e-9)
-        } else {
-            1.0
-        };
-        let lo = m.runs_per_sec.iter().copied().fold(f64::MAX, f64::min) * scale;
-        let hi = m.runs_per_sec.iter().copied().fold(0.0, f64::max) * scale;
-        Measured {
-            median: if w == Workload::Stream {
-                m.gbit_s * 1000.0
-            } else {
-                m.per_sec
-            },
-            min: if m.runs_per_sec.is_empty() { 0.0 } else { lo },
-            max: hi,
-        }
-    });
-    let mut first = row(
-        config.clone(),
-        command.clone(),
-        q,
-        p.metric,
-        measured.and(range),
-    );
+    let mut first = row(config.clone(), command.clone(), q, p.metric, rate);
     first.predicted_idle = Some(idle.metric);
     first.cpu_share = share;
     let mut v = vec![first];
@@ -360,7 +333,7 @@ pub fn offload_rows(
             command.clone(),
             "p50 us",
             p.p50_us,
-            m.and_then(|m| one(m.p50_us)),
+            of(&|m| m.p50_us),
         ));
     }
     v.push(row(
@@ -368,7 +341,7 @@ pub fn offload_rows(
         command,
         "app CPU us",
         p.host_us,
-        m.and_then(|m| one(m.app_cpu_us_per_req)),
+        of(&|m| m.app_cpu_us_per_req),
     ));
     v
 }
@@ -382,6 +355,29 @@ pub struct Measured {
     pub min: f64,
     /// Largest run.
     pub max: f64,
+}
+
+impl Measured {
+    /// The median and range of the runs' values (`None` without a finite one).
+    pub fn of(runs: &[f64]) -> Option<Measured> {
+        let v: Vec<f64> = runs.iter().copied().filter(|x| x.is_finite()).collect();
+        Some(Measured {
+            median: median(&v)?,
+            min: v.iter().copied().fold(f64::MAX, f64::min),
+            max: v.iter().copied().fold(f64::MIN, f64::max),
+        })
+    }
+
+    /// The runs' own spread: half their range over the median, percent.
+    pub fn spread_percent(&self) -> Option<f64> {
+        (self.median > 0.0 && self.max >= self.min)
+            .then(|| 50.0 * (self.max - self.min) / self.median)
+    }
+
+    /// Whether `x` lies within the runs' range.
+    pub fn covers(&self, x: f64) -> bool {
+        self.min <= x && x <= self.max
+    }
 }
 
 /// A row's verdict.
@@ -431,8 +427,10 @@ pub struct Row {
 /// The model's known limits, by the kind of row they affect: the reason printed beside a
 /// row that misses the band (never a correction of its prediction).
 pub fn known_limit(config: &str, quantity: &str) -> &'static str {
-    if config.contains("offload") {
-        "the daemon's applications sleep between calls on a core other processes share: a woken application waits for that core behind them; the median of that wait (host.app_wake_ns) and its tail (host.app_tail, mean over median) are the offload rr calibration runs' at their load, not this run's; offload stream's rate swings 1.3-2x between runs"
+    if config.contains("offload") && config.starts_with("stream") {
+        "the stream runs at the pace of the slower of the applications' core and the daemon's at the run's share, which /proc/stat gives for both CPUs together, not for each; the applications' sleeps per 64 KiB (host.offload_stream_waits) are measured on a quiet machine, and which side waits moves with the load on each core"
+    } else if config.contains("offload") {
+        "the daemon's applications sleep between calls on a core other processes share: a woken application waits for that core behind them; the median of that wait (host.app_wake_ns) and its tail (host.app_tail, mean over median) are the offload rr calibration runs' at their load, not this run's"
     } else if quantity == "p50 us" {
         "the response time is the drive loop's turns at the speed a probe run measured beside the runs (flowstack) or at the calibration's speed (kernel); this VM's vCPUs run flowstack's loop at ~1.0 or ~1.6 us per 64 B rr from one minute to the next, and a probe between runs can miss a switch"
     } else {
@@ -497,7 +495,7 @@ pub fn rows_of(
     share: Option<f64>,
     speed: Option<f64>,
     metric: Option<Measured>,
-    p50: Option<f64>,
+    p50: Option<Measured>,
 ) -> Vec<Row> {
     let config = format!(
         "{} {} B, --cores {}, {}",
@@ -516,17 +514,7 @@ pub fn rows_of(
     first.cpu_share = share;
     let mut v = vec![first];
     if c.workload == Workload::Rr {
-        v.push(row(
-            config,
-            c.command(),
-            "p50 us",
-            p.p50_us,
-            p50.map(|m| Measured {
-                median: m,
-                min: m,
-                max: m,
-            }),
-        ));
+        v.push(row(config, c.command(), "p50 us", p.p50_us, p50));
     }
     for r in &mut v {
         r.speed = speed;
@@ -549,7 +537,7 @@ pub fn table(rows: &[Row]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<37} {:>7} {:>10} {:>6} {:>5} {:>10} {:>10} {:>21} {:>8}  verdict",
+        "{:<37} {:>7} {:>10} {:>6} {:>5} {:>10} {:>10} {:>21} {:>6} {:>8}  verdict",
         "configuration",
         "unit",
         "idle pred",
@@ -558,25 +546,32 @@ pub fn table(rows: &[Row]) -> String {
         "predicted",
         "measured",
         "(min..max)",
+        "spread",
         "error"
     );
     for r in rows {
-        let (m, range, e) = match (&r.measured, r.error_percent) {
+        let (m, range, spread, e) = match (&r.measured, r.error_percent) {
             (Some(m), Some(e)) => (
                 num(m.median),
                 format!("({}..{})", num(m.min), num(m.max)),
+                m.spread_percent()
+                    .map(|x| format!("±{x:.0}%"))
+                    .unwrap_or_default(),
                 format!("{e:+.1}%"),
             ),
-            _ => ("-".into(), String::new(), "-".into()),
+            _ => ("-".into(), String::new(), String::new(), "-".into()),
         };
         let verdict = match &r.status {
             Status::Validated => "validated".to_string(),
+            Status::NotValidated if r.measured.is_some_and(|m| m.covers(r.predicted)) => {
+                "NOT validated (inside the runs' range)".to_string()
+            }
             Status::NotValidated => "NOT validated".to_string(),
             Status::NotMeasured(why) => format!("not validated: {why}"),
         };
         let _ = writeln!(
             s,
-            "{:<37} {:>7} {:>10} {:>6} {:>5} {:>10} {:>10} {:>21} {:>8}  {}",
+            "{:<37} {:>7} {:>10} {:>6} {:>5} {:>10} {:>10} {:>21} {:>6} {:>8}  {}",
             r.config,
             r.quantity,
             r.predicted_idle.map(num).unwrap_or_default(),
@@ -587,6 +582,7 @@ pub fn table(rows: &[Row]) -> String {
             num(r.predicted),
             m,
             range,
+            spread,
             e,
             verdict
         );
@@ -646,6 +642,27 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("0 of 2 rows"), "{t}");
+    }
+
+    #[test]
+    fn a_measurement_is_the_median_of_its_runs_with_their_spread() {
+        let m = Measured::of(&[110.0, 90.0, 100.0, f64::NAN]).unwrap();
+        assert_eq!((m.median, m.min, m.max), (100.0, 90.0, 110.0));
+        assert_eq!(m.spread_percent(), Some(10.0));
+        assert!(m.covers(95.0) && !m.covers(111.0));
+        assert!(Measured::of(&[]).is_none());
+        // A miss inside the runs' own range is still a miss, and says so.
+        let r = row(
+            "d".into(),
+            "".into(),
+            "tx/s",
+            130.0,
+            Measured::of(&[100.0, 140.0, 90.0]),
+        );
+        assert_eq!(r.status, Status::NotValidated);
+        let t = table(&[r]);
+        assert!(t.contains("NOT validated (inside the runs' range)"), "{t}");
+        assert!(t.contains("0 of 1 rows"), "{t}");
     }
 
     #[test]

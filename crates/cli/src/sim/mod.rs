@@ -68,7 +68,8 @@ pub struct SimArgs {
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
     /// Compare predictions with fresh bench runs (stream, rr, crr at --cores 1 and 2,
-    /// flowstack and kernel peers, and with --peer offload); ±25 % is validated.
+    /// flowstack and kernel peers, and with --peer offload); within ±25 % of the median of
+    /// the runs is validated, and each row shows the runs' range and spread.
     #[arg(long, conflicts_with_all = ["seed001", "calibrate"])]
     validate: bool,
     /// --validate: seconds per bench run.

@@ -7,7 +7,7 @@ use flowstack_bench::{BenchSpec, PeerSel, RunOpts};
 use flowstack_prof::report::{from_json, BenchLink, BenchReport, Peer, ProfileReport};
 use flowstack_sim::fit::{
     calibrate, merge_cal_runs, merge_offload_runs, CalRun, OffloadCalRun, OffloadReport,
-    CAL_CONFIGS, OFFLOAD_CAL,
+    CAL_CONFIGS, OFFLOAD_CALS,
 };
 use flowstack_sim::validate::{self, Measured, Row};
 use flowstack_sim::{Calibration, Clients, Workload};
@@ -43,12 +43,14 @@ fn fit_from_runs(
     dir: &std::path::Path,
 ) -> Result<Calibration, String> {
     let (runs, offload) = cal_runs(a, dir)?;
-    calibrate(profile, &runs, Some(&offload))
+    calibrate(profile, &runs, &offload)
 }
 
 /// The calibration runs in `dir`, each made now (with the CPU share it got) where `dir`
 /// lacks it.
-fn cal_runs(a: &SimArgs, dir: &std::path::Path) -> Result<(Vec<CalRun>, OffloadCalRun), String> {
+type CalRuns = (Vec<CalRun>, Vec<OffloadCalRun>);
+
+fn cal_runs(a: &SimArgs, dir: &std::path::Path) -> Result<CalRuns, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let shares_path = dir.join("shares.json");
     let mut shares: std::collections::BTreeMap<String, f64> = read(&shares_path)
@@ -87,27 +89,30 @@ fn cal_runs(a: &SimArgs, dir: &std::path::Path) -> Result<(Vec<CalRun>, OffloadC
             share,
         });
     }
-    let (ofile, osize) = OFFLOAD_CAL;
-    let opath = dir.join(ofile);
-    if !opath.exists() {
-        eprintln!(
-            "sim: calibration run {ofile} ({} x {} s)",
-            a.runs, a.duration
-        );
-        let before = CpuSnapshot::take();
-        let r = run_offload(flowstack_prof::report::Workload::Rr, osize, a)?;
-        let share = CpuSnapshot::take().share_since(&before, 2).unwrap_or(1.0);
-        shares.insert(ofile.to_string(), share);
-        std::fs::write(&opath, r.to_json())
-            .map_err(|e| format!("cannot write {}: {e}", opath.display()))?;
+    let mut offload = vec![];
+    for (ofile, ow, osize) in OFFLOAD_CALS {
+        let opath = dir.join(ofile);
+        if !opath.exists() {
+            eprintln!(
+                "sim: calibration run {ofile} ({} x {} s)",
+                a.runs, a.duration
+            );
+            let before = CpuSnapshot::take();
+            let r = run_offload(ow, osize, a.duration, a.runs)?;
+            let share = CpuSnapshot::take().share_since(&before, 2).unwrap_or(1.0);
+            shares.insert(ofile.to_string(), share);
+            std::fs::write(&opath, r.to_json())
+                .map_err(|e| format!("cannot write {}: {e}", opath.display()))?;
+        }
+        let report = read(&opath).and_then(|t| {
+            serde_json::from_str::<OffloadReport>(&t)
+                .map_err(|e| format!("{}: {e}", opath.display()))
+        })?;
+        offload.push(OffloadCalRun {
+            report,
+            share: shares.get(ofile).copied().unwrap_or(1.0),
+        });
     }
-    let report = read(&opath).and_then(|t| {
-        serde_json::from_str::<OffloadReport>(&t).map_err(|e| format!("{}: {e}", opath.display()))
-    })?;
-    let offload = OffloadCalRun {
-        report,
-        share: shares.get(ofile).copied().unwrap_or(1.0),
-    };
     let j = serde_json::to_string_pretty(&shares).expect("plain data") + "\n";
     std::fs::write(&shares_path, j)
         .map_err(|e| format!("cannot write {}: {e}", shares_path.display()))?;
@@ -116,7 +121,7 @@ fn cal_runs(a: &SimArgs, dir: &std::path::Path) -> Result<(Vec<CalRun>, OffloadC
 
 /// `--fresh`: the calibration runs in two passes, one before and one after the validation
 /// runs (`dir`-1, `dir`-2), fitted to both together ([`merge_cal_runs`]).
-fn fresh_pass(a: &SimArgs, pass: u32) -> Result<(Vec<CalRun>, OffloadCalRun), String> {
+fn fresh_pass(a: &SimArgs, pass: u32) -> Result<CalRuns, String> {
     let dir =
         std::env::temp_dir().join(format!("flowstack-sim-fresh-{}-{pass}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -130,19 +135,72 @@ fn fresh_pass(a: &SimArgs, pass: u32) -> Result<(Vec<CalRun>, OffloadCalRun), St
 }
 
 /// `bench <w> --peer offload` (the daemon against the kernel, same run) through the bench
-/// library.
+/// library, `runs` runs of `duration` s.
 fn run_offload(
     w: flowstack_prof::report::Workload,
     msg: usize,
-    a: &SimArgs,
+    duration: f64,
+    runs: usize,
 ) -> Result<flowstack_bench::offload::OffloadReport, String> {
     flowstack_bench::offload::run(&flowstack_bench::offload::OffloadSpec {
         workload: w,
         msg,
-        duration: a.duration,
-        runs: a.runs,
+        duration,
+        runs,
         daemon_cores: None,
     })
+}
+
+/// `bench <w> --peer offload` at the default size, `a.runs` times one run (each report
+/// is one run's, so the median response time and the applications' CPU get a range as the
+/// rate does), with the CPU share of both CPUs each run got: the runs' offload lines and
+/// the median share.
+fn offload_each_run(w: Workload, a: &SimArgs) -> Result<OffloadRuns, String> {
+    let (mut peers, mut shares, mut probes) = (vec![], vec![], vec![]);
+    let offload = |w: Workload, size: usize, secs: f64| {
+        let r = run_offload(report_workload(w), size, secs, 1)?;
+        let r: OffloadReport = serde_json::from_str(&r.to_json()).map_err(|e| e.to_string())?;
+        Ok::<_, String>(r.offload().cloned())
+    };
+    for _ in 0..a.runs.max(1) {
+        // rr and crr: a probe just before and just after ([`flowstack_sim::fit::offload_probe`]).
+        let probe = || {
+            (w != Workload::Stream)
+                .then(|| offload(Workload::Rr, flowstack_sim::fit::OFFLOAD_CAL.1, PROBE_SECS))
+        };
+        probes.extend(probe().transpose()?.flatten());
+        let before = CpuSnapshot::take();
+        let r = offload(w, validate::default_size(w), a.duration)?;
+        if let Some(x) = CpuSnapshot::take().share_since(&before, 2) {
+            shares.push(x);
+        }
+        peers.extend(r);
+        probes.extend(probe().transpose()?.flatten());
+    }
+    let probe = validate::median(&probes.iter().map(|p| p.p50_us).collect::<Vec<_>>()).zip(
+        validate::median(&probes.iter().map(|p| p.per_sec).collect::<Vec<_>>()),
+    );
+    Ok((peers, validate::median(&shares), probe))
+}
+
+/// An offload case's runs: each run's offload line, the median CPU share, and the probes'
+/// median response time and rate (rr and crr).
+type OffloadRuns = (
+    Vec<flowstack_sim::fit::OffloadPeer>,
+    Option<f64>,
+    Option<(f64, f64)>,
+);
+
+/// Short runs of flowstack's, the kernel's and the daemon's rr whose results are discarded.
+fn warm_up(a: &SimArgs) {
+    eprintln!("sim: warm-up (0.3 s runs, discarded)");
+    let opts = RunOpts::default;
+    for peer in [Peer::Flowstack, Peer::Kernel] {
+        let mut spec = pipe_spec(a, report_workload(Workload::Rr), peer, opts(), Some(2));
+        (spec.duration, spec.runs) = (0.3, 1);
+        let _ = bench_with_share(&spec, 2, false);
+    }
+    let _ = run_offload(report_workload(Workload::Rr), 64, 0.3, 1);
 }
 
 fn loadavg() -> String {
@@ -346,6 +404,11 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
         Ok(f) => f,
         Err(e) => return fail(e),
     };
+    if first.is_none() {
+        // Without --fresh's first pass before them, the first runs would be the process's
+        // first (cold caches, page faults, the daemon's first start): a warm-up, discarded.
+        warm_up(a);
+    }
     // Measure every configuration first (with the CPU share each run got); predict after.
     let mut kernel_runs = vec![];
     for c in validate::cases() {
@@ -376,13 +439,7 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
             a.duration,
             a.runs
         );
-        let pw = report_workload(w);
-        let before = CpuSnapshot::take();
-        let measured = run_offload(pw, validate::default_size(w), a).and_then(|r| {
-            serde_json::from_str::<OffloadReport>(&r.to_json()).map_err(|e| e.to_string())
-        });
-        let share = CpuSnapshot::take().share_since(&before, 2);
-        offload_runs.push((w, measured, share));
+        offload_runs.push((w, offload_each_run(w, a)));
     }
     if let (Some(profile), Some((runs1, off1))) = (&profile, first) {
         let (runs2, off2) = match fresh_pass(a, 2) {
@@ -394,7 +451,12 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
             .zip(&runs2)
             .map(|(x, y)| merge_cal_runs(x, y))
             .collect();
-        cal = match calibrate(profile, &runs, Some(&merge_offload_runs(&off1, &off2))) {
+        let off: Vec<OffloadCalRun> = off1
+            .iter()
+            .zip(&off2)
+            .map(|(x, y)| merge_offload_runs(x, y))
+            .collect();
+        cal = match calibrate(profile, &runs, &off) {
             Ok(c) => c,
             Err(e) => return fail(e),
         };
@@ -455,6 +517,11 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
                     min: s.min,
                     max: s.max,
                 };
+                let p50s: Vec<f64> = s
+                    .run_results
+                    .iter()
+                    .filter_map(|r| r.latency.map(|l| l.p50_us))
+                    .collect();
                 rows.extend(validate::rows_of(
                     &c,
                     &pred,
@@ -462,7 +529,7 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
                     share,
                     speed,
                     Some(m),
-                    s.latency.map(|l| l.p50_us),
+                    Measured::of(&p50s),
                 ));
             }
             Err(e) => {
@@ -474,7 +541,25 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
             }
         }
     }
-    for (w, measured, share) in offload_runs {
+    let mut probe_lines = vec![];
+    for (w, measured) in offload_runs {
+        let share = measured.as_ref().ok().and_then(|m| m.1);
+        // The daemon's wake-up and tail at this run's minute, from its probes.
+        let cal = match measured.as_ref().ok().and_then(|m| m.2) {
+            Some((p50, rate)) => match flowstack_sim::fit::offload_probe(&cal, p50, rate) {
+                Ok(c) => {
+                    probe_lines.push(format!(
+                        "  {}: probe p50 {p50:.1} us, {rate:.0}/s: host.app_wake_ns {:.0}, host.app_tail {:.2}",
+                        w.name(),
+                        c.host.app_wake_ns,
+                        c.host.tail()
+                    ));
+                    c
+                }
+                Err(e) => return fail(e),
+            },
+            None => cal.clone(),
+        };
         let idle = match validate::predict_offload(&cal, w, 1.0) {
             Ok(p) => p,
             Err(e) => return fail(e),
@@ -484,9 +569,9 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
             Err(e) => return fail(e),
         };
         match &measured {
-            Ok(r) => rows.extend(validate::offload_rows(w, &pred, &idle, share, r.offload())),
+            Ok((runs, ..)) => rows.extend(validate::offload_rows(w, &pred, &idle, share, runs)),
             Err(e) => {
-                let mut rs = validate::offload_rows(w, &pred, &idle, share, None);
+                let mut rs = validate::offload_rows(w, &pred, &idle, share, &[]);
                 for r in &mut rs {
                     r.status = validate::Status::NotMeasured(format!("bench failed: {e}"));
                 }
@@ -500,6 +585,12 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
         println!("not measured: the kernel's other placements (--kernel-placement free draws each with equal probability per run):");
         for p in &placements {
             println!("{p}");
+        }
+    }
+    if !probe_lines.is_empty() {
+        println!("offload rr and crr predicted with the daemon's wake-up and tail from probes beside their runs (bench rr --peer offload --msg-size {} for {PROBE_SECS} s just before and after each; medians):", flowstack_sim::fit::OFFLOAD_CAL.1);
+        for l in &probe_lines {
+            println!("{l}");
         }
     }
     println!("machine load average (1, 5, 15 min): before {before}; after {after}");

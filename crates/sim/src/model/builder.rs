@@ -196,13 +196,24 @@ impl Builder<'_> {
         }
     }
 
-    /// Moves `bytes` over the bus between a host core and a stack core.
+    /// Moves `bytes` over the bus between a host core and a stack core: the host's copy
+    /// (or programmed I/O) and, on a daemon's stack core, its own copies between the
+    /// shared-memory area and its socket buffers (`host.daemon_per_byte_ns`; a NIC's DMA
+    /// costs its core nothing).
     pub(super) fn bus(&mut self, side: Side, bytes: usize) {
         self.who = side;
         let b = &self.cal.bus;
         let host = self.app(side);
         let pio = bytes as f64 * b.host_per_byte_ns;
         self.on(host, pio, Cat::Copy);
+        if self.arch.engines_on_host {
+            let e = self.p.engine;
+            self.on(
+                e,
+                bytes as f64 * self.cal.host.daemon_per_byte_ns,
+                Cat::Copy,
+            );
+        }
         let b = &self.cal.bus;
         let bus = self.p.bus;
         self.on(bus, bytes as f64 * 8.0 / b.gbps, Cat::Wire);

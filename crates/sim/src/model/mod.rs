@@ -172,6 +172,12 @@ pub struct Outcome {
     pub host_us_by_cat: Vec<(String, f64)>,
     /// Stack cores busy, share (offload; 0 otherwise).
     pub engine_util: f64,
+    /// Stack cores' CPU per transaction, µs: their work and, for a daemon's cores that
+    /// sleep ([`HostCosts::engine_spin_ns`](crate::calib::HostCosts::engine_spin_ns)), the
+    /// spin before they found work or slept — the daemon thread's CPU time, as `bench
+    /// --peer offload` measures it (`stack_cpu_us_per_req`).
+    #[serde(default)]
+    pub stack_cpu_us_per_txn: f64,
     /// Link busy, share.
     pub link_util: f64,
     /// Simulated seconds.
@@ -367,6 +373,7 @@ fn outcome(sc: &Scenario, t: &Tally, hosts: &[usize], engines: &[usize]) -> Outc
         by_cat.push(("lock spin".to_string(), spin as f64 / 1e6 / n));
     }
     let engine_busy: u64 = engines.iter().map(|&e| t.resources[e].busy()).sum();
+    let engine_spin: u64 = engines.iter().map(|&e| t.resources[e].idle_spin_ps).sum();
     let link_busy: u64 = t
         .resources
         .iter()
@@ -392,6 +399,7 @@ fn outcome(sc: &Scenario, t: &Tally, hosts: &[usize], engines: &[usize]) -> Outc
         } else {
             engine_busy as f64 / (t.end_ps.max(1) as f64 * engines.len() as f64)
         },
+        stack_cpu_us_per_txn: (engine_busy + engine_spin) as f64 / 1e6 / n,
         link_util: link_busy as f64 / t.end_ps.max(1) as f64,
         sim_secs: secs,
         completed: t.completed,

@@ -87,14 +87,17 @@ pub(super) fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
             if c_copy {
                 b.on(a, s as f64 * h.copy_per_byte_ns, Cat::Copy);
             }
+            // Per 64 KiB moved: the applications' sleeps on a daemon (`daemon-wake`).
+            let per_64k = s as f64 / 65536.0;
+            let sleeps = h.offload_stream_waits;
             if b.p.engine.is_some() && !b.remote {
                 b.bus(Side::Client, s);
-                // A sleeping sender ahead of its stack core finds the transmit area full and
+                // A sleeping sender ahead of its stack core finds its credit used up and
                 // waits for send space: flowstackd wakes it for credit only when it said it
-                // waits (`wants_writable`; credit for a reader is published quietly). Once
-                // per write is the least it can be (a partial write may wait again).
+                // waits (`wants_writable`; credit for a reader is published quietly). How
+                // often is measured (`host.offload_stream_waits`).
                 if b.arch.handoff == Handoff::Futex {
-                    b.detach(a, frac * h.app_wait_ns, Cat::Wakeup);
+                    b.detach(a, per_64k * sleeps.sender * h.app_wait_ns, Cat::Wakeup);
                 }
             }
             let txs = b.tx_stack(Side::Client);
@@ -129,7 +132,11 @@ pub(super) fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
             match b.arch.handoff {
                 Handoff::Poll => b.on(srv, frac * h.poll_turn_ns, Cat::Poll),
                 Handoff::Wakeup => b.on(srv, frac * h.wakeup_ns, Cat::Wakeup),
-                Handoff::Futex => b.detach(srv, frac * h.app_wait_ns, Cat::Wakeup),
+                // A reader that finds nothing sleeps until the daemon writes more (it
+                // reads whatever has arrived, up to its 64 KiB buffer).
+                Handoff::Futex => {
+                    b.detach(srv, per_64k * sleeps.receiver * h.app_wait_ns, Cat::Wakeup)
+                }
             }
             let api = match b.arch.api {
                 Api::Syscall => h.syscall_ns,
