@@ -123,10 +123,7 @@ impl Sockets for Client {
         self.pump();
         let s = self.sock_mut(h)?;
         if !s.rx.is_empty() {
-            let n = buf.len().min(s.rx.len());
-            for (d, b) in buf.iter_mut().zip(s.rx.drain(..n)) {
-                *d = b;
-            }
+            let n = take_front(&mut s.rx, buf);
             s.unreported += n as u64;
             self.report_consumed(raw, false);
             return Ok(n);

@@ -13,38 +13,46 @@
 //! the sender's own engine). The per-frame path reads one atomic byte and copies the frame
 //! once into the ring; no lock, no allocation.
 use crate::ports::PortTable;
-use flowstack_link::{Device, DeviceCaps, RxMeta, TxBatch};
+use flowstack_link::{Device, DeviceCaps, FrameQueue, PartsSink, RxMeta, TxBatch};
 use flowstack_runtime::xring::{Doorbell, MeshPort};
 use flowstack_runtime::{AddrSpec, SteerCounters, Steered};
 use flowstack_stack::{Engine, EngineConfig, IfaceConfig, SocketError, TcpHandle};
 use flowstack_wire::{ChecksumCaps, EthernetAddress, Instant, Ipv4Address, Ipv4Cidr};
-use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 /// A device whose transmitted frames are received back (a loopback interface).
-#[derive(Debug, Default)]
+///
+/// It gathers ([`Device::can_gather`]) as the in-process pipe does: the engine's own frames
+/// are taken, not copied ([`Device::send_batch_take`]), and a frame whose payload is a
+/// zero-copy send's memory (`send_file`'s chunks) comes back as headers plus that memory,
+/// which the receiving connection copies once into its receive buffer
+/// ([`Device::recv_batch_parts`]); the memory stays referenced until then.
+#[derive(Debug)]
 pub struct LoopbackDevice {
-    frames: VecDeque<Vec<u8>>,
-    pool: Vec<Vec<u8>>,
+    frames: FrameQueue,
+    /// Where a gathered frame is flattened for a whole-frame receiver.
+    flat: Vec<u8>,
 }
 
 /// Frames a loopback device holds at most (more are dropped, as a full ring would).
 pub const LOOPBACK_CAPACITY: usize = 4096;
 
+impl Default for LoopbackDevice {
+    fn default() -> Self {
+        Self {
+            frames: FrameQueue::new(LOOPBACK_CAPACITY),
+            flat: Vec::new(),
+        }
+    }
+}
+
 impl LoopbackDevice {
-    /// Queues one frame to come back; false if the device is full (dropped).
+    /// Queues a copy of one whole frame to come back; false if the device is full (dropped).
     #[inline]
     fn send_one(&mut self, f: &[u8]) -> bool {
-        if self.frames.len() >= LOOPBACK_CAPACITY {
-            return false;
-        }
-        let mut b = self.pool.pop().unwrap_or_default();
-        b.clear();
-        b.extend_from_slice(f);
-        self.frames.push_back(b);
-        true
+        self.frames.push_copy(f, None)
     }
 }
 
@@ -53,19 +61,26 @@ impl Device for LoopbackDevice {
         LINK_CAPS
     }
     fn recv_batch(&mut self, _now: Instant, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
-        let mut n = 0;
-        while n < budget {
-            let Some(f) = self.frames.pop_front() else {
-                break;
-            };
-            sink(&f);
-            self.pool.push(f);
-            n += 1;
-        }
-        n
+        let (q, flat) = (&mut self.frames, &mut self.flat);
+        (0..budget).take_while(|_| q.pop_whole(flat, sink)).count()
+    }
+    fn recv_batch_parts(&mut self, _now: Instant, budget: usize, sink: &mut PartsSink) -> usize {
+        let q = &mut self.frames;
+        (0..budget).take_while(|_| q.pop_parts(sink)).count()
+    }
+    fn can_gather(&self) -> bool {
+        true
     }
     fn send_batch(&mut self, _now: Instant, batch: &TxBatch) -> usize {
-        batch.iter().map(|f| self.send_one(f) as usize).sum()
+        let q = &mut self.frames;
+        batch
+            .iter_parts()
+            .filter(|(f, tail)| q.push_copy(f, *tail))
+            .count()
+    }
+    fn send_batch_take(&mut self, _now: Instant, batch: &mut TxBatch) -> usize {
+        let q = &mut self.frames;
+        (0..batch.len()).filter(|&i| q.push_taken(batch, i)).count()
     }
     fn rx_pending(&self, _now: Instant) -> bool {
         !self.frames.is_empty()
@@ -214,8 +229,25 @@ impl Device for LoDev {
     #[inline]
     fn send_batch_take(&mut self, now: Instant, batch: &mut TxBatch) -> usize {
         match self {
+            LoDev::Local(d) => d.send_batch_take(now, batch),
+            LoDev::Routed(d) => d.send_batch(now, batch),
             LoDev::Link(d) => d.dev_mut().send_batch_take(now, batch),
-            _ => self.send_batch(now, batch),
+        }
+    }
+    #[inline]
+    fn recv_batch_parts(&mut self, now: Instant, budget: usize, sink: &mut PartsSink) -> usize {
+        match self {
+            LoDev::Local(d) => d.recv_batch_parts(now, budget, sink),
+            LoDev::Routed(d) => d.recv_batch_parts(now, budget, sink),
+            LoDev::Link(d) => d.dev_mut().recv_batch_parts(now, budget, sink),
+        }
+    }
+    fn can_gather(&self) -> bool {
+        match self {
+            // Frames between engines cross the mesh rings whole.
+            LoDev::Local(d) => d.can_gather(),
+            LoDev::Routed(_) => false,
+            LoDev::Link(d) => d.dev().can_gather(),
         }
     }
     fn poll_at(&self) -> Option<Instant> {

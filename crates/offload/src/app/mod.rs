@@ -71,8 +71,6 @@ pub(crate) use snapshot::snapshot;
 
 /// Commands taken from one application per loop turn (fairness between applications).
 const CMD_BUDGET: usize = 256;
-/// Bytes moved from the engine per read.
-const RX_CHUNK: usize = 64 * 1024;
 /// Ephemeral ports the daemon gives to `bind(0)` and `listen` without `bind` (as Linux's
 /// `ip_local_port_range` default).
 pub const EPHEMERAL: std::ops::RangeInclusive<u16> = 32768..=60999;
@@ -100,6 +98,9 @@ pub(crate) struct Conn {
     /// Bytes the engine took while the connect was in flight; their credit is told with
     /// the open (see `service`).
     early_credit: u64,
+    /// Bytes a `TcpSend` gave the engine directly (nothing was queued here before them):
+    /// their credit is told by the connection's next turn, as for queued bytes.
+    direct_taken: u64,
 }
 
 impl Conn {
@@ -116,6 +117,7 @@ impl Conn {
             shutdown_pending: false,
             file_want: None,
             early_credit: 0,
+            direct_taken: 0,
         }
     }
 }
@@ -270,7 +272,6 @@ pub(crate) struct Shared {
     by_ident: HashMap<(u64, u64), u32>,
     /// TCP ports bound, listening or accepted on, daemon-wide.
     pub ports: Arc<PortTable>,
-    scratch: Vec<u8>,
     /// Events of one connection's turn (reused: no allocation per turn once warm).
     evs: Vec<EventRecord>,
     pub counters: DaemonCounters,
@@ -292,7 +293,6 @@ impl Shared {
             next_gid: 1,
             by_ident: HashMap::new(),
             ports,
-            scratch: vec![0; RX_CHUNK],
             evs: Vec::new(),
             counters: DaemonCounters::default(),
             ph_actions: Vec::new(),
@@ -665,7 +665,16 @@ impl App {
                 let r = match gid.map(|g| sh.socks.get_mut(&g).map(|g| &mut g.kind)) {
                     Ok(Some(Kind::Conn(c))) if c.closed_told => Err(SocketError::BrokenPipe),
                     Ok(Some(Kind::Conn(c))) => {
-                        c.pending_tx.extend(&buf);
+                        // Nothing queued before them: straight into the engine's send
+                        // buffer (its credit is told by the connection's next turn), the
+                        // rest queued here.
+                        let mut from = 0;
+                        if c.pending_tx.is_empty() && !self.mem_limited {
+                            let e = &mut sh.lo.engines[c.eng];
+                            from = e.tcp_send(c.h, &buf).unwrap_or(0);
+                            c.direct_taken += from as u64;
+                        }
+                        c.pending_tx.extend(&buf[from..]);
                         if c.pending_tx.len() as u64 > 4 * SOCK_SNDBUF {
                             // Overran its send buffer fourfold: not our client library.
                             let _ = sh.lo.engines[c.eng].tcp_abort(c.h);

@@ -20,7 +20,6 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
     let Shared {
         lo,
         socks,
-        scratch,
         ph_actions,
         ..
     } = sh;
@@ -44,7 +43,7 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
                 }
             }
             Kind::Conn(c) if g.closing => {
-                let out = service_conn(lo, scratch, 0, c, &mut Vec::new(), None);
+                let out = service_conn(lo, 0, c, &mut Vec::new(), None);
                 busy |= out.busy;
                 let e = &mut lo.engines[c.eng];
                 if c.pending_tx.is_empty() || e.tcp_error(c.h).is_some() {
@@ -60,9 +59,9 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
                 let out = match holder {
                     Some((i, handle)) => {
                         let a = &mut apps[i];
-                        service_conn(lo, scratch, handle, c, &mut evs, Some(&mut *a))
+                        service_conn(lo, handle, c, &mut evs, Some(&mut *a))
                     }
-                    None => service_conn(lo, scratch, 0, c, &mut evs, None),
+                    None => service_conn(lo, 0, c, &mut evs, None),
                 };
                 busy |= out.busy;
                 if let Some((i, _)) = holder {
@@ -136,7 +135,6 @@ pub(super) fn first_data(sh: &mut Shared, a: &mut App, h: u32) {
     let Shared {
         lo,
         socks,
-        scratch,
         evs,
         ph_actions,
         ..
@@ -148,7 +146,7 @@ pub(super) fn first_data(sh: &mut Shared, a: &mut App, h: u32) {
         return;
     };
     evs.clear();
-    let out = service_conn(lo, scratch, h, c, evs, Some(&mut *a));
+    let out = service_conn(lo, h, c, evs, Some(&mut *a));
     for e in evs.drain(..) {
         a.post(e);
     }
@@ -222,7 +220,6 @@ struct ConnOut {
 /// out, received bytes wait in the engine).
 fn service_conn(
     lo: &mut Loopback,
-    scratch: &mut [u8],
     handle: u32,
     c: &mut Conn,
     evs: &mut Vec<EventRecord>,
@@ -278,16 +275,17 @@ fn service_conn(
     // behind) the handshake's last ACK rather than a turn later. Their credit waits for the
     // open (an application must not see a connecting socket as writable).
     let stalled = app.as_ref().is_some_and(|a| a.mem_limited);
+    let mut taken = std::mem::take(&mut c.direct_taken);
     if !c.pending_tx.is_empty() && !stalled {
-        let taken = push_pending(e, c);
-        if taken > 0 {
-            out.busy = true;
-            if c.open_told {
-                out.writable = true;
-                evs.push(writable(handle, taken));
-            } else {
-                c.early_credit += taken;
-            }
+        taken += push_pending(e, c);
+    }
+    if taken > 0 {
+        out.busy = true;
+        if c.open_told {
+            out.writable = true;
+            evs.push(writable(handle, taken));
+        } else {
+            c.early_credit += taken;
         }
     }
     // A file send that found no room: writable once the send buffer takes its next chunk.
@@ -314,12 +312,21 @@ fn service_conn(
             .saturating_sub(c.outstanding)
             .min(area_free)
             .min(to_end);
-        let chunk = (room as usize).min(scratch.len());
-        if chunk == 0 {
+        if room == 0 {
             break;
         }
-        match e.tcp_recv(c.h, &mut scratch[..chunk]) {
-            Ok(0) => {
+        // Straight from the engine's receive ring into the application's area (one copy; the
+        // bytes are consumed only once written).
+        let n = match e.tcp_peek(c.h, room as usize) {
+            Ok((a, b)) if !a.is_empty() => {
+                let at = LAYOUT.rx_off + pos as usize;
+                let _ = app.region.write_at(at, a);
+                if !b.is_empty() {
+                    let _ = app.region.write_at(at + a.len(), b);
+                }
+                a.len() + b.len()
+            }
+            Ok(_) if e.tcp_at_eof(c.h) => {
                 evs.push(EventRecord {
                     kind: EventKind::Closed,
                     id: 0,
@@ -333,25 +340,21 @@ fn service_conn(
                 out.readable = true;
                 return out;
             }
-            Ok(n) => {
-                let _ = app
-                    .region
-                    .write_at(LAYOUT.rx_off + pos as usize, &scratch[..n]);
-                app.rx_head += n as u64;
-                c.outstanding += n as u64;
-                evs.push(EventRecord {
-                    kind: EventKind::Data,
-                    id: 0,
-                    handle,
-                    result: n as i64,
-                    offset: pos,
-                    len: n as u64,
-                });
-                out.busy = true;
-                out.readable = true;
-            }
-            Err(_) => break,
-        }
+            Ok(_) | Err(_) => break,
+        };
+        let _ = e.tcp_consume(c.h, n);
+        app.rx_head += n as u64;
+        c.outstanding += n as u64;
+        evs.push(EventRecord {
+            kind: EventKind::Data,
+            id: 0,
+            handle,
+            result: n as i64,
+            offset: pos,
+            len: n as u64,
+        });
+        out.busy = true;
+        out.readable = true;
     }
     out
 }
