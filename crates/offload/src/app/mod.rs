@@ -654,10 +654,13 @@ impl App {
                     return;
                 };
                 self.tx_freed += len as u64;
-                let mut buf = std::mem::take(&mut self.tx_scratch);
-                buf.clear();
-                buf.resize(len, 0);
-                let _ = self.region.read_at(LAYOUT.tx_off + off, &mut buf);
+                let mut scratch = std::mem::take(&mut self.tx_scratch);
+                if scratch.len() < len {
+                    // Grown once, never cleared: every byte used is read over first.
+                    scratch.resize(len, 0);
+                }
+                let buf = &mut scratch[..len];
+                let _ = self.region.read_at(LAYOUT.tx_off + off, buf);
                 if let Some(a) = self.region.atomic_u64(at::TX_FREED) {
                     a.store(self.tx_freed, Ordering::Release);
                 }
@@ -671,7 +674,7 @@ impl App {
                         let mut from = 0;
                         if c.pending_tx.is_empty() && !self.mem_limited {
                             let e = &mut sh.lo.engines[c.eng];
-                            from = e.tcp_send(c.h, &buf).unwrap_or(0);
+                            from = e.tcp_send(c.h, buf).unwrap_or(0);
                             c.direct_taken += from as u64;
                         }
                         c.pending_tx.extend(&buf[from..]);
@@ -688,7 +691,7 @@ impl App {
                     Ok(Some(_)) => Err(SocketError::NotConnected),
                     _ => Err(SocketError::InvalidHandle),
                 };
-                self.tx_scratch = buf;
+                self.tx_scratch = scratch;
                 self.complete(id, mode, handle, r);
             }
             Command::TcpConsume { handle, len } => {
