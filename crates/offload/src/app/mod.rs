@@ -101,6 +101,21 @@ pub(crate) struct Conn {
     /// Bytes a `TcpSend` gave the engine directly (nothing was queued here before them):
     /// their credit is told by the connection's next turn, as for queued bytes.
     direct_taken: u64,
+    /// Bytes the application posted whose credit was not told yet: what its client counts
+    /// as unflushed (see [`credit_wakes`]).
+    uncredited: u64,
+}
+
+/// Whether returning send credit that takes a connection's uncredited bytes from `before`
+/// to `after` wakes an application waiting for send space: only when they fall to half the
+/// send buffer or below, or to zero — not at every turn that returns a little (hysteresis,
+/// as the kernel's `sk_stream_write_space` waits for a third of the buffer). The client
+/// waits for space only with a full send buffer (`SOCK_SNDBUF` unflushed) or a full
+/// transmit area; from a full buffer the count must cross the half on its way down, and
+/// every wait ends at the latest when all its bytes are taken (zero), so no wait is lost.
+pub(crate) fn credit_wakes(before: u64, after: u64) -> bool {
+    let half = SOCK_SNDBUF / 2;
+    after < before && ((after <= half && before > half) || after == 0)
 }
 
 impl Conn {
@@ -118,6 +133,7 @@ impl Conn {
             file_want: None,
             early_credit: 0,
             direct_taken: 0,
+            uncredited: 0,
         }
     }
 }
@@ -426,6 +442,9 @@ pub(crate) struct App {
     pub memory: u64,
     /// Over `--max-app-memory`: new sockets refused, sends stalled (`memory`).
     pub mem_limited: bool,
+    /// Credit posted this turn crossed a connection's wake threshold ([`credit_wakes`]):
+    /// quiet credit events wake the application if it waits for send space.
+    pub(crate) credit_wake: bool,
 }
 
 impl App {
@@ -458,6 +477,7 @@ impl App {
             wake: notify::Wake::default(),
             memory: 0,
             mem_limited: false,
+            credit_wake: false,
         })
     }
 
@@ -512,13 +532,14 @@ impl App {
         }
         if loud {
             self.evt.publish();
-        } else if self.evt.publish_quiet() && self.wants_writable() {
+        } else if self.evt.publish_quiet() && self.credit_wake && self.wants_writable() {
             // publish_quiet fenced our store of `head` before this load; the application
             // stores the flag before it announces sleep, fences and re-reads `head`, so either
             // it sees the credit or we see the flag (the ring's argument, ring.rs module docs).
             self.evt.wake();
         }
         if moved {
+            self.credit_wake = false;
             notify::after_publish(self, loud);
         }
         moved
@@ -678,6 +699,7 @@ impl App {
                             c.direct_taken += from as u64;
                         }
                         c.pending_tx.extend(&buf[from..]);
+                        c.uncredited += len as u64;
                         if c.pending_tx.len() as u64 > 4 * SOCK_SNDBUF {
                             // Overran its send buffer fourfold: not our client library.
                             let _ = sh.lo.engines[c.eng].tcp_abort(c.h);
@@ -981,6 +1003,25 @@ fn accepted_handle(next: u32, in_use: impl Fn(u32) -> bool) -> u32 {
 mod tests {
     use super::accepted_handle;
     use flowstack_api::region::{ACCEPTED_BASE, POSIX_BASE};
+
+    /// Send credit wakes a waiting sender when its unflushed bytes fall to half the send
+    /// buffer (crossing it) or to zero, not at every small return.
+    #[test]
+    fn credit_wakes_at_the_half_and_at_zero_only() {
+        use super::credit_wakes;
+        use flowstack_api::region::SOCK_SNDBUF as B;
+        assert!(!credit_wakes(B, B - 4096), "a little back: no wake");
+        assert!(!credit_wakes(B - 4096, B / 2 + 1));
+        assert!(credit_wakes(B / 2 + 1, B / 2), "crossing the half");
+        assert!(credit_wakes(B, 0));
+        assert!(
+            !credit_wakes(B / 2, B / 4),
+            "already below: the next wake is at zero"
+        );
+        assert!(credit_wakes(B / 4, 0), "drained");
+        assert!(!credit_wakes(0, 0));
+        assert!(!credit_wakes(B / 2, B / 2));
+    }
 
     #[test]
     fn accepted_handles_wrap_and_skip_live_ones() {

@@ -59,7 +59,9 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
                 let out = match holder {
                     Some((i, handle)) => {
                         let a = &mut apps[i];
-                        service_conn(lo, handle, c, &mut evs, Some(&mut *a))
+                        let out = service_conn(lo, handle, c, &mut evs, Some(&mut *a));
+                        a.credit_wake |= out.credit_wake;
+                        out
                     }
                     None => service_conn(lo, 0, c, &mut evs, None),
                 };
@@ -147,6 +149,7 @@ pub(super) fn first_data(sh: &mut Shared, a: &mut App, h: u32) {
     };
     evs.clear();
     let out = service_conn(lo, h, c, evs, Some(&mut *a));
+    a.credit_wake |= out.credit_wake;
     for e in evs.drain(..) {
         a.post(e);
     }
@@ -214,6 +217,8 @@ struct ConnOut {
     readable: bool,
     /// Send space returned, or the connect ended.
     writable: bool,
+    /// The credit returned crossed the wake threshold (`credit_wakes`).
+    credit_wake: bool,
 }
 
 /// One connection's turn. `app` is its holder (None: nobody holds it now — bytes still go
@@ -265,6 +270,7 @@ fn service_conn(
         // Credit for bytes the engine took during the handshake, told after the open.
         let early = std::mem::take(&mut c.early_credit);
         if early > 0 {
+            c.uncredited = c.uncredited.saturating_sub(early);
             evs.push(writable(handle, early));
         }
     }
@@ -283,6 +289,9 @@ fn service_conn(
         out.busy = true;
         if c.open_told {
             out.writable = true;
+            let before = c.uncredited;
+            c.uncredited = before.saturating_sub(taken);
+            out.credit_wake = super::credit_wakes(before, c.uncredited);
             evs.push(writable(handle, taken));
         } else {
             c.early_credit += taken;
