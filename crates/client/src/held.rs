@@ -9,8 +9,10 @@
 //!
 //! The area is one ring for all of the application's sockets and is released in order
 //! (`RX_FREED`), so a span is released once it and every span before it is read. A socket
-//! that is not read must not hold the area for the others: when more than half of the area
-//! is held, the oldest spans are copied into their sockets' queues (*evicted*) and released.
+//! that is not read must not hold the area for the others — neither with its own bytes nor
+//! with the bytes of others read behind it, which cannot be released before it: when more
+//! than half of the area is not released, the oldest unread spans are copied into their
+//! sockets' queues (*evicted*) until it is half again.
 //! Sockets read with [`Sockets::tcp_peek`] (which borrows bytes in place) and the POSIX
 //! layer's sockets (handles from `POSIX_BASE`, which read `Sock::rx` themselves) are never
 //! held: their spans are copied into the queue at once, as before. A socket starts holding at
@@ -45,7 +47,6 @@ impl Client {
             s.rgen = s.rgen.wrapping_add(1);
             if s.direct && handle < POSIX_BASE {
                 s.held += len;
-                self.held_bytes += len as u64;
                 taken = 0;
             } else {
                 append_from(&self.region, self.rx_off + off, len, &mut s.rx);
@@ -55,6 +56,7 @@ impl Client {
             // Nothing held before it: released at once.
             self.release_rx(len as u64);
         } else {
+            self.span_bytes += len as u64;
             self.spans.push_back(Span {
                 handle,
                 off,
@@ -85,7 +87,6 @@ impl Client {
             s.held -= k;
             n += k;
         }
-        self.held_bytes -= n as u64;
         self.free_spans();
         n
     }
@@ -107,10 +108,10 @@ impl Client {
         self.free_spans();
     }
 
-    /// After a batch of events: evicts the oldest spans while more than half the area is
-    /// held, so sockets nobody reads never stall delivery to the others.
+    /// After a batch of events: evicts the oldest unread spans while more than half the
+    /// area is not released, so sockets nobody reads never stall delivery to the others.
     pub(crate) fn relieve_rx(&mut self) {
-        while self.held_bytes > self.rx_size / 2 {
+        while self.span_bytes > self.rx_size / 2 {
             let Some(i) = self.spans.iter().position(|sp| sp.taken < sp.len) else {
                 break;
             };
@@ -136,7 +137,6 @@ impl Client {
             s.held -= left;
         }
         sp.taken = sp.len;
-        self.held_bytes -= left as u64;
     }
 
     /// Releases the spans read or evicted at the front of the area.
@@ -147,6 +147,7 @@ impl Client {
                 break;
             }
             freed += sp.len as u64;
+            self.span_bytes -= sp.len as u64;
             self.spans.pop_front();
         }
         if freed > 0 {

@@ -188,8 +188,8 @@ pub struct Client {
     evs: Vec<EventRecord>,
     /// The receive area's spans not yet released, in delivery order (`held`).
     spans: VecDeque<held::Span>,
-    /// Bytes of `spans` not yet read or evicted.
-    held_bytes: u64,
+    /// Bytes of `spans` (the receive area not yet released).
+    span_bytes: u64,
 }
 
 impl std::fmt::Debug for Client {
@@ -303,7 +303,7 @@ impl Client {
             gen: 0,
             evs: Vec::new(),
             spans: VecDeque::new(),
-            held_bytes: 0,
+            span_bytes: 0,
         })
     }
 
