@@ -102,20 +102,8 @@ pub(crate) struct Conn {
     /// their credit is told by the connection's next turn, as for queued bytes.
     direct_taken: u64,
     /// Bytes the application posted whose credit was not told yet: what its client counts
-    /// as unflushed (see [`credit_wakes`]).
+    /// as unflushed (see `service::credit_wakes`).
     uncredited: u64,
-}
-
-/// Whether returning send credit that takes a connection's uncredited bytes from `before`
-/// to `after` wakes an application waiting for send space: only when they fall to half the
-/// send buffer or below, or to zero — not at every turn that returns a little (hysteresis,
-/// as the kernel's `sk_stream_write_space` waits for a third of the buffer). The client
-/// waits for space only with a full send buffer (`SOCK_SNDBUF` unflushed) or a full
-/// transmit area; from a full buffer the count must cross the half on its way down, and
-/// every wait ends at the latest when all its bytes are taken (zero), so no wait is lost.
-pub(crate) fn credit_wakes(before: u64, after: u64) -> bool {
-    let half = SOCK_SNDBUF / 2;
-    after < before && ((after <= half && before > half) || after == 0)
 }
 
 impl Conn {
@@ -442,7 +430,7 @@ pub(crate) struct App {
     pub memory: u64,
     /// Over `--max-app-memory`: new sockets refused, sends stalled (`memory`).
     pub mem_limited: bool,
-    /// Credit posted this turn crossed a connection's wake threshold ([`credit_wakes`]):
+    /// Credit posted this turn crossed a connection's wake threshold (`service::credit_wakes`):
     /// quiet credit events wake the application if it waits for send space.
     pub(crate) credit_wake: bool,
 }
@@ -1003,25 +991,6 @@ fn accepted_handle(next: u32, in_use: impl Fn(u32) -> bool) -> u32 {
 mod tests {
     use super::accepted_handle;
     use flowstack_api::region::{ACCEPTED_BASE, POSIX_BASE};
-
-    /// Send credit wakes a waiting sender when its unflushed bytes fall to half the send
-    /// buffer (crossing it) or to zero, not at every small return.
-    #[test]
-    fn credit_wakes_at_the_half_and_at_zero_only() {
-        use super::credit_wakes;
-        use flowstack_api::region::SOCK_SNDBUF as B;
-        assert!(!credit_wakes(B, B - 4096), "a little back: no wake");
-        assert!(!credit_wakes(B - 4096, B / 2 + 1));
-        assert!(credit_wakes(B / 2 + 1, B / 2), "crossing the half");
-        assert!(credit_wakes(B, 0));
-        assert!(
-            !credit_wakes(B / 2, B / 4),
-            "already below: the next wake is at zero"
-        );
-        assert!(credit_wakes(B / 4, 0), "drained");
-        assert!(!credit_wakes(0, 0));
-        assert!(!credit_wakes(B / 2, B / 2));
-    }
 
     #[test]
     fn accepted_handles_wrap_and_skip_live_ones() {

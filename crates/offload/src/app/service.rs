@@ -291,7 +291,7 @@ fn service_conn(
             out.writable = true;
             let before = c.uncredited;
             c.uncredited = before.saturating_sub(taken);
-            out.credit_wake = super::credit_wakes(before, c.uncredited);
+            out.credit_wake = credit_wakes(before, c.uncredited);
             evs.push(writable(handle, taken));
         } else {
             c.early_credit += taken;
@@ -393,5 +393,40 @@ fn writable(handle: u32, len: u64) -> EventRecord {
         result: 0,
         offset: 0,
         len,
+    }
+}
+
+/// Whether returning send credit that takes a connection's uncredited bytes from `before`
+/// to `after` wakes an application waiting for send space: only when they fall to half the
+/// send buffer or below, or to zero — not at every turn that returns a little (hysteresis,
+/// as the kernel's `sk_stream_write_space` waits for a third of the buffer). The client
+/// waits for space only with a full send buffer (`SOCK_SNDBUF` unflushed) or a full
+/// transmit area; from a full buffer the count must cross the half on its way down, and
+/// every wait ends at the latest when all its bytes are taken (zero), so no wait is lost.
+pub(crate) fn credit_wakes(before: u64, after: u64) -> bool {
+    let half = SOCK_SNDBUF / 2;
+    after < before && ((after <= half && before > half) || after == 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::credit_wakes;
+
+    /// Send credit wakes a waiting sender when its unflushed bytes fall to half the send
+    /// buffer (crossing it) or to zero, not at every small return.
+    #[test]
+    fn credit_wakes_at_the_half_and_at_zero_only() {
+        use flowstack_api::region::SOCK_SNDBUF as B;
+        assert!(!credit_wakes(B, B - 4096), "a little back: no wake");
+        assert!(!credit_wakes(B - 4096, B / 2 + 1));
+        assert!(credit_wakes(B / 2 + 1, B / 2), "crossing the half");
+        assert!(credit_wakes(B, 0));
+        assert!(
+            !credit_wakes(B / 2, B / 4),
+            "already below: the next wake is at zero"
+        );
+        assert!(credit_wakes(B / 4, 0), "drained");
+        assert!(!credit_wakes(0, 0));
+        assert!(!credit_wakes(B / 2, B / 2));
     }
 }
