@@ -72,9 +72,12 @@ pub const REGISTER: &[u8; 8] = b"FSDREG02";
 /// closes.
 pub const STATS_REQUEST: &[u8; 8] = b"FSDSTAT1";
 /// Per-connection limit of bytes posted by the application and not yet taken by the engine.
-pub const SOCK_SNDBUF: u64 = 256 * 1024;
+/// A sender with a full buffer sleeps until half of it is taken (`credit_wakes` in the
+/// daemon), so this is about twice the bytes a bulk sender moves per sleep: 1 MiB (as the
+/// engine's own send buffer) makes that one sleep per 512 KiB instead of per 128 KiB.
+pub const SOCK_SNDBUF: u64 = 1024 * 1024;
 /// Per-connection limit of bytes delivered to the application and not yet consumed by it.
-pub const SOCK_RCVBUF: u64 = 256 * 1024;
+pub const SOCK_RCVBUF: u64 = 512 * 1024;
 /// First handle of accepted connections (listen/connect handles count up from 1).
 pub const ACCEPTED_BASE: u32 = 1 << 23;
 /// First handle the POSIX layer (`flowstack_client::posix`) chooses itself (socket, adopt);

@@ -27,6 +27,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod held;
 pub mod layout;
 pub mod posix;
 mod sockets;
@@ -90,6 +91,19 @@ impl From<io::Error> for ConnectError {
     }
 }
 
+/// Moves the first bytes of `rx` into `buf` (as many as fit) with at most two block copies;
+/// returns how many. (A byte-by-byte drain of the deque cost the receiving application more
+/// CPU than everything else it did in `bench stream --peer offload`.)
+pub(crate) fn take_front(rx: &mut VecDeque<u8>, buf: &mut [u8]) -> usize {
+    let n = buf.len().min(rx.len());
+    let (a, b) = rx.as_slices();
+    let k = n.min(a.len());
+    buf[..k].copy_from_slice(&a[..k]);
+    buf[k..n].copy_from_slice(&b[..n - k]);
+    rx.drain(..n);
+    n
+}
+
 fn proto(m: impl Into<String>) -> ConnectError {
     ConnectError::Protocol(m.into())
 }
@@ -98,8 +112,13 @@ fn proto(m: impl Into<String>) -> ConnectError {
 #[derive(Debug, Default)]
 struct Sock {
     listener: bool,
-    /// Delivered bytes not yet read by the application.
+    /// Delivered bytes not yet read by the application, copied out of the receive area.
     rx: VecDeque<u8>,
+    /// Delivered bytes not yet read, still in the receive area (after those in `rx`; see
+    /// `held`).
+    held: usize,
+    /// Read with `tcp_recv`: its bytes are held in the area until read (`held`).
+    direct: bool,
     /// Bytes read but not yet reported to the daemon (receive window credit).
     unreported: u64,
     /// Bytes posted and not yet taken by the engine.
@@ -167,6 +186,10 @@ pub struct Client {
     gen: u64,
     /// Scratch for [`Client::pump`].
     evs: Vec<EventRecord>,
+    /// The receive area's spans not yet released, in delivery order (`held`).
+    spans: VecDeque<held::Span>,
+    /// Bytes of `spans` (the receive area not yet released).
+    span_bytes: u64,
 }
 
 impl std::fmt::Debug for Client {
@@ -279,6 +302,8 @@ impl Client {
             next_token: 1,
             gen: 0,
             evs: Vec::new(),
+            spans: VecDeque::new(),
+            span_bytes: 0,
         })
     }
 
@@ -399,6 +424,9 @@ impl Client {
             self.on_event(e);
         }
         self.evs = evs;
+        if n > 0 {
+            self.relieve_rx();
+        }
         n
     }
 
@@ -432,29 +460,7 @@ impl Client {
                     self.dead = true;
                     return;
                 };
-                if let Some(s) = self.socks.get_mut(&e.handle) {
-                    s.rgen = s.rgen.wrapping_add(1);
-                    let start = s.rx.len();
-                    s.rx.resize(start + len, 0);
-                    let (a, b) = s.rx.as_mut_slices();
-                    // The new bytes are the tail; copy into the (at most two) slices.
-                    let mut dst_at = start;
-                    let mut src = self.rx_off + off;
-                    for part in [a, b] {
-                        if dst_at >= part.len() {
-                            dst_at -= part.len();
-                            continue;
-                        }
-                        let take = &mut part[dst_at..];
-                        let _ = self.region.read_at(src, take);
-                        src += take.len();
-                        dst_at = 0;
-                    }
-                }
-                self.rx_freed += len as u64;
-                if let Some(a) = self.region.atomic_u64(layout::at::RX_FREED) {
-                    a.store(self.rx_freed, Ordering::Release);
-                }
+                self.on_data(e.handle, off, len);
             }
             EventKind::Writable => {
                 if let Some(s) = self.socks.get_mut(&e.handle) {
@@ -771,6 +777,8 @@ impl Client {
     pub fn close(&mut self, h: TcpHandle, timeout: Duration) -> Result<(), SocketError> {
         let raw = Self::raw(h)?;
         let s = self.socks.remove(&raw).ok_or(SocketError::InvalidHandle)?;
+        // Its bytes still in the receive area are released with it.
+        self.evict_sock(raw, false);
         self.zc_tokens.remove(&raw);
         self.drop_unclaimed(&s);
         let mode = if s.listener { Mode::Sync } else { Mode::Async };
@@ -810,10 +818,34 @@ impl Client {
         let Some(s) = self.socks.get_mut(&raw) else {
             return;
         };
-        if s.unreported == 0 || !(force || s.rx.is_empty() || s.unreported >= SOCK_RCVBUF / 4) {
+        let drained = s.rx.is_empty() && s.held == 0;
+        if s.unreported == 0 || !(force || drained || s.unreported >= SOCK_RCVBUF / 4) {
             return;
         }
         let len = std::mem::take(&mut s.unreported);
         let _ = self.post(Mode::Async, Command::TcpConsume { handle: raw, len });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::take_front;
+    use std::collections::VecDeque;
+
+    /// Bytes come out in order across the deque's wrap, and only as many as fit.
+    #[test]
+    fn take_front_copies_across_the_wrap() {
+        let mut rx: VecDeque<u8> = VecDeque::with_capacity(8);
+        rx.extend(0..6u8);
+        rx.drain(..4);
+        rx.extend(6..12u8); // wraps inside the deque's buffer
+        let mut buf = [0u8; 5];
+        assert_eq!(take_front(&mut rx, &mut buf), 5);
+        assert_eq!(buf, [4, 5, 6, 7, 8]);
+        let mut big = [0u8; 16];
+        assert_eq!(take_front(&mut rx, &mut big), 3);
+        assert_eq!(&big[..3], &[9, 10, 11]);
+        assert!(rx.is_empty());
+        assert_eq!(take_front(&mut rx, &mut big), 0);
     }
 }

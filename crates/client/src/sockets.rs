@@ -122,15 +122,18 @@ impl Sockets for Client {
         let raw = Self::raw(h)?;
         self.pump();
         let s = self.sock_mut(h)?;
-        if !s.rx.is_empty() {
-            let n = buf.len().min(s.rx.len());
-            for (d, b) in buf.iter_mut().zip(s.rx.drain(..n)) {
-                *d = b;
-            }
+        if !s.rx.is_empty() || s.held > 0 {
+            // Bytes copied out first, then those still in the receive area (`held`).
+            let mut n = take_front(&mut s.rx, buf);
+            n += self.read_held(raw, &mut buf[n..]);
+            let s = self.sock_mut(h)?;
+            s.direct = true;
             s.unreported += n as u64;
             self.report_consumed(raw, false);
             return Ok(n);
         }
+        // Read by copying: its next bytes may stay in the area until read (`held`).
+        s.direct = true;
         if buf.is_empty() {
             return Ok(0);
         }
@@ -156,6 +159,9 @@ impl Sockets for Client {
 
     fn tcp_consume(&mut self, h: TcpHandle, n: usize) -> Result<(), SocketError> {
         let raw = Self::raw(h)?;
+        self.sock(h)?;
+        // Read in place from now on: every byte into the queue `tcp_peek` borrows from.
+        self.evict_sock(raw, false);
         let s = self.sock_mut(h)?;
         let n = n.min(s.rx.len());
         s.rx.drain(..n);
@@ -166,7 +172,7 @@ impl Sockets for Client {
 
     fn tcp_at_eof(&self, h: TcpHandle) -> bool {
         self.sock(h)
-            .map(|s| s.eof && s.rx.is_empty() && s.error.is_none())
+            .map(|s| s.eof && s.rx.is_empty() && s.held == 0 && s.error.is_none())
             .unwrap_or(false)
     }
 
@@ -180,6 +186,8 @@ impl Sockets for Client {
     fn tcp_close(&mut self, h: TcpHandle) -> Result<(), SocketError> {
         let raw = Self::raw(h)?;
         let s = self.socks.remove(&raw).ok_or(SocketError::InvalidHandle)?;
+        // Its bytes still in the receive area are released with it.
+        self.evict_sock(raw, false);
         self.zc_tokens.remove(&raw);
         self.drop_unclaimed(&s);
         self.post(Mode::Async, Command::TcpClose { handle: raw })
@@ -196,7 +204,11 @@ impl Sockets for Client {
     fn tcp_poll(&self, h: TcpHandle) -> Result<Readiness, SocketError> {
         let s = self.sock(h)?;
         Ok(Readiness {
-            readable: !s.rx.is_empty() || s.eof || s.error.is_some() || !s.accepted.is_empty(),
+            readable: !s.rx.is_empty()
+                || s.held > 0
+                || s.eof
+                || s.error.is_some()
+                || !s.accepted.is_empty(),
             writable: s.open && !s.listener && s.unflushed < SOCK_SNDBUF && s.error.is_none(),
             error: s.error,
         })

@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 pub mod batch;
+pub mod frameq;
 pub mod impair;
 pub mod packet;
 pub mod pcap;
@@ -24,6 +25,7 @@ pub mod xdp;
 
 pub use batch::{SharedBytes, TxBatch, TxPayload};
 pub use flowstack_wire::{ChecksumCaps, Instant};
+pub use frameq::FrameQueue;
 
 /// What a device can do; the engine adapts its output to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,19 +1,18 @@
 //! An in-process point-to-point link between two devices (a virtual cable).
 //!
-//! Frames are copied into buffers from a pool shared by both ends, so a steady flow allocates
-//! nothing; an engine's own transmission ([`Device::send_batch_take`]) moves the batch's
+//! Frames are copied into pooled buffers (a [`FrameQueue`] per direction), so a steady flow
+//! allocates nothing; an engine's own transmission ([`Device::send_batch_take`]) moves the batch's
 //! buffers to the peer instead, exchanging them for pool buffers, so no frame is copied on
 //! the way (as a NIC's DMA costs the CPU nothing). Each direction holds at most `capacity`
 //! frames; more are tail-dropped and counted, as a full NIC ring would.
 //!
 //! The pipe gathers ([`Device::can_gather`]): a gathered frame (headers + a reference to a
-//! zero-copy payload, [`TxPayload`]) crosses as it is, and [`Device::recv_batch_parts`] hands
+//! zero-copy payload, [`TxPayload`](crate::TxPayload)) crosses as it is, and [`Device::recv_batch_parts`] hands
 //! the receiver the headers and the payload where it lies — one copy of the payload in all,
 //! the receiver's into its receive buffer. The whole-frame receive calls flatten it first.
 
-use crate::{Device, DeviceCaps, Instant, PartsSink, RxMeta, TxBatch, TxPayload};
+use crate::{Device, DeviceCaps, FrameQueue, Instant, PartsSink, TxBatch};
 use std::cell::RefCell;
-use std::collections::VecDeque;
 use std::rc::Rc;
 
 /// Default frames queued per direction.
@@ -21,17 +20,10 @@ pub const DEFAULT_CAPACITY: usize = 4096;
 
 #[derive(Debug)]
 struct Shared {
-    /// `queues[i]` holds frames travelling towards end `i`: a buffer, the length of the
-    /// frame's bytes in it (buffers keep their largest length, see [`TxBatch`]) and, for a
-    /// gathered frame, its tail.
-    queues: [VecDeque<Queued>; 2],
-    pool: Vec<Vec<u8>>,
-    capacity: usize,
-    drops: [u64; 2],
+    /// `queues[i]` holds frames travelling towards end `i`.
+    queues: [FrameQueue; 2],
     caps: DeviceCaps,
 }
-
-type Queued = (Vec<u8>, usize, Option<TxPayload>);
 
 /// One end of a [`pipe`].
 #[derive(Debug, Clone)]
@@ -46,10 +38,7 @@ pub struct PipeEnd {
 /// Creates a connected pair of ends with the given capabilities and per-direction capacity.
 pub fn pipe(caps: DeviceCaps, capacity: usize) -> (PipeEnd, PipeEnd) {
     let shared = Rc::new(RefCell::new(Shared {
-        queues: [VecDeque::new(), VecDeque::new()],
-        pool: Vec::new(),
-        capacity,
-        drops: [0; 2],
+        queues: [FrameQueue::new(capacity), FrameQueue::new(capacity)],
         caps,
     }));
     (
@@ -69,7 +58,7 @@ pub fn pipe(caps: DeviceCaps, capacity: usize) -> (PipeEnd, PipeEnd) {
 impl PipeEnd {
     /// Frames this end sent that were dropped because the peer's queue was full.
     pub fn tx_drops(&self) -> u64 {
-        self.shared.borrow().drops[1 - self.side]
+        self.shared.borrow().queues[1 - self.side].drops()
     }
 }
 
@@ -78,38 +67,20 @@ impl Device for PipeEnd {
         self.shared.borrow().caps
     }
 
-    fn recv_batch(&mut self, now: Instant, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
-        let mut flat = std::mem::take(&mut self.flat);
-        let n = self.recv_batch_parts(now, budget, &mut |head, tail, _| {
-            if tail.is_empty() {
-                sink(head)
-            } else {
-                // A receiver of whole frames: flatten (the copy a gathering receiver saves).
-                flat.clear();
-                flat.extend_from_slice(head);
-                flat.extend_from_slice(tail);
-                sink(&flat);
-            }
-        });
-        self.flat = flat;
-        n
+    fn recv_batch(&mut self, _now: Instant, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
+        let mut s = self.shared.borrow_mut();
+        let q = &mut s.queues[self.side];
+        // A receiver of whole frames: gathered ones are flattened (the copy a gathering
+        // receiver saves).
+        (0..budget)
+            .take_while(|_| q.pop_whole(&mut self.flat, sink))
+            .count()
     }
 
     fn recv_batch_parts(&mut self, _now: Instant, budget: usize, sink: &mut PartsSink) -> usize {
-        let mut n = 0;
-        while n < budget {
-            let Some((frame, len, tail)) = self.shared.borrow_mut().queues[self.side].pop_front()
-            else {
-                break;
-            };
-            let t = tail.as_ref().map_or(&[][..], |t| t.bytes());
-            sink(&frame[..len], t, RxMeta::default());
-            // The tail's reference is released here, once the receiver is done with it.
-            drop(tail);
-            self.shared.borrow_mut().pool.push(frame);
-            n += 1;
-        }
-        n
+        let mut s = self.shared.borrow_mut();
+        let q = &mut s.queues[self.side];
+        (0..budget).take_while(|_| q.pop_parts(sink)).count()
     }
 
     fn can_gather(&self) -> bool {
@@ -118,42 +89,18 @@ impl Device for PipeEnd {
 
     fn send_batch(&mut self, _now: Instant, batch: &TxBatch) -> usize {
         let mut s = self.shared.borrow_mut();
-        let s = &mut *s;
-        let peer = 1 - self.side;
-        let mut sent = 0;
-        for (f, tail) in batch.iter_parts() {
-            if s.queues[peer].len() >= s.capacity {
-                s.drops[peer] += 1;
-                continue;
-            }
-            let mut buf = s.pool.pop().unwrap_or_default();
-            if buf.len() < f.len() {
-                buf.resize(f.len(), 0);
-            }
-            buf[..f.len()].copy_from_slice(f);
-            // A tail crosses by reference (a reference count, no copy).
-            s.queues[peer].push_back((buf, f.len(), tail.cloned()));
-            sent += 1;
-        }
-        sent
+        let q = &mut s.queues[1 - self.side];
+        // A tail crosses by reference (a reference count, no copy).
+        batch
+            .iter_parts()
+            .filter(|(f, tail)| q.push_copy(f, *tail))
+            .count()
     }
 
     fn send_batch_take(&mut self, _now: Instant, batch: &mut TxBatch) -> usize {
         let mut s = self.shared.borrow_mut();
-        let s = &mut *s;
-        let peer = 1 - self.side;
-        let mut sent = 0;
-        for i in 0..batch.len() {
-            if s.queues[peer].len() >= s.capacity {
-                s.drops[peer] += 1;
-                continue;
-            }
-            let mut buf = s.pool.pop().unwrap_or_default();
-            let (len, tail) = batch.take_frame_parts(i, &mut buf);
-            s.queues[peer].push_back((buf, len, tail));
-            sent += 1;
-        }
-        sent
+        let q = &mut s.queues[1 - self.side];
+        (0..batch.len()).filter(|&i| q.push_taken(batch, i)).count()
     }
 
     fn rx_pending(&self, _now: Instant) -> bool {
@@ -164,6 +111,7 @@ impl Device for PipeEnd {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::TxPayload;
 
     #[test]
     fn frames_cross_in_order_and_overflow_is_counted() {

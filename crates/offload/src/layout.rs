@@ -16,10 +16,13 @@ pub use flowstack_api::region::{
 pub const CMD_CAP: usize = 64 * 1024;
 /// Event ring data capacity (about 3600 records).
 pub const EVT_CAP: usize = 256 * 1024;
-/// Transmit area (application → daemon bytes).
-pub const TX_SIZE: usize = 1 << 20;
-/// Receive area (daemon → application bytes, urgent delivery).
-pub const RX_SIZE: usize = 1 << 20;
+/// Transmit area (application → daemon bytes): two connections' full send credit
+/// (`SOCK_SNDBUF`), so one bulk sender never waits for the area itself.
+pub const TX_SIZE: usize = 2 << 20;
+/// Receive area (daemon → application bytes, urgent delivery): four connections' receive
+/// credit (`SOCK_RCVBUF`); the client keeps bytes read with `tcp_recv` in it until read and
+/// copies them out only when more than half of it is held.
+pub const RX_SIZE: usize = 2 << 20;
 
 const fn page_up(n: usize) -> usize {
     (n + 4095) & !4095

@@ -13,38 +13,46 @@
 //! the sender's own engine). The per-frame path reads one atomic byte and copies the frame
 //! once into the ring; no lock, no allocation.
 use crate::ports::PortTable;
-use flowstack_link::{Device, DeviceCaps, RxMeta, TxBatch};
+use flowstack_link::{Device, DeviceCaps, FrameQueue, PartsSink, RxMeta, TxBatch};
 use flowstack_runtime::xring::{Doorbell, MeshPort};
 use flowstack_runtime::{AddrSpec, SteerCounters, Steered};
 use flowstack_stack::{Engine, EngineConfig, IfaceConfig, SocketError, TcpHandle};
 use flowstack_wire::{ChecksumCaps, EthernetAddress, Instant, Ipv4Address, Ipv4Cidr};
-use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 /// A device whose transmitted frames are received back (a loopback interface).
-#[derive(Debug, Default)]
+///
+/// It gathers ([`Device::can_gather`]) as the in-process pipe does: the engine's own frames
+/// are taken, not copied ([`Device::send_batch_take`]), and a frame whose payload is a
+/// zero-copy send's memory (`send_file`'s chunks) comes back as headers plus that memory,
+/// which the receiving connection copies once into its receive buffer
+/// ([`Device::recv_batch_parts`]); the memory stays referenced until then.
+#[derive(Debug)]
 pub struct LoopbackDevice {
-    frames: VecDeque<Vec<u8>>,
-    pool: Vec<Vec<u8>>,
+    frames: FrameQueue,
+    /// Where a gathered frame is flattened for a whole-frame receiver.
+    flat: Vec<u8>,
 }
 
 /// Frames a loopback device holds at most (more are dropped, as a full ring would).
 pub const LOOPBACK_CAPACITY: usize = 4096;
 
+impl Default for LoopbackDevice {
+    fn default() -> Self {
+        Self {
+            frames: FrameQueue::new(LOOPBACK_CAPACITY),
+            flat: Vec::new(),
+        }
+    }
+}
+
 impl LoopbackDevice {
-    /// Queues one frame to come back; false if the device is full (dropped).
+    /// Queues a copy of one whole frame to come back; false if the device is full (dropped).
     #[inline]
     fn send_one(&mut self, f: &[u8]) -> bool {
-        if self.frames.len() >= LOOPBACK_CAPACITY {
-            return false;
-        }
-        let mut b = self.pool.pop().unwrap_or_default();
-        b.clear();
-        b.extend_from_slice(f);
-        self.frames.push_back(b);
-        true
+        self.frames.push_copy(f, None)
     }
 }
 
@@ -53,19 +61,26 @@ impl Device for LoopbackDevice {
         LINK_CAPS
     }
     fn recv_batch(&mut self, _now: Instant, budget: usize, sink: &mut dyn FnMut(&[u8])) -> usize {
-        let mut n = 0;
-        while n < budget {
-            let Some(f) = self.frames.pop_front() else {
-                break;
-            };
-            sink(&f);
-            self.pool.push(f);
-            n += 1;
-        }
-        n
+        let (q, flat) = (&mut self.frames, &mut self.flat);
+        (0..budget).take_while(|_| q.pop_whole(flat, sink)).count()
+    }
+    fn recv_batch_parts(&mut self, _now: Instant, budget: usize, sink: &mut PartsSink) -> usize {
+        let q = &mut self.frames;
+        (0..budget).take_while(|_| q.pop_parts(sink)).count()
+    }
+    fn can_gather(&self) -> bool {
+        true
     }
     fn send_batch(&mut self, _now: Instant, batch: &TxBatch) -> usize {
-        batch.iter().map(|f| self.send_one(f) as usize).sum()
+        let q = &mut self.frames;
+        batch
+            .iter_parts()
+            .filter(|(f, tail)| q.push_copy(f, *tail))
+            .count()
+    }
+    fn send_batch_take(&mut self, _now: Instant, batch: &mut TxBatch) -> usize {
+        let q = &mut self.frames;
+        (0..batch.len()).filter(|&i| q.push_taken(batch, i)).count()
     }
     fn rx_pending(&self, _now: Instant) -> bool {
         !self.frames.is_empty()
@@ -214,8 +229,25 @@ impl Device for LoDev {
     #[inline]
     fn send_batch_take(&mut self, now: Instant, batch: &mut TxBatch) -> usize {
         match self {
+            LoDev::Local(d) => d.send_batch_take(now, batch),
+            LoDev::Routed(d) => d.send_batch(now, batch),
             LoDev::Link(d) => d.dev_mut().send_batch_take(now, batch),
-            _ => self.send_batch(now, batch),
+        }
+    }
+    #[inline]
+    fn recv_batch_parts(&mut self, now: Instant, budget: usize, sink: &mut PartsSink) -> usize {
+        match self {
+            LoDev::Local(d) => d.recv_batch_parts(now, budget, sink),
+            LoDev::Routed(d) => d.recv_batch_parts(now, budget, sink),
+            LoDev::Link(d) => d.dev_mut().recv_batch_parts(now, budget, sink),
+        }
+    }
+    fn can_gather(&self) -> bool {
+        match self {
+            // Frames between engines cross the mesh rings whole.
+            LoDev::Local(d) => d.can_gather(),
+            LoDev::Routed(_) => false,
+            LoDev::Link(d) => d.dev().can_gather(),
         }
     }
     fn poll_at(&self) -> Option<Instant> {
@@ -579,6 +611,101 @@ mod tests {
         let mut got = vec![];
         d.recv_batch(Instant::ZERO, 8, &mut |f| got.push(f[0]));
         assert_eq!(got, vec![7]);
+    }
+
+    /// Counts the frames a device hands over gathered (a tail referencing the sender's
+    /// memory) on their way to the engine.
+    struct Spy<'a> {
+        dev: &'a mut LoDev,
+        gathered: usize,
+    }
+
+    impl Device for Spy<'_> {
+        fn caps(&self) -> DeviceCaps {
+            self.dev.caps()
+        }
+        fn recv_batch(&mut self, n: Instant, b: usize, s: &mut dyn FnMut(&[u8])) -> usize {
+            self.dev.recv_batch(n, b, s)
+        }
+        fn recv_batch_parts(&mut self, n: Instant, b: usize, sink: &mut PartsSink) -> usize {
+            let g = &mut self.gathered;
+            self.dev.recv_batch_parts(n, b, &mut |h, t, m| {
+                *g += usize::from(!t.is_empty());
+                sink(h, t, m)
+            })
+        }
+        fn can_gather(&self) -> bool {
+            self.dev.can_gather()
+        }
+        fn send_batch(&mut self, n: Instant, b: &TxBatch) -> usize {
+            self.dev.send_batch(n, b)
+        }
+        fn send_batch_take(&mut self, n: Instant, b: &mut TxBatch) -> usize {
+            self.dev.send_batch_take(n, b)
+        }
+        fn rx_pending(&self, n: Instant) -> bool {
+            self.dev.rx_pending(n)
+        }
+    }
+
+    /// A file sent with `send_file` over the daemon's loopback crosses gathered (the frames
+    /// reference its pooled chunks; the receiver copies each payload once) and arrives
+    /// byte-exact, odd tail included.
+    #[test]
+    fn send_file_crosses_the_loopback_gathered_and_byte_exact() {
+        use std::io::Write;
+        let len = (3 << 20) + 12345;
+        let data: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4099) as u8).collect();
+        let path = std::env::temp_dir().join(format!("flowstack-lo-sg-{}", std::process::id()));
+        std::fs::File::create(&path)
+            .unwrap()
+            .write_all(&data)
+            .unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        let mut lo = Loopback::new(1);
+        assert!(lo.devs[0].can_gather());
+        let ls = lo.listen(Ipv4Addr::UNSPECIFIED, 81, 8).unwrap();
+        let h = lo.engines[0]
+            .tcp_connect(SocketAddrV4::new(LOOPBACK_IP, 81))
+            .unwrap();
+        let mut t = Instant::ZERO;
+        let mut spy_gathered = 0;
+        let (mut sent, mut got, mut acc) = (0usize, Vec::with_capacity(len), None);
+        let mut buf = vec![0u8; 256 * 1024];
+        for _ in 0..20_000 {
+            let e = &mut lo.engines[0];
+            if acc.is_none() {
+                acc = e.tcp_accept(ls[0].1).ok();
+            }
+            if e.tcp_conn(h).unwrap().is_open() && sent < len {
+                if let Ok(n) = e.send_file(h, &file, sent as u64, (len - sent) as u64) {
+                    sent += n;
+                }
+            }
+            if let Some(a) = acc {
+                while let Ok(n) = e.tcp_recv(a, &mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                }
+            }
+            if got.len() == len {
+                break;
+            }
+            let mut spy = Spy {
+                dev: &mut lo.devs[0],
+                gathered: 0,
+            };
+            lo.engines[0].poll(t, &mut spy);
+            spy_gathered += spy.gathered;
+            t += Duration::from_millis(1);
+        }
+        assert_eq!(got.len(), len, "all bytes arrived");
+        assert!(got == data, "byte-exact");
+        // Whole 512 KiB chunks go as zero-copy sends: most of their segments gather.
+        assert!(spy_gathered >= 24, "{spy_gathered} frames gathered");
     }
 
     /// One engine reaches itself on 127.0.0.1 and on another address of the prefix.

@@ -72,8 +72,6 @@ pub(crate) use snapshot::snapshot;
 
 /// Commands taken from one application per loop turn (fairness between applications).
 const CMD_BUDGET: usize = 256;
-/// Bytes moved from the engine per read.
-const RX_CHUNK: usize = 64 * 1024;
 /// Ephemeral ports the daemon gives to `bind(0)` and `listen` without `bind` (as Linux's
 /// `ip_local_port_range` default).
 pub const EPHEMERAL: std::ops::RangeInclusive<u16> = 32768..=60999;
@@ -101,6 +99,12 @@ pub(crate) struct Conn {
     /// Bytes the engine took while the connect was in flight; their credit is told with
     /// the open (see `service`).
     early_credit: u64,
+    /// Bytes a `TcpSend` gave the engine directly (nothing was queued here before them):
+    /// their credit is told by the connection's next turn, as for queued bytes.
+    direct_taken: u64,
+    /// Bytes the application posted whose credit was not told yet: what its client counts
+    /// as unflushed (see `service::credit_wakes`).
+    uncredited: u64,
 }
 
 impl Conn {
@@ -117,6 +121,8 @@ impl Conn {
             shutdown_pending: false,
             file_want: None,
             early_credit: 0,
+            direct_taken: 0,
+            uncredited: 0,
         }
     }
 }
@@ -277,7 +283,6 @@ pub(crate) struct Shared {
     pub ports: Arc<PortTable>,
     /// This engine's `SO_REUSEPORT` groups (`reuse`).
     groups: reuse::Groups,
-    scratch: Vec<u8>,
     /// Events of one connection's turn (reused: no allocation per turn once warm).
     evs: Vec<EventRecord>,
     pub counters: DaemonCounters,
@@ -300,7 +305,6 @@ impl Shared {
             by_ident: HashMap::new(),
             ports,
             groups: HashMap::new(),
-            scratch: vec![0; RX_CHUNK],
             evs: Vec::new(),
             counters: DaemonCounters::default(),
             ph_actions: Vec::new(),
@@ -437,6 +441,9 @@ pub(crate) struct App {
     pub memory: u64,
     /// Over `--max-app-memory`: new sockets refused, sends stalled (`memory`).
     pub mem_limited: bool,
+    /// Credit posted this turn crossed a connection's wake threshold (`service::credit_wakes`):
+    /// quiet credit events wake the application if it waits for send space.
+    pub(crate) credit_wake: bool,
 }
 
 impl App {
@@ -469,6 +476,7 @@ impl App {
             wake: notify::Wake::default(),
             memory: 0,
             mem_limited: false,
+            credit_wake: false,
         })
     }
 
@@ -523,13 +531,14 @@ impl App {
         }
         if loud {
             self.evt.publish();
-        } else if self.evt.publish_quiet() && self.wants_writable() {
+        } else if self.evt.publish_quiet() && self.credit_wake && self.wants_writable() {
             // publish_quiet fenced our store of `head` before this load; the application
             // stores the flag before it announces sleep, fences and re-reads `head`, so either
             // it sees the credit or we see the flag (the ring's argument, ring.rs module docs).
             self.evt.wake();
         }
         if moved {
+            self.credit_wake = false;
             notify::after_publish(self, loud);
         }
         moved
@@ -671,10 +680,13 @@ impl App {
                     return;
                 };
                 self.tx_freed += len as u64;
-                let mut buf = std::mem::take(&mut self.tx_scratch);
-                buf.clear();
-                buf.resize(len, 0);
-                let _ = self.region.read_at(LAYOUT.tx_off + off, &mut buf);
+                let mut scratch = std::mem::take(&mut self.tx_scratch);
+                if scratch.len() < len {
+                    // Grown once, never cleared: every byte used is read over first.
+                    scratch.resize(len, 0);
+                }
+                let buf = &mut scratch[..len];
+                let _ = self.region.read_at(LAYOUT.tx_off + off, buf);
                 if let Some(a) = self.region.atomic_u64(at::TX_FREED) {
                     a.store(self.tx_freed, Ordering::Release);
                 }
@@ -682,7 +694,17 @@ impl App {
                 let r = match gid.map(|g| sh.socks.get_mut(&g).map(|g| &mut g.kind)) {
                     Ok(Some(Kind::Conn(c))) if c.closed_told => Err(SocketError::BrokenPipe),
                     Ok(Some(Kind::Conn(c))) => {
-                        c.pending_tx.extend(&buf);
+                        // Nothing queued before them: straight into the engine's send
+                        // buffer (its credit is told by the connection's next turn), the
+                        // rest queued here.
+                        let mut from = 0;
+                        if c.pending_tx.is_empty() && !self.mem_limited {
+                            let e = &mut sh.lo.engines[c.eng];
+                            from = e.tcp_send(c.h, buf).unwrap_or(0);
+                            c.direct_taken += from as u64;
+                        }
+                        c.pending_tx.extend(&buf[from..]);
+                        c.uncredited += len as u64;
                         if c.pending_tx.len() as u64 > 4 * SOCK_SNDBUF {
                             // Overran its send buffer fourfold: not our client library.
                             let _ = sh.lo.engines[c.eng].tcp_abort(c.h);
@@ -696,7 +718,7 @@ impl App {
                     Ok(Some(_)) => Err(SocketError::NotConnected),
                     _ => Err(SocketError::InvalidHandle),
                 };
-                self.tx_scratch = buf;
+                self.tx_scratch = scratch;
                 self.complete(id, mode, handle, r);
             }
             Command::TcpConsume { handle, len } => {

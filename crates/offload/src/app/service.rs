@@ -20,7 +20,6 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
     let Shared {
         lo,
         socks,
-        scratch,
         ph_actions,
         ..
     } = sh;
@@ -46,7 +45,7 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
                 }
             }
             Kind::Conn(c) if g.closing => {
-                let out = service_conn(lo, scratch, 0, c, &mut Vec::new(), None);
+                let out = service_conn(lo, 0, c, &mut Vec::new(), None);
                 busy |= out.busy;
                 let e = &mut lo.engines[c.eng];
                 if c.pending_tx.is_empty() || e.tcp_error(c.h).is_some() {
@@ -62,9 +61,11 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
                 let out = match holder {
                     Some((i, handle)) => {
                         let a = &mut apps[i];
-                        service_conn(lo, scratch, handle, c, &mut evs, Some(&mut *a))
+                        let out = service_conn(lo, handle, c, &mut evs, Some(&mut *a));
+                        a.credit_wake |= out.credit_wake;
+                        out
                     }
-                    None => service_conn(lo, scratch, 0, c, &mut evs, None),
+                    None => service_conn(lo, 0, c, &mut evs, None),
                 };
                 busy |= out.busy;
                 if let Some((i, _)) = holder {
@@ -138,7 +139,6 @@ pub(super) fn first_data(sh: &mut Shared, a: &mut App, h: u32) {
     let Shared {
         lo,
         socks,
-        scratch,
         evs,
         ph_actions,
         ..
@@ -150,7 +150,8 @@ pub(super) fn first_data(sh: &mut Shared, a: &mut App, h: u32) {
         return;
     };
     evs.clear();
-    let out = service_conn(lo, scratch, h, c, evs, Some(&mut *a));
+    let out = service_conn(lo, h, c, evs, Some(&mut *a));
+    a.credit_wake |= out.credit_wake;
     for e in evs.drain(..) {
         a.post(e);
     }
@@ -229,13 +230,14 @@ struct ConnOut {
     readable: bool,
     /// Send space returned, or the connect ended.
     writable: bool,
+    /// The credit returned crossed the wake threshold (`credit_wakes`).
+    credit_wake: bool,
 }
 
 /// One connection's turn. `app` is its holder (None: nobody holds it now — bytes still go
 /// out, received bytes wait in the engine).
 fn service_conn(
     lo: &mut Loopback,
-    scratch: &mut [u8],
     handle: u32,
     c: &mut Conn,
     evs: &mut Vec<EventRecord>,
@@ -281,6 +283,7 @@ fn service_conn(
         // Credit for bytes the engine took during the handshake, told after the open.
         let early = std::mem::take(&mut c.early_credit);
         if early > 0 {
+            c.uncredited = c.uncredited.saturating_sub(early);
             evs.push(writable(handle, early));
         }
     }
@@ -291,16 +294,20 @@ fn service_conn(
     // behind) the handshake's last ACK rather than a turn later. Their credit waits for the
     // open (an application must not see a connecting socket as writable).
     let stalled = app.as_ref().is_some_and(|a| a.mem_limited);
+    let mut taken = std::mem::take(&mut c.direct_taken);
     if !c.pending_tx.is_empty() && !stalled {
-        let taken = push_pending(e, c);
-        if taken > 0 {
-            out.busy = true;
-            if c.open_told {
-                out.writable = true;
-                evs.push(writable(handle, taken));
-            } else {
-                c.early_credit += taken;
-            }
+        taken += push_pending(e, c);
+    }
+    if taken > 0 {
+        out.busy = true;
+        if c.open_told {
+            out.writable = true;
+            let before = c.uncredited;
+            c.uncredited = before.saturating_sub(taken);
+            out.credit_wake = credit_wakes(before, c.uncredited);
+            evs.push(writable(handle, taken));
+        } else {
+            c.early_credit += taken;
         }
     }
     // A file send that found no room: writable once the send buffer takes its next chunk.
@@ -327,12 +334,21 @@ fn service_conn(
             .saturating_sub(c.outstanding)
             .min(area_free)
             .min(to_end);
-        let chunk = (room as usize).min(scratch.len());
-        if chunk == 0 {
+        if room == 0 {
             break;
         }
-        match e.tcp_recv(c.h, &mut scratch[..chunk]) {
-            Ok(0) => {
+        // Straight from the engine's receive ring into the application's area (one copy; the
+        // bytes are consumed only once written).
+        let n = match e.tcp_peek(c.h, room as usize) {
+            Ok((a, b)) if !a.is_empty() => {
+                let at = LAYOUT.rx_off + pos as usize;
+                let _ = app.region.write_at(at, a);
+                if !b.is_empty() {
+                    let _ = app.region.write_at(at + a.len(), b);
+                }
+                a.len() + b.len()
+            }
+            Ok(_) if e.tcp_at_eof(c.h) => {
                 evs.push(EventRecord {
                     kind: EventKind::Closed,
                     id: 0,
@@ -346,25 +362,21 @@ fn service_conn(
                 out.readable = true;
                 return out;
             }
-            Ok(n) => {
-                let _ = app
-                    .region
-                    .write_at(LAYOUT.rx_off + pos as usize, &scratch[..n]);
-                app.rx_head += n as u64;
-                c.outstanding += n as u64;
-                evs.push(EventRecord {
-                    kind: EventKind::Data,
-                    id: 0,
-                    handle,
-                    result: n as i64,
-                    offset: pos,
-                    len: n as u64,
-                });
-                out.busy = true;
-                out.readable = true;
-            }
-            Err(_) => break,
-        }
+            Ok(_) | Err(_) => break,
+        };
+        let _ = e.tcp_consume(c.h, n);
+        app.rx_head += n as u64;
+        c.outstanding += n as u64;
+        evs.push(EventRecord {
+            kind: EventKind::Data,
+            id: 0,
+            handle,
+            result: n as i64,
+            offset: pos,
+            len: n as u64,
+        });
+        out.busy = true;
+        out.readable = true;
     }
     out
 }
@@ -394,5 +406,40 @@ fn writable(handle: u32, len: u64) -> EventRecord {
         result: 0,
         offset: 0,
         len,
+    }
+}
+
+/// Whether returning send credit that takes a connection's uncredited bytes from `before`
+/// to `after` wakes an application waiting for send space: only when they fall to half the
+/// send buffer or below, or to zero — not at every turn that returns a little (hysteresis,
+/// as the kernel's `sk_stream_write_space` waits for a third of the buffer). The client
+/// waits for space only with a full send buffer (`SOCK_SNDBUF` unflushed) or a full
+/// transmit area; from a full buffer the count must cross the half on its way down, and
+/// every wait ends at the latest when all its bytes are taken (zero), so no wait is lost.
+pub(crate) fn credit_wakes(before: u64, after: u64) -> bool {
+    let half = SOCK_SNDBUF / 2;
+    after < before && ((after <= half && before > half) || after == 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::credit_wakes;
+
+    /// Send credit wakes a waiting sender when its unflushed bytes fall to half the send
+    /// buffer (crossing it) or to zero, not at every small return.
+    #[test]
+    fn credit_wakes_at_the_half_and_at_zero_only() {
+        use flowstack_api::region::SOCK_SNDBUF as B;
+        assert!(!credit_wakes(B, B - 4096), "a little back: no wake");
+        assert!(!credit_wakes(B - 4096, B / 2 + 1));
+        assert!(credit_wakes(B / 2 + 1, B / 2), "crossing the half");
+        assert!(credit_wakes(B, 0));
+        assert!(
+            !credit_wakes(B / 2, B / 4),
+            "already below: the next wake is at zero"
+        );
+        assert!(credit_wakes(B / 4, 0), "drained");
+        assert!(!credit_wakes(0, 0));
+        assert!(!credit_wakes(B / 2, B / 2));
     }
 }
