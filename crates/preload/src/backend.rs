@@ -110,8 +110,9 @@ pub trait Backend: Sync {
     fn sleep_begin(&self, _gen: u64, _writable: bool) -> Result<Option<SleepTicket>, Errno> {
         Err(libc::ENOSYS)
     }
-    /// Ends a sleep; true if the daemon is gone.
-    fn sleep_end(&self, _t: SleepTicket) -> bool {
+    /// Ends a sleep (`pair_ready`: the wait saw the wake-up descriptor readable); true if
+    /// the daemon is gone.
+    fn sleep_end(&self, _t: SleepTicket, _pair_ready: bool) -> bool {
         true
     }
 }
@@ -398,8 +399,8 @@ impl Backend for PosixBackend {
     fn sleep_begin(&self, gen: u64, writable: bool) -> Result<Option<SleepTicket>, Errno> {
         self.p.sleep_begin(gen, writable).map_err(e)
     }
-    fn sleep_end(&self, t: SleepTicket) -> bool {
-        self.p.sleep_end(t)
+    fn sleep_end(&self, t: SleepTicket, pair_ready: bool) -> bool {
+        self.p.sleep_end(t, pair_ready)
     }
     fn report(&self, why: crate::addr::Reason, dst: Option<SocketAddrV4>) {
         use crate::addr::Reason;

@@ -537,7 +537,8 @@ pub unsafe fn wait(
         crate::sig::clear_last();
         let k = outside(|| real::epoll_pwait(epfd, events, max, left, sigmask));
         let err = real::errno();
-        let gone = inside(|| b.sleep_end(t));
+        let pair_ready = k > 0 && evs[..k as usize].iter().any(|e| e.u64 == WAKE_TAG);
+        let gone = inside(|| b.sleep_end(t, pair_ready));
         if gone {
             set_gone(epfd, &mut lock(ep));
         }
