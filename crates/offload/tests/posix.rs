@@ -171,7 +171,10 @@ fn nonblocking_connect_in_progress_then_connected_or_refused() {
         again == Err(Errno::EALREADY) || again == Err(Errno::EISCONN),
         "{again:?}"
     );
-    // A becomes writable exactly when the connect is done.
+    // Before a wait on A in the kernel the filler is asked for (a non-blocking connect left
+    // it out: readiness from the view needs none); then A becomes writable exactly when the
+    // connect is done.
+    client.tokens_on(cid).unwrap();
     assert!(wait_a(ca.as_fd(), false, true, POLL).unwrap().1);
     assert_eq!(
         client.connect(cid, lo(port), true, None),
@@ -184,6 +187,7 @@ fn nonblocking_connect_in_progress_then_connected_or_refused() {
         client.connect(rid, lo(port + 1), true, None),
         Err(Errno::EINPROGRESS)
     );
+    client.tokens_on(rid).unwrap();
     assert!(wait_a(rb.as_fd(), false, true, POLL).unwrap().1);
     assert_eq!(
         client.connect(rid, lo(port + 1), true, None),
