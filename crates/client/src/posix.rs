@@ -91,6 +91,8 @@ struct PSock {
     /// A non-blocking connect left A unfilled (its writability is the view's until someone
     /// waits on A in the kernel: [`Posix::tokens_on`] fills it then).
     fill_later: bool,
+    /// A listener whose accepts are asked ahead ([`Posix::accept_ahead`]).
+    ahead_ok: bool,
 }
 
 struct Inner {
@@ -337,13 +339,19 @@ impl Posix {
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             let mut g = self.lock()?;
-            if g.sock(id)?.state != State::Listening {
+            let ps = g.sock(id)?;
+            if ps.state != State::Listening {
                 return Err(Errno::EINVAL);
             }
+            let ahead_ok = ps.ahead_ok;
             let c = g.client.as_mut().expect("registered");
             c.pump();
-            let got = match c.socks.get_mut(&id.0).and_then(|s| s.accepted.pop_front()) {
+            let l = c.socks.get_mut(&id.0).ok_or(Errno::EBADF)?;
+            let got = match l.accepted.pop_front() {
                 Some(h) => Ok(h),
+                None if l.accept_err.is_some() => Err(l.accept_err.take().expect("some")),
+                // The daemon holds our accept asked ahead: nothing to ask, no round trip.
+                None if l.ahead.is_some() => Err(SocketError::WouldBlock),
                 None => {
                     let aid = c
                         .post(Mode::Async, Command::TcpAccept { listener: id.0 })
@@ -372,6 +380,10 @@ impl Posix {
                     };
                     g.socks.insert(h, PSock::new(mine, State::Connected));
                     let c = g.client.as_mut().expect("registered");
+                    if ahead_ok && c.socks.get(&id.0).is_some_and(|s| s.ahead.is_none()) {
+                        // The next connection is asked for now (see `Posix::accept_ahead`).
+                        c.ask_accept(id.0, true).map_err(Errno::from)?;
+                    }
                     let more = c.socks.get(&id.0).is_some_and(|s| !s.accepted.is_empty());
                     if !more {
                         // As in recv: no stale token on the listener after the last accept
@@ -804,6 +816,7 @@ impl PSock {
             remote: None,
             in_kernel: false,
             fill_later: false,
+            ahead_ok: false,
         }
     }
 }

@@ -95,6 +95,9 @@ pub trait Backend: Sync {
     }
     /// Tokens again for `id` (before anyone sleeps on its placeholder in the kernel).
     fn tokens_on(&self, _id: SockId) {}
+    /// Listener `id`'s readiness is also computed here (an epoll set watches its view):
+    /// accepts on it are asked ahead (`Posix::accept_ahead`).
+    fn accept_ahead(&self, _id: SockId) {}
     /// Drains the events and answers for `ids` (None: not computable here); returns the
     /// pump count for [`Backend::sleep_begin`].
     fn ready_many(&self, _ids: &[SockId], _out: &mut Vec<Option<FastReady>>) -> Result<u64, Errno> {
@@ -381,6 +384,9 @@ impl Backend for PosixBackend {
     }
     fn watch(&self, id: SockId) -> Result<bool, Errno> {
         self.p.watch(posix::SockId(id)).map_err(e)
+    }
+    fn accept_ahead(&self, id: SockId) {
+        let _ = self.p.accept_ahead(posix::SockId(id));
     }
     fn tokens_on(&self, id: SockId) {
         let _ = self.p.tokens_on(posix::SockId(id));

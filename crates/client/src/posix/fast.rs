@@ -84,6 +84,27 @@ impl Posix {
         Ok(true)
     }
 
+    /// From now on, each connection [`Posix::accept`] returns on listener `id` is followed by
+    /// an accept asked ahead (`Client::accept`'s accept-ahead): the daemon hands the next
+    /// connection to this process as it comes, and the program's next `accept` takes it
+    /// from the view with no round trip (nginx's worker spent a quarter of its CPU waiting
+    /// for that answer). For a caller whose readiness of the listener comes from the view
+    /// ([`Posix::ready_many`] answers for listeners: the shim's epoll), which wakes on the
+    /// wake-up pair when the answer lands; the daemon also writes a token into the
+    /// placeholder for such an answer (`offload::app::notify::handed`), so a later `poll`
+    /// or blocking accept on A sees it. Not asked for a listener used by several processes
+    /// through `poll`: one could take the token of a connection handed to the other.
+    /// A connection asked ahead and never taken is closed with the listener (or when this
+    /// process exits), where the kernel would leave it in the backlog for another process.
+    pub fn accept_ahead(&self, id: SockId) -> Result<(), Errno> {
+        let mut g = self.lock()?;
+        let ps = g.sock_as_is(id)?;
+        if ps.state == State::Listening {
+            ps.ahead_ok = true;
+        }
+        Ok(())
+    }
+
     /// Tokens again for `id` (before a sleep on its placeholder), and the filler a
     /// non-blocking connect left out (see [`Posix::connect`]); no-op if neither.
     pub fn tokens_on(&self, id: SockId) -> Result<(), Errno> {
@@ -151,6 +172,11 @@ impl Posix {
                 continue;
             }
             let r = match ps.state {
+                // A connection accepted ahead, or the error of an accept asked ahead.
+                State::Listening => Readiness {
+                    readable: !s.accepted.is_empty() || s.accept_err.is_some(),
+                    ..Readiness::default()
+                },
                 State::Connected | State::Connecting | State::Failed => Readiness {
                     readable: !s.rx.is_empty() || s.eof || s.error.is_some() || ps.shut_rd,
                     writable: (s.open && !s.blocked && s.unflushed < SOCK_SNDBUF)

@@ -53,6 +53,7 @@ impl App {
                     seq: 0,
                     want_writable: false,
                     quiet_for: None,
+                    handed: false,
                 };
                 let gid = if op == AttachOp::New {
                     fresh_handle(self)?;
