@@ -9,7 +9,9 @@
 //!   closed, D hangs up and the daemon closes the socket as the kernel would.
 //! - **Readiness through the kernel.** A is readable when the daemon wrote a token (data,
 //!   end of stream, error, a connection to accept) and writable unless this layer filled it
-//!   because the socket's send buffer is full or a non-blocking connect is in progress; so
+//!   because the socket's send buffer is full or a connect is in progress (a non-blocking
+//!   connect's filler is written only once something will wait on A in the kernel:
+//!   [`Posix::tokens_on`], which every such wait calls first); so
 //!   `poll`/`select`/`epoll` on A work, mixed with any other descriptors, edge-triggered too.
 //!   When this process's own view of a socket is unreadable it reads the tokens back and
 //!   tells the daemon ([`Command::TokenCleared`]), which writes a new token at once if the

@@ -6,7 +6,11 @@
 //!   socket's tokens off (`Backend::watch`); the kernel's epoll set gets, once, this
 //!   process's wake-up descriptor instead. Anything else — kernel descriptors, listeners and
 //!   fresh flowstack sockets (their placeholders keep tokens) — goes to the kernel's
-//!   `epoll_ctl` as before.
+//!   `epoll_ctl` as before. A flowstack *listener* (level-triggered) is also watched from
+//!   the view ([`Listen`]): its accepts are asked ahead, and a connection handed to this
+//!   process is reported from the view — woken by the wake-up descriptor, so among several
+//!   processes sharing the listener the one it was handed to wakes, whoever takes the
+//!   placeholder's token (reported once per call if both say so).
 //! - **`epoll_wait`** on a set with such interests drains the event ring once and reports
 //!   the ready connections (level- or edge-triggered: an edge is a new event on the socket
 //!   since the last report, as the kernel's wake-ups; `EPOLLONESHOT` disables the interest

@@ -132,7 +132,8 @@ impl Posix {
     }
 
     /// Drains the event ring once and writes each socket's readiness into `out` (`None`:
-    /// unknown here — closed, or not a connection). Returns the pump count to hand to
+    /// unknown here — closed, or a fresh socket; a listener is readable when a connection
+    /// accepted ahead waits in the view). Returns the pump count to hand to
     /// [`Posix::sleep_begin`].
     pub fn ready_many(
         &self,
