@@ -108,6 +108,9 @@ struct Inner {
     carried: carried::Carried,
     /// This process's end of its wake-up pair (the daemon has the other), see `fast`.
     wake: Option<OwnedFd>,
+    /// An accept's `Attach{Place}` was posted since the last [`Posix::settle`] (its answer
+    /// is never waited for).
+    placed: bool,
 }
 
 /// The process-wide POSIX layer (`Send + Sync`; one mutex inside, never held while a call
@@ -159,6 +162,7 @@ impl Posix {
                 not_ours: HashSet::new(),
                 carried: carried::Carried::default(),
                 wake: None,
+                placed: false,
             }),
         })
     }
@@ -186,8 +190,10 @@ impl Posix {
     }
 
     /// Takes the daemon's answers to every `Attach` posted and not answered yet (see
-    /// [`Posix::socket`]); call before `fork` or `exec`, after which another process may
-    /// adopt these placeholders, which needs the daemon to know them first.
+    /// [`Posix::socket`]; for accepts' `Place`s, whose answers are dropped, one sync call
+    /// behind them); call before `fork` or `exec`, after which another process may adopt
+    /// these placeholders, which needs the daemon to know them first. Also writes the filler
+    /// non-blocking connects left out (another process may wait on A in the kernel).
     pub fn settle(&self) {
         let Ok(mut g) = self.lock() else { return };
         let pending: Vec<u32> = g
@@ -198,6 +204,12 @@ impl Posix {
             .collect();
         for h in pending {
             let _ = g.sock(SockId(h));
+        }
+        if std::mem::take(&mut g.placed) {
+            // Any sync call answered means the accepts' `Place`s before it were taken.
+            let c = g.client.as_mut().expect("registered");
+            let any = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
+            let _ = sync(c, Command::Carries { remote: any });
         }
         // Another process may wait on these placeholders in the kernel.
         let later: Vec<u32> = g
@@ -381,6 +393,7 @@ impl Posix {
                         get_addr(c, h, true).unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))
                     };
                     g.socks.insert(h, PSock::new(mine, State::Connected));
+                    g.placed = true;
                     let c = g.client.as_mut().expect("registered");
                     if ahead_ok && c.socks.get(&id.0).is_some_and(|s| s.ahead.is_none()) {
                         // The next connection is asked for now (see `Posix::accept_ahead`).
@@ -866,6 +879,7 @@ fn forked(g: &mut Inner, pid: u32) {
     g.client = None;
     g.socks.clear();
     g.wake = None;
+    g.placed = false;
     g.pid = pid;
 }
 
