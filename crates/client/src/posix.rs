@@ -9,7 +9,9 @@
 //!   closed, D hangs up and the daemon closes the socket as the kernel would.
 //! - **Readiness through the kernel.** A is readable when the daemon wrote a token (data,
 //!   end of stream, error, a connection to accept) and writable unless this layer filled it
-//!   because the socket's send buffer is full or a non-blocking connect is in progress; so
+//!   because the socket's send buffer is full or a connect is in progress (a non-blocking
+//!   connect's filler is written only once something will wait on A in the kernel:
+//!   [`Posix::tokens_on`], which every such wait calls first); so
 //!   `poll`/`select`/`epoll` on A work, mixed with any other descriptors, edge-triggered too.
 //!   When this process's own view of a socket is unreadable it reads the tokens back and
 //!   tells the daemon ([`Command::TokenCleared`]), which writes a new token at once if the
@@ -51,6 +53,7 @@ mod calls;
 mod carried;
 mod fast;
 mod file;
+mod types;
 use calls::{
     addr_of_value, attach_fds, finish, get_addr, make_unwritable, post_attach, sync, wait_on,
 };
@@ -58,148 +61,7 @@ use fast::clear_tokens;
 pub use fast::{FastReady, SleepTicket};
 pub use file::MAX_SENDFILE;
 
-/// A kernel errno value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Errno(pub i32);
-
-impl Errno {
-    /// Interrupted.
-    pub const EINTR: Errno = Errno(4);
-    /// Bad descriptor / handle.
-    pub const EBADF: Errno = Errno(9);
-    /// Would block.
-    pub const EAGAIN: Errno = Errno(11);
-    /// Invalid argument.
-    pub const EINVAL: Errno = Errno(22);
-    /// Broken pipe.
-    pub const EPIPE: Errno = Errno(32);
-    /// Not a socket.
-    pub const ENOTSOCK: Errno = Errno(88);
-    /// Operation not supported.
-    pub const EOPNOTSUPP: Errno = Errno(95);
-    /// Address in use.
-    pub const EADDRINUSE: Errno = Errno(98);
-    /// Connection reset.
-    pub const ECONNRESET: Errno = Errno(104);
-    /// Already connected.
-    pub const EISCONN: Errno = Errno(106);
-    /// Not connected.
-    pub const ENOTCONN: Errno = Errno(107);
-    /// Timed out.
-    pub const ETIMEDOUT: Errno = Errno(110);
-    /// Connection refused.
-    pub const ECONNREFUSED: Errno = Errno(111);
-    /// A connect is already in progress.
-    pub const EALREADY: Errno = Errno(114);
-    /// Connect started, not finished.
-    pub const EINPROGRESS: Errno = Errno(115);
-}
-
-impl From<SocketError> for Errno {
-    fn from(e: SocketError) -> Self {
-        Errno(e.errno())
-    }
-}
-
-impl std::fmt::Display for Errno {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "errno {}", self.0)
-    }
-}
-
-impl std::error::Error for Errno {}
-
-/// This process's name for a socket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SockId(pub u32);
-
-/// Socket type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Type {
-    /// TCP.
-    Stream,
-    /// UDP (not yet carried: `EOPNOTSUPP`).
-    Dgram,
-}
-
-/// Which path an accepted connection took.
-#[derive(Debug)]
-pub enum Path {
-    /// Through flowstack.
-    Flowstack,
-}
-
-/// `recv` flags.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RecvFlags {
-    /// `MSG_PEEK`.
-    pub peek: bool,
-    /// `MSG_WAITALL`.
-    pub waitall: bool,
-    /// `MSG_DONTWAIT` or `O_NONBLOCK`.
-    pub nonblock: bool,
-}
-
-/// `shutdown(2)`'s `how`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shutdown {
-    /// `SHUT_RD`.
-    Read,
-    /// `SHUT_WR`.
-    Write,
-    /// `SHUT_RDWR`.
-    Both,
-}
-
-/// Socket options.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Opt {
-    /// `TCP_NODELAY` (applied).
-    NoDelay,
-    /// `SO_KEEPALIVE`.
-    KeepAlive,
-    /// `TCP_KEEPIDLE` (seconds).
-    KeepIdle,
-    /// `TCP_KEEPINTVL` (seconds).
-    KeepIntvl,
-    /// `TCP_KEEPCNT`.
-    KeepCnt,
-    /// `SO_LINGER` (seconds; negative: off).
-    Linger,
-    /// `SO_RCVBUF`.
-    RcvBuf,
-    /// `SO_SNDBUF`.
-    SndBuf,
-    /// `TCP_USER_TIMEOUT` (ms).
-    UserTimeout,
-    /// `TCP_CORK`.
-    Cork,
-    /// `SO_REUSEADDR`.
-    ReuseAddr,
-    /// `SO_REUSEPORT`.
-    ReusePort,
-}
-
-/// What `poll` would say, from this process's own view (no system call but the token check
-/// of a listener).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Readiness {
-    /// Data, end of stream, an error, or a connection to accept.
-    pub readable: bool,
-    /// Send space (connected).
-    pub writable: bool,
-    /// The peer closed (or the connection failed).
-    pub hup: bool,
-    /// A pending error (`SO_ERROR`).
-    pub error: Option<Errno>,
-}
-
-/// `TCP_INFO`'s common fields (first slice: the state only).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct TcpInfo {
-    /// Linux `TCP_*` state number (1 established, 2 syn-sent, 7 close, 10 listen).
-    pub state: u8,
-}
+pub use types::*;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -225,6 +87,14 @@ struct PSock {
     attach: Option<u32>,
     /// Where it connects (`connect`), to forget a refused destination (`carried`).
     remote: Option<SocketAddrV4>,
+    /// The program may wait on A in the kernel (a kernel epoll set took it, or tokens were
+    /// asked for before a kernel wait): a connect fills A at once (see `fast`).
+    in_kernel: bool,
+    /// A non-blocking connect left A unfilled (its writability is the view's until someone
+    /// waits on A in the kernel: [`Posix::tokens_on`] fills it then).
+    fill_later: bool,
+    /// A listener whose accepts are asked ahead ([`Posix::accept_ahead`]).
+    ahead_ok: bool,
 }
 
 struct Inner {
@@ -238,6 +108,9 @@ struct Inner {
     carried: carried::Carried,
     /// This process's end of its wake-up pair (the daemon has the other), see `fast`.
     wake: Option<OwnedFd>,
+    /// An accept's `Attach{Place}` was posted since the last [`Posix::settle`] (its answer
+    /// is never waited for).
+    placed: bool,
 }
 
 /// The process-wide POSIX layer (`Send + Sync`; one mutex inside, never held while a call
@@ -289,6 +162,7 @@ impl Posix {
                 not_ours: HashSet::new(),
                 carried: carried::Carried::default(),
                 wake: None,
+                placed: false,
             }),
         })
     }
@@ -316,8 +190,10 @@ impl Posix {
     }
 
     /// Takes the daemon's answers to every `Attach` posted and not answered yet (see
-    /// [`Posix::socket`]); call before `fork` or `exec`, after which another process may
-    /// adopt these placeholders, which needs the daemon to know them first.
+    /// [`Posix::socket`]; for accepts' `Place`s, whose answers are dropped, one sync call
+    /// behind them); call before `fork` or `exec`, after which another process may adopt
+    /// these placeholders, which needs the daemon to know them first. Also writes the filler
+    /// non-blocking connects left out (another process may wait on A in the kernel).
     pub fn settle(&self) {
         let Ok(mut g) = self.lock() else { return };
         let pending: Vec<u32> = g
@@ -328,6 +204,22 @@ impl Posix {
             .collect();
         for h in pending {
             let _ = g.sock(SockId(h));
+        }
+        if std::mem::take(&mut g.placed) {
+            // Any sync call answered means the accepts' `Place`s before it were taken.
+            let c = g.client.as_mut().expect("registered");
+            let any = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
+            let _ = sync(c, Command::Carries { remote: any });
+        }
+        // Another process may wait on these placeholders in the kernel.
+        let later: Vec<u32> = g
+            .socks
+            .iter()
+            .filter(|(_, s)| s.fill_later)
+            .map(|(&h, _)| h)
+            .collect();
+        for h in later {
+            let _ = fast::fill_now(&mut g, SockId(h));
         }
     }
 
@@ -465,13 +357,19 @@ impl Posix {
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             let mut g = self.lock()?;
-            if g.sock(id)?.state != State::Listening {
+            let ps = g.sock(id)?;
+            if ps.state != State::Listening {
                 return Err(Errno::EINVAL);
             }
+            let ahead_ok = ps.ahead_ok;
             let c = g.client.as_mut().expect("registered");
             c.pump();
-            let got = match c.socks.get_mut(&id.0).and_then(|s| s.accepted.pop_front()) {
+            let l = c.socks.get_mut(&id.0).ok_or(Errno::EBADF)?;
+            let got = match l.accepted.pop_front() {
                 Some(h) => Ok(h),
+                None if l.accept_err.is_some() => Err(l.accept_err.take().expect("some")),
+                // The daemon holds our accept asked ahead: nothing to ask, no round trip.
+                None if l.ahead.is_some() => Err(SocketError::WouldBlock),
                 None => {
                     let aid = c
                         .post(Mode::Async, Command::TcpAccept { listener: id.0 })
@@ -485,20 +383,26 @@ impl Posix {
                     let (a, d) = placeholder::pair().map_err(|_| Errno(24))?;
                     let mine = a.try_clone().map_err(|_| Errno(24))?;
                     let c = g.client.as_mut().expect("registered");
-                    // The placeholder is posted, not waited for: its answer is taken by the
-                    // connection's next call (`Inner::sock`), as socket()'s. The peer came
-                    // with the accept's completion (from an older daemon: asked for).
+                    // The placeholder is posted and its answer never waited for: the
+                    // daemon refuses a `Place` only for a record no honest client writes,
+                    // and a refusal is then the connection's error (`Client::on_event`, as
+                    // for any async call), so its first recv costs no round trip. The peer
+                    // came with the accept's completion (from an older daemon: asked for).
                     let placed = post_attach(c, h, AttachOp::Place, &[d.as_fd(), a.as_fd()])?;
+                    c.waiting.remove(&placed);
                     let said = c.socks.get(&h).map_or(0, |s| s.peer);
                     let peer = if said != 0 {
                         addr_of_value(said)
                     } else {
                         get_addr(c, h, true).unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))
                     };
-                    let mut ps = PSock::new(mine, State::Connected);
-                    ps.attach = Some(placed);
-                    g.socks.insert(h, ps);
+                    g.socks.insert(h, PSock::new(mine, State::Connected));
+                    g.placed = true;
                     let c = g.client.as_mut().expect("registered");
+                    if ahead_ok && c.socks.get(&id.0).is_some_and(|s| s.ahead.is_none()) {
+                        // The next connection is asked for now (see `Posix::accept_ahead`).
+                        c.ask_accept(id.0, true).map_err(Errno::from)?;
+                    }
                     let more = c.socks.get(&id.0).is_some_and(|s| !s.accepted.is_empty());
                     if !more {
                         // As in recv: no stale token on the listener after the last accept
@@ -552,7 +456,16 @@ impl Posix {
                     let s = g.sock_as_is(id)?;
                     s.state = State::Connecting;
                     s.remote = Some(addr);
-                    make_unwritable(&mut g, id)?;
+                    // The filler (A unwritable while connecting) only matters to a wait on A
+                    // in the kernel; a program whose readiness comes from the view (the
+                    // shim's epoll) never needs it: two system calls here and one in the
+                    // daemon less per connection. It is written when such a wait comes
+                    // (`tokens_on`), or now if A may already be in a kernel set.
+                    if nonblock && !s.in_kernel {
+                        s.fill_later = true;
+                    } else {
+                        make_unwritable(&mut g, id)?;
+                    }
                     if nonblock {
                         return Err(Errno::EINPROGRESS);
                     }
@@ -920,6 +833,9 @@ impl PSock {
             quiet: false,
             attach: None,
             remote: None,
+            in_kernel: false,
+            fill_later: false,
+            ahead_ok: false,
         }
     }
 }
@@ -967,6 +883,7 @@ fn forked(g: &mut Inner, pid: u32) {
     g.client = None;
     g.socks.clear();
     g.wake = None;
+    g.placed = false;
     g.pid = pid;
 }
 

@@ -171,7 +171,10 @@ fn nonblocking_connect_in_progress_then_connected_or_refused() {
         again == Err(Errno::EALREADY) || again == Err(Errno::EISCONN),
         "{again:?}"
     );
-    // A becomes writable exactly when the connect is done.
+    // Before a wait on A in the kernel the filler is asked for (a non-blocking connect left
+    // it out: readiness from the view needs none); then A becomes writable exactly when the
+    // connect is done.
+    client.tokens_on(cid).unwrap();
     assert!(wait_a(ca.as_fd(), false, true, POLL).unwrap().1);
     assert_eq!(
         client.connect(cid, lo(port), true, None),
@@ -184,6 +187,7 @@ fn nonblocking_connect_in_progress_then_connected_or_refused() {
         client.connect(rid, lo(port + 1), true, None),
         Err(Errno::EINPROGRESS)
     );
+    client.tokens_on(rid).unwrap();
     assert!(wait_a(rb.as_fd(), false, true, POLL).unwrap().1);
     assert_eq!(
         client.connect(rid, lo(port + 1), true, None),
@@ -599,8 +603,10 @@ fn a_drained_socket_or_listener_is_unreadable_right_after_recv_or_accept() {
             !wait_a(la.as_fd(), true, false, Duration::ZERO).unwrap().0,
             "listener still readable after its only connection was accepted"
         );
-        // The bytes that arrived before the accept make the new socket readable...
-        assert!(wait_a(sa.as_fd(), true, false, POLL).unwrap().0);
+        // The bytes that arrived before the accept make the new socket readable in the view
+        // (no token for them: the accept does not wait for its placeholder's answer, and a
+        // token written after they were read would be stale; a wait on A looks at the view
+        // first, as the shim's poll does; the blocking recv below waits for them)...
         let mut buf = [0u8; 64];
         let mut got = 0;
         while got < 37 {
@@ -656,4 +662,69 @@ fn a_carried_destination_is_remembered_until_a_connect_is_refused() {
     );
     // ... and then it asks again.
     assert_eq!(client.carries(lo(port)), Ok(false));
+}
+
+/// Accept-ahead (`Posix::accept_ahead`, what the shim asks for a listener in an epoll set):
+/// after an accept, the next connection is handed to this process as it comes — readable
+/// in the view (`ready_many`) and through a token on the listener's placeholder — and
+/// `accept` takes it; with the accept asked ahead and nothing handed, a non-blocking accept
+/// answers `EAGAIN`, a blocking one waits for the token. Two connections before an accept
+/// are both seen through the placeholder (the second's token is written again when the
+/// first's is taken: `TokenCleared` after a connection was handed with a token out).
+#[test]
+fn accepts_asked_ahead_are_seen_in_the_view_and_through_the_placeholder() {
+    let d = daemon("ahead");
+    let server = Posix::attach(&d.path).unwrap();
+    let client = Posix::attach(&d.path).unwrap();
+    let (la, lid) = server.socket(Type::Stream).unwrap();
+    let port = server.bind(lid, lo(0)).unwrap();
+    server.listen(lid, 16, None).unwrap();
+    server.accept_ahead(lid).unwrap();
+    let readable = |fd: &OwnedFd, t| wait_a(fd.as_fd(), true, false, t).unwrap().0;
+    let mut keep = Vec::new();
+    for round in 0..4u8 {
+        let (ca, cid) = client.socket(Type::Stream).unwrap();
+        client.connect(cid, lo(port), false, T).unwrap();
+        assert!(readable(&la, POLL), "round {round}: no token");
+        if round > 0 {
+            // Handed ahead: the token follows the events, so the view has it now.
+            let mut out = Vec::new();
+            server.ready_many([lid].into_iter(), &mut out).unwrap();
+            assert!(out[0].is_some_and(|f| f.r.readable), "round {round}: view");
+        }
+        let (sa, sid, peer, _) = server.accept(lid, true, None).unwrap();
+        assert_eq!(peer, client.local_addr(cid).unwrap());
+        assert!(!readable(&la, Duration::ZERO), "round {round}: stale token");
+        assert_eq!(server.accept(lid, true, None).err(), Some(Errno::EAGAIN));
+        assert_eq!(client.send(cid, &[round], false, T).unwrap(), 1);
+        let mut b = [0u8; 1];
+        assert_eq!(server.recv(sid, &mut b, BLOCK, T).unwrap(), 1);
+        assert_eq!(b[0], round);
+        keep.push((ca, sa));
+    }
+    // Two at once.
+    let two: Vec<_> = (0..2)
+        .map(|_| {
+            let (ca, cid) = client.socket(Type::Stream).unwrap();
+            client.connect(cid, lo(port), false, T).unwrap();
+            (ca, cid)
+        })
+        .collect();
+    for (i, (_, cid)) in two.iter().enumerate() {
+        assert!(readable(&la, POLL), "connection {i} of two: no token");
+        let (sa, _, peer, _) = server.accept(lid, true, None).unwrap();
+        assert_eq!(peer, client.local_addr(*cid).unwrap());
+        keep.push((sa.try_clone().unwrap(), sa));
+    }
+    // A blocking accept with the accept asked ahead waits for the handed connection.
+    std::thread::scope(|s| {
+        let c = s.spawn(|| {
+            let (ca, cid) = client.socket(Type::Stream).unwrap();
+            client.connect(cid, lo(port), false, T).unwrap();
+            (ca, client.local_addr(cid).unwrap())
+        });
+        let (_sa, _, peer, _) = server.accept(lid, false, T).unwrap();
+        let (_ca, local) = c.join().unwrap();
+        assert_eq!(peer, local);
+    });
 }

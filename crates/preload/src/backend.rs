@@ -95,6 +95,9 @@ pub trait Backend: Sync {
     }
     /// Tokens again for `id` (before anyone sleeps on its placeholder in the kernel).
     fn tokens_on(&self, _id: SockId) {}
+    /// Listener `id`'s readiness is also computed here (an epoll set watches its view):
+    /// accepts on it are asked ahead (`Posix::accept_ahead`).
+    fn accept_ahead(&self, _id: SockId) {}
     /// Drains the events and answers for `ids` (None: not computable here); returns the
     /// pump count for [`Backend::sleep_begin`].
     fn ready_many(&self, _ids: &[SockId], _out: &mut Vec<Option<FastReady>>) -> Result<u64, Errno> {
@@ -110,8 +113,9 @@ pub trait Backend: Sync {
     fn sleep_begin(&self, _gen: u64, _writable: bool) -> Result<Option<SleepTicket>, Errno> {
         Err(libc::ENOSYS)
     }
-    /// Ends a sleep; true if the daemon is gone.
-    fn sleep_end(&self, _t: SleepTicket) -> bool {
+    /// Ends a sleep (`pair_ready`: the wait saw the wake-up descriptor readable); true if
+    /// the daemon is gone.
+    fn sleep_end(&self, _t: SleepTicket, _pair_ready: bool) -> bool {
         true
     }
 }
@@ -381,6 +385,9 @@ impl Backend for PosixBackend {
     fn watch(&self, id: SockId) -> Result<bool, Errno> {
         self.p.watch(posix::SockId(id)).map_err(e)
     }
+    fn accept_ahead(&self, id: SockId) {
+        let _ = self.p.accept_ahead(posix::SockId(id));
+    }
     fn tokens_on(&self, id: SockId) {
         let _ = self.p.tokens_on(posix::SockId(id));
     }
@@ -398,8 +405,8 @@ impl Backend for PosixBackend {
     fn sleep_begin(&self, gen: u64, writable: bool) -> Result<Option<SleepTicket>, Errno> {
         self.p.sleep_begin(gen, writable).map_err(e)
     }
-    fn sleep_end(&self, t: SleepTicket) -> bool {
-        self.p.sleep_end(t)
+    fn sleep_end(&self, t: SleepTicket, pair_ready: bool) -> bool {
+        self.p.sleep_end(t, pair_ready)
     }
     fn report(&self, why: crate::addr::Reason, dst: Option<SocketAddrV4>) {
         use crate::addr::Reason;

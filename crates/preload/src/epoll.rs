@@ -6,7 +6,11 @@
 //!   socket's tokens off (`Backend::watch`); the kernel's epoll set gets, once, this
 //!   process's wake-up descriptor instead. Anything else — kernel descriptors, listeners and
 //!   fresh flowstack sockets (their placeholders keep tokens) — goes to the kernel's
-//!   `epoll_ctl` as before.
+//!   `epoll_ctl` as before. A flowstack *listener* (level-triggered) is also watched from
+//!   the view ([`Listen`]): its accepts are asked ahead, and a connection handed to this
+//!   process is reported from the view — woken by the wake-up descriptor, so among several
+//!   processes sharing the listener the one it was handed to wakes, whoever takes the
+//!   placeholder's token (reported once per call if both say so).
 //! - **`epoll_wait`** on a set with such interests drains the event ring once and reports
 //!   the ready connections (level- or edge-triggered: an edge is a new event on the socket
 //!   since the last report, as the kernel's wake-ups; `EPOLLONESHOT` disables the interest
@@ -64,10 +68,23 @@ struct Interest {
     out_armed: bool,
 }
 
+/// A flowstack listener in the kernel's set whose view is watched here too (level-triggered
+/// interests only): a connection accepted ahead (`Backend::accept_ahead`) is reported from
+/// the view, woken by the wake-up descriptor, while the placeholder's token (connections the
+/// daemon still holds, the kernel listener's) is reported by the kernel.
+#[derive(Debug, Clone, Copy)]
+struct Listen {
+    fd: c_int,
+    id: SockId,
+    events: u32,
+    data: u64,
+}
+
 #[derive(Debug, Default)]
 pub struct Ep {
     pid: u32,
     fast: Vec<Interest>,
+    lst: Vec<Listen>,
     /// The wake-up descriptor registered in the kernel's set.
     wake: Option<c_int>,
     /// The daemon is gone: nothing to sleep for.
@@ -128,6 +145,7 @@ pub unsafe fn ctl(
     op: c_int,
     fd: c_int,
     id: SockId,
+    listening: bool,
     ev: *mut epoll_event,
 ) -> Result<c_int, Errno> {
     let kernel = || {
@@ -145,6 +163,25 @@ pub unsafe fn ctl(
             drop(g);
             to_kernel(epfd, ep);
             return kernel();
+        }
+        if let Some(i) = g.lst.iter().position(|x| x.fd == fd) {
+            let r = kernel()?;
+            match op {
+                libc::EPOLL_CTL_DEL => {
+                    g.lst.swap_remove(i);
+                }
+                libc::EPOLL_CTL_MOD if !ev.is_null() => {
+                    let e = *ev;
+                    if e.events & (EPOLLET | EPOLLONESHOT) != 0 {
+                        g.lst.swap_remove(i);
+                    } else {
+                        g.lst[i].events = e.events;
+                        g.lst[i].data = e.u64;
+                    }
+                }
+                _ => {}
+            }
+            return Ok(r);
         }
         if let Some(i) = g.fast.iter().position(|x| x.fd == fd) {
             return match op {
@@ -177,8 +214,16 @@ pub unsafe fn ctl(
     if op != libc::EPOLL_CTL_ADD || ev.is_null() || epfd == fd {
         return kernel();
     }
-    if ep.as_ref().is_some_and(|ep| lock(ep).gone) || !b.watch(id)? {
+    if ep.as_ref().is_some_and(|ep| lock(ep).gone) {
         return kernel();
+    }
+    if !b.watch(id)? {
+        let r = kernel()?;
+        let e = *ev;
+        if listening && e.events & (EPOLLET | EPOLLONESHOT) == 0 {
+            watch_listener(b, epfd, ep, fd, id, e);
+        }
+        return Ok(r);
     }
     let ep = match ep {
         Some(ep) => ep,
@@ -202,6 +247,32 @@ pub unsafe fn ctl(
         out_armed: false,
     });
     Ok(0)
+}
+
+/// Listener `fd` was added to the kernel's set `epfd`: its view is watched here too and its
+/// accepts are asked ahead (see [`Listen`]); not for a nested set.
+fn watch_listener(
+    b: &dyn Backend,
+    epfd: c_int,
+    ep: Option<Shared>,
+    fd: c_int,
+    id: SockId,
+    e: epoll_event,
+) {
+    let ep = match ep {
+        Some(ep) => ep,
+        None => match create(b, epfd) {
+            Ok(ep) => ep,
+            Err(_) => return,
+        },
+    };
+    lock(&ep).lst.push(Listen {
+        fd,
+        id,
+        events: e.events,
+        data: e.u64,
+    });
+    b.accept_ahead(id);
 }
 
 /// Descriptors added to some kernel epoll set (one bit each): such an epoll descriptor is
@@ -270,6 +341,7 @@ fn register_wake(b: &dyn Backend, epfd: c_int, g: &mut Ep) -> Result<(), Errno> 
 /// as placeholders with tokens; the state is dropped here.
 fn to_kernel(epfd: c_int, ep: &Shared) {
     let fast = std::mem::take(&mut lock(ep).fast);
+    lock(ep).lst.clear(); // already in the kernel's set
     forget_set(epfd);
     let st = state::get();
     if let Some(st) = st {
@@ -337,7 +409,9 @@ pub fn forget_sock(id: SockId) {
         .map(|m| m.values().cloned().collect())
         .unwrap_or_default();
     for ep in all {
-        lock(&ep).fast.retain(|x| x.id != id);
+        let mut g = lock(&ep);
+        g.fast.retain(|x| x.id != id);
+        g.lst.retain(|x| x.id != id);
     }
 }
 
@@ -355,13 +429,35 @@ fn scan(
     out: &mut [epoll_event],
 ) -> Result<(usize, u64, bool), Errno> {
     let Ep {
-        fast, ids, out: rd, ..
+        fast,
+        lst,
+        ids,
+        out: rd,
+        ..
     } = g;
     ids.clear();
     ids.extend(fast.iter().map(|x| x.id));
+    ids.extend(lst.iter().map(|x| x.id));
     let gen = b.ready_many(ids, rd)?;
     let mut n = 0;
     let mut want_w = false;
+    for (x, r) in lst.iter().zip(rd.iter().skip(fast.len())) {
+        let Some(f) = r else { continue };
+        let mut ev = 0u32;
+        if x.events & libc::EPOLLIN as u32 != 0 && f.r.readable {
+            ev |= libc::EPOLLIN as u32;
+        }
+        if f.r.error.is_some() {
+            ev |= libc::EPOLLERR as u32;
+        }
+        if ev != 0 && n < out.len() {
+            out[n] = epoll_event {
+                events: ev,
+                u64: x.data,
+            };
+            n += 1;
+        }
+    }
     for (x, r) in fast.iter_mut().zip(rd.iter()) {
         let Some(f) = r else { continue };
         if x.off || n == out.len() {
@@ -425,6 +521,23 @@ fn arm_out(epfd: c_int, x: &mut Interest) {
     // SAFETY: a valid epoll_event on the stack.
     let r = unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, x.fd, &mut ev) };
     x.out_armed = r == 0;
+}
+
+/// Drops from `rest[..k]` (the kernel's answer) the listeners `done` (the view's) already
+/// reported; returns the new count.
+fn dedupe(lst: &[Listen], done: &[epoll_event], rest: &mut [epoll_event], k: usize) -> usize {
+    if lst.is_empty() {
+        return k;
+    }
+    let seen = |d: u64| lst.iter().any(|x| x.data == d) && done.iter().any(|e| e.u64 == d);
+    let mut j = 0;
+    for i in 0..k {
+        if !seen(rest[i].u64) {
+            rest[j] = rest[i];
+            j += 1;
+        }
+    }
+    j
 }
 
 /// Removes the shim's own entries (the wake-up descriptor, placeholders writable again)
@@ -518,6 +631,8 @@ pub unsafe fn wait(
             } else {
                 0
             };
+            let (done, rest) = evs.split_at_mut(n);
+            let k = dedupe(&lock(ep).lst, done, rest, k);
             if n + k > 0 || ms == 0 || !lock(ep).gone {
                 return (n + k) as c_int;
             }
@@ -537,7 +652,8 @@ pub unsafe fn wait(
         crate::sig::clear_last();
         let k = outside(|| real::epoll_pwait(epfd, events, max, left, sigmask));
         let err = real::errno();
-        let gone = inside(|| b.sleep_end(t));
+        let pair_ready = k > 0 && evs[..k as usize].iter().any(|e| e.u64 == WAKE_TAG);
+        let gone = inside(|| b.sleep_end(t, pair_ready));
         if gone {
             set_gone(epfd, &mut lock(ep));
         }
@@ -588,7 +704,7 @@ pub unsafe extern "C" fn epoll_ctl(
             }
             r
         }
-        Some((_, b, e)) => crate::shim::run(|| ctl(b, epfd, op, fd, e.id, ev)),
+        Some((_, b, e)) => crate::shim::run(|| ctl(b, epfd, op, fd, e.id, e.listening, ev)),
     }
 }
 

@@ -230,6 +230,9 @@ pub fn connect(
         Err(libc::EINPROGRESS) if !nonblocking(fd, e, 0) => {}
         r => return r,
     }
+    // The wait below is on the placeholder in the kernel: its filler first (left out by a
+    // non-blocking connect for programs whose readiness comes from the view).
+    b.tokens_on(e.id);
     let (_, timeo) = st.table.timeouts(fd);
     let dl = deadline(timeo);
     loop {
@@ -293,7 +296,9 @@ pub fn accept(
     };
     let cloexec = flags & libc::SOCK_CLOEXEC != 0;
     let nonblock = flags & libc::SOCK_NONBLOCK != 0;
-    let (nfd, peer) = match got {
+    // What the new descriptor has now: a placeholder pair is made close-on-exec and
+    // blocking, a kernel connection close-on-exec and non-blocking (`kernel_accept`).
+    let (nfd, peer, was_nonblock) = match got {
         Accepted::Flowstack(ofd, id, peer) => {
             let nfd = ofd.into_raw_fd();
             if nfd as usize >= MAX_FDS {
@@ -305,7 +310,7 @@ pub fn accept(
             st.table.set(nfd, Entry::new(id, e.inet6, false, nonblock));
             st.hold(id);
             st.note_flowstack(nfd, "accept");
-            (nfd, Some(peer))
+            (nfd, Some(peer), false)
         }
         Accepted::Kernel(ofd) => {
             let nfd = ofd.into_raw_fd();
@@ -313,23 +318,21 @@ pub fn accept(
                 // A number the table still had: its socket was closed behind our back.
             }
             st.note_kernel(nfd, Reason::KernelListener, false);
-            (nfd, None)
+            (nfd, None, true)
         }
     };
+    // Only the flags that differ from what the descriptor has (a system call each, per
+    // connection).
     // SAFETY: flag changes on the descriptor just created.
     unsafe {
-        real::fcntl(
-            nfd,
-            libc::F_SETFD,
-            if cloexec { libc::FD_CLOEXEC } else { 0 } as usize,
-        );
-        let fl = real::fcntl(nfd, libc::F_GETFL, 0).max(0);
-        let fl = if nonblock {
-            fl | libc::O_NONBLOCK
-        } else {
-            fl & !libc::O_NONBLOCK
-        };
-        real::fcntl(nfd, libc::F_SETFL, fl as usize);
+        if !cloexec {
+            real::fcntl(nfd, libc::F_SETFD, 0);
+        }
+        if nonblock != was_nonblock {
+            // No other status flag (O_APPEND, O_ASYNC, …) is set on either kind.
+            let fl = if nonblock { libc::O_NONBLOCK } else { 0 };
+            real::fcntl(nfd, libc::F_SETFL, fl as usize);
+        }
     }
     Ok((nfd, peer))
 }

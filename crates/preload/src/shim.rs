@@ -191,11 +191,10 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int
         inside(|| b.forget(id));
         return kernel(Reason::FdTooHigh);
     }
-    real::fcntl(
-        fd,
-        libc::F_SETFD,
-        if kind.cloexec { libc::FD_CLOEXEC } else { 0 } as usize,
-    );
+    if !kind.cloexec {
+        // The placeholder is made close-on-exec.
+        real::fcntl(fd, libc::F_SETFD, 0);
+    }
     if kind.nonblock {
         real::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK as usize);
     }

@@ -71,12 +71,17 @@ pub enum Tokens {
 }
 
 /// Application side: reads every token waiting on A without blocking.
+///
+/// A read that returns less than the buffer emptied A (a unix stream `recv` takes everything
+/// queued up to the buffer's size), so the usual case is one system call, not a second one
+/// that answers `EAGAIN`. A hang-up right behind the tokens is then seen by the next call.
 pub fn take_tokens(a: BorrowedFd<'_>) -> io::Result<Tokens> {
     let mut n = 0;
     let mut buf = [0u8; 64];
     loop {
         match recv(a, &mut buf, RecvFlags::DONTWAIT) {
             Ok((0, _)) => return Ok(Tokens::Closed),
+            Ok((k, _)) if k < buf.len() => return Ok(Tokens::Read(n + k)),
             Ok((k, _)) => n += k,
             Err(rustix::io::Errno::AGAIN) => return Ok(Tokens::Read(n)),
             Err(rustix::io::Errno::INTR) => continue,
@@ -126,6 +131,8 @@ pub fn drain(d: BorrowedFd<'_>) -> io::Result<bool> {
     loop {
         match recv(d, &mut buf, RecvFlags::DONTWAIT) {
             Ok((0, _)) => return Ok(false),
+            // A short read emptied D (see `take_tokens`).
+            Ok((k, _)) if k < buf.len() => return Ok(true),
             Ok(_) => {}
             Err(rustix::io::Errno::AGAIN) => return Ok(true),
             Err(rustix::io::Errno::INTR) => continue,
@@ -281,5 +288,20 @@ mod tests {
         drop(a2);
         assert_eq!(poll_sets(&[], &[d.as_fd()], z).unwrap().1, vec![true]);
         assert!(!drain(d.as_fd()).unwrap());
+    }
+
+    #[test]
+    fn take_tokens_reads_more_than_one_buffer_and_stops_at_a_short_read() {
+        let (a, d) = pair().unwrap();
+        for _ in 0..100 {
+            assert!(put_token(d.as_fd()).unwrap());
+        }
+        assert_eq!(take_tokens(a.as_fd()).unwrap(), Tokens::Read(100));
+        assert_eq!(take_tokens(a.as_fd()).unwrap(), Tokens::Read(0));
+        // Tokens then a hang-up: the tokens now, the hang-up on the next call.
+        assert!(put_token(d.as_fd()).unwrap());
+        drop(d);
+        assert_eq!(take_tokens(a.as_fd()).unwrap(), Tokens::Read(1));
+        assert_eq!(take_tokens(a.as_fd()).unwrap(), Tokens::Closed);
     }
 }

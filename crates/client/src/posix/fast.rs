@@ -54,13 +54,18 @@ fn sleepers(c: &Client) -> Option<&std::sync::atomic::AtomicU32> {
 impl Posix {
     /// Makes `id` quiet if its readiness can be computed here; `Ok(false)`: watch its
     /// placeholder in the kernel instead (listener, fresh socket).
+    ///
+    /// Does not wait for the socket's `Attach` answer (an accept's or a `socket()`'s, see
+    /// [`Posix::socket`]): the `SetNotify` follows it in the ring, and a refusal is the
+    /// error of the socket's next call (a round trip per connection less).
     pub fn watch(&self, id: SockId) -> Result<bool, Errno> {
         let mut g = self.lock()?;
-        let ps = g.sock(id)?;
+        let ps = g.sock_as_is(id)?;
         if !matches!(
             ps.state,
             State::Connected | State::Connecting | State::Failed
         ) {
+            ps.in_kernel = true;
             return Ok(false);
         }
         if ps.quiet {
@@ -79,10 +84,37 @@ impl Posix {
         Ok(true)
     }
 
-    /// Tokens again for `id` (before a sleep on its placeholder); no-op if it is not quiet.
+    /// From now on, each connection [`Posix::accept`] returns on listener `id` is followed by
+    /// an accept asked ahead (`Client::accept`'s accept-ahead): the daemon hands the next
+    /// connection to this process as it comes, and the program's next `accept` takes it
+    /// from the view with no round trip (nginx's worker spent a quarter of its CPU waiting
+    /// for that answer). For a caller whose readiness of the listener comes from the view
+    /// ([`Posix::ready_many`] answers for listeners: the shim's epoll), which wakes on the
+    /// wake-up pair when the answer lands; the daemon also writes a token into the
+    /// placeholder for such an answer (`offload::app::notify::handed`), so a later `poll`
+    /// or blocking accept on A sees it. Not asked for a listener used by several processes
+    /// through `poll`: one could take the token of a connection handed to the other.
+    /// A connection asked ahead and never taken is closed with the listener (or when this
+    /// process exits), where the kernel would leave it in the backlog for another process.
+    pub fn accept_ahead(&self, id: SockId) -> Result<(), Errno> {
+        let mut g = self.lock()?;
+        let ps = g.sock_as_is(id)?;
+        if ps.state == State::Listening {
+            ps.ahead_ok = true;
+        }
+        Ok(())
+    }
+
+    /// Tokens again for `id` (before a sleep on its placeholder), and the filler a
+    /// non-blocking connect left out (see [`Posix::connect`]); no-op if neither.
     pub fn tokens_on(&self, id: SockId) -> Result<(), Errno> {
         let mut g = self.lock()?;
-        let ps = g.sock(id)?;
+        let ps = g.sock_as_is(id)?;
+        ps.in_kernel = true;
+        if ps.fill_later {
+            fill_now(&mut g, id)?;
+        }
+        let ps = g.sock_as_is(id)?;
         if !ps.quiet {
             return Ok(());
         }
@@ -100,7 +132,8 @@ impl Posix {
     }
 
     /// Drains the event ring once and writes each socket's readiness into `out` (`None`:
-    /// unknown here — closed, or not a connection). Returns the pump count to hand to
+    /// unknown here — closed, or a fresh socket; a listener is readable when a connection
+    /// accepted ahead waits in the view). Returns the pump count to hand to
     /// [`Posix::sleep_begin`].
     pub fn ready_many(
         &self,
@@ -140,6 +173,11 @@ impl Posix {
                 continue;
             }
             let r = match ps.state {
+                // A connection accepted ahead, or the error of an accept asked ahead.
+                State::Listening => Readiness {
+                    readable: !s.accepted.is_empty() || s.accept_err.is_some(),
+                    ..Readiness::default()
+                },
                 State::Connected | State::Connecting | State::Failed => Readiness {
                     readable: !s.rx.is_empty() || s.eof || s.error.is_some() || ps.shut_rd,
                     writable: (s.open && !s.blocked && s.unflushed < SOCK_SNDBUF)
@@ -216,9 +254,11 @@ impl Posix {
     }
 
     /// The caller woke (or gave up sleeping): uncounts it; the last sleeper drains the
-    /// wake-up pair. A hung-up pair means the daemon is gone.
-    /// Returns true if the daemon is gone.
-    pub fn sleep_end(&self, t: SleepTicket) -> bool {
+    /// wake-up pair if its wait saw the pair readable (`pair_ready`; a byte written after
+    /// its wait returned is drained by the next sleeper, which it wakes at once: one
+    /// spurious wake-up at worst, and no `recv` answering `EAGAIN` per sleep). A hung-up
+    /// pair means the daemon is gone. Returns true if the daemon is gone.
+    pub fn sleep_end(&self, t: SleepTicket, pair_ready: bool) -> bool {
         let Ok(mut g) = self.lock() else {
             return true;
         };
@@ -230,7 +270,7 @@ impl Posix {
             return c.dead;
         };
         let before = a.fetch_sub(t.0, Ordering::SeqCst);
-        if before & 0xffff == 1 {
+        if before & 0xffff == 1 && pair_ready {
             if let Some(w) = &g.wake {
                 if let Ok(Tokens::Closed) = placeholder::take_tokens(w.as_fd()) {
                     c.dead = true;
@@ -239,6 +279,25 @@ impl Posix {
         }
         c.dead
     }
+}
+
+/// Writes the filler a non-blocking connect left out, unless the connect already ended in
+/// this process's view (then A is rightly writable).
+pub(super) fn fill_now(g: &mut Inner, id: SockId) -> Result<(), Errno> {
+    let ps = g.sock_as_is(id)?;
+    if !std::mem::take(&mut ps.fill_later) || ps.state != State::Connecting {
+        return Ok(());
+    }
+    let c = g.client.as_mut().expect("registered");
+    c.pump();
+    let ended = c
+        .socks
+        .get(&id.0)
+        .is_none_or(|s| s.open || s.error.is_some() || s.eof);
+    if ended || c.dead {
+        return Ok(());
+    }
+    super::make_unwritable(g, id)
 }
 
 /// The socket's view here is unreadable: read the tokens back and tell the daemon.

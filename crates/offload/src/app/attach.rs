@@ -53,6 +53,7 @@ impl App {
                     seq: 0,
                     want_writable: false,
                     quiet_for: None,
+                    handed: false,
                 };
                 let gid = if op == AttachOp::New {
                     fresh_handle(self)?;
@@ -71,8 +72,14 @@ impl App {
                 sh.ports.claim_ident(ident, sh.me);
                 let g = sh.socks.get_mut(&gid).expect("just found");
                 g.ph = Some(ph);
-                // A readable socket (accepted with data already in) gets its token now.
-                if readable_now(&sh.lo, &g.kind) {
+                // No token for an accepted connection whose first bytes came with the
+                // accept: the application does not wait for this answer and may have read
+                // them already (its `TcpConsume` follows in the ring), and a token then
+                // would say readable with nothing to read (a select-driven program — iperf3
+                // — then blocks in read for good). Every wait on A in the kernel asks for
+                // tokens first (`Posix::tokens_on`) and looks at its view, which has those
+                // bytes, so nothing is missed.
+                if op == AttachOp::New && readable_now(&sh.lo, &g.kind) {
                     sh.ph_actions.push((gid, true, false));
                 }
                 Ok(handle as u64)

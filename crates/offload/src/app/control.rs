@@ -192,7 +192,9 @@ pub(super) fn token_cleared(sh: &mut Shared, gid: u32) {
     let again = readable_now(&sh.lo, &g.kind);
     if let Some(ph) = &mut g.ph {
         ph.token_out = false;
-        if again {
+        // A connection handed to an accept asked ahead after the token the application
+        // just took was written: it may not have seen it yet (`notify::handed`).
+        if again || ph.handed {
             sh.ph_actions.push((gid, true, false));
         }
     }

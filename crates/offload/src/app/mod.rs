@@ -168,6 +168,9 @@ pub(crate) struct Placeholder {
     want_writable: bool,
     /// No tokens while this application holds the socket (`SetNotify`, see `notify`).
     quiet_for: Option<u64>,
+    /// A listener handed a connection to an accept asked ahead since its last token was
+    /// written (`notify::handed`): `TokenCleared` writes another.
+    handed: bool,
 }
 
 impl Placeholder {
@@ -177,6 +180,7 @@ impl Placeholder {
         self.seq = self.seq.wrapping_add(1);
         if !self.token_out && !quiet {
             self.token_out = placeholder::put_token(self.d.as_fd()).unwrap_or(false);
+            self.handed &= !self.token_out;
         }
     }
     fn writable(&mut self) {
@@ -921,6 +925,9 @@ impl App {
                 let h = self.adopt_accepted(sh, i, c);
                 self.post(service::accepted(sh, id, listener, i, c, h));
                 service::first_data(sh, self, h);
+                if mode == Mode::Sync {
+                    notify::handed(sh, gid);
+                }
             }
             Some(Err(e)) => self.post(EventRecord::completion(id, listener, Err(e))),
             None if mode == Mode::Sync => {

@@ -104,6 +104,20 @@ pub(super) fn set_notify(sh: &mut Shared, gid: Result<u32, SocketError>, app: u6
     }
 }
 
+/// Listener `gid` handed a connection to a sync accept — from the POSIX layer, only an
+/// accept asked ahead (`Posix::accept_ahead`), which nobody waits for: a token for its
+/// placeholder, so a program that polls it or blocks in accept on it is woken (one reading
+/// its view in the shim's epoll is woken by its wake-up pair). If a token is already out,
+/// `TokenCleared` writes a new one (the application may have taken the old one before this
+/// connection reached its view). Native listeners (no placeholder) get nothing.
+pub(super) fn handed(sh: &mut Shared, gid: u32) {
+    let Some(ph) = sh.socks.get_mut(&gid).and_then(|g| g.ph.as_mut()) else {
+        return;
+    };
+    ph.handed = true;
+    sh.ph_actions.push((gid, true, false));
+}
+
 /// Another application became the holder: tokens again (one now if readable).
 pub(super) fn on_new_holder(sh: &mut Shared, gid: u32) {
     let Some(g) = sh.socks.get_mut(&gid) else {

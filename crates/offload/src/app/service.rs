@@ -99,6 +99,9 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
                 let h = a.adopt_accepted(sh, i, c);
                 a.post(accepted(sh, id, listener, i, c, h));
                 first_data(sh, a, h);
+                if let Some(&gid) = a.handles.get(&listener) {
+                    super::notify::handed(sh, gid); // waiting accepts are sync ones
+                }
             }
             Err(e) => a.post(EventRecord::completion(id, listener, Err(e))),
         }
