@@ -95,12 +95,19 @@ impl From<io::Error> for ConnectError {
 /// returns how many. (A byte-by-byte drain of the deque cost the receiving application more
 /// CPU than everything else it did in `bench stream --peer offload`.)
 pub(crate) fn take_front(rx: &mut VecDeque<u8>, buf: &mut [u8]) -> usize {
+    let n = copy_front(rx, buf);
+    rx.drain(..n);
+    n
+}
+
+/// Copies the front of `rx` into `buf` (block copies, across the deque's wrap), leaving it
+/// in `rx`; how many bytes.
+pub(crate) fn copy_front(rx: &VecDeque<u8>, buf: &mut [u8]) -> usize {
     let n = buf.len().min(rx.len());
     let (a, b) = rx.as_slices();
     let k = n.min(a.len());
     buf[..k].copy_from_slice(&a[..k]);
     buf[k..n].copy_from_slice(&b[..n - k]);
-    rx.drain(..n);
     n
 }
 

@@ -583,10 +583,7 @@ impl Posix {
                 c.pump();
                 let s = c.socks.get_mut(&id.0).ok_or(Errno::EBADF)?;
                 if !s.rx.is_empty() {
-                    let n = (buf.len() - got).min(s.rx.len());
-                    for (d, b) in buf[got..got + n].iter_mut().zip(s.rx.iter()) {
-                        *d = *b;
-                    }
+                    let n = crate::copy_front(&s.rx, &mut buf[got..]);
                     if !flags.peek {
                         s.rx.drain(..n);
                         s.unreported += n as u64;
