@@ -40,7 +40,7 @@ use crate::loopback::{is_loopback, Loopback};
 use crate::ports::{BindOpts, PortTable};
 use flowstack_api::record::{
     check_span, AttachOp, Command, CommandRecord, EventKind, EventRecord, Mode, SockType,
-    RECORD_LEN, REPORT_KINDS,
+    RECORD_LEN,
 };
 use flowstack_api::SocketError;
 use flowstack_stack::{TcpConfig, TcpHandle};
@@ -56,7 +56,9 @@ use std::sync::Arc;
 
 mod attach;
 mod control;
+mod counters;
 mod file;
+mod handles;
 mod memory;
 mod notify;
 mod reuse;
@@ -65,6 +67,8 @@ mod snapshot;
 use control::{
     addr_of, bind, detach, listen, readable_now, set_failed, token_cleared, want_writable,
 };
+pub use counters::DaemonCounters;
+use handles::accepted_handle;
 pub(crate) use memory::account;
 pub(crate) use service::service;
 use service::{release_kind, try_accept};
@@ -215,51 +219,6 @@ impl GSock {
             ph: None,
             closing: false,
         }
-    }
-}
-
-/// Daemon-wide counters (`flowstack stats`).
-#[derive(Debug, Default, Clone)]
-pub struct DaemonCounters {
-    /// Applications registered since start.
-    pub apps_registered: u64,
-    /// Registrations refused (too many applications, bad credentials).
-    pub apps_refused: u64,
-    /// Command records rejected, all applications.
-    pub bad_records: u64,
-    /// Calls refused by a limit (sockets, memory, send-buffer overrun).
-    pub limits_hit: u64,
-    /// Sockets closed because their last placeholder copy was closed.
-    pub last_closes: u64,
-    /// Fallbacks to the kernel reported by shims, by [`flowstack_api::record::ReportKind`]
-    /// code (index 0 unused).
-    pub fallbacks: [u64; REPORT_KINDS as usize + 1],
-    /// Bytes queued from applications' files by `TcpSendFile` (never through their memory).
-    pub sendfile_bytes: u64,
-    /// `TcpSendFile` calls that queued at least one byte.
-    pub sendfile_calls: u64,
-    /// Attaches refused because the socket lives on another engine (`EINVAL`).
-    pub cross_engine_attach: u64,
-    /// Applications that went over `--max-app-memory` (their sends stalled), and sockets
-    /// refused because of it (`FlowstackdAppMemLimited`).
-    pub app_mem_limited: u64,
-}
-
-impl DaemonCounters {
-    /// Adds another engine's counters.
-    pub fn merge(&mut self, o: &DaemonCounters) {
-        self.apps_registered += o.apps_registered;
-        self.apps_refused += o.apps_refused;
-        self.bad_records += o.bad_records;
-        self.limits_hit += o.limits_hit;
-        self.last_closes += o.last_closes;
-        for (a, b) in self.fallbacks.iter_mut().zip(o.fallbacks.iter()) {
-            *a += b;
-        }
-        self.sendfile_bytes += o.sendfile_bytes;
-        self.sendfile_calls += o.sendfile_calls;
-        self.cross_engine_attach += o.cross_engine_attach;
-        self.app_mem_limited += o.app_mem_limited;
     }
 }
 
@@ -961,44 +920,5 @@ impl App {
         if freed >= self.rx_freed && freed <= self.rx_head {
             self.rx_freed = freed;
         }
-    }
-}
-
-/// The handle for a newly accepted connection: the first free one from `next` in the
-/// accepted range `[ACCEPTED_BASE, POSIX_BASE)`, wrapping at its end, so a long-lived
-/// server that accepted more connections than the range holds reuses the numbers of closed
-/// ones instead of overwriting a live one. (The application learns the handle from the
-/// completion, so the daemon may choose any free number.) An application cannot hold the
-/// whole range: its socket limit is far below it.
-fn accepted_handle(next: u32, in_use: impl Fn(u32) -> bool) -> u32 {
-    use flowstack_api::region::{ACCEPTED_BASE, POSIX_BASE};
-    let span = POSIX_BASE - ACCEPTED_BASE;
-    let start = if (ACCEPTED_BASE..POSIX_BASE).contains(&next) {
-        next - ACCEPTED_BASE
-    } else {
-        0
-    };
-    (0..span)
-        .map(|i| ACCEPTED_BASE + (start + i) % span)
-        .find(|&h| !in_use(h))
-        .unwrap_or(ACCEPTED_BASE)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::accepted_handle;
-    use flowstack_api::region::{ACCEPTED_BASE, POSIX_BASE};
-
-    #[test]
-    fn accepted_handles_wrap_and_skip_live_ones() {
-        let none = |_| false;
-        assert_eq!(accepted_handle(ACCEPTED_BASE, none), ACCEPTED_BASE);
-        assert_eq!(accepted_handle(ACCEPTED_BASE + 7, none), ACCEPTED_BASE + 7);
-        // The end of the range wraps to its start instead of repeating its last number.
-        assert_eq!(accepted_handle(POSIX_BASE - 1, none), POSIX_BASE - 1);
-        assert_eq!(accepted_handle(POSIX_BASE, none), ACCEPTED_BASE);
-        // Live handles are skipped, across the wrap too.
-        let live = |h| h == POSIX_BASE - 1 || h == ACCEPTED_BASE;
-        assert_eq!(accepted_handle(POSIX_BASE - 1, live), ACCEPTED_BASE + 1);
     }
 }

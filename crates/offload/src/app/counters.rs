@@ -1,0 +1,48 @@
+//! Daemon-wide counters (`flowstack stats`), one set per engine thread, merged for a query.
+
+use flowstack_api::record::REPORT_KINDS;
+
+/// Daemon-wide counters (`flowstack stats`).
+#[derive(Debug, Default, Clone)]
+pub struct DaemonCounters {
+    /// Applications registered since start.
+    pub apps_registered: u64,
+    /// Registrations refused (too many applications, bad credentials).
+    pub apps_refused: u64,
+    /// Command records rejected, all applications.
+    pub bad_records: u64,
+    /// Calls refused by a limit (sockets, memory, send-buffer overrun).
+    pub limits_hit: u64,
+    /// Sockets closed because their last placeholder copy was closed.
+    pub last_closes: u64,
+    /// Fallbacks to the kernel reported by shims, by [`flowstack_api::record::ReportKind`]
+    /// code (index 0 unused).
+    pub fallbacks: [u64; REPORT_KINDS as usize + 1],
+    /// Bytes queued from applications' files by `TcpSendFile` (never through their memory).
+    pub sendfile_bytes: u64,
+    /// `TcpSendFile` calls that queued at least one byte.
+    pub sendfile_calls: u64,
+    /// Attaches refused because the socket lives on another engine (`EINVAL`).
+    pub cross_engine_attach: u64,
+    /// Applications that went over `--max-app-memory` (their sends stalled), and sockets
+    /// refused because of it (`FlowstackdAppMemLimited`).
+    pub app_mem_limited: u64,
+}
+
+impl DaemonCounters {
+    /// Adds another engine's counters.
+    pub fn merge(&mut self, o: &DaemonCounters) {
+        self.apps_registered += o.apps_registered;
+        self.apps_refused += o.apps_refused;
+        self.bad_records += o.bad_records;
+        self.limits_hit += o.limits_hit;
+        self.last_closes += o.last_closes;
+        for (a, b) in self.fallbacks.iter_mut().zip(o.fallbacks.iter()) {
+            *a += b;
+        }
+        self.sendfile_bytes += o.sendfile_bytes;
+        self.sendfile_calls += o.sendfile_calls;
+        self.cross_engine_attach += o.cross_engine_attach;
+        self.app_mem_limited += o.app_mem_limited;
+    }
+}
