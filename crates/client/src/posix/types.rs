@@ -1,0 +1,146 @@
+//! The POSIX layer's plain types: errno values, socket ids, flags, options, readiness.
+
+use flowstack_api::SocketError;
+
+/// A kernel errno value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Errno(pub i32);
+
+impl Errno {
+    /// Interrupted.
+    pub const EINTR: Errno = Errno(4);
+    /// Bad descriptor / handle.
+    pub const EBADF: Errno = Errno(9);
+    /// Would block.
+    pub const EAGAIN: Errno = Errno(11);
+    /// Invalid argument.
+    pub const EINVAL: Errno = Errno(22);
+    /// Broken pipe.
+    pub const EPIPE: Errno = Errno(32);
+    /// Not a socket.
+    pub const ENOTSOCK: Errno = Errno(88);
+    /// Operation not supported.
+    pub const EOPNOTSUPP: Errno = Errno(95);
+    /// Address in use.
+    pub const EADDRINUSE: Errno = Errno(98);
+    /// Connection reset.
+    pub const ECONNRESET: Errno = Errno(104);
+    /// Already connected.
+    pub const EISCONN: Errno = Errno(106);
+    /// Not connected.
+    pub const ENOTCONN: Errno = Errno(107);
+    /// Timed out.
+    pub const ETIMEDOUT: Errno = Errno(110);
+    /// Connection refused.
+    pub const ECONNREFUSED: Errno = Errno(111);
+    /// A connect is already in progress.
+    pub const EALREADY: Errno = Errno(114);
+    /// Connect started, not finished.
+    pub const EINPROGRESS: Errno = Errno(115);
+}
+
+impl From<SocketError> for Errno {
+    fn from(e: SocketError) -> Self {
+        Errno(e.errno())
+    }
+}
+
+impl std::fmt::Display for Errno {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "errno {}", self.0)
+    }
+}
+
+impl std::error::Error for Errno {}
+
+/// This process's name for a socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SockId(pub u32);
+
+/// Socket type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Type {
+    /// TCP.
+    Stream,
+    /// UDP (not yet carried: `EOPNOTSUPP`).
+    Dgram,
+}
+
+/// Which path an accepted connection took.
+#[derive(Debug)]
+pub enum Path {
+    /// Through flowstack.
+    Flowstack,
+}
+
+/// `recv` flags.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RecvFlags {
+    /// `MSG_PEEK`.
+    pub peek: bool,
+    /// `MSG_WAITALL`.
+    pub waitall: bool,
+    /// `MSG_DONTWAIT` or `O_NONBLOCK`.
+    pub nonblock: bool,
+}
+
+/// `shutdown(2)`'s `how`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shutdown {
+    /// `SHUT_RD`.
+    Read,
+    /// `SHUT_WR`.
+    Write,
+    /// `SHUT_RDWR`.
+    Both,
+}
+
+/// Socket options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Opt {
+    /// `TCP_NODELAY` (applied).
+    NoDelay,
+    /// `SO_KEEPALIVE`.
+    KeepAlive,
+    /// `TCP_KEEPIDLE` (seconds).
+    KeepIdle,
+    /// `TCP_KEEPINTVL` (seconds).
+    KeepIntvl,
+    /// `TCP_KEEPCNT`.
+    KeepCnt,
+    /// `SO_LINGER` (seconds; negative: off).
+    Linger,
+    /// `SO_RCVBUF`.
+    RcvBuf,
+    /// `SO_SNDBUF`.
+    SndBuf,
+    /// `TCP_USER_TIMEOUT` (ms).
+    UserTimeout,
+    /// `TCP_CORK`.
+    Cork,
+    /// `SO_REUSEADDR`.
+    ReuseAddr,
+    /// `SO_REUSEPORT`.
+    ReusePort,
+}
+
+/// What `poll` would say, from this process's own view (no system call but the token check
+/// of a listener).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Readiness {
+    /// Data, end of stream, an error, or a connection to accept.
+    pub readable: bool,
+    /// Send space (connected).
+    pub writable: bool,
+    /// The peer closed (or the connection failed).
+    pub hup: bool,
+    /// A pending error (`SO_ERROR`).
+    pub error: Option<Errno>,
+}
+
+/// `TCP_INFO`'s common fields (first slice: the state only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TcpInfo {
+    /// Linux `TCP_*` state number (1 established, 2 syn-sent, 7 close, 10 listen).
+    pub state: u8,
+}
