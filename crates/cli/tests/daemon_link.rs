@@ -494,45 +494,30 @@ fn daemon_link_ports_are_per_address() {
     let (total, peer) = echo(&link_app, l_link);
     assert_eq!((total, *peer.ip()), (n, KERNEL));
     assert_eq!(ns.wait(k), Some(0), "{}", ns.log("client-addr.log"));
-    // A client of the daemon on 127.0.0.1: to the loopback's listener.
     let mut cli = Client::connect(&path).unwrap();
-    let h = cli
-        .connect_to(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port), T)
-        .unwrap();
-    let server = std::thread::spawn(move || echo(&lo_app, l_lo));
-    cli.send_all(h, b"loopback", T).unwrap();
-    cli.tcp_shutdown(h).unwrap();
-    let mut got = Vec::new();
-    let mut buf = [0u8; 64];
-    loop {
-        let n = cli.recv(h, &mut buf, T).unwrap();
-        if n == 0 {
-            break;
+    // To 127.0.0.1: the loopback's listener. To the link's own address: carried locally, as
+    // the kernel carries a local address over `lo` (the listener sees that address as the
+    // peer too).
+    for (ip, app, l, msg) in [
+        (Ipv4Addr::LOCALHOST, lo_app, l_lo, &b"loopback"[..]),
+        (DAEMON_IP, link_app, l_link, &b"own address"[..]),
+    ] {
+        let h = cli.connect_to(SocketAddrV4::new(ip, port), T).unwrap();
+        let server = std::thread::spawn(move || echo(&app, l));
+        cli.send_all(h, msg, T).unwrap();
+        cli.tcp_shutdown(h).unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 64];
+        loop {
+            let n = cli.recv(h, &mut buf, T).unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
         }
-        got.extend_from_slice(&buf[..n]);
+        assert_eq!(got, msg);
+        let (total, peer) = server.join().unwrap();
+        assert_eq!((total, *peer.ip()), (msg.len(), ip));
+        cli.close(h, T).unwrap();
     }
-    assert_eq!(got, b"loopback");
-    let (total, peer) = server.join().unwrap();
-    assert_eq!((total, *peer.ip()), (8, Ipv4Addr::LOCALHOST));
-    cli.close(h, T).unwrap();
-    // A client of the daemon to the link's own address: carried locally, as the kernel
-    // carries a local address over `lo` (the peer the listener sees is that address too).
-    let h = cli
-        .connect_to(SocketAddrV4::new(DAEMON_IP, port), T)
-        .unwrap();
-    let server = std::thread::spawn(move || echo(&link_app, l_link));
-    cli.send_all(h, b"own address", T).unwrap();
-    cli.tcp_shutdown(h).unwrap();
-    let mut got = Vec::new();
-    loop {
-        let n = cli.recv(h, &mut buf, T).unwrap();
-        if n == 0 {
-            break;
-        }
-        got.extend_from_slice(&buf[..n]);
-    }
-    assert_eq!(got, b"own address");
-    let (total, peer) = server.join().unwrap();
-    assert_eq!((total, *peer.ip()), (11, DAEMON_IP));
-    cli.close(h, T).unwrap();
 }

@@ -1,4 +1,4 @@
-//! The POSIX layer's plain types: errno values, ids, flags, options, readiness.
+//! The POSIX layer's plain types: errno values, socket ids, flags, options, readiness.
 
 use flowstack_api::SocketError;
 

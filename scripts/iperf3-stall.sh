@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# scripts/iperf3-stall.sh [RUNS] — hunts the open iperf3 -R stall of issue 16 on the daemon's
+# loopback (127.0.0.1 only, no privileges): runs `iperf3 -R -t 2` under `flowstack run` until
+# one client is still running after 5 s, then prints the daemon's socket table, each iperf3
+# process's system call and the descriptors the client waits on. Exit 1 if a run stalled.
+# Seen in session 13 about once in 15-50 runs: the client sleeps in a blocking read of its
+# control socket (the shim's wait, poll POLLIN, no timeout) while its data socket's bytes
+# pile up in the daemon.
+set -u
+RUNS=${1:-50}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+FS=$ROOT/target/release/flowstack
+export FLOWSTACK_PRELOAD=$ROOT/target/release/libflowstack_preload.so
+[ -x "$FS" ] && [ -f "$FLOWSTACK_PRELOAD" ] || { echo "build first: cargo build --release" >&2; exit 2; }
+command -v iperf3 >/dev/null || { echo "iperf3 is not installed" >&2; exit 2; }
+T=$(mktemp -d /tmp/iperf3-stall.XXXX); SOCK=$T/fs.sock
+"$FS" daemon --socket "$SOCK" >"$T/daemon.log" 2>&1 & D=$!
+trap 'kill $D 2>/dev/null; wait $D 2>/dev/null' EXIT
+for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.05; done
+stalled=0
+for i in $(seq "$RUNS"); do
+  p=$((45000 + RANDOM % 10000))
+  "$FS" run --socket "$SOCK" -- iperf3 -s -1 -p $p >"$T/s$i.log" 2>&1 & S=$!
+  for _ in $(seq 100); do ss -Hltn "sport = :$p" | grep -q . && break; sleep 0.05; done
+  timeout 12 "$FS" run --socket "$SOCK" -- iperf3 -c 127.0.0.1 -p $p -t 2 -R >"$T/c$i.log" 2>&1 & C=$!
+  for _ in $(seq 50); do kill -0 $C 2>/dev/null || break; sleep 0.1; done
+  if kill -0 $C 2>/dev/null; then
+    stalled=1
+    echo "run $i stalled; logs in $T"
+    "$FS" stats --socket "$SOCK"
+    for pid in $(pgrep -f "iperf3 -[sc] .*-p $p"); do
+      echo "pid $pid ($(tr '\0' ' ' </proc/$pid/cmdline)): syscall $(cut -d' ' -f1-4 /proc/$pid/syscall)"
+      ls -l /proc/$pid/fd | awk 'NR>1 {print "  fd", $9, $11}'
+    done
+  fi
+  wait $C 2>/dev/null; kill $S 2>/dev/null; wait $S 2>/dev/null
+  [ $stalled = 1 ] && exit 1
+done
+echo "$RUNS runs, none stalled"
