@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# scripts/iperf3-stall.sh [RUNS] — hunts the open iperf3 -R stall of issue 16 on the daemon's
-# loopback (127.0.0.1 only, no privileges): runs `iperf3 -R -t 2` under `flowstack run` until
-# one client is still running after 5 s, then prints the daemon's socket table, each iperf3
-# process's system call and the descriptors the client waits on. Exit 1 if a run stalled.
-# Seen in session 13 about once in 15-50 runs: the client sleeps in a blocking read of its
-# control socket (the shim's wait, poll POLLIN, no timeout) while its data socket's bytes
-# pile up in the daemon.
+# scripts/iperf3-stall.sh [RUNS] — a regression hunt for the iperf3 -R stall of issue 16 on the
+# daemon's loopback (127.0.0.1 only, no privileges): runs `iperf3 -R -t 2` under `flowstack
+# run` until one client is still running after 5 s, then prints the daemon's socket table,
+# each iperf3 process's system call (for poll, the descriptor and events it waits on) and its
+# descriptors. Exit 1 if a run stalled. Before the stale-token fix (README, "A bug found and
+# fixed") a client stalled about once in 15-50 runs, asleep in a blocking read of its control
+# socket after select reported it readable.
 set -u
 RUNS=${1:-50}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,6 +30,11 @@ for i in $(seq "$RUNS"); do
     "$FS" stats --socket "$SOCK"
     for pid in $(pgrep -f "iperf3 -[sc] .*-p $p"); do
       echo "pid $pid ($(tr '\0' ' ' </proc/$pid/cmdline)): syscall $(cut -d' ' -f1-4 /proc/$pid/syscall)"
+      # poll(2) (7) or ppoll (271): decode the first pollfd (fd, events) from the process.
+      read -r nr a1 _ </proc/$pid/syscall
+      if [ "$nr" = 7 ] || [ "$nr" = 271 ]; then
+        python3 -c 'import struct,sys; f=open("/proc/%s/mem"%sys.argv[1],"rb"); f.seek(int(sys.argv[2],16)); fd,ev,rev=struct.unpack("ihh",f.read(8)); print("  waits in poll on fd",fd,"events",hex(ev))' "$pid" "$a1" 2>/dev/null
+      fi
       ls -l /proc/$pid/fd | awk 'NR>1 {print "  fd", $9, $11}'
     done
   fi

@@ -16,7 +16,8 @@
 //!   When this process's own view of a socket is unreadable it reads the tokens back and
 //!   tells the daemon ([`Command::TokenCleared`]), which writes a new token at once if the
 //!   socket became readable meanwhile. While a socket is busy no system call is made per
-//!   message.
+//!   message. A token can therefore be *stale* (written for bytes read meanwhile): a caller
+//!   that reports readiness to a program checks it first ([`Posix::confirm_readable`]).
 //! - **Handles.** A [`SockId`] is this process's name for a socket (the handle its ring
 //!   records carry). After `fork` the child registers anew on first use (the parent's
 //!   rings are single-producer and must not be touched: the pid change is detected) and

@@ -95,6 +95,11 @@ pub trait Backend: Sync {
     }
     /// Tokens again for `id` (before anyone sleeps on its placeholder in the kernel).
     fn tokens_on(&self, _id: SockId) {}
+    /// The kernel said `id`'s placeholder is readable: false if this process's view says
+    /// it is not (a stale token, now taken back: do not report it).
+    fn confirm_readable(&self, _id: SockId) -> bool {
+        true
+    }
     /// Listener `id`'s readiness is also computed here (an epoll set watches its view):
     /// accepts on it are asked ahead (`Posix::accept_ahead`).
     fn accept_ahead(&self, _id: SockId) {}
@@ -390,6 +395,9 @@ impl Backend for PosixBackend {
     }
     fn tokens_on(&self, id: SockId) {
         let _ = self.p.tokens_on(posix::SockId(id));
+    }
+    fn confirm_readable(&self, id: SockId) -> bool {
+        self.p.confirm_readable(posix::SockId(id)).unwrap_or(true)
     }
     fn ready_many(&self, ids: &[SockId], out: &mut Vec<Option<FastReady>>) -> Result<u64, Errno> {
         self.p

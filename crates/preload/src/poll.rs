@@ -3,7 +3,11 @@
 //! The kernel answers these (placeholders are real descriptors); the shim only keeps that
 //! honest for sockets the epoll fast path made quiet (`crate::epoll`): their tokens are
 //! turned back on first, and a socket already readable in this process's view (whose token
-//! may not be written yet) makes the call look without waiting and report it. Sets without
+//! may not be written yet) makes the call look without waiting and report it. The other way
+//! round, a connection the kernel reports readable on a *stale* token (written by the daemon
+//! for bytes this process read meanwhile) is checked against the view and left out, its
+//! token taken back, and the call sleeps on for what is left of its timeout: a program is
+//! never told that a socket is readable when its blocking read would sleep. Sets without
 //! placeholders cost a table lookup per descriptor.
 
 use crate::backend::Backend;
@@ -11,6 +15,7 @@ use crate::real;
 use crate::state::{self, inside, is_inside};
 use crate::table::SockId;
 use libc::{c_int, nfds_t, pollfd};
+use std::time::{Duration, Instant};
 
 /// Turns tokens on for the placeholders among `fds`; returns those readable (or in error)
 /// in this process's view, as (position in `fds`, error or hang-up).
@@ -52,39 +57,104 @@ fn view(b: &dyn Backend, ours: &[(usize, SockId)]) -> Vec<(usize, bool)> {
         .collect()
 }
 
+/// Of the placeholders the kernel reported readable (`(position, fd)`), those whose token
+/// was stale (`Posix::confirm_readable`: taken back now); their positions.
+fn stale(reported: &[(usize, c_int)]) -> Vec<usize> {
+    let Some(st) = state::get() else {
+        return Vec::new();
+    };
+    if is_inside() || reported.is_empty() {
+        return Vec::new();
+    }
+    let Some(b) = st.connected() else {
+        return Vec::new();
+    };
+    reported
+        .iter()
+        .filter_map(|&(i, fd)| st.table.get(fd).map(|e| (i, e.id)))
+        .filter(|&(_, id)| !inside(|| b.confirm_readable(id)))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// What is left of a timeout (`None`: none set, wait for ever).
+fn left(deadline: Option<Instant>) -> Option<Duration> {
+    deadline.map(|d| d.saturating_duration_since(Instant::now()))
+}
+
+/// A duration as poll(2)'s milliseconds, rounded up (so a loop never spins on a 0).
+fn ms_of(d: Option<Duration>) -> c_int {
+    match d {
+        None => -1,
+        Some(d) => d.as_micros().div_ceil(1000).min(c_int::MAX as u128) as c_int,
+    }
+}
+
+fn timespec_of(d: Duration) -> libc::timespec {
+    libc::timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    }
+}
+
+/// Loops the kernel's `call` (told how long it may wait) over the same descriptors until it
+/// reports something real or the timeout ends: a placeholder it reports readable on a stale
+/// token only (see [`stale`]) is taken out of the answer, and if nothing else was ready the
+/// call sleeps again for what is left of the timeout — a program must not be told that a
+/// socket is readable when its read would block.
+///
 /// # Safety
 /// `fds` holds `n` entries (the C contract).
 unsafe fn poll_with(
     fds: *mut pollfd,
     n: nfds_t,
-    call: impl Fn(bool) -> c_int, // true: without waiting
+    timeout: Option<Duration>,
+    call: impl Fn(Option<Duration>) -> c_int,
 ) -> c_int {
     if fds.is_null() || n == 0 || state::get().is_none() {
-        return call(false);
+        return call(timeout);
     }
     // SAFETY: `n` entries at `fds`.
     let set = std::slice::from_raw_parts_mut(fds, n as usize);
     let list: Vec<(usize, c_int)> = set.iter().enumerate().map(|(i, p)| (i, p.fd)).collect();
-    let ready: Vec<(usize, bool)> = prepare(&list)
-        .into_iter()
-        .filter(|&(i, _)| set[i].events & libc::POLLIN != 0)
-        .collect();
-    if ready.is_empty() {
-        return call(false);
+    let deadline = timeout.map(|t| Instant::now() + t);
+    loop {
+        let ready: Vec<(usize, bool)> = prepare(&list)
+            .into_iter()
+            .filter(|&(i, _)| set[i].events & libc::POLLIN != 0)
+            .collect();
+        let r = call(if ready.is_empty() {
+            left(deadline)
+        } else {
+            Some(Duration::ZERO)
+        });
+        if r < 0 {
+            return r;
+        }
+        let reported: Vec<(usize, c_int)> = list
+            .iter()
+            .filter(|&&(i, _)| {
+                set[i].revents & libc::POLLIN != 0 && !ready.iter().any(|&(j, _)| j == i)
+            })
+            .copied()
+            .collect();
+        for i in stale(&reported) {
+            set[i].revents &= !libc::POLLIN;
+        }
+        for &(i, bad) in &ready {
+            set[i].revents |= libc::POLLIN | if bad { libc::POLLHUP } else { 0 };
+        }
+        let k = set.iter().filter(|p| p.revents != 0).count() as c_int;
+        if k > 0 || r == 0 || left(deadline).is_some_and(|d| d.is_zero()) {
+            return k;
+        }
     }
-    let r = call(true);
-    if r < 0 {
-        return r;
-    }
-    for (i, bad) in ready {
-        set[i].revents |= libc::POLLIN | if bad { libc::POLLHUP } else { 0 };
-    }
-    set.iter().filter(|p| p.revents != 0).count() as c_int
 }
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn poll(fds: *mut pollfd, n: nfds_t, ms: c_int) -> c_int {
-    poll_with(fds, n, |now| real::poll(fds, n, if now { 0 } else { ms }))
+    let timeout = (ms >= 0).then(|| Duration::from_millis(ms as u64));
+    poll_with(fds, n, timeout, |t| real::poll(fds, n, ms_of(t)))
 }
 
 #[cfg_attr(not(test), no_mangle)]
@@ -99,26 +169,43 @@ pub unsafe extern "C" fn ppoll(
     ts: *const libc::timespec,
     mask: *const libc::sigset_t,
 ) -> c_int {
-    let zero = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
+    let timeout = if ts.is_null() {
+        None
+    } else {
+        match duration_of((*ts).tv_sec, (*ts).tv_nsec) {
+            Ok(d) => Some(d),
+            Err(()) => return real::ppoll(fds, n, ts, mask),
+        }
     };
-    poll_with(fds, n, |now| {
-        real::ppoll(fds, n, if now { &zero } else { ts }, mask)
+    poll_with(fds, n, timeout, |t| match t {
+        None => real::ppoll(fds, n, std::ptr::null(), mask),
+        Some(d) => real::ppoll(fds, n, &timespec_of(d), mask),
     })
 }
 
+/// A timeout as a duration: `Ok(None)` for none (null), `Err` for one the kernel refuses
+/// (negative, or nanoseconds out of range: the caller passes it on and gets `EINVAL`).
+fn duration_of(sec: libc::time_t, nsec: libc::c_long) -> Result<Duration, ()> {
+    if sec < 0 || !(0..1_000_000_000).contains(&nsec) {
+        return Err(());
+    }
+    Ok(Duration::new(sec as u64, nsec as u32))
+}
+
 /// # Safety
-/// The sets are null or valid `fd_set`s covering `n` descriptors.
+/// The sets are null or valid `fd_set`s covering `n` descriptors. As [`poll_with`]: a
+/// placeholder reported readable on a stale token is taken out and the call repeated (from
+/// the sets as passed) for what is left of the timeout.
 unsafe fn select_with(
     n: c_int,
     r: *mut libc::fd_set,
     w: *mut libc::fd_set,
     e: *mut libc::fd_set,
-    call: impl Fn(bool) -> c_int,
+    timeout: Option<Duration>,
+    call: impl Fn(Option<Duration>) -> c_int,
 ) -> c_int {
     if n <= 0 || r.is_null() || state::get().is_none() {
-        return call(false);
+        return call(timeout);
     }
     let n = n.min(libc::FD_SETSIZE as c_int);
     let list: Vec<(usize, c_int)> = (0..n)
@@ -129,27 +216,52 @@ unsafe fn select_with(
         })
         .map(|fd| (fd as usize, fd))
         .collect();
-    let ready: Vec<c_int> = prepare(&list)
-        .into_iter()
-        .map(|(fd, _)| fd as c_int)
-        .filter(|&fd| libc::FD_ISSET(fd, r))
-        .collect();
-    if ready.is_empty() {
-        return call(false);
-    }
+    // The sets as the program passed them (the kernel's answer overwrites them).
     let r0 = *r;
-    let k = call(true);
-    if k < 0 {
-        return k;
-    }
-    let mut k = k;
-    for fd in ready {
-        if libc::FD_ISSET(fd, &r0) && !libc::FD_ISSET(fd, r) {
-            libc::FD_SET(fd, r);
-            k += 1;
+    let w0 = (!w.is_null()).then(|| *w);
+    let e0 = (!e.is_null()).then(|| *e);
+    let deadline = timeout.map(|t| Instant::now() + t);
+    loop {
+        let ready: Vec<c_int> = prepare(&list)
+            .into_iter()
+            .map(|(fd, _)| fd as c_int)
+            .filter(|&fd| libc::FD_ISSET(fd, &r0))
+            .collect();
+        let k = call(if ready.is_empty() {
+            left(deadline)
+        } else {
+            Some(Duration::ZERO)
+        });
+        if k < 0 {
+            return k;
+        }
+        let reported: Vec<(usize, c_int)> = list
+            .iter()
+            .filter(|&&(_, fd)| libc::FD_ISSET(fd, r) && !ready.contains(&fd))
+            .copied()
+            .collect();
+        let dropped = stale(&reported);
+        let mut k = k - dropped.len() as c_int;
+        for &fd in &dropped {
+            libc::FD_CLR(fd as c_int, r);
+        }
+        for fd in ready {
+            if !libc::FD_ISSET(fd, r) {
+                libc::FD_SET(fd, r);
+                k += 1;
+            }
+        }
+        if k > 0 || dropped.is_empty() || left(deadline).is_some_and(|d| d.is_zero()) {
+            return k;
+        }
+        *r = r0;
+        if let Some(w0) = w0 {
+            *w = w0;
+        }
+        if let Some(e0) = e0 {
+            *e = e0;
         }
     }
-    k
 }
 
 #[cfg_attr(not(test), no_mangle)]
@@ -160,14 +272,32 @@ pub unsafe extern "C" fn select(
     e: *mut libc::fd_set,
     tv: *mut libc::timeval,
 ) -> c_int {
-    let mut zero = libc::timeval {
-        tv_sec: 0,
-        tv_usec: 0,
+    let timeout = if tv.is_null() {
+        None
+    } else {
+        match duration_of((*tv).tv_sec, (*tv).tv_usec.saturating_mul(1000)) {
+            Ok(d) => Some(d),
+            Err(()) => return real::select(n, r, w, e, tv),
+        }
     };
-    let zp: *mut libc::timeval = &mut zero;
-    select_with(n, r, w, e, |now| {
-        real::select(n, r, w, e, if now { zp } else { tv })
-    })
+    let start = Instant::now();
+    let k = select_with(n, r, w, e, timeout, |t| match t {
+        None => real::select(n, r, w, e, std::ptr::null_mut()),
+        Some(d) => {
+            let mut v = libc::timeval {
+                tv_sec: d.as_secs() as libc::time_t,
+                tv_usec: d.subsec_micros() as libc::suseconds_t,
+            };
+            real::select(n, r, w, e, &mut v)
+        }
+    });
+    if let Some(t) = timeout {
+        // Linux's select leaves the time not slept in the timeout (select(2), NOTES).
+        let rest = t.saturating_sub(start.elapsed());
+        (*tv).tv_sec = rest.as_secs() as libc::time_t;
+        (*tv).tv_usec = rest.subsec_micros() as libc::suseconds_t;
+    }
+    k
 }
 
 #[cfg_attr(not(test), no_mangle)]
@@ -179,11 +309,19 @@ pub unsafe extern "C" fn pselect(
     ts: *const libc::timespec,
     mask: *const libc::sigset_t,
 ) -> c_int {
-    let zero = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
+    let timeout = if ts.is_null() {
+        None
+    } else {
+        match duration_of((*ts).tv_sec, (*ts).tv_nsec) {
+            Ok(d) => Some(d),
+            Err(()) => return real::pselect(n, r, w, e, ts, mask),
+        }
     };
-    select_with(n, r, w, e, |now| {
-        real::pselect(n, r, w, e, if now { &zero } else { ts }, mask)
+    select_with(n, r, w, e, timeout, |t| match t {
+        None => real::pselect(n, r, w, e, std::ptr::null(), mask),
+        Some(d) => real::pselect(n, r, w, e, &timespec_of(d), mask),
     })
 }
+
+#[cfg(test)]
+mod tests;

@@ -169,6 +169,12 @@ impl State {
         }
     }
 
+    /// Unit tests: this backend instead of the daemon's (once per process).
+    #[cfg(test)]
+    pub(crate) fn set_backend(&self, b: &'static dyn Backend) -> bool {
+        self.backend.set(Ok(b)).is_ok()
+    }
+
     /// The backend if already connected (never connects).
     pub fn connected(&self) -> Option<&'static dyn Backend> {
         self.backend.get().and_then(|r| r.as_ref().ok().copied())

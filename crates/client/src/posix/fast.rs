@@ -179,7 +179,7 @@ impl Posix {
                     ..Readiness::default()
                 },
                 State::Connected | State::Connecting | State::Failed => Readiness {
-                    readable: !s.rx.is_empty() || s.eof || s.error.is_some() || ps.shut_rd,
+                    readable: conn_readable(ps, s),
                     writable: (s.open && !s.blocked && s.unflushed < SOCK_SNDBUF)
                         || s.error.is_some(),
                     hup: s.error.is_some() || ps.state == State::Failed,
@@ -199,6 +199,38 @@ impl Posix {
             }));
         }
         Ok(c.gen)
+    }
+
+    /// The kernel reported `id`'s placeholder readable (`select`/`poll` on it): whether this
+    /// process's view agrees, after draining the event ring. For a connection the view is the
+    /// truth — the daemon writes a token only after publishing the events that explain it —
+    /// so a connection unreadable here holds a *stale* token: one the daemon wrote, at a
+    /// `TokenCleared`, for bytes this process read meanwhile (their `TcpConsume` was still in
+    /// the ring). Reporting it would make a program's blocking read after `select` sleep
+    /// until the next data — forever on a control connection nobody writes to (iperf3 -R's
+    /// stall). So the token is taken back (the daemon writes a new one at once if the socket
+    /// became readable since) and `Ok(false)` says: do not report it. Listeners and fresh
+    /// sockets are not judged here (their readiness is partly the kernel's): `Ok(true)`.
+    pub fn confirm_readable(&self, id: SockId) -> Result<bool, Errno> {
+        let mut g = self.lock()?;
+        let g = &mut *g;
+        let c = g.client.as_mut().expect("registered");
+        c.pump();
+        if c.dead {
+            return Ok(true); // hang-up and error: reported as readable
+        }
+        let (Some(ps), Some(s)) = (g.socks.get(&id.0), c.socks.get(&id.0)) else {
+            return Ok(true);
+        };
+        if !matches!(
+            ps.state,
+            State::Connected | State::Connecting | State::Failed
+        ) || conn_readable(ps, s)
+        {
+            return Ok(true);
+        }
+        clear_tokens(g, id)?;
+        Ok(false)
     }
 
     /// The placeholder of `id` was seen writable again (the daemon emptied it): writable in
@@ -298,6 +330,12 @@ pub(super) fn fill_now(g: &mut Inner, id: SockId) -> Result<(), Errno> {
         return Ok(());
     }
     super::make_unwritable(g, id)
+}
+
+/// A connection's readability in this process's view (data, end of stream, an error, or
+/// shut for reading: a read would not block).
+fn conn_readable(ps: &super::PSock, s: &crate::Sock) -> bool {
+    !s.rx.is_empty() || s.eof || s.error.is_some() || ps.shut_rd
 }
 
 /// The socket's view here is unreadable: read the tokens back and tell the daemon.
