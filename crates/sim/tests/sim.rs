@@ -483,7 +483,8 @@ fn two_calibration_passes_are_fitted_as_one_run_of_both_passes_runs() {
 /// flowstackd wakes a sleeping application for send credit only when it said it waits for
 /// send space. In a stream the sender ahead of its stack core sleeps for credit, a reader
 /// sleeps when it finds nothing: each as often per 64 KiB as measured
-/// (`host.offload_stream_waits`; 0.75 and 0.03 on 2026-11-27, where the model charged one
+/// (`host.offload_stream_waits`; 0.08 and 0.13 on 2026-11-27 06:41 UTC, 0.75 and 0.03 before
+/// the bulk-transfer daemon, where the model charged one
 /// each per 64 KiB write), whatever the write size; an rr request costs two (one per side).
 #[test]
 fn a_daemon_streams_applications_sleep_as_often_as_measured() {
@@ -592,9 +593,11 @@ fn the_kernels_loopback_connects_are_limited_by_its_ports_in_time_wait() {
 
 /// `bench crr --peer offload`: each call that sleeps costs its application one wait's CPU,
 /// and each on the client's path one wake-up's latency. Today's daemon (measured
-/// 2026-11-27 03:29 UTC): the client sleeps in connect and for the answer, the server once
-/// (its accept, which carries the request and, asked ahead, arrives with the previous
-/// connection's FIN) — three waits, two on the path. Before issue 15's changes all seven
+/// 2026-11-27 06:41 UTC, with the short-connection shim and the bulk-transfer daemon):
+/// the client sleeps in connect (its answer is there when it asks), the server once (its
+/// accept, which carries the request and, asked ahead, arrives with the previous
+/// connection's FIN) — two waits, one on the path (03:29 UTC, before those branches: the
+/// client slept for the answer too). Before issue 15's changes all seven
 /// calls slept (four on the path). Parametric: a daemon that answers a call without a
 /// sleep is the same model with that wait off.
 #[test]
@@ -638,7 +641,7 @@ fn a_daemon_crr_costs_the_applications_a_wait_per_sleeping_call() {
     }
     assert_eq!(
         (CrrWaits::default().count(), CrrWaits::default().on_path()),
-        (3, 2)
+        (2, 1)
     );
 }
 

@@ -311,15 +311,17 @@ fn report_workload(w: Workload) -> flowstack_prof::report::Workload {
     }
 }
 
+/// With `probe`, a speed probe just before and just after each run ([`speed_probe`]): the
+/// median over the runs of each run's two probes' mean median response time and rate.
 fn bench_with_share(
     spec: &BenchSpec,
     cpus: usize,
     probe: bool,
-) -> (Result<BenchReport, String>, Option<f64>, Option<f64>) {
+) -> (Result<BenchReport, String>, Option<f64>, Option<(f64, f64)>) {
     let mut before: Option<CpuSnapshot> = None;
     let mut shares: Vec<f64> = vec![];
-    let mut probe_before: Option<f64> = None;
-    let mut probes: Vec<f64> = vec![];
+    let mut probe_before: Option<(f64, f64)> = None;
+    let mut probes: Vec<(f64, f64)> = vec![];
     let cores = spec.cores.unwrap_or(1);
     let r = spec.clone().validated().and_then(|s| {
         flowstack_bench::run(&s, &mut |e| match e {
@@ -338,17 +340,15 @@ fn bench_with_share(
                 }
                 if let (true, Some(b)) = (probe, probe_before.take()) {
                     if let Some(a) = speed_probe(cores) {
-                        probes.push(0.5 * (a + b));
+                        probes.push((0.5 * (a.0 + b.0), 0.5 * (a.1 + b.1)));
                     }
                 }
             }
         })
     });
-    (
-        r,
-        flowstack_sim::validate::median(&shares),
-        flowstack_sim::validate::median(&probes),
-    )
+    let probe = validate::median(&probes.iter().map(|p| p.0).collect::<Vec<_>>())
+        .zip(validate::median(&probes.iter().map(|p| p.1).collect::<Vec<_>>()));
+    (r, validate::median(&shares), probe)
 }
 
 /// Seconds of a speed probe run.
@@ -356,8 +356,9 @@ const PROBE_SECS: f64 = 0.2;
 
 /// A speed probe just before or after a flowstack bench run: `bench rr --peer flowstack
 /// --cores N --msg-size 1024` (the loop-turn calibration run's configuration) for 0.2 s;
-/// its median response time, µs ([`flowstack_sim::fit::loop_speed`]).
-fn speed_probe(cores: usize) -> Option<f64> {
+/// its median response time, µs ([`flowstack_sim::fit::loop_speed`]), and its rate, per s
+/// ([`flowstack_sim::fit::loop_share`]).
+fn speed_probe(cores: usize) -> Option<(f64, f64)> {
     let spec = BenchSpec {
         workload: flowstack_prof::report::Workload::Rr,
         peer: PeerSel::Flowstack,
@@ -374,7 +375,8 @@ fn speed_probe(cores: usize) -> Option<f64> {
     .validated()
     .ok()?;
     let r = flowstack_bench::run(&spec, &mut |_| {}).ok()?;
-    r.peers.get(&Peer::Flowstack)?.latency.map(|l| l.p50_us)
+    let f = r.peers.get(&Peer::Flowstack)?;
+    Some((f.latency?.p50_us, f.metric()))
 }
 
 pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
@@ -474,11 +476,30 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
     println!("calibration source: {}", cal.source);
     let mut rows: Vec<Row> = vec![];
     let mut placements: Vec<String> = vec![];
-    for (c, measured, share, probe) in kernel_runs {
-        let speed = match probe.map(|p| flowstack_sim::fit::loop_speed(&cal, c.cores, p)) {
-            Some(Ok(s)) => Some(s),
-            Some(Err(e)) => return fail(e),
-            None => None,
+    let mut loop_lines = vec![];
+    for (c, measured, stat_share, probe) in kernel_runs {
+        // flowstack's rr and crr: the loop's speed and share from the probes beside its runs.
+        let (speed, share) = match probe {
+            Some((p50, rate)) => {
+                let r = flowstack_sim::fit::loop_speed(&cal, c.cores, p50).and_then(|v| {
+                    Ok((v, flowstack_sim::fit::loop_share(&cal, c.cores, v, rate)?))
+                });
+                match r {
+                    Ok((v, sh)) => {
+                        loop_lines.push(format!(
+                            "  {} {} B, --cores {}: probe p50 {p50:.2} us, {rate:.0}/s: speed {v:.2}, share {:.0}% (/proc/stat: {})",
+                            c.workload.name(),
+                            c.size(),
+                            c.cores,
+                            sh * 100.0,
+                            stat_share.map_or("n/a".into(), |x| format!("{:.0}%", x * 100.0))
+                        ));
+                        (Some(v), Some(sh))
+                    }
+                    Err(e) => return fail(e),
+                }
+            }
+            None => (None, stat_share),
         };
         let idle = match validate::predict(&cal, &c, 1.0, 1.0, a.runs) {
             Ok(p) => p,
@@ -585,6 +606,12 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
         println!("not measured: the kernel's other placements (--kernel-placement free draws each with equal probability per run):");
         for p in &placements {
             println!("{p}");
+        }
+    }
+    if !loop_lines.is_empty() {
+        println!("flowstack rr and crr predicted at the speed and share of their loop from probes beside their runs (bench rr --peer flowstack --cores N --msg-size {} for {PROBE_SECS} s just before and after each; medians):", flowstack_sim::fit::SPEED_PROBE_SIZE);
+        for l in &loop_lines {
+            println!("{l}");
         }
     }
     if !probe_lines.is_empty() {
