@@ -253,10 +253,22 @@ pub fn default_size(w: Workload) -> usize {
 /// Predicts `bench <w> --peer offload` at the bench's default size with `share` of the
 /// two cores ([`offload_share`]).
 pub fn predict_offload(cal: &Calibration, w: Workload, share: f64) -> Result<Prediction, String> {
+    predict_offload_cpus(cal, w, share, share)
+}
+
+/// [`predict_offload`] with each CPU's own share: `apps`, the applications' (cpu 1),
+/// `daemon`, the daemon's engine's (cpu 0) — measured per CPU, as other processes load
+/// the two CPUs differently.
+pub fn predict_offload_cpus(
+    cal: &Calibration,
+    w: Workload,
+    apps: f64,
+    daemon: f64,
+) -> Result<Prediction, String> {
     let size = default_size(w);
     let whole = simulate(&offload_scenario(w, size, 1.0), cal)?;
     Ok(Prediction {
-        metric: offload_metric(cal, w, size, share)?,
+        metric: offload_metric_cpus(cal, w, size, apps, daemon)?,
         p50_us: whole.p50_us,
         host_us: whole.host_protocol_us_per_txn,
         by_placement: vec![],
@@ -273,7 +285,21 @@ pub fn offload_metric(
     size: usize,
     share: f64,
 ) -> Result<f64, String> {
-    let o = simulate(&offload_scenario(w, size, offload_share(w, share)), cal)?;
+    offload_metric_cpus(cal, w, size, share, share)
+}
+
+/// [`offload_metric`] with the applications' CPU at share `apps` and the daemon's at
+/// `daemon` (each as [`offload_share`] takes it).
+pub fn offload_metric_cpus(
+    cal: &Calibration,
+    w: Workload,
+    size: usize,
+    apps: f64,
+    daemon: f64,
+) -> Result<f64, String> {
+    let mut sc = offload_scenario(w, size, offload_share(w, apps));
+    sc.engine_share = Some(offload_share(w, daemon));
+    let o = simulate(&sc, cal)?;
     Ok(if w == Workload::Stream {
         o.mbps
     } else {

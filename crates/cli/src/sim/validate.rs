@@ -11,6 +11,7 @@ use flowstack_sim::fit::{
 };
 use flowstack_sim::validate::{self, Measured, Row};
 use flowstack_sim::{Calibration, Clients, Workload};
+use super::cpu::{CpuSnapshot, OwnPerCpu};
 use std::process::ExitCode;
 pub(super) fn run_calibrate(a: &SimArgs, out: &std::path::Path) -> ExitCode {
     let (Some(pp), Some(dir)) = (&a.profile, &a.inputs) else {
@@ -157,6 +158,7 @@ fn run_offload(
 /// the median share.
 fn offload_each_run(w: Workload, a: &SimArgs) -> Result<OffloadRuns, String> {
     let (mut peers, mut shares, mut probes) = (vec![], vec![], vec![]);
+    let mut cpu_shares: Vec<(f64, f64)> = vec![];
     let offload = |w: Workload, size: usize, secs: f64| {
         let r = run_offload(report_workload(w), size, secs, 1)?;
         let r: OffloadReport = serde_json::from_str(&r.to_json()).map_err(|e| e.to_string())?;
@@ -170,9 +172,14 @@ fn offload_each_run(w: Workload, a: &SimArgs) -> Result<OffloadRuns, String> {
         };
         probes.extend(probe().transpose()?.flatten());
         let before = CpuSnapshot::take();
+        let own = OwnPerCpu::start(2);
         let r = offload(w, validate::default_size(w), a.duration)?;
+        let per_cpu = own.shares();
         if let Some(x) = CpuSnapshot::take().share_since(&before, 2) {
             shares.push(x);
+        }
+        if let [Some(d), Some(a)] = per_cpu[..] {
+            cpu_shares.push((d, a));
         }
         peers.extend(r);
         probes.extend(probe().transpose()?.flatten());
@@ -180,14 +187,18 @@ fn offload_each_run(w: Workload, a: &SimArgs) -> Result<OffloadRuns, String> {
     let probe = validate::median(&probes.iter().map(|p| p.p50_us).collect::<Vec<_>>()).zip(
         validate::median(&probes.iter().map(|p| p.per_sec).collect::<Vec<_>>()),
     );
-    Ok((peers, validate::median(&shares), probe))
+    let per_cpu = validate::median(&cpu_shares.iter().map(|c| c.0).collect::<Vec<_>>())
+        .zip(validate::median(&cpu_shares.iter().map(|c| c.1).collect::<Vec<_>>()));
+    Ok((peers, validate::median(&shares), probe, per_cpu))
 }
 
-/// An offload case's runs: each run's offload line, the median CPU share, and the probes'
-/// median response time and rate (rr and crr).
+/// An offload case's runs: each run's offload line, the median CPU share of both CPUs, the
+/// probes' median response time and rate (rr and crr), and the median share of each CPU
+/// (the daemon's cpu 0, the applications' cpu 1).
 type OffloadRuns = (
     Vec<flowstack_sim::fit::OffloadPeer>,
     Option<f64>,
+    Option<(f64, f64)>,
     Option<(f64, f64)>,
 );
 
@@ -207,68 +218,6 @@ fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "n/a".into())
-}
-
-/// CPU time from `/proc/stat` (per CPU: busy incl. steal, and all) and this process's
-/// (`/proc/self/stat`), in clock ticks: how much of the cores other processes (and the
-/// hypervisor) took while a bench run ran.
-struct CpuSnapshot {
-    /// Per CPU: (busy ticks incl. steal, all ticks).
-    cpus: Vec<(u64, u64)>,
-    /// This process's user + system ticks.
-    own: u64,
-}
-
-impl CpuSnapshot {
-    fn take() -> Self {
-        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-        let cpus = stat
-            .lines()
-            .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
-            .map(|l| {
-                let v: Vec<u64> = l
-                    .split_whitespace()
-                    .skip(1)
-                    .filter_map(|x| x.parse().ok())
-                    .collect();
-                // user nice system idle iowait irq softirq steal
-                let all: u64 = v.iter().take(8).sum();
-                let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
-                (all - idle, all)
-            })
-            .collect();
-        let own = std::fs::read_to_string("/proc/self/stat")
-            .ok()
-            .and_then(|s| {
-                let rest = s.rsplit_once(')')?.1.to_string();
-                let f: Vec<&str> = rest.split_whitespace().collect();
-                // After the name come fields 3 (state), 4, ...: utime and stime are fields
-                // 14 and 15 of the line.
-                let t = |i: usize| f.get(i - 3).and_then(|x| x.parse::<u64>().ok());
-                Some(t(14)? + t(15)?)
-            })
-            .unwrap_or(0);
-        CpuSnapshot { cpus, own }
-    }
-
-    /// The share of CPUs `0..cores` (where the bench pins its threads) not taken by others
-    /// since `before`: 1 − (their busy ticks − this process's) / their ticks.
-    fn share_since(&self, before: &CpuSnapshot, cores: usize) -> Option<f64> {
-        let n = cores.min(self.cpus.len()).min(before.cpus.len());
-        if n == 0 {
-            return None;
-        }
-        let (mut busy, mut all) = (0u64, 0u64);
-        for i in 0..n {
-            busy += self.cpus[i].0.saturating_sub(before.cpus[i].0);
-            all += self.cpus[i].1.saturating_sub(before.cpus[i].1);
-        }
-        if all == 0 {
-            return None;
-        }
-        let others = busy.saturating_sub(self.own.saturating_sub(before.own));
-        Some((1.0 - others as f64 / all as f64).clamp(0.05, 1.0))
-    }
 }
 
 /// Runs `spec` through the bench library and measures the CPU share of CPUs `0..cpus` each
@@ -562,9 +511,23 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
             }
         }
     }
-    let mut probe_lines = vec![];
+    let (mut probe_lines, mut cpu_lines) = (vec![], vec![]);
     for (w, measured) in offload_runs {
         let share = measured.as_ref().ok().and_then(|m| m.1);
+        // Each CPU's own share where measured (the daemon's cpu 0, the applications' cpu 1).
+        let (daemon_share, apps_share) = match measured.as_ref().ok().and_then(|m| m.3) {
+            Some((d, a)) => {
+                cpu_lines.push(format!(
+                    "  {}: cpu 0 (daemon) {:.0}%, cpu 1 (applications) {:.0}% (both: {})",
+                    w.name(),
+                    d * 100.0,
+                    a * 100.0,
+                    share.map_or("n/a".into(), |x| format!("{:.0}%", x * 100.0))
+                ));
+                (Some(d), Some(a))
+            }
+            None => (share, share),
+        };
         // The daemon's wake-up and tail at this run's minute, from its probes.
         let cal = match measured.as_ref().ok().and_then(|m| m.2) {
             Some((p50, rate)) => match flowstack_sim::fit::offload_probe(&cal, p50, rate) {
@@ -585,12 +548,19 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
             Ok(p) => p,
             Err(e) => return fail(e),
         };
-        let pred = match validate::predict_offload(&cal, w, share.unwrap_or(1.0)) {
+        let pred = match validate::predict_offload_cpus(
+            &cal,
+            w,
+            apps_share.unwrap_or(1.0),
+            daemon_share.unwrap_or(1.0),
+        ) {
             Ok(p) => p,
             Err(e) => return fail(e),
         };
         match &measured {
-            Ok((runs, ..)) => rows.extend(validate::offload_rows(w, &pred, &idle, share, runs)),
+            Ok((runs, ..)) => {
+                rows.extend(validate::offload_rows(w, &pred, &idle, apps_share, runs))
+            }
             Err(e) => {
                 let mut rs = validate::offload_rows(w, &pred, &idle, share, &[]);
                 for r in &mut rs {
@@ -611,6 +581,12 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
     if !loop_lines.is_empty() {
         println!("flowstack rr and crr predicted at the speed and share of their loop from probes beside their runs (bench rr --peer flowstack --cores N --msg-size {} for {PROBE_SECS} s just before and after each; medians):", flowstack_sim::fit::SPEED_PROBE_SIZE);
         for l in &loop_lines {
+            println!("{l}");
+        }
+    }
+    if !cpu_lines.is_empty() {
+        println!("offload rows predicted at each CPU's share (medians over the runs; the share column is the applications' cpu 1; rr and crr are predicted on whole cores):");
+        for l in &cpu_lines {
             println!("{l}");
         }
     }
