@@ -33,11 +33,14 @@ pub struct StackCosts {
     /// Data segments per pure ACK in bulk transfer (delayed ACK: 2).
     #[serde(default = "two")]
     pub segments_per_ack: f64,
-    /// Per send call (`write`, `send`), beyond the system call and the segments: the
-    /// stack's work per call that does not grow with its bytes (the kernel's socket lock,
-    /// appending to the send queue's tail, the push decision). Fitted for the kernel to a
-    /// stream calibration run at a second write size ([`crate::fit`]); 0 for flowstack,
-    /// whose profile layers hold it.
+    /// Per write of a stream, beyond the system call and the segments: the stack's work
+    /// per call that does not grow with its bytes (the kernel's socket lock, appending to
+    /// the send queue's tail, the push decision). Fitted for the kernel to a stream
+    /// calibration run at a second write size ([`crate::fit`]); 0 for flowstack, whose
+    /// profile layers hold it. Charged in streams only: in rr and crr a transaction makes
+    /// a fixed number of calls, and their per-call work is in the fitted wake-up and
+    /// connection costs (charged there too, it moved the unvalidated mixed kernel
+    /// placement's median, whose scheduling is sensitive to the steps' lengths).
     #[serde(default)]
     pub write_ns: f64,
 }

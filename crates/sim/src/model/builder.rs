@@ -289,7 +289,7 @@ impl Builder<'_> {
         }
         let txs = self.tx_stack(from);
         let send = segs as f64 * st.send_fixed_ns + s as f64 * st.send_per_byte_ns;
-        self.on(txs, send * again + st.write_ns, Cat::Stack);
+        self.on(txs, send * again, Cat::Stack);
         // Medium.
         self.medium(s, pkts);
         // Receiver.
