@@ -243,7 +243,7 @@ impl Default for CrrWaits {
             connect: true,
             accept: true,
             request: false,
-            answer: false,
+            answer: true,
             fin: false,
             server_close: false,
             client_close: false,

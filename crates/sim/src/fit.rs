@@ -322,6 +322,20 @@ pub struct OffloadCalRun {
     pub report: OffloadReport,
     /// The share of its two CPUs the run got.
     pub share: f64,
+    /// The share of cpu 0, the daemon's, where measured by itself: what other processes
+    /// left its spinning engine ([`crate::validate::offload_metric_cpus`]).
+    pub daemon_share: Option<f64>,
+}
+
+impl OffloadCalRun {
+    /// The run's metric predicted under `cal` at the shares it got: with the daemon's CPU's
+    /// own share where measured ([`crate::validate::offload_metric_cpus`]), else both CPUs'.
+    pub fn metric(&self, cal: &Calibration, w: Workload, size: usize) -> Result<f64, String> {
+        match self.daemon_share {
+            Some(d) => crate::validate::offload_metric_cpus(cal, w, size, 1.0, d),
+            None => crate::validate::offload_metric(cal, w, size, self.share),
+        }
+    }
 }
 
 /// The offload rr calibration run's file and size.
@@ -751,7 +765,7 @@ fn fit_offload(cal: &mut Calibration, o: &OffloadCalRun) -> Result<(), String> {
         let x = bisect(p.per_sec, 20_000.0, |x| {
             let mut c = cal.clone();
             c.host.stack_op_ns = x;
-            crate::validate::offload_metric(&c, w, size, o.share).unwrap_or(0.0)
+            o.metric(&c, w, size).unwrap_or(0.0)
         });
         cal.host.stack_op_ns = x;
     }
@@ -863,7 +877,7 @@ fn fit_offload_stream(cal: &mut Calibration, o: &OffloadCalRun) -> Result<(), St
         let x = bisect(p.gbit_s * 1000.0, 10.0, |x| {
             let mut c = cal.clone();
             c.host.daemon_per_byte_ns = floor + x;
-            crate::validate::offload_metric(&c, Workload::Stream, size, o.share).unwrap_or(0.0)
+            o.metric(&c, Workload::Stream, size).unwrap_or(0.0)
         });
         cal.host.daemon_per_byte_ns = floor + x;
     }
@@ -947,5 +961,6 @@ pub fn merge_offload_runs(a: &OffloadCalRun, b: &OffloadCalRun) -> OffloadCalRun
     OffloadCalRun {
         report,
         share: 0.5 * (a.share + b.share),
+        daemon_share: a.daemon_share.zip(b.daemon_share).map(|(x, y)| 0.5 * (x + y)),
     }
 }

@@ -454,7 +454,7 @@ pub struct Row {
 /// row that misses the band (never a correction of its prediction).
 pub fn known_limit(config: &str, quantity: &str) -> &'static str {
     if config.contains("offload") && config.starts_with("stream") {
-        "the stream runs at the pace of the slower of the applications' core and the daemon's at the run's share, which /proc/stat gives for both CPUs together, not for each; the applications' sleeps per 64 KiB (host.offload_stream_waits) are measured on a quiet machine, and which side waits moves with the load on each core"
+        "the stream runs at the pace of the slower of the applications' core and the daemon's; the daemon's engine is simulated at its CPU's share (it spins), the sleeping applications on whole cores (their CPU's share is not measurable from /proc/stat: its busy time holds what they never asked for); the applications' sleeps per 64 KiB (host.offload_stream_waits) are measured on a quieter machine, and which side waits moves with the load on each core"
     } else if config.contains("offload") {
         "the daemon's applications sleep between calls on a core other processes share: a woken application waits for that core behind them; the median of that wait (host.app_wake_ns) and its tail (host.app_tail, mean over median) are the offload rr calibration runs' at their load, not this run's"
     } else if quantity == "p50 us" {

@@ -131,10 +131,14 @@ fn the_fit_reproduces_the_runs_it_was_fitted_to() {
     let offload = OffloadCalRun {
         report: serde_json::from_str::<OffloadReport>(&input(OFFLOAD_CAL.0)).unwrap(),
         share: shares[OFFLOAD_CAL.0],
+        daemon_share: shares.get(&format!("{}@cpu0", OFFLOAD_CAL.0)).copied(),
     };
     let stream = OffloadCalRun {
         report: serde_json::from_str::<OffloadReport>(&input(OFFLOAD_STREAM_CAL.0)).unwrap(),
         share: shares[OFFLOAD_STREAM_CAL.0],
+        daemon_share: shares
+            .get(&format!("{}@cpu0", OFFLOAD_STREAM_CAL.0))
+            .copied(),
     };
     let cal = calibrate(&profile, &runs, &[offload.clone(), stream.clone()]).unwrap();
     // The shipped preset is this fit.
@@ -468,6 +472,7 @@ fn two_calibration_passes_are_fitted_as_one_run_of_both_passes_runs() {
     let o = OffloadCalRun {
         report: serde_json::from_str::<OffloadReport>(&input(OFFLOAD_CAL.0)).unwrap(),
         share: 0.5,
+        daemon_share: None,
     };
     let mut o2 = o.clone();
     o2.share = 0.3;

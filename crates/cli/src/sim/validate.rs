@@ -99,7 +99,11 @@ fn cal_runs(a: &SimArgs, dir: &std::path::Path) -> Result<CalRuns, String> {
                 a.runs, a.duration
             );
             let before = CpuSnapshot::take();
+            let own = OwnPerCpu::start(2);
             let r = run_offload(ow, osize, a.duration, a.runs)?;
+            if let Some(Some(d)) = own.shares().first() {
+                shares.insert(format!("{ofile}@cpu0"), *d);
+            }
             let share = CpuSnapshot::take().share_since(&before, 2).unwrap_or(1.0);
             shares.insert(ofile.to_string(), share);
             std::fs::write(&opath, r.to_json())
@@ -112,6 +116,7 @@ fn cal_runs(a: &SimArgs, dir: &std::path::Path) -> Result<CalRuns, String> {
         offload.push(OffloadCalRun {
             report,
             share: shares.get(ofile).copied().unwrap_or(1.0),
+            daemon_share: shares.get(&format!("{ofile}@cpu0")).copied(),
         });
     }
     let j = serde_json::to_string_pretty(&shares).expect("plain data") + "\n";
@@ -515,7 +520,7 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
     for (w, measured) in offload_runs {
         let share = measured.as_ref().ok().and_then(|m| m.1);
         // Each CPU's own share where measured (the daemon's cpu 0, the applications' cpu 1).
-        let (daemon_share, apps_share) = match measured.as_ref().ok().and_then(|m| m.3) {
+        let daemon_share = match measured.as_ref().ok().and_then(|m| m.3) {
             Some((d, a)) => {
                 cpu_lines.push(format!(
                     "  {}: cpu 0 (daemon) {:.0}%, cpu 1 (applications) {:.0}% (both: {})",
@@ -524,9 +529,9 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
                     a * 100.0,
                     share.map_or("n/a".into(), |x| format!("{:.0}%", x * 100.0))
                 ));
-                (Some(d), Some(a))
+                Some(d)
             }
-            None => (share, share),
+            None => share,
         };
         // The daemon's wake-up and tail at this run's minute, from its probes.
         let cal = match measured.as_ref().ok().and_then(|m| m.2) {
@@ -548,10 +553,14 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
             Ok(p) => p,
             Err(e) => return fail(e),
         };
+        // The daemon's engine spins: its CPU's own share is what others left it. The
+        // applications sleep, and their CPU's busy time holds what they never asked for:
+        // on whole cores where the daemon's share is measured by itself.
+        let apps = if daemon_share == share { share } else { Some(1.0) };
         let pred = match validate::predict_offload_cpus(
             &cal,
             w,
-            apps_share.unwrap_or(1.0),
+            apps.unwrap_or(1.0),
             daemon_share.unwrap_or(1.0),
         ) {
             Ok(p) => p,
@@ -559,7 +568,7 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
         };
         match &measured {
             Ok((runs, ..)) => {
-                rows.extend(validate::offload_rows(w, &pred, &idle, apps_share, runs))
+                rows.extend(validate::offload_rows(w, &pred, &idle, daemon_share, runs))
             }
             Err(e) => {
                 let mut rs = validate::offload_rows(w, &pred, &idle, share, &[]);
@@ -585,7 +594,7 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
         }
     }
     if !cpu_lines.is_empty() {
-        println!("offload rows predicted at each CPU's share (medians over the runs; the share column is the applications' cpu 1; rr and crr are predicted on whole cores):");
+        println!("offload rows: each CPU's share (medians over the runs; the stream is predicted with the daemon's engine at cpu 0's share, the share column, and the sleeping applications on whole cores; rr and crr on whole cores):");
         for l in &cpu_lines {
             println!("{l}");
         }
