@@ -961,6 +961,9 @@ pub fn merge_offload_runs(a: &OffloadCalRun, b: &OffloadCalRun) -> OffloadCalRun
     OffloadCalRun {
         report,
         share: 0.5 * (a.share + b.share),
-        daemon_share: a.daemon_share.zip(b.daemon_share).map(|(x, y)| 0.5 * (x + y)),
+        daemon_share: a
+            .daemon_share
+            .zip(b.daemon_share)
+            .map(|(x, y)| 0.5 * (x + y)),
     }
 }

@@ -2,6 +2,7 @@
 //! with the CPU share each got, the calibration fitted to them, and the predictions next to
 //! the measurements.
 
+use super::cpu::{CpuSnapshot, OwnPerCpu};
 use super::{fail, load_calibration, read, usage, SimArgs};
 use flowstack_bench::{BenchSpec, PeerSel, RunOpts};
 use flowstack_prof::report::{from_json, BenchLink, BenchReport, Peer, ProfileReport};
@@ -11,7 +12,6 @@ use flowstack_sim::fit::{
 };
 use flowstack_sim::validate::{self, Measured, Row};
 use flowstack_sim::{Calibration, Clients, Workload};
-use super::cpu::{CpuSnapshot, OwnPerCpu};
 use std::process::ExitCode;
 pub(super) fn run_calibrate(a: &SimArgs, out: &std::path::Path) -> ExitCode {
     let (Some(pp), Some(dir)) = (&a.profile, &a.inputs) else {
@@ -192,8 +192,9 @@ fn offload_each_run(w: Workload, a: &SimArgs) -> Result<OffloadRuns, String> {
     let probe = validate::median(&probes.iter().map(|p| p.p50_us).collect::<Vec<_>>()).zip(
         validate::median(&probes.iter().map(|p| p.per_sec).collect::<Vec<_>>()),
     );
-    let per_cpu = validate::median(&cpu_shares.iter().map(|c| c.0).collect::<Vec<_>>())
-        .zip(validate::median(&cpu_shares.iter().map(|c| c.1).collect::<Vec<_>>()));
+    let per_cpu = validate::median(&cpu_shares.iter().map(|c| c.0).collect::<Vec<_>>()).zip(
+        validate::median(&cpu_shares.iter().map(|c| c.1).collect::<Vec<_>>()),
+    );
     Ok((peers, validate::median(&shares), probe, per_cpu))
 }
 
@@ -265,13 +266,17 @@ fn report_workload(w: Workload) -> flowstack_prof::report::Workload {
     }
 }
 
+/// A bench configuration's report, the median CPU share of its runs, and its probes'
+/// median response time and rate.
+type BenchRuns = (Result<BenchReport, String>, Option<f64>, Option<(f64, f64)>);
+
 /// With `probe`, a speed probe just before and just after each run ([`speed_probe`]): the
 /// median over the runs of each run's two probes' mean median response time and rate.
 fn bench_with_share(
     spec: &BenchSpec,
     cpus: usize,
     probe: bool,
-) -> (Result<BenchReport, String>, Option<f64>, Option<(f64, f64)>) {
+) -> BenchRuns {
     let mut before: Option<CpuSnapshot> = None;
     let mut shares: Vec<f64> = vec![];
     let mut probe_before: Option<(f64, f64)> = None;
@@ -300,8 +305,9 @@ fn bench_with_share(
             }
         })
     });
-    let probe = validate::median(&probes.iter().map(|p| p.0).collect::<Vec<_>>())
-        .zip(validate::median(&probes.iter().map(|p| p.1).collect::<Vec<_>>()));
+    let probe = validate::median(&probes.iter().map(|p| p.0).collect::<Vec<_>>()).zip(
+        validate::median(&probes.iter().map(|p| p.1).collect::<Vec<_>>()),
+    );
     (r, validate::median(&shares), probe)
 }
 
@@ -435,9 +441,8 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
         // flowstack's rr and crr: the loop's speed and share from the probes beside its runs.
         let (speed, share) = match probe {
             Some((p50, rate)) => {
-                let r = flowstack_sim::fit::loop_speed(&cal, c.cores, p50).and_then(|v| {
-                    Ok((v, flowstack_sim::fit::loop_share(&cal, c.cores, v, rate)?))
-                });
+                let r = flowstack_sim::fit::loop_speed(&cal, c.cores, p50)
+                    .and_then(|v| Ok((v, flowstack_sim::fit::loop_share(&cal, c.cores, v, rate)?)));
                 match r {
                     Ok((v, sh)) => {
                         loop_lines.push(format!(
@@ -556,7 +561,11 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
         // The daemon's engine spins: its CPU's own share is what others left it. The
         // applications sleep, and their CPU's busy time holds what they never asked for:
         // on whole cores where the daemon's share is measured by itself.
-        let apps = if daemon_share == share { share } else { Some(1.0) };
+        let apps = if daemon_share == share {
+            share
+        } else {
+            Some(1.0)
+        };
         let pred = match validate::predict_offload_cpus(
             &cal,
             w,
