@@ -460,7 +460,7 @@ pub fn known_limit(config: &str, quantity: &str) -> &'static str {
     } else if quantity == "p50 us" {
         "the response time is the drive loop's turns at the speed a probe run measured beside the runs (flowstack) or at the calibration's speed (kernel); this VM's vCPUs run flowstack's loop at ~1.0 or ~1.6 us per 64 B rr from one minute to the next, and a probe between runs can miss a switch"
     } else {
-        "the run got a share of its cores that /proc/stat only estimates (per run, the median compared); a vCPU that runs slower (the host's other load) without losing time is seen only by the speed probe of flowstack's rr and crr rows, and the model has no cache interference from the other processes"
+        "the run got a share of its cores that /proc/stat only estimates (per run, the median compared; flowstack's rr and crr: the share their loop's probe got, 0.2 s beside 1 s runs); a vCPU that runs slower (the host's other load) without losing time is seen only by the speed probe of flowstack's rr and crr rows, and the model has no cache interference from the other processes"
     }
 }
 
