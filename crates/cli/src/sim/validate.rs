@@ -226,12 +226,6 @@ fn loadavg() -> String {
         .unwrap_or_else(|_| "n/a".into())
 }
 
-/// Runs `spec` through the bench library and measures the CPU share of CPUs `0..cpus` each
-/// of its runs got (from `/proc/stat` at the run's start and end); returns the report and
-/// the **median of the runs' shares**. The bench reports the median run, and the prediction
-/// rises with the share, so the share that stands for the median run is the median share —
-/// not the share over all runs, which one starved run (a tenth of the others' rate) pulls
-/// far below what the median run got.
 /// One connection over the in-process pipe at `a`'s duration and runs: the kernel peer or
 /// flowstack's, with `opts` and `cores`.
 fn pipe_spec(
@@ -270,13 +264,15 @@ fn report_workload(w: Workload) -> flowstack_prof::report::Workload {
 /// median response time and rate.
 type BenchRuns = (Result<BenchReport, String>, Option<f64>, Option<(f64, f64)>);
 
+/// Runs `spec` through the bench library and measures the CPU share of CPUs `0..cpus` each
+/// of its runs got (from `/proc/stat` at the run's start and end); returns the report and
+/// the **median of the runs' shares**. The bench reports the median run, and the prediction
+/// rises with the share, so the share that stands for the median run is the median share —
+/// not the share over all runs, which one starved run (a tenth of the others' rate) pulls
+/// far below what the median run got.
 /// With `probe`, a speed probe just before and just after each run ([`speed_probe`]): the
 /// median over the runs of each run's two probes' mean median response time and rate.
-fn bench_with_share(
-    spec: &BenchSpec,
-    cpus: usize,
-    probe: bool,
-) -> BenchRuns {
+fn bench_with_share(spec: &BenchSpec, cpus: usize, probe: bool) -> BenchRuns {
     let mut before: Option<CpuSnapshot> = None;
     let mut shares: Vec<f64> = vec![];
     let mut probe_before: Option<(f64, f64)> = None;
