@@ -33,6 +33,16 @@ pub struct StackCosts {
     /// Data segments per pure ACK in bulk transfer (delayed ACK: 2).
     #[serde(default = "two")]
     pub segments_per_ack: f64,
+    /// Per write of a stream, beyond the system call and the segments: the stack's work
+    /// per call that does not grow with its bytes (the kernel's socket lock, appending to
+    /// the send queue's tail, the push decision). Fitted for the kernel to a stream
+    /// calibration run at a second write size ([`crate::fit`]); 0 for flowstack, whose
+    /// profile layers hold it. Charged in streams only: in rr and crr a transaction makes
+    /// a fixed number of calls, and their per-call work is in the fitted wake-up and
+    /// connection costs (charged there too, it moved the unvalidated mixed kernel
+    /// placement's median, whose scheduling is sensitive to the steps' lengths).
+    #[serde(default)]
+    pub write_ns: f64,
 }
 
 fn two() -> f64 {
@@ -157,13 +167,15 @@ pub struct StreamWaits {
 }
 
 impl Default for StreamWaits {
-    /// Measured 2026-11-27 03:28 UTC (load 5–6): 0.79 sleeps per 64 KiB write and 0.17 per
-    /// 16 KiB one (0.68 per 64 KiB) for the sender, 0.02–0.04 per 64 KiB for the receiver
-    /// (2.2 Gbit/s either way): the stack core is the slower side.
+    /// Measured 2026-11-27 06:41 UTC (load 1.8–2.4), with the bulk-transfer daemon (block
+    /// copies, direct sends, bigger credits): 0.07–0.08 sleeps per 64 KiB write and 0.02 per
+    /// 16 KiB one (0.08 per 64 KiB) for the sender, 0.13 per 64 KiB for the receiver, at
+    /// 12–19 Gbit/s. Before it (03:28 UTC, load 5–6): 0.79 and 0.02–0.04 at 2.2 Gbit/s, the
+    /// stack core the slower side.
     fn default() -> Self {
         StreamWaits {
-            sender: 0.75,
-            receiver: 0.03,
+            sender: 0.08,
+            receiver: 0.13,
         }
     }
 }
@@ -196,11 +208,17 @@ impl HostCosts {
 /// their wake-ups run beside the client's (off its path; their CPU still competes for the
 /// core both applications share).
 ///
-/// Measured 2026-11-27 03:29 UTC (`cargo run --release -p flowstack-bench --example
-/// offload_trace -- 2`, the futex sleeps per connection, load 3.5): the client sleeps 2.0
-/// times (connect, answer; its close does not wait), the server 1.0: the accept's
-/// completion carries the request, and the FIN arrives in the same batch as the next
-/// connection's accept (asked ahead), so one wake-up serves both — counted as the accept's.
+/// Measured 2026-11-27 06:41–06:42 UTC (`cargo run --release -p flowstack-bench --example
+/// offload_trace -- 2`, the futex sleeps per connection, load 1.8–2.4, six runs, with the
+/// short-connection shim and the bulk-transfer daemon): the client sleeps 1.0 times (its
+/// connect; the answer is there when it asks: 0.3 µs from send to answer; 2.0 in the first
+/// of the six runs), the server 1.0 (2.0 in one run): the accept's completion carries the
+/// request, and the FIN arrives in the same batch as the next connection's accept (asked
+/// ahead), so one wake-up serves both — counted as the accept's. At 03:29 UTC (load 3.5),
+/// before those branches, the client slept 2.0 times (connect, answer). The default keeps
+/// the answer's sleep: under the validation's load (8.7, 07:14 UTC) the applications' CPU
+/// per connection was 101 µs, 3.6 waits' worth — the client does sleep for its answer
+/// when its core is shared.
 /// Before the daemon's short-connection changes (issue 15) all seven calls slept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CrrWaits {
@@ -471,6 +489,7 @@ pub fn fit_profile(p: &ProfileReport) -> Result<ProfileFit, String> {
             conn_ns: 0.0,
             max_segment: 65536,
             segments_per_ack: 2.0,
+            write_ns: 0.0,
         },
         points,
     })

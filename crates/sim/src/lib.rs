@@ -14,6 +14,7 @@
 //! - [`calib`]: the cost file (presets), and flowstack's costs from a profile report;
 //! - [`fit`]: this machine's calibration: profile costs plus the residual parameters fitted
 //!   to named bench runs;
+//! - [`probe`]: flowstack's loop speed and CPU share, measured beside each validation run;
 //! - [`validate`]: predictions next to measurements, ±25 % band;
 //! - [`seed001`]: seed 001's host-CPU reduction reproduced from its Table 1;
 //! - [`plot`]: the figures as SVG.
@@ -29,6 +30,7 @@ pub mod des;
 pub mod fit;
 pub mod model;
 pub mod plot;
+pub mod probe;
 pub mod seed001;
 pub mod validate;
 

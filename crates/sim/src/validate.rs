@@ -253,10 +253,22 @@ pub fn default_size(w: Workload) -> usize {
 /// Predicts `bench <w> --peer offload` at the bench's default size with `share` of the
 /// two cores ([`offload_share`]).
 pub fn predict_offload(cal: &Calibration, w: Workload, share: f64) -> Result<Prediction, String> {
+    predict_offload_cpus(cal, w, share, share)
+}
+
+/// [`predict_offload`] with each CPU's own share: `apps`, the applications' (cpu 1),
+/// `daemon`, the daemon's engine's (cpu 0) — measured per CPU, as other processes load
+/// the two CPUs differently.
+pub fn predict_offload_cpus(
+    cal: &Calibration,
+    w: Workload,
+    apps: f64,
+    daemon: f64,
+) -> Result<Prediction, String> {
     let size = default_size(w);
     let whole = simulate(&offload_scenario(w, size, 1.0), cal)?;
     Ok(Prediction {
-        metric: offload_metric(cal, w, size, share)?,
+        metric: offload_metric_cpus(cal, w, size, apps, daemon)?,
         p50_us: whole.p50_us,
         host_us: whole.host_protocol_us_per_txn,
         by_placement: vec![],
@@ -273,7 +285,21 @@ pub fn offload_metric(
     size: usize,
     share: f64,
 ) -> Result<f64, String> {
-    let o = simulate(&offload_scenario(w, size, offload_share(w, share)), cal)?;
+    offload_metric_cpus(cal, w, size, share, share)
+}
+
+/// [`offload_metric`] with the applications' CPU at share `apps` and the daemon's at
+/// `daemon` (each as [`offload_share`] takes it).
+pub fn offload_metric_cpus(
+    cal: &Calibration,
+    w: Workload,
+    size: usize,
+    apps: f64,
+    daemon: f64,
+) -> Result<f64, String> {
+    let mut sc = offload_scenario(w, size, offload_share(w, apps));
+    sc.engine_share = Some(offload_share(w, daemon));
+    let o = simulate(&sc, cal)?;
     Ok(if w == Workload::Stream {
         o.mbps
     } else {
@@ -428,13 +454,13 @@ pub struct Row {
 /// row that misses the band (never a correction of its prediction).
 pub fn known_limit(config: &str, quantity: &str) -> &'static str {
     if config.contains("offload") && config.starts_with("stream") {
-        "the stream runs at the pace of the slower of the applications' core and the daemon's at the run's share, which /proc/stat gives for both CPUs together, not for each; the applications' sleeps per 64 KiB (host.offload_stream_waits) are measured on a quiet machine, and which side waits moves with the load on each core"
+        "the stream runs at the pace of the slower of the applications' core and the daemon's; the daemon's engine is simulated at its CPU's share (it spins), the sleeping applications on whole cores (their CPU's share is not measurable from /proc/stat: its busy time holds what they never asked for); the applications' sleeps per 64 KiB (host.offload_stream_waits) are measured on a quieter machine, and which side waits moves with the load on each core"
     } else if config.contains("offload") {
         "the daemon's applications sleep between calls on a core other processes share: a woken application waits for that core behind them; the median of that wait (host.app_wake_ns) and its tail (host.app_tail, mean over median) are the offload rr calibration runs' at their load, not this run's"
     } else if quantity == "p50 us" {
         "the response time is the drive loop's turns at the speed a probe run measured beside the runs (flowstack) or at the calibration's speed (kernel); this VM's vCPUs run flowstack's loop at ~1.0 or ~1.6 us per 64 B rr from one minute to the next, and a probe between runs can miss a switch"
     } else {
-        "the run got a share of its cores that /proc/stat only estimates (per run, the median compared); a vCPU that runs slower (the host's other load) without losing time is seen only by the speed probe of flowstack's rr and crr rows, and the model has no cache interference from the other processes"
+        "the run got a share of its cores that /proc/stat only estimates (per run, the median compared; flowstack's rr and crr: the share their loop's probe got, 0.2 s beside 1 s runs); a vCPU that runs slower (the host's other load) without losing time is seen only by the speed probe of flowstack's rr and crr rows, and the model has no cache interference from the other processes"
     }
 }
 

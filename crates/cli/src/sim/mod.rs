@@ -11,6 +11,7 @@ use flowstack_sim::{seed001, simulate, Arch, Calibration, Clients, Outcome, Scen
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod cpu;
 mod validate;
 use validate::{run_calibrate, run_validate};
 

@@ -2,6 +2,7 @@
 //! with the CPU share each got, the calibration fitted to them, and the predictions next to
 //! the measurements.
 
+use super::cpu::{CpuSnapshot, OwnPerCpu};
 use super::{fail, load_calibration, read, usage, SimArgs};
 use flowstack_bench::{BenchSpec, PeerSel, RunOpts};
 use flowstack_prof::report::{from_json, BenchLink, BenchReport, Peer, ProfileReport};
@@ -98,7 +99,11 @@ fn cal_runs(a: &SimArgs, dir: &std::path::Path) -> Result<CalRuns, String> {
                 a.runs, a.duration
             );
             let before = CpuSnapshot::take();
+            let own = OwnPerCpu::start(2);
             let r = run_offload(ow, osize, a.duration, a.runs)?;
+            if let Some(Some(d)) = own.shares().first() {
+                shares.insert(format!("{ofile}@cpu0"), *d);
+            }
             let share = CpuSnapshot::take().share_since(&before, 2).unwrap_or(1.0);
             shares.insert(ofile.to_string(), share);
             std::fs::write(&opath, r.to_json())
@@ -111,6 +116,7 @@ fn cal_runs(a: &SimArgs, dir: &std::path::Path) -> Result<CalRuns, String> {
         offload.push(OffloadCalRun {
             report,
             share: shares.get(ofile).copied().unwrap_or(1.0),
+            daemon_share: shares.get(&format!("{ofile}@cpu0")).copied(),
         });
     }
     let j = serde_json::to_string_pretty(&shares).expect("plain data") + "\n";
@@ -157,6 +163,7 @@ fn run_offload(
 /// the median share.
 fn offload_each_run(w: Workload, a: &SimArgs) -> Result<OffloadRuns, String> {
     let (mut peers, mut shares, mut probes) = (vec![], vec![], vec![]);
+    let mut cpu_shares: Vec<(f64, f64)> = vec![];
     let offload = |w: Workload, size: usize, secs: f64| {
         let r = run_offload(report_workload(w), size, secs, 1)?;
         let r: OffloadReport = serde_json::from_str(&r.to_json()).map_err(|e| e.to_string())?;
@@ -170,9 +177,14 @@ fn offload_each_run(w: Workload, a: &SimArgs) -> Result<OffloadRuns, String> {
         };
         probes.extend(probe().transpose()?.flatten());
         let before = CpuSnapshot::take();
+        let own = OwnPerCpu::start(2);
         let r = offload(w, validate::default_size(w), a.duration)?;
+        let per_cpu = own.shares();
         if let Some(x) = CpuSnapshot::take().share_since(&before, 2) {
             shares.push(x);
+        }
+        if let [Some(d), Some(a)] = per_cpu[..] {
+            cpu_shares.push((d, a));
         }
         peers.extend(r);
         probes.extend(probe().transpose()?.flatten());
@@ -180,14 +192,19 @@ fn offload_each_run(w: Workload, a: &SimArgs) -> Result<OffloadRuns, String> {
     let probe = validate::median(&probes.iter().map(|p| p.p50_us).collect::<Vec<_>>()).zip(
         validate::median(&probes.iter().map(|p| p.per_sec).collect::<Vec<_>>()),
     );
-    Ok((peers, validate::median(&shares), probe))
+    let per_cpu = validate::median(&cpu_shares.iter().map(|c| c.0).collect::<Vec<_>>()).zip(
+        validate::median(&cpu_shares.iter().map(|c| c.1).collect::<Vec<_>>()),
+    );
+    Ok((peers, validate::median(&shares), probe, per_cpu))
 }
 
-/// An offload case's runs: each run's offload line, the median CPU share, and the probes'
-/// median response time and rate (rr and crr).
+/// An offload case's runs: each run's offload line, the median CPU share of both CPUs, the
+/// probes' median response time and rate (rr and crr), and the median share of each CPU
+/// (the daemon's cpu 0, the applications' cpu 1).
 type OffloadRuns = (
     Vec<flowstack_sim::fit::OffloadPeer>,
     Option<f64>,
+    Option<(f64, f64)>,
     Option<(f64, f64)>,
 );
 
@@ -209,74 +226,6 @@ fn loadavg() -> String {
         .unwrap_or_else(|_| "n/a".into())
 }
 
-/// CPU time from `/proc/stat` (per CPU: busy incl. steal, and all) and this process's
-/// (`/proc/self/stat`), in clock ticks: how much of the cores other processes (and the
-/// hypervisor) took while a bench run ran.
-struct CpuSnapshot {
-    /// Per CPU: (busy ticks incl. steal, all ticks).
-    cpus: Vec<(u64, u64)>,
-    /// This process's user + system ticks.
-    own: u64,
-}
-
-impl CpuSnapshot {
-    fn take() -> Self {
-        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-        let cpus = stat
-            .lines()
-            .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
-            .map(|l| {
-                let v: Vec<u64> = l
-                    .split_whitespace()
-                    .skip(1)
-                    .filter_map(|x| x.parse().ok())
-                    .collect();
-                // user nice system idle iowait irq softirq steal
-                let all: u64 = v.iter().take(8).sum();
-                let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
-                (all - idle, all)
-            })
-            .collect();
-        let own = std::fs::read_to_string("/proc/self/stat")
-            .ok()
-            .and_then(|s| {
-                let rest = s.rsplit_once(')')?.1.to_string();
-                let f: Vec<&str> = rest.split_whitespace().collect();
-                // After the name come fields 3 (state), 4, ...: utime and stime are fields
-                // 14 and 15 of the line.
-                let t = |i: usize| f.get(i - 3).and_then(|x| x.parse::<u64>().ok());
-                Some(t(14)? + t(15)?)
-            })
-            .unwrap_or(0);
-        CpuSnapshot { cpus, own }
-    }
-
-    /// The share of CPUs `0..cores` (where the bench pins its threads) not taken by others
-    /// since `before`: 1 − (their busy ticks − this process's) / their ticks.
-    fn share_since(&self, before: &CpuSnapshot, cores: usize) -> Option<f64> {
-        let n = cores.min(self.cpus.len()).min(before.cpus.len());
-        if n == 0 {
-            return None;
-        }
-        let (mut busy, mut all) = (0u64, 0u64);
-        for i in 0..n {
-            busy += self.cpus[i].0.saturating_sub(before.cpus[i].0);
-            all += self.cpus[i].1.saturating_sub(before.cpus[i].1);
-        }
-        if all == 0 {
-            return None;
-        }
-        let others = busy.saturating_sub(self.own.saturating_sub(before.own));
-        Some((1.0 - others as f64 / all as f64).clamp(0.05, 1.0))
-    }
-}
-
-/// Runs `spec` through the bench library and measures the CPU share of CPUs `0..cpus` each
-/// of its runs got (from `/proc/stat` at the run's start and end); returns the report and
-/// the **median of the runs' shares**. The bench reports the median run, and the prediction
-/// rises with the share, so the share that stands for the median run is the median share —
-/// not the share over all runs, which one starved run (a tenth of the others' rate) pulls
-/// far below what the median run got.
 /// One connection over the in-process pipe at `a`'s duration and runs: the kernel peer or
 /// flowstack's, with `opts` and `cores`.
 fn pipe_spec(
@@ -311,15 +260,23 @@ fn report_workload(w: Workload) -> flowstack_prof::report::Workload {
     }
 }
 
-fn bench_with_share(
-    spec: &BenchSpec,
-    cpus: usize,
-    probe: bool,
-) -> (Result<BenchReport, String>, Option<f64>, Option<f64>) {
+/// A bench configuration's report, the median CPU share of its runs, and its probes'
+/// median response time and rate.
+type BenchRuns = (Result<BenchReport, String>, Option<f64>, Option<(f64, f64)>);
+
+/// Runs `spec` through the bench library and measures the CPU share of CPUs `0..cpus` each
+/// of its runs got (from `/proc/stat` at the run's start and end); returns the report and
+/// the **median of the runs' shares**. The bench reports the median run, and the prediction
+/// rises with the share, so the share that stands for the median run is the median share —
+/// not the share over all runs, which one starved run (a tenth of the others' rate) pulls
+/// far below what the median run got.
+/// With `probe`, a speed probe just before and just after each run ([`speed_probe`]): the
+/// median over the runs of each run's two probes' mean median response time and rate.
+fn bench_with_share(spec: &BenchSpec, cpus: usize, probe: bool) -> BenchRuns {
     let mut before: Option<CpuSnapshot> = None;
     let mut shares: Vec<f64> = vec![];
-    let mut probe_before: Option<f64> = None;
-    let mut probes: Vec<f64> = vec![];
+    let mut probe_before: Option<(f64, f64)> = None;
+    let mut probes: Vec<(f64, f64)> = vec![];
     let cores = spec.cores.unwrap_or(1);
     let r = spec.clone().validated().and_then(|s| {
         flowstack_bench::run(&s, &mut |e| match e {
@@ -338,17 +295,16 @@ fn bench_with_share(
                 }
                 if let (true, Some(b)) = (probe, probe_before.take()) {
                     if let Some(a) = speed_probe(cores) {
-                        probes.push(0.5 * (a + b));
+                        probes.push((0.5 * (a.0 + b.0), 0.5 * (a.1 + b.1)));
                     }
                 }
             }
         })
     });
-    (
-        r,
-        flowstack_sim::validate::median(&shares),
-        flowstack_sim::validate::median(&probes),
-    )
+    let probe = validate::median(&probes.iter().map(|p| p.0).collect::<Vec<_>>()).zip(
+        validate::median(&probes.iter().map(|p| p.1).collect::<Vec<_>>()),
+    );
+    (r, validate::median(&shares), probe)
 }
 
 /// Seconds of a speed probe run.
@@ -356,8 +312,9 @@ const PROBE_SECS: f64 = 0.2;
 
 /// A speed probe just before or after a flowstack bench run: `bench rr --peer flowstack
 /// --cores N --msg-size 1024` (the loop-turn calibration run's configuration) for 0.2 s;
-/// its median response time, µs ([`flowstack_sim::fit::loop_speed`]).
-fn speed_probe(cores: usize) -> Option<f64> {
+/// its median response time, µs ([`flowstack_sim::fit::loop_speed`]), and its rate, per s
+/// ([`flowstack_sim::fit::loop_share`]).
+fn speed_probe(cores: usize) -> Option<(f64, f64)> {
     let spec = BenchSpec {
         workload: flowstack_prof::report::Workload::Rr,
         peer: PeerSel::Flowstack,
@@ -374,7 +331,8 @@ fn speed_probe(cores: usize) -> Option<f64> {
     .validated()
     .ok()?;
     let r = flowstack_bench::run(&spec, &mut |_| {}).ok()?;
-    r.peers.get(&Peer::Flowstack)?.latency.map(|l| l.p50_us)
+    let f = r.peers.get(&Peer::Flowstack)?;
+    Some((f.latency?.p50_us, f.metric()))
 }
 
 pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
@@ -474,11 +432,29 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
     println!("calibration source: {}", cal.source);
     let mut rows: Vec<Row> = vec![];
     let mut placements: Vec<String> = vec![];
-    for (c, measured, share, probe) in kernel_runs {
-        let speed = match probe.map(|p| flowstack_sim::fit::loop_speed(&cal, c.cores, p)) {
-            Some(Ok(s)) => Some(s),
-            Some(Err(e)) => return fail(e),
-            None => None,
+    let mut loop_lines = vec![];
+    for (c, measured, stat_share, probe) in kernel_runs {
+        // flowstack's rr and crr: the loop's speed and share from the probes beside its runs.
+        let (speed, share) = match probe {
+            Some((p50, rate)) => {
+                let r = flowstack_sim::fit::loop_speed(&cal, c.cores, p50)
+                    .and_then(|v| Ok((v, flowstack_sim::fit::loop_share(&cal, c.cores, v, rate)?)));
+                match r {
+                    Ok((v, sh)) => {
+                        loop_lines.push(format!(
+                            "  {} {} B, --cores {}: probe p50 {p50:.2} us, {rate:.0}/s: speed {v:.2}, share {:.0}% (/proc/stat: {})",
+                            c.workload.name(),
+                            c.size(),
+                            c.cores,
+                            sh * 100.0,
+                            stat_share.map_or("n/a".into(), |x| format!("{:.0}%", x * 100.0))
+                        ));
+                        (Some(v), Some(sh))
+                    }
+                    Err(e) => return fail(e),
+                }
+            }
+            None => (None, stat_share),
         };
         let idle = match validate::predict(&cal, &c, 1.0, 1.0, a.runs) {
             Ok(p) => p,
@@ -541,9 +517,23 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
             }
         }
     }
-    let mut probe_lines = vec![];
+    let (mut probe_lines, mut cpu_lines) = (vec![], vec![]);
     for (w, measured) in offload_runs {
         let share = measured.as_ref().ok().and_then(|m| m.1);
+        // Each CPU's own share where measured (the daemon's cpu 0, the applications' cpu 1).
+        let daemon_share = match measured.as_ref().ok().and_then(|m| m.3) {
+            Some((d, a)) => {
+                cpu_lines.push(format!(
+                    "  {}: cpu 0 (daemon) {:.0}%, cpu 1 (applications) {:.0}% (both: {})",
+                    w.name(),
+                    d * 100.0,
+                    a * 100.0,
+                    share.map_or("n/a".into(), |x| format!("{:.0}%", x * 100.0))
+                ));
+                Some(d)
+            }
+            None => share,
+        };
         // The daemon's wake-up and tail at this run's minute, from its probes.
         let cal = match measured.as_ref().ok().and_then(|m| m.2) {
             Some((p50, rate)) => match flowstack_sim::fit::offload_probe(&cal, p50, rate) {
@@ -564,12 +554,27 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
             Ok(p) => p,
             Err(e) => return fail(e),
         };
-        let pred = match validate::predict_offload(&cal, w, share.unwrap_or(1.0)) {
+        // The daemon's engine spins: its CPU's own share is what others left it. The
+        // applications sleep, and their CPU's busy time holds what they never asked for:
+        // on whole cores where the daemon's share is measured by itself.
+        let apps = if daemon_share == share {
+            share
+        } else {
+            Some(1.0)
+        };
+        let pred = match validate::predict_offload_cpus(
+            &cal,
+            w,
+            apps.unwrap_or(1.0),
+            daemon_share.unwrap_or(1.0),
+        ) {
             Ok(p) => p,
             Err(e) => return fail(e),
         };
         match &measured {
-            Ok((runs, ..)) => rows.extend(validate::offload_rows(w, &pred, &idle, share, runs)),
+            Ok((runs, ..)) => {
+                rows.extend(validate::offload_rows(w, &pred, &idle, daemon_share, runs))
+            }
             Err(e) => {
                 let mut rs = validate::offload_rows(w, &pred, &idle, share, &[]);
                 for r in &mut rs {
@@ -585,6 +590,18 @@ pub(super) fn run_validate(a: &SimArgs) -> ExitCode {
         println!("not measured: the kernel's other placements (--kernel-placement free draws each with equal probability per run):");
         for p in &placements {
             println!("{p}");
+        }
+    }
+    if !loop_lines.is_empty() {
+        println!("flowstack rr and crr predicted at the speed and share of their loop from probes beside their runs (bench rr --peer flowstack --cores N --msg-size {} for {PROBE_SECS} s just before and after each; medians):", flowstack_sim::fit::SPEED_PROBE_SIZE);
+        for l in &loop_lines {
+            println!("{l}");
+        }
+    }
+    if !cpu_lines.is_empty() {
+        println!("offload rows: each CPU's share (medians over the runs; the stream is predicted with the daemon's engine at cpu 0's share, the share column, and the sleeping applications on whole cores; rr and crr on whole cores):");
+        for l in &cpu_lines {
+            println!("{l}");
         }
     }
     if !probe_lines.is_empty() {

@@ -106,6 +106,12 @@ pub struct Scenario {
     /// run ([`crate::fit::loop_speed`]).
     #[serde(default = "one")]
     pub host_speed: f64,
+    /// The share of its core each stack core gets where it runs on a host core (a daemon's
+    /// engine thread on a CPU of its own): `None`, the host cores' `host_share`. The
+    /// validation measures it per CPU (`bench --peer offload` puts the daemon on cpu 0 and
+    /// the applications on cpu 1, and other processes load the two differently).
+    #[serde(default)]
+    pub engine_share: Option<f64>,
     /// Colocated clients, flows not steered to their core (the kernel's `SO_REUSEPORT`):
     /// the server core of each connection, instead of the seeded hash (to predict each
     /// placement a run can get).
@@ -135,6 +141,7 @@ impl Scenario {
             seed: 1,
             host_share: 1.0,
             host_speed: 1.0,
+            engine_share: None,
             server_cores: None,
         }
     }
@@ -208,6 +215,9 @@ fn build(sc: &Scenario, cal: &Calibration) -> Result<(Des, Vec<usize>, Vec<usize
     if !(sc.host_speed > 0.0 && sc.host_speed <= 100.0) {
         return Err("the host speed must be in (0, 100]".into());
     }
+    if sc.engine_share.is_some_and(|e| !(e > 0.0 && e <= 1.0)) {
+        return Err("the stack cores' share must be in (0, 1]".into());
+    }
     let host_speed = sc.host_share * sc.host_speed;
     let a = &sc.arch;
     let mut d = Des::new(sc.seed);
@@ -225,7 +235,12 @@ fn build(sc: &Scenario, cal: &Calibration) -> Result<(Des, Vec<usize>, Vec<usize
             d.threads(h, cal.host.sched_slice_ns);
         }
     }
-    let engine_speed = a.engine_ratio * if a.engines_on_host { host_speed } else { 1.0 };
+    let engine_speed = a.engine_ratio
+        * if a.engines_on_host {
+            sc.engine_share.unwrap_or(sc.host_share) * sc.host_speed
+        } else {
+            1.0
+        };
     let engines: Vec<usize> = (0..a.engines)
         .map(|i| d.resource(format!("engine{i}"), Kind::StackCore, engine_speed))
         .collect();

@@ -102,9 +102,10 @@ pub(super) fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
             }
             let txs = b.tx_stack(Side::Client);
             let again = 1.0 / (1.0 - b.error_rate.clamp(0.0, 0.99));
+            // Per write: the stack's work per send call (`write_ns`), whatever its size.
             b.on(
                 txs,
-                (segs * st.send_fixed_ns + s as f64 * st.send_per_byte_ns) * again,
+                (segs * st.send_fixed_ns + s as f64 * st.send_per_byte_ns) * again + st.write_ns,
                 Cat::Stack,
             );
             let pkts = b.packets(s);
