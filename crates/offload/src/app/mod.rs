@@ -829,7 +829,7 @@ impl App {
                     let c = if port == 0 {
                         e.tcp_connect(remote)
                     } else {
-                        e.tcp_connect_from(port, remote, TcpConfig::default())
+                        e.tcp_connect_from(port, remote, e.tcp_defaults())
                     };
                     c.map(|c| (i, c))
                 })

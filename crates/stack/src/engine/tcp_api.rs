@@ -12,6 +12,11 @@ use flowstack_wire::Ipv4Address;
 use std::net::SocketAddrV4;
 
 impl Engine {
+    /// The engine's default TCP configuration for new sockets (`EngineConfig::tcp.defaults`).
+    pub fn tcp_defaults(&self) -> TcpConfig {
+        self.tcp.defaults()
+    }
+
     /// Listens on `port` with the engine's default TCP configuration.
     pub fn tcp_listen(&mut self, port: u16, backlog: usize) -> Result<TcpHandle, SocketError> {
         let cfg = self.tcp.defaults();
