@@ -179,7 +179,7 @@ impl Posix {
                     ..Readiness::default()
                 },
                 State::Connected | State::Connecting | State::Failed => Readiness {
-                    readable: !s.rx.is_empty() || s.eof || s.error.is_some() || ps.shut_rd,
+                    readable: s.unread() > 0 || s.eof || s.error.is_some() || ps.shut_rd,
                     writable: (s.open && !s.blocked && s.unflushed < SOCK_SNDBUF)
                         || s.error.is_some(),
                     hup: s.error.is_some() || ps.state == State::Failed,
