@@ -764,11 +764,13 @@ fn posix_recv_reads_straight_from_the_receive_area() {
         client
     });
     let mut buf = vec![0u8; 200_003];
+    // Two peeks on the way, at these stream offsets.
+    const PEEK_AT: [usize; 2] = [2 << 20, 5 << 20];
     let (mut got, mut i, mut peeks) = (0usize, 0usize, 0);
     while got < LEN {
         let want = [200_003, 7, 131_072, 4_097][i % 4];
         i += 1;
-        if i % 500 == 250 {
+        if peeks < PEEK_AT.len() && got >= PEEK_AT[peeks] {
             // Peeked bytes are the next ones, still there for the next recv.
             let n = server.recv(sid, &mut buf[..want], PEEK, T).unwrap();
             assert!(n > 0);
@@ -794,7 +796,7 @@ fn posix_recv_reads_straight_from_the_receive_area() {
     // Copied into the queue: what came before the first recv and what each peek moved
     // there, each at most the receive credit (the daemon delivers no more ahead of reads).
     let copied = server.rx_copied().unwrap();
-    assert!(peeks >= 2);
+    assert_eq!(peeks, PEEK_AT.len());
     assert!(
         copied <= (peeks + 1) as u64 * SOCK_RCVBUF,
         "{copied} of {LEN} bytes copied into the queue ({peeks} peeks)"

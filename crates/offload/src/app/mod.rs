@@ -394,7 +394,8 @@ pub(crate) struct App {
     pub broken: bool,
     /// Reused per turn: the decoded command records (no allocation per message).
     recs: Vec<Result<CommandRecord, ()>>,
-    /// Reused per `TcpSend`: the bytes read out of the transmit area.
+    /// Reused per `TcpSend`: the bytes read out of the transmit area that are queued here
+    /// (behind others, or beyond the engine's send buffer; the rest go straight in).
     tx_scratch: Vec<u8>,
     /// Files attached to this application's connections (`Attach{File}`), by handle.
     files: HashMap<u32, std::fs::File>,
