@@ -4,7 +4,7 @@
 # Both ends under `flowstack run` (through the offload daemon's loopback) vs both ends on the
 # kernel's loopback: redis-benchmark requests/s, wrk keep-alive requests/s against nginx, ab
 # short-connection requests/s against nginx, iperf3 Gbit/s, and the application processes'
-# CPU time per request (utime+stime from /proc of the server and the load generator; for
+# CPU time per request (iperf3: per GB received) (utime+stime from /proc of the server and the load generator; for
 # flowstack the daemon's CPU is reported separately). Medians of RUNS (default 3) runs,
 # alternating kernel and flowstack. Prints a table of ratios (flowstack / kernel; for CPU per
 # request lower is better).
@@ -136,14 +136,27 @@ bench_nginx() {
 }
 
 bench_iperf3() {
-  local mode=$1 p out
+  local mode=$1 p out srv c0 c1 d0 d1 gb
   command -v iperf3 >/dev/null || return 0
   next_port; p=$port
+  # Both iperf3 processes are reaped children of this shell: their CPU ends up in its
+  # cutime+cstime once both are waited for.
+  c0=$(awk '{print $16+$17}' /proc/$$/stat); d0=$(cpu_ticks $DAEMON)
   $(wrap "$mode") iperf3 -s -p "$p" -1 >/dev/null 2>&1 &
-  PIDS+=($!)
+  srv=$!
+  PIDS+=("$srv")
   sleep 0.5
   out=$(timeout 20 $(wrap "$mode") iperf3 -c 127.0.0.1 -p "$p" -t 3 -f g 2>&1 || true)
+  wait "$srv" 2>/dev/null || true
+  c1=$(awk '{print $16+$17}' /proc/$$/stat); d1=$(cpu_ticks $DAEMON)
   record iperf3 "$mode" "$(echo "$out" | awk '/receiver/ {print $7}' | tail -1)"
+  # Application CPU (iperf3 server + client) per GB received, ms; the daemon's apart.
+  gb=$(echo "$out" | awk '/receiver/ && $6 == "GBytes" {print $5}' | tail -1)
+  if [[ "$gb" =~ ^[0-9.]+$ ]] && [ "$(echo "$gb > 0" | bc)" = 1 ]; then
+    record iperf3_cpu "$mode" "$(echo "($c1-$c0)*1000/$HZ/$gb" | bc -l)"
+    [ "$mode" = flowstack ] && record iperf3_daemon_cpu "$mode" "$(echo "($d1-$d0)*1000/$HZ/$gb" | bc -l)"
+  fi
+  return 0
 }
 
 for r in $(seq "$RUNS"); do
@@ -173,4 +186,6 @@ row wrk "wrk keep-alive req/s"
 row wrk_cpu "wrk+nginx app CPU us/req"
 row ab "ab short conns req/s"
 row iperf3 "iperf3 Gbit/s"
+row iperf3_cpu "iperf3 app CPU ms/GB"
+row iperf3_daemon_cpu "iperf3 daemon CPU ms/GB"
 echo "(medians of $RUNS runs; each value: $(for k in "${!RES[@]}"; do echo -n "$k=[${RES[$k]% }] "; done))" >&2

@@ -13,11 +13,12 @@
 //! with the bytes of others read behind it, which cannot be released before it: when more
 //! than half of the area is not released, the oldest unread spans are copied into their
 //! sockets' queues (*evicted*) until it is half again.
-//! Sockets read with [`Sockets::tcp_peek`] (which borrows bytes in place) and the POSIX
-//! layer's sockets (handles from `POSIX_BASE`, which read `Sock::rx` themselves) are never
-//! held: their spans are copied into the queue at once, as before. A socket starts holding at
-//! its first `tcp_recv`; [`Sockets::tcp_consume`] evicts its held spans and stops it, so a
-//! program that switches to `tcp_peek` after consuming sees every byte.
+//! Sockets read with [`Sockets::tcp_peek`] (which borrows bytes in place) are never held:
+//! their spans are copied into the queue at once, as before. A socket starts holding at its
+//! first `tcp_recv` (the POSIX layer's sockets: at their first `recv`);
+//! [`Sockets::tcp_consume`] evicts its held spans and stops it, so a program that switches to
+//! `tcp_peek` after consuming sees every byte. A POSIX `recv` with `MSG_PEEK` evicts the
+//! socket's held spans into its queue and copies from there, leaving them unread.
 //!
 //! Every span was checked against the area when its event was decoded (`check_span`).
 //!
@@ -26,7 +27,6 @@
 //! [`Sockets::tcp_consume`]: flowstack_api::Sockets::tcp_consume
 
 use super::*;
-use flowstack_api::region::POSIX_BASE;
 
 /// One `Data` span of the receive area, in delivery order.
 #[derive(Debug, Clone, Copy)]
@@ -45,11 +45,12 @@ impl Client {
         let mut taken = len;
         if let Some(s) = self.socks.get_mut(&handle) {
             s.rgen = s.rgen.wrapping_add(1);
-            if s.direct && handle < POSIX_BASE {
+            if s.direct {
                 s.held += len;
                 taken = 0;
             } else {
                 append_from(&self.region, self.rx_off + off, len, &mut s.rx);
+                self.rx_copied += len as u64;
             }
         }
         if taken == len && self.spans.is_empty() {
@@ -66,8 +67,26 @@ impl Client {
         }
     }
 
+    /// Reads socket `raw`'s unread bytes into `buf` (those copied out into its queue first,
+    /// then those held in the area) and holds its next ones; how many. With `peek` they stay
+    /// unread: its held bytes are moved into the queue and copied from there.
+    pub(crate) fn read_unread(&mut self, raw: u32, buf: &mut [u8], peek: bool) -> usize {
+        if peek {
+            self.evict_sock(raw, true);
+        }
+        let Some(s) = self.socks.get_mut(&raw) else {
+            return 0;
+        };
+        s.direct = true;
+        if peek {
+            return copy_front(&s.rx, buf);
+        }
+        let n = take_front(&mut s.rx, buf);
+        n + self.read_held(raw, &mut buf[n..])
+    }
+
     /// Copies socket `raw`'s held bytes, oldest first, into `buf`; how many.
-    pub(crate) fn read_held(&mut self, raw: u32, buf: &mut [u8]) -> usize {
+    fn read_held(&mut self, raw: u32, buf: &mut [u8]) -> usize {
         let Some(s) = self.socks.get_mut(&raw) else {
             return 0;
         };
@@ -135,6 +154,7 @@ impl Client {
                 &mut s.rx,
             );
             s.held -= left;
+            self.rx_copied += left as u64;
         }
         sp.taken = sp.len;
     }

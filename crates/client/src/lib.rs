@@ -111,6 +111,13 @@ pub(crate) fn copy_front(rx: &VecDeque<u8>, buf: &mut [u8]) -> usize {
     n
 }
 
+impl Sock {
+    /// Delivered bytes not yet read: copied out (`rx`) or still in the area (`held`).
+    fn unread(&self) -> usize {
+        self.rx.len() + self.held
+    }
+}
+
 fn proto(m: impl Into<String>) -> ConnectError {
     ConnectError::Protocol(m.into())
 }
@@ -197,6 +204,8 @@ pub struct Client {
     spans: VecDeque<held::Span>,
     /// Bytes of `spans` (the receive area not yet released).
     span_bytes: u64,
+    /// Bytes copied out of the receive area into sockets' queues ([`Client::rx_copied`]).
+    rx_copied: u64,
 }
 
 impl std::fmt::Debug for Client {
@@ -311,6 +320,7 @@ impl Client {
             evs: Vec::new(),
             spans: VecDeque::new(),
             span_bytes: 0,
+            rx_copied: 0,
         })
     }
 
@@ -564,6 +574,12 @@ impl Client {
         }
         self.pump();
         Ok(())
+    }
+
+    /// Received bytes copied out of the receive area into a socket's queue (not read straight
+    /// from the area: see `held`): a second copy of each of them.
+    pub fn rx_copied(&self) -> u64 {
+        self.rx_copied
     }
 
     /// How many times a waiting call slept on the futex (each one a system call, usually a
@@ -825,7 +841,7 @@ impl Client {
         let Some(s) = self.socks.get_mut(&raw) else {
             return;
         };
-        let drained = s.rx.is_empty() && s.held == 0;
+        let drained = s.unread() == 0;
         if s.unreported == 0 || !(force || drained || s.unreported >= SOCK_RCVBUF / 4) {
             return;
         }

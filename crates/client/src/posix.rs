@@ -583,18 +583,20 @@ impl Posix {
                 let c = g.client.as_mut().expect("registered");
                 c.pump();
                 let s = c.socks.get_mut(&id.0).ok_or(Errno::EBADF)?;
-                if !s.rx.is_empty() {
-                    let n = crate::copy_front(&s.rx, &mut buf[got..]);
+                if s.unread() > 0 {
+                    // One copy: from the queue, then from the receive area (`held`).
+                    let n = c.read_unread(id.0, &mut buf[got..], flags.peek);
                     if !flags.peek {
-                        s.rx.drain(..n);
-                        s.unreported += n as u64;
+                        if let Some(s) = c.socks.get_mut(&id.0) {
+                            s.unreported += n as u64;
+                        }
                         c.report_consumed(id.0, false);
                     }
                     got += n;
                     let drained = c
                         .socks
                         .get(&id.0)
-                        .is_some_and(|s| s.rx.is_empty() && !s.eof && s.error.is_none())
+                        .is_some_and(|s| s.unread() == 0 && !s.eof && s.error.is_none())
                         && !c.dead;
                     if !flags.waitall || flags.peek || got == buf.len() {
                         if drained && !flags.peek {
@@ -735,7 +737,14 @@ impl Posix {
         g.sock(id)?;
         let c = g.client.as_mut().expect("registered");
         c.pump();
-        Ok(c.socks.get(&id.0).map(|s| s.rx.len()).unwrap_or(0))
+        Ok(c.socks.get(&id.0).map(|s| s.unread()).unwrap_or(0))
+    }
+
+    /// Received bytes this process copied into sockets' queues rather than reading them
+    /// straight from its receive area ([`Client::rx_copied`]).
+    pub fn rx_copied(&self) -> Result<u64, Errno> {
+        let g = self.lock()?;
+        Ok(g.client.as_ref().map_or(0, |c| c.rx_copied()))
     }
 
     /// `SIOCOUTQ` (bytes posted and not yet taken by the stack).
@@ -770,7 +779,7 @@ impl Posix {
                 ..Readiness::default()
             },
             State::Connected | State::Connecting | State::Failed => Readiness {
-                readable: !s.rx.is_empty() || s.eof || s.error.is_some(),
+                readable: s.unread() > 0 || s.eof || s.error.is_some(),
                 writable: (s.open && s.unflushed < SOCK_SNDBUF) || s.error.is_some(),
                 hup: s.eof || s.error.is_some(),
                 error,
@@ -794,6 +803,8 @@ impl Posix {
             c.done.remove(&call);
         }
         c.socks.remove(&id.0);
+        // Its bytes still in the receive area are released with it.
+        c.evict_sock(id.0, false);
         c.post(Mode::Async, Command::Forget { handle: id.0 })
             .map_err(Errno::from)?;
         Ok(())

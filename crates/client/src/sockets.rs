@@ -122,12 +122,9 @@ impl Sockets for Client {
         let raw = Self::raw(h)?;
         self.pump();
         let s = self.sock_mut(h)?;
-        if !s.rx.is_empty() || s.held > 0 {
-            // Bytes copied out first, then those still in the receive area (`held`).
-            let mut n = take_front(&mut s.rx, buf);
-            n += self.read_held(raw, &mut buf[n..]);
+        if s.unread() > 0 {
+            let n = self.read_unread(raw, buf, false);
             let s = self.sock_mut(h)?;
-            s.direct = true;
             s.unreported += n as u64;
             self.report_consumed(raw, false);
             return Ok(n);
@@ -172,7 +169,7 @@ impl Sockets for Client {
 
     fn tcp_at_eof(&self, h: TcpHandle) -> bool {
         self.sock(h)
-            .map(|s| s.eof && s.rx.is_empty() && s.held == 0 && s.error.is_none())
+            .map(|s| s.eof && s.unread() == 0 && s.error.is_none())
             .unwrap_or(false)
     }
 
@@ -204,11 +201,7 @@ impl Sockets for Client {
     fn tcp_poll(&self, h: TcpHandle) -> Result<Readiness, SocketError> {
         let s = self.sock(h)?;
         Ok(Readiness {
-            readable: !s.rx.is_empty()
-                || s.held > 0
-                || s.eof
-                || s.error.is_some()
-                || !s.accepted.is_empty(),
+            readable: s.unread() > 0 || s.eof || s.error.is_some() || !s.accepted.is_empty(),
             writable: s.open && !s.listener && s.unflushed < SOCK_SNDBUF && s.error.is_none(),
             error: s.error,
         })

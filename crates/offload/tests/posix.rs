@@ -3,7 +3,8 @@
 //! real `fork`s. Readiness is checked with `poll(2)` on the placeholder A. Every wait is
 //! bounded.
 
-use flowstack_client::posix::{Errno, Posix, RecvFlags, SockId, Type};
+use flowstack_api::region::SOCK_RCVBUF;
+use flowstack_client::posix::{Errno, Posix, RecvFlags, Shutdown, SockId, Type};
 use flowstack_offload::{Daemon, DaemonConfig, DaemonHandle};
 use flowstack_sys::placeholder::wait_a;
 use flowstack_sys::process::{exit_now, fork, wait_exit, Forked};
@@ -727,4 +728,77 @@ fn accepts_asked_ahead_are_seen_in_the_view_and_through_the_placeholder() {
         let (_ca, local) = c.join().unwrap();
         assert_eq!(peer, local);
     });
+}
+
+/// A POSIX socket's `recv` copies its bytes once, straight from the receive area (`held`),
+/// as the native client's `tcp_recv` does: 8 MiB byte-exact with reads of odd sizes, with
+/// `MSG_PEEK` and `FIONREAD` in between (a peek moves the held bytes into the socket's queue
+/// and leaves them unread). Without it every byte was copied into the queue first.
+#[test]
+fn posix_recv_reads_straight_from_the_receive_area() {
+    const LEN: usize = 8 << 20;
+    const PEEK: RecvFlags = RecvFlags {
+        peek: true,
+        waitall: false,
+        nonblock: false,
+    };
+    let d = daemon("held");
+    let Pair {
+        server,
+        client,
+        sa: _sa,
+        sid,
+        ca: _ca,
+        cid,
+    } = connected(&d.path);
+    let sender = std::thread::spawn(move || {
+        let data: Vec<u8> = (0..LEN).map(pattern).collect();
+        let mut at = 0;
+        let mut i = 0;
+        while at < LEN {
+            let k = [131_072, 13, 700_001, 4_096][i % 4].min(LEN - at);
+            i += 1;
+            at += client.send(cid, &data[at..at + k], false, T).unwrap();
+        }
+        client.shutdown(cid, Shutdown::Write).unwrap();
+        client
+    });
+    let mut buf = vec![0u8; 200_003];
+    // Two peeks on the way, at these stream offsets.
+    const PEEK_AT: [usize; 2] = [2 << 20, 5 << 20];
+    let (mut got, mut i, mut peeks) = (0usize, 0usize, 0);
+    while got < LEN {
+        let want = [200_003, 7, 131_072, 4_097][i % 4];
+        i += 1;
+        if peeks < PEEK_AT.len() && got >= PEEK_AT[peeks] {
+            // Peeked bytes are the next ones, still there for the next recv.
+            let n = server.recv(sid, &mut buf[..want], PEEK, T).unwrap();
+            assert!(n > 0);
+            for (k, &x) in buf[..n].iter().enumerate() {
+                assert_eq!(x, pattern(got + k), "peeked byte {}", got + k);
+            }
+            assert!(server.readable_bytes(sid).unwrap() >= n);
+            peeks += 1;
+        }
+        let n = server.recv(sid, &mut buf[..want], BLOCK, T).unwrap();
+        assert!(n > 0, "early end of stream at {got}");
+        for (k, &x) in buf[..n].iter().enumerate() {
+            assert_eq!(x, pattern(got + k), "byte {}", got + k);
+        }
+        got += n;
+    }
+    assert_eq!(
+        server.recv(sid, &mut buf, BLOCK, T).unwrap(),
+        0,
+        "end of stream"
+    );
+    let _client = sender.join().unwrap();
+    // Copied into the queue: what came before the first recv and what each peek moved
+    // there, each at most the receive credit (the daemon delivers no more ahead of reads).
+    let copied = server.rx_copied().unwrap();
+    assert_eq!(peeks, PEEK_AT.len());
+    assert!(
+        copied <= (peeks + 1) as u64 * SOCK_RCVBUF,
+        "{copied} of {LEN} bytes copied into the queue ({peeks} peeks)"
+    );
 }

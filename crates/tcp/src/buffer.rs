@@ -127,13 +127,35 @@ impl RingBuffer {
         n
     }
 
+    /// Appends up to `n` bytes that `fill` writes in place (see [`RingBuffer::fill_at`]);
+    /// returns how many fit. The bytes never pass through a buffer of the caller's.
+    pub fn enqueue_with(&mut self, n: usize, fill: impl FnMut(&mut [u8], usize)) -> usize {
+        let n = self.fill_at(0, n, fill);
+        self.len += n as u32;
+        n
+    }
+
     /// Writes `data` starting `offset` bytes past the end without making it readable; returns
     /// how many bytes fit.
     pub fn write_at(&mut self, offset: usize, data: &[u8]) -> usize {
+        self.fill_at(offset, data.len(), |dst, at| {
+            dst.copy_from_slice(&data[at..at + dst.len()])
+        })
+    }
+
+    /// Has `fill(dst, at)` write bytes `at..at + dst.len()` of up to `n` bytes starting
+    /// `offset` bytes past the end (at most two parts, in order, across the wrap), without
+    /// making them readable; returns how many fit.
+    pub fn fill_at(
+        &mut self,
+        offset: usize,
+        n: usize,
+        mut fill: impl FnMut(&mut [u8], usize),
+    ) -> usize {
         if offset >= self.window() {
             return 0;
         }
-        let n = data.len().min(self.window() - offset);
+        let n = n.min(self.window() - offset);
         if n == 0 {
             return 0;
         }
@@ -144,8 +166,10 @@ impl RingBuffer {
         };
         let start = m.idx(len + offset);
         let first = n.min(m.buf.len() - start);
-        m.buf[start..start + first].copy_from_slice(&data[..first]);
-        m.buf[..n - first].copy_from_slice(&data[first..n]);
+        fill(&mut m.buf[start..start + first], 0);
+        if n > first {
+            fill(&mut m.buf[..n - first], first);
+        }
         n
     }
 
@@ -218,6 +242,30 @@ mod tests {
         let mut o = [0u8; 3];
         assert_eq!(r.peek(5, &mut o), 3);
         assert_eq!(&o, b"jkl");
+    }
+
+    /// `enqueue_with` has the bytes written in place, in two parts across the wrap, each
+    /// told its position in the whole, and takes no more than fits.
+    #[test]
+    fn enqueue_with_fills_in_place_across_the_wrap() {
+        let mut r = RingBuffer::new(8);
+        assert_eq!(r.enqueue(b"abcdef"), 6);
+        let mut o = [0u8; 5];
+        assert_eq!(r.dequeue(&mut o), 5);
+        let src = b"ghijklmnop";
+        let mut calls = Vec::new();
+        let n = r.enqueue_with(src.len(), |dst, at| {
+            calls.push((at, dst.len()));
+            dst.copy_from_slice(&src[at..at + dst.len()]);
+        });
+        assert_eq!(n, 7, "the window");
+        assert_eq!(calls.len(), 2, "two parts across the wrap: {calls:?}");
+        assert_eq!(calls[0].0, 0);
+        assert_eq!(calls[1].0, calls[0].1);
+        let mut o = [0u8; 8];
+        assert_eq!(r.dequeue(&mut o), 8);
+        assert_eq!(&o, b"fghijklm");
+        assert_eq!(r.enqueue_with(0, |_, _| panic!("nothing to fill")), 0);
     }
 
     #[test]

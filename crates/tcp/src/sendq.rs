@@ -130,7 +130,15 @@ impl SendQueue {
 
     /// Copies as much of `data` as fits; returns how much.
     pub fn enqueue(&mut self, data: &[u8]) -> usize {
-        let n = self.ring.enqueue(&data[..data.len().min(self.window())]);
+        self.enqueue_with(data.len(), |dst, at| {
+            dst.copy_from_slice(&data[at..at + dst.len()])
+        })
+    }
+
+    /// Queues as much of `n` bytes as fits, written in place by `fill(dst, at)` (bytes
+    /// `at..at + dst.len()`, see `RingBuffer::fill_at`); returns how much.
+    pub fn enqueue_with(&mut self, n: usize, fill: impl FnMut(&mut [u8], usize)) -> usize {
+        let n = self.ring.enqueue_with(n.min(self.window()), fill);
         if n > 0 {
             match self.chunks.back_mut() {
                 Some(Chunk::Ring(k)) => *k += n,

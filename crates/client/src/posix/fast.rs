@@ -335,7 +335,7 @@ pub(super) fn fill_now(g: &mut Inner, id: SockId) -> Result<(), Errno> {
 /// A connection's readability in this process's view (data, end of stream, an error, or
 /// shut for reading: a read would not block).
 fn conn_readable(ps: &super::PSock, s: &crate::Sock) -> bool {
-    !s.rx.is_empty() || s.eof || s.error.is_some() || ps.shut_rd
+    s.unread() > 0 || s.eof || s.error.is_some() || ps.shut_rd
 }
 
 /// The socket's view here is unreadable: read the tokens back and tell the daemon.

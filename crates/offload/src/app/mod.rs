@@ -394,7 +394,8 @@ pub(crate) struct App {
     pub broken: bool,
     /// Reused per turn: the decoded command records (no allocation per message).
     recs: Vec<Result<CommandRecord, ()>>,
-    /// Reused per `TcpSend`: the bytes read out of the transmit area.
+    /// Reused per `TcpSend`: the bytes read out of the transmit area that are queued here
+    /// (behind others, or beyond the engine's send buffer; the rest go straight in).
     tx_scratch: Vec<u8>,
     /// Files attached to this application's connections (`Attach{File}`), by handle.
     files: HashMap<u32, std::fs::File>,
@@ -643,30 +644,36 @@ impl App {
                     return;
                 };
                 self.tx_freed += len as u64;
-                let mut scratch = std::mem::take(&mut self.tx_scratch);
-                if scratch.len() < len {
-                    // Grown once, never cleared: every byte used is read over first.
-                    scratch.resize(len, 0);
-                }
-                let buf = &mut scratch[..len];
-                let _ = self.region.read_at(LAYOUT.tx_off + off, buf);
-                if let Some(a) = self.region.atomic_u64(at::TX_FREED) {
-                    a.store(self.tx_freed, Ordering::Release);
-                }
+                let area = LAYOUT.tx_off + off;
                 let gid = self.gid(handle);
                 let r = match gid.map(|g| sh.socks.get_mut(&g).map(|g| &mut g.kind)) {
                     Ok(Some(Kind::Conn(c))) if c.closed_told => Err(SocketError::BrokenPipe),
                     Ok(Some(Kind::Conn(c))) => {
-                        // Nothing queued before them: straight into the engine's send
-                        // buffer (its credit is told by the connection's next turn), the
-                        // rest queued here.
+                        // Nothing queued before them: copied from the transmit area straight
+                        // into the engine's send buffer (its credit is told by the
+                        // connection's next turn), the rest queued here.
                         let mut from = 0;
                         if c.pending_tx.is_empty() && !self.mem_limited {
                             let e = &mut sh.lo.engines[c.eng];
-                            from = e.tcp_send(c.h, buf).unwrap_or(0);
+                            let region = &self.region;
+                            from = e
+                                .tcp_send_with(c.h, len, |dst, at| {
+                                    let _ = region.read_at(area + at, dst);
+                                })
+                                .unwrap_or(0);
                             c.direct_taken += from as u64;
                         }
-                        c.pending_tx.extend(&buf[from..]);
+                        if from < len {
+                            let mut scratch = std::mem::take(&mut self.tx_scratch);
+                            if scratch.len() < len - from {
+                                // Grown once, never cleared: every byte used is read first.
+                                scratch.resize(len - from, 0);
+                            }
+                            let rest = &mut scratch[..len - from];
+                            let _ = self.region.read_at(area + from, rest);
+                            c.pending_tx.extend(&*rest);
+                            self.tx_scratch = scratch;
+                        }
                         c.uncredited += len as u64;
                         if c.pending_tx.len() as u64 > 4 * SOCK_SNDBUF {
                             // Overran its send buffer fourfold: not our client library.
@@ -681,7 +688,11 @@ impl App {
                     Ok(Some(_)) => Err(SocketError::NotConnected),
                     _ => Err(SocketError::InvalidHandle),
                 };
-                self.tx_scratch = scratch;
+                // Every byte of the span is read (or belongs to no connection): the client
+                // may write over it.
+                if let Some(a) = self.region.atomic_u64(at::TX_FREED) {
+                    a.store(self.tx_freed, Ordering::Release);
+                }
                 self.complete(id, mode, handle, r);
             }
             Command::TcpConsume { handle, len } => {
@@ -829,7 +840,7 @@ impl App {
                     let c = if port == 0 {
                         e.tcp_connect(remote)
                     } else {
-                        e.tcp_connect_from(port, remote, TcpConfig::default())
+                        e.tcp_connect_from(port, remote, e.tcp_defaults())
                     };
                     c.map(|c| (i, c))
                 })

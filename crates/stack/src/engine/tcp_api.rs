@@ -12,6 +12,11 @@ use flowstack_wire::Ipv4Address;
 use std::net::SocketAddrV4;
 
 impl Engine {
+    /// The engine's default TCP configuration for new sockets (`EngineConfig::tcp.defaults`).
+    pub fn tcp_defaults(&self) -> TcpConfig {
+        self.tcp.defaults()
+    }
+
     /// Listens on `port` with the engine's default TCP configuration.
     pub fn tcp_listen(&mut self, port: u16, backlog: usize) -> Result<TcpHandle, SocketError> {
         let cfg = self.tcp.defaults();
@@ -101,11 +106,25 @@ impl Engine {
 
     /// Queues bytes to send; returns how many were taken.
     pub fn tcp_send(&mut self, h: TcpHandle, data: &[u8]) -> Result<usize, SocketError> {
+        self.tcp_send_with(h, data.len(), |dst, at| {
+            dst.copy_from_slice(&data[at..at + dst.len()])
+        })
+    }
+
+    /// As [`Engine::tcp_send`] for up to `n` bytes that `fill(dst, at)` writes straight into
+    /// the send buffer (bytes `at..at + dst.len()` of the `n`, at most two calls, in order):
+    /// the offload daemon copies an application's bytes from its shared memory so, once.
+    pub fn tcp_send_with(
+        &mut self,
+        h: TcpHandle,
+        n: usize,
+        fill: impl FnMut(&mut [u8], usize),
+    ) -> Result<usize, SocketError> {
         // The whole socket call (lookup and copy) is the "application → socket" layer.
         let _p = flowstack_prof::enter(flowstack_prof::Layer::AppCopyIn);
         let c = self.tcp.conn_mut(h)?;
-        let r = match c.send(data) {
-            Ok(0) if !data.is_empty() => Err(SocketError::WouldBlock),
+        let r = match c.send_with(n, fill) {
+            Ok(0) if n > 0 => Err(SocketError::WouldBlock),
             Ok(n) => Ok(n),
             Err(TcpError::Aborted) if c.error().is_none() => Err(SocketError::BrokenPipe),
             Err(e) => Err(tcp_socket::map_err(e)),

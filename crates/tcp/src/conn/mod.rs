@@ -336,6 +336,17 @@ impl Connection {
         Ok(self.snd.queue.enqueue(data))
     }
 
+    /// As [`Connection::send`], for up to `n` bytes that `fill(dst, at)` writes straight
+    /// into the send buffer (bytes `at..at + dst.len()` of the `n`, in order).
+    pub fn send_with(
+        &mut self,
+        n: usize,
+        fill: impl FnMut(&mut [u8], usize),
+    ) -> Result<usize, TcpError> {
+        self.may_send()?;
+        Ok(self.snd.queue.enqueue_with(n, fill))
+    }
+
     /// Whether the application may queue data: not after a failure (that error) nor once its
     /// sending side is closed.
     fn may_send(&self) -> Result<(), TcpError> {
