@@ -27,6 +27,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod changes;
 mod held;
 pub mod layout;
 pub mod posix;
@@ -197,6 +198,8 @@ pub struct Client {
     spans: VecDeque<held::Span>,
     /// Bytes of `spans` (the receive area not yet released).
     span_bytes: u64,
+    /// Sockets that may have changed, for the shim's epoll (`changes`).
+    changes: changes::Changes,
 }
 
 impl std::fmt::Debug for Client {
@@ -311,6 +314,7 @@ impl Client {
             evs: Vec::new(),
             spans: VecDeque::new(),
             span_bytes: 0,
+            changes: changes::Changes::new(),
         })
     }
 
@@ -428,6 +432,7 @@ impl Client {
             self.gen += 1;
         }
         for e in evs.drain(..) {
+            self.changes.note(e.handle);
             self.on_event(e);
         }
         self.evs = evs;
@@ -524,6 +529,7 @@ impl Client {
             Err(e) => {
                 s.accept_err = Some(e);
                 s.rgen = s.rgen.wrapping_add(1);
+                self.changes.note(listener);
             }
         }
     }
@@ -536,6 +542,7 @@ impl Client {
         if let Some(l) = self.socks.get_mut(&listener) {
             l.accepted.push_back(h);
             l.rgen = l.rgen.wrapping_add(1);
+            self.changes.note(listener);
         }
     }
 

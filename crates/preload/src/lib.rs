@@ -26,6 +26,7 @@
 pub mod addr;
 pub mod backend;
 mod epoll;
+mod interest;
 pub mod inherit;
 mod ops;
 mod poll;
