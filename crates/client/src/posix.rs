@@ -52,16 +52,16 @@ use std::time::{Duration, Instant};
 mod calls;
 mod carried;
 mod fast;
-mod ready;
 mod file;
+mod ready;
 mod types;
 use calls::{
     addr_of_value, attach_fds, finish, get_addr, make_unwritable, post_attach, sync, wait_on,
 };
 use fast::clear_tokens;
 pub use fast::{FastReady, SleepTicket};
-pub use ready::Cursor;
 pub use file::MAX_SENDFILE;
+pub use ready::Cursor;
 
 pub use types::*;
 

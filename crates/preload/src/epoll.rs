@@ -389,8 +389,8 @@ pub fn takes(epfd: c_int) -> Option<Shared> {
     find(epfd)
 }
 
-/// Fills `out` with the ready interests (listeners first); returns (count, pump count, some
-/// interest waits for send space).
+/// Fills `out` with the ready interests, then the ready listeners; returns (count, pump
+/// count, some interest waits for send space).
 fn scan(
     b: &dyn Backend,
     epfd: c_int,
@@ -398,10 +398,9 @@ fn scan(
     out: &mut [epoll_event],
 ) -> Result<(usize, u64, bool), Errno> {
     let Ep { fast, lst, .. } = g;
-    let (mine, rest) = out.split_at_mut(lst.len().min(out.len()));
-    let sc = fast.scan(b, lst.iter().map(|x| x.id), rest, |x| arm_out(epfd, x))?;
+    let sc = fast.scan(b, lst.iter().map(|x| x.id), out, |x| arm_out(epfd, x))?;
     // Listeners: every time (few), from the answers after the interests'.
-    let mut m = 0;
+    let mut n = sc.n;
     for (x, r) in lst.iter().zip(fast.extra_ready()) {
         let Some(f) = r else { continue };
         let mut ev = 0u32;
@@ -411,20 +410,15 @@ fn scan(
         if f.r.error.is_some() {
             ev |= libc::EPOLLERR as u32;
         }
-        if ev != 0 && m < mine.len() {
-            mine[m] = epoll_event {
+        if ev != 0 && n < out.len() {
+            out[n] = epoll_event {
                 events: ev,
                 u64: x.data,
             };
-            m += 1;
+            n += 1;
         }
     }
-    // Close the gap between the listeners' entries and the interests'.
-    let k = mine.len();
-    if m < k {
-        out.copy_within(k..k + sc.n, m);
-    }
-    Ok((m + sc.n, sc.gen, sc.want_w))
+    Ok((n, sc.gen, sc.want_w))
 }
 
 /// The daemon is gone: no more sleeping on the wake-up descriptor (it would stay readable).

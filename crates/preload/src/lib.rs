@@ -26,8 +26,8 @@
 pub mod addr;
 pub mod backend;
 mod epoll;
-mod interest;
 pub mod inherit;
+mod interest;
 mod ops;
 mod poll;
 pub mod real;
