@@ -51,6 +51,24 @@ const OUT_TAG: u64 = 0x666c_6f78 << 32;
 const NESTED: Errno = -1;
 
 const EPOLLEXCLUSIVE: u32 = 1 << 28;
+/// What may come with `EPOLLEXCLUSIVE` (Linux `fs/eventpoll.c`, `EPOLLEXCLUSIVE_OK_BITS`).
+const EXCLUSIVE_OK: u32 = (libc::EPOLLIN
+    | libc::EPOLLOUT
+    | libc::EPOLLERR
+    | libc::EPOLLHUP
+    | libc::EPOLLWAKEUP
+    | libc::EPOLLET) as u32
+    | EPOLLEXCLUSIVE;
+
+/// epoll_ctl(2): `EPOLLEXCLUSIVE` only with `EPOLL_CTL_ADD`, and only with the events of
+/// [`EXCLUSIVE_OK`] (no `EPOLLONESHOT`, no `EPOLLRDHUP`): `EINVAL` otherwise, checked before
+/// the set is looked at, as the kernel does (a `MOD` of an interest added with it is refused
+/// where the interest is found).
+fn exclusive_ok(op: c_int, events: u32) -> bool {
+    events & EPOLLEXCLUSIVE == 0
+        || op == libc::EPOLL_CTL_ADD && events & !EXCLUSIVE_OK == 0
+        || op == libc::EPOLL_CTL_DEL
+}
 
 /// A flowstack listener in the kernel's set whose view is watched here too (level-triggered
 /// interests only): a connection accepted ahead (`Backend::accept_ahead`) is reported from
@@ -138,6 +156,10 @@ pub unsafe fn ctl(
             Ok(r)
         }
     };
+    // SAFETY: `ev` is null or valid (the caller's contract).
+    if !ev.is_null() && !exclusive_ok(op, unsafe { (*ev).events }) {
+        return Err(libc::EINVAL);
+    }
     let ep = find(epfd);
     if let Some(ep) = &ep {
         let mut g = lock(ep);
