@@ -6,50 +6,79 @@
 //! may not be written yet) makes the call look without waiting and report it. Sets without
 //! placeholders cost a table lookup per descriptor.
 
-use crate::backend::Backend;
+use crate::backend::{Backend, FastReady};
 use crate::real;
 use crate::state::{self, inside, is_inside};
 use crate::table::SockId;
 use libc::{c_int, nfds_t, pollfd};
+use std::cell::RefCell;
 
-/// Turns tokens on for the placeholders among `fds`; returns those readable (or in error)
-/// in this process's view, as (position in `fds`, error or hang-up).
-fn prepare(fds: &[(usize, c_int)]) -> Vec<(usize, bool)> {
-    let Some(st) = state::get() else {
-        return Vec::new();
-    };
-    if is_inside() {
-        return Vec::new();
-    }
-    let Some(b) = st.connected() else {
-        return Vec::new();
-    };
-    let ours: Vec<(usize, SockId)> = fds
-        .iter()
-        .filter_map(|&(i, fd)| st.table.get(fd).map(|e| (i, e.id)))
-        .collect();
-    if ours.is_empty() {
-        return Vec::new();
-    }
-    inside(|| view(b, &ours))
+/// Per-thread buffers for [`prepare`]: no allocation per call once warm.
+#[derive(Default)]
+struct Scratch {
+    ours: Vec<(usize, SockId)>,
+    ids: Vec<SockId>,
+    out: Vec<Option<FastReady>>,
+    /// [`prepare`]'s answer.
+    ready: Vec<(usize, bool)>,
 }
 
-fn view(b: &dyn Backend, ours: &[(usize, SockId)]) -> Vec<(usize, bool)> {
-    let ids: Vec<SockId> = ours.iter().map(|x| x.1).collect();
-    for &id in &ids {
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Runs `f` with this thread's buffers, or fresh ones if they are in use (a signal
+/// handler's `poll` inside the interrupted `poll`) or gone (the thread is exiting).
+fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
+    let mut f = Some(f);
+    let mine = SCRATCH.try_with(|s| {
+        let mut g = s.try_borrow_mut().ok()?;
+        f.take().map(|f| f(&mut g))
+    });
+    match (mine, f) {
+        (Ok(Some(r)), _) => r,
+        (_, Some(f)) => f(&mut Scratch::default()),
+        (_, None) => unreachable!("ran with the thread's buffers"),
+    }
+}
+
+/// Turns tokens on for the placeholders among `fds` (position, descriptor); leaves in
+/// `sc.ready` those readable (or in error) in this process's view, as (position, error or
+/// hang-up).
+fn prepare(fds: impl Iterator<Item = (usize, c_int)>, sc: &mut Scratch) {
+    sc.ready.clear();
+    let Some(st) = state::get() else {
+        return;
+    };
+    if is_inside() {
+        return;
+    }
+    let Some(b) = st.connected() else {
+        return;
+    };
+    sc.ours.clear();
+    sc.ours
+        .extend(fds.filter_map(|(i, fd)| st.table.get(fd).map(|e| (i, e.id))));
+    if sc.ours.is_empty() {
+        return;
+    }
+    inside(|| view(b, sc))
+}
+
+fn view(b: &dyn Backend, sc: &mut Scratch) {
+    sc.ids.clear();
+    sc.ids.extend(sc.ours.iter().map(|x| x.1));
+    for &id in &sc.ids {
         b.tokens_on(id);
     }
-    let mut out = Vec::new();
-    if b.ready_many(&ids, &mut out).is_err() {
-        return Vec::new();
+    if b.ready_many(&sc.ids, &mut sc.out).is_err() {
+        return;
     }
-    ours.iter()
-        .zip(out)
-        .filter_map(|(&(i, _), r)| {
-            let r = r?;
+    sc.ready
+        .extend(sc.ours.iter().zip(&sc.out).filter_map(|(&(i, _), r)| {
+            let r = r.as_ref()?;
             r.r.readable.then_some((i, r.r.hup || r.r.error.is_some()))
-        })
-        .collect()
+        }));
 }
 
 /// # Safety
@@ -64,22 +93,21 @@ unsafe fn poll_with(
     }
     // SAFETY: `n` entries at `fds`.
     let set = std::slice::from_raw_parts_mut(fds, n as usize);
-    let list: Vec<(usize, c_int)> = set.iter().enumerate().map(|(i, p)| (i, p.fd)).collect();
-    let ready: Vec<(usize, bool)> = prepare(&list)
-        .into_iter()
-        .filter(|&(i, _)| set[i].events & libc::POLLIN != 0)
-        .collect();
-    if ready.is_empty() {
-        return call(false);
-    }
-    let r = call(true);
-    if r < 0 {
-        return r;
-    }
-    for (i, bad) in ready {
-        set[i].revents |= libc::POLLIN | if bad { libc::POLLHUP } else { 0 };
-    }
-    set.iter().filter(|p| p.revents != 0).count() as c_int
+    with_scratch(|sc| {
+        prepare(set.iter().enumerate().map(|(i, p)| (i, p.fd)), sc);
+        sc.ready.retain(|&(i, _)| set[i].events & libc::POLLIN != 0);
+        if sc.ready.is_empty() {
+            return call(false);
+        }
+        let r = call(true);
+        if r < 0 {
+            return r;
+        }
+        for &(i, bad) in &sc.ready {
+            set[i].revents |= libc::POLLIN | if bad { libc::POLLHUP } else { 0 };
+        }
+        set.iter().filter(|p| p.revents != 0).count() as c_int
+    })
 }
 
 #[cfg_attr(not(test), no_mangle)]
@@ -121,35 +149,32 @@ unsafe fn select_with(
         return call(false);
     }
     let n = n.min(libc::FD_SETSIZE as c_int);
-    let list: Vec<(usize, c_int)> = (0..n)
-        .filter(|&fd| {
+    with_scratch(|sc| {
+        let listed = (0..n).filter(|&fd| {
             libc::FD_ISSET(fd, r)
                 || (!w.is_null() && libc::FD_ISSET(fd, w))
                 || (!e.is_null() && libc::FD_ISSET(fd, e))
-        })
-        .map(|fd| (fd as usize, fd))
-        .collect();
-    let ready: Vec<c_int> = prepare(&list)
-        .into_iter()
-        .map(|(fd, _)| fd as c_int)
-        .filter(|&fd| libc::FD_ISSET(fd, r))
-        .collect();
-    if ready.is_empty() {
-        return call(false);
-    }
-    let r0 = *r;
-    let k = call(true);
-    if k < 0 {
-        return k;
-    }
-    let mut k = k;
-    for fd in ready {
-        if libc::FD_ISSET(fd, &r0) && !libc::FD_ISSET(fd, r) {
-            libc::FD_SET(fd, r);
-            k += 1;
+        });
+        prepare(listed.map(|fd| (fd as usize, fd)), sc);
+        sc.ready.retain(|&(fd, _)| libc::FD_ISSET(fd as c_int, r));
+        if sc.ready.is_empty() {
+            return call(false);
         }
-    }
-    k
+        let r0 = *r;
+        let k = call(true);
+        if k < 0 {
+            return k;
+        }
+        let mut k = k;
+        for &(fd, _) in &sc.ready {
+            let fd = fd as c_int;
+            if libc::FD_ISSET(fd, &r0) && !libc::FD_ISSET(fd, r) {
+                libc::FD_SET(fd, r);
+                k += 1;
+            }
+        }
+        k
+    })
 }
 
 #[cfg_attr(not(test), no_mangle)]
