@@ -188,8 +188,17 @@ impl Interests {
         self.ids.extend(queue.iter().map(|fd| self.by_fd[fd].id));
         let n_fast = self.ids.len();
         self.ids.extend(extra);
-        let g2 = b.ready_many(&self.ids, &mut self.ready)?;
-        let gen = if known { gen } else { g2 };
+        let gen = if self.ids.is_empty() {
+            self.ready.clear(); // nothing to look at: no second lock
+            gen
+        } else {
+            let g2 = b.ready_many(&self.ids, &mut self.ready)?;
+            if known {
+                gen
+            } else {
+                g2
+            }
+        };
         let mut n = 0;
         for (i, &fd) in queue.iter().enumerate() {
             let x = self.by_fd.get_mut(&fd).expect("queued from the map");
