@@ -15,7 +15,13 @@
 //!   the ready connections (level- or edge-triggered: an edge is a new event on the socket
 //!   since the last report, as the kernel's wake-ups; `EPOLLONESHOT` disables the interest
 //!   until `MOD`; `EPOLLERR`/`EPOLLHUP` always), then the kernel's ready descriptors without
-//!   waiting. With nothing ready it sleeps in the kernel's `epoll_pwait` on the set (kernel
+//!   waiting. Only the connections that changed since the last look, or were reported
+//!   ready then, are looked at ([`crate::interest`]: O(ready), not O(watched)).
+//! - **`EPOLLEXCLUSIVE`** on a flowstack socket follows epoll_ctl(2): `ADD` only, with
+//!   `EPOLLIN`/`EPOLLOUT`/`EPOLLERR`/`EPOLLHUP`/`EPOLLWAKEUP`/`EPOLLET` only (`EINVAL`
+//!   otherwise, and for a `MOD` of such an interest). A listener's goes to the kernel's set
+//!   with the flag (its placeholder's token wakes one set); the connections accepted ahead
+//!   wake only the process they were handed to. With nothing ready it sleeps in the kernel's `epoll_pwait` on the set (kernel
 //!   descriptors plus the wake-up descriptor) after announcing the sleep (no lost wake-up:
 //!   `flowstack_client::posix` fast module), never holding a lock meanwhile; signals
 //!   interrupt it (`EINTR`) as they do the kernel's. Sets without such interests cost one
