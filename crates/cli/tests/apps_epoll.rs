@@ -21,11 +21,16 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn build(w: &World) -> Option<PathBuf> {
+    build_prog(w, "epoll")
+}
+
+/// Builds `tests/progs/NAME.c` into the world's directory (None: no C compiler).
+fn build_prog(w: &World, name: &str) -> Option<PathBuf> {
     if !have("cc") {
         return None;
     }
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs/epoll.c");
-    let exe = w.dir.join("epoll");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/progs/{name}.c"));
+    let exe = w.dir.join(name);
     let st = Command::new("cc")
         .args(["-O1", "-pthread", "-o"])
         .arg(&exe)
@@ -91,4 +96,43 @@ fn a_thread_in_epoll_wait_wakes_with_error_and_hangup_when_the_daemon_is_killed(
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(st.success(), "exit status {st}");
+}
+
+/// EPOLLEXCLUSIVE (tests/progs/epoll_excl.c): epoll_ctl's EINVAL rules on a flowstack
+/// connection and listener, and six processes with the same listener in epoll sets of their
+/// own with EPOLLIN|EPOLLEXCLUSIVE: every connection is accepted, and the processes do not
+/// all wake for each one (an all-waking herd is 6 wake-ups per connection; the shim's
+/// accept-ahead hands each connection to one process, which alone is woken for it — plus,
+/// at most, one other for the placeholder's token).
+#[test]
+fn epollexclusive_rules_and_no_herd_among_processes_sharing_a_listener() {
+    let w = World::new("epoll-excl");
+    let Some(exe) = build_prog(&w, "epoll_excl") else {
+        return;
+    };
+    let port = free_port(Ipv4Addr::LOCALHOST).to_string();
+    let conns = 30;
+    let out = w.output(
+        &[exe.to_str().unwrap(), &port, "6", &conns.to_string()],
+        Duration::from_secs(90),
+    );
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && s.trim_end().ends_with("ok"),
+        "epoll_excl: {s} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let wakes: usize = s
+        .split_whitespace()
+        .skip_while(|&x| x != "wakes")
+        .nth(1)
+        .and_then(|x| x.parse().ok())
+        .expect("a wakes count");
+    assert!(
+        wakes < 3 * conns,
+        "{wakes} wake-ups for {conns} connections: {s}"
+    );
+    if !w.shim_without_daemon_api(&out.stderr) {
+        w.assert_flowstack("epoll_excl", 3);
+    }
 }

@@ -27,6 +27,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod changes;
 mod held;
 pub mod layout;
 pub mod posix;
@@ -206,6 +207,8 @@ pub struct Client {
     span_bytes: u64,
     /// Bytes copied out of the receive area into sockets' queues ([`Client::rx_copied`]).
     rx_copied: u64,
+    /// Sockets that may have changed, for the shim's epoll (`changes`).
+    changes: changes::Changes,
 }
 
 impl std::fmt::Debug for Client {
@@ -321,6 +324,7 @@ impl Client {
             spans: VecDeque::new(),
             span_bytes: 0,
             rx_copied: 0,
+            changes: changes::Changes::new(),
         })
     }
 
@@ -438,6 +442,7 @@ impl Client {
             self.gen += 1;
         }
         for e in evs.drain(..) {
+            self.changes.note(e.handle);
             self.on_event(e);
         }
         self.evs = evs;
@@ -534,6 +539,7 @@ impl Client {
             Err(e) => {
                 s.accept_err = Some(e);
                 s.rgen = s.rgen.wrapping_add(1);
+                self.changes.note(listener);
             }
         }
     }
@@ -546,6 +552,7 @@ impl Client {
         if let Some(l) = self.socks.get_mut(&listener) {
             l.accepted.push_back(h);
             l.rgen = l.rgen.wrapping_add(1);
+            self.changes.note(listener);
         }
     }
 

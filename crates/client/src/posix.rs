@@ -54,6 +54,7 @@ mod calls;
 mod carried;
 mod fast;
 mod file;
+mod ready;
 mod types;
 use calls::{
     addr_of_value, attach_fds, finish, get_addr, make_unwritable, post_attach, sync, wait_on,
@@ -61,6 +62,7 @@ use calls::{
 use fast::clear_tokens;
 pub use fast::{FastReady, SleepTicket};
 pub use file::MAX_SENDFILE;
+pub use ready::Cursor;
 
 pub use types::*;
 
@@ -867,12 +869,14 @@ impl Inner {
 
     /// The socket `id` as this process knows it, its `Attach` possibly not answered yet.
     fn sock_as_is(&mut self, id: SockId) -> Result<&mut PSock, Errno> {
+        ready::noted(self, id);
         self.socks.get_mut(&id.0).ok_or(Errno::EBADF)
     }
 
     /// The socket `id`, once its `Attach{New}` is answered (see [`Posix::socket`]); if the
     /// daemon refused it, the socket is gone and the refusal is this call's error.
     fn sock(&mut self, id: SockId) -> Result<&mut PSock, Errno> {
+        ready::noted(self, id);
         let call = self.socks.get_mut(&id.0).ok_or(Errno::EBADF)?.attach.take();
         if let Some(call) = call {
             let c = self.client.as_mut().ok_or(Errno::ECONNRESET)?;

@@ -108,6 +108,12 @@ pub trait Backend: Sync {
     fn ready_many(&self, _ids: &[SockId], _out: &mut Vec<Option<FastReady>>) -> Result<u64, Errno> {
         Err(libc::ENOSYS)
     }
+    /// Drains the events and appends to `out` the sockets that may have changed since `cur`
+    /// (`Posix::changed`); returns whether that is known (false: look at every socket) and
+    /// the pump count for [`Backend::sleep_begin`].
+    fn changed(&self, _cur: &mut Cursor, _out: &mut Vec<SockId>) -> Result<(bool, u64), Errno> {
+        Ok((false, 0))
+    }
     /// The placeholder of `id` is writable again.
     fn unblock(&self, _id: SockId) {}
     /// This process's wake-up descriptor.
@@ -125,7 +131,7 @@ pub trait Backend: Sync {
     }
 }
 
-pub use flowstack_client::posix::{FastReady, SleepTicket};
+pub use flowstack_client::posix::{Cursor, FastReady, SleepTicket};
 
 /// The daemon API: `flowstack_client::posix` on the daemon named by `FLOWSTACK_SOCKET`
 /// (or the default path), registered now; `Err` says why not.
@@ -403,6 +409,9 @@ impl Backend for PosixBackend {
         self.p
             .ready_many(ids.iter().map(|&i| posix::SockId(i)), out)
             .map_err(e)
+    }
+    fn changed(&self, cur: &mut Cursor, out: &mut Vec<SockId>) -> Result<(bool, u64), Errno> {
+        self.p.changed(cur, |i| out.push(i.0)).map_err(e)
     }
     fn wake_fd(&self) -> Result<i32, Errno> {
         self.p.wake_fd().map_err(e)

@@ -15,7 +15,13 @@
 //!   the ready connections (level- or edge-triggered: an edge is a new event on the socket
 //!   since the last report, as the kernel's wake-ups; `EPOLLONESHOT` disables the interest
 //!   until `MOD`; `EPOLLERR`/`EPOLLHUP` always), then the kernel's ready descriptors without
-//!   waiting. With nothing ready it sleeps in the kernel's `epoll_pwait` on the set (kernel
+//!   waiting. Only the connections that changed since the last look, or were reported
+//!   ready then, are looked at ([`crate::interest`]: O(ready), not O(watched)).
+//! - **`EPOLLEXCLUSIVE`** on a flowstack socket follows epoll_ctl(2): `ADD` only, with
+//!   `EPOLLIN`/`EPOLLOUT`/`EPOLLERR`/`EPOLLHUP`/`EPOLLWAKEUP`/`EPOLLET` only (`EINVAL`
+//!   otherwise, and for a `MOD` of such an interest). A listener's goes to the kernel's set
+//!   with the flag (its placeholder's token wakes one set); the connections accepted ahead
+//!   wake only the process they were handed to. With nothing ready it sleeps in the kernel's `epoll_pwait` on the set (kernel
 //!   descriptors plus the wake-up descriptor) after announcing the sleep (no lost wake-up:
 //!   `flowstack_client::posix` fast module), never holding a lock meanwhile; signals
 //!   interrupt it (`EINTR`) as they do the kernel's. Sets without such interests cost one
@@ -30,7 +36,8 @@
 //!   flowstack interests: the outer set could not see them); a dead daemon makes every
 //!   interest report error and hang-up.
 
-use crate::backend::{Backend, Errno, FastReady};
+use crate::backend::{Backend, Errno};
+use crate::interest::{Interest, Interests, EPOLLET, EPOLLONESHOT};
 use crate::real;
 use crate::state::{self, inside, outside};
 use crate::table::SockId;
@@ -50,22 +57,23 @@ const OUT_TAG: u64 = 0x666c_6f78 << 32;
 const NESTED: Errno = -1;
 
 const EPOLLEXCLUSIVE: u32 = 1 << 28;
-const EPOLLONESHOT: u32 = 1 << 30;
-const EPOLLET: u32 = 1 << 31;
+/// What may come with `EPOLLEXCLUSIVE` (Linux `fs/eventpoll.c`, `EPOLLEXCLUSIVE_OK_BITS`).
+const EXCLUSIVE_OK: u32 = (libc::EPOLLIN
+    | libc::EPOLLOUT
+    | libc::EPOLLERR
+    | libc::EPOLLHUP
+    | libc::EPOLLWAKEUP
+    | libc::EPOLLET) as u32
+    | EPOLLEXCLUSIVE;
 
-#[derive(Debug, Clone, Copy)]
-struct Interest {
-    fd: c_int,
-    id: SockId,
-    events: u32,
-    data: u64,
-    /// Reported once with `EPOLLONESHOT`: silent until `MOD`.
-    off: bool,
-    /// Event counts at the last report (edge-triggered).
-    seen: Option<(u32, u32)>,
-    /// The placeholder is in the kernel's set for `EPOLLOUT` (edge), tagged `OUT_TAG | fd`:
-    /// registered the first time a send found no room, so the daemon emptying it wakes us.
-    out_armed: bool,
+/// epoll_ctl(2): `EPOLLEXCLUSIVE` only with `EPOLL_CTL_ADD`, and only with the events of
+/// [`EXCLUSIVE_OK`] (no `EPOLLONESHOT`, no `EPOLLRDHUP`): `EINVAL` otherwise, checked before
+/// the set is looked at, as the kernel does (a `MOD` of an interest added with it is refused
+/// where the interest is found).
+fn exclusive_ok(op: c_int, events: u32) -> bool {
+    events & EPOLLEXCLUSIVE == 0
+        || op == libc::EPOLL_CTL_ADD && events & !EXCLUSIVE_OK == 0
+        || op == libc::EPOLL_CTL_DEL
 }
 
 /// A flowstack listener in the kernel's set whose view is watched here too (level-triggered
@@ -83,14 +91,12 @@ struct Listen {
 #[derive(Debug, Default)]
 pub struct Ep {
     pid: u32,
-    fast: Vec<Interest>,
+    fast: Interests,
     lst: Vec<Listen>,
     /// The wake-up descriptor registered in the kernel's set.
     wake: Option<c_int>,
     /// The daemon is gone: nothing to sleep for.
     gone: bool,
-    ids: Vec<SockId>,
-    out: Vec<Option<FastReady>>,
 }
 
 type Shared = Arc<Mutex<Ep>>;
@@ -156,6 +162,10 @@ pub unsafe fn ctl(
             Ok(r)
         }
     };
+    // SAFETY: `ev` is null or valid (the caller's contract).
+    if !ev.is_null() && !exclusive_ok(op, unsafe { (*ev).events }) {
+        return Err(libc::EINVAL);
+    }
     let ep = find(epfd);
     if let Some(ep) = &ep {
         let mut g = lock(ep);
@@ -183,11 +193,11 @@ pub unsafe fn ctl(
             }
             return Ok(r);
         }
-        if let Some(i) = g.fast.iter().position(|x| x.fd == fd) {
+        if let Some(old) = g.fast.get(fd).map(|x| x.events) {
             return match op {
                 libc::EPOLL_CTL_ADD => Err(libc::EEXIST),
                 libc::EPOLL_CTL_DEL => {
-                    if g.fast.swap_remove(i).out_armed {
+                    if g.fast.remove(fd).is_some_and(|x| x.out_armed) {
                         real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut());
                     }
                     Ok(0)
@@ -197,14 +207,10 @@ pub unsafe fn ctl(
                         return Err(libc::EFAULT);
                     }
                     let e = *ev;
-                    if e.events & EPOLLEXCLUSIVE != 0 || g.fast[i].events & EPOLLEXCLUSIVE != 0 {
+                    if e.events & EPOLLEXCLUSIVE != 0 || old & EPOLLEXCLUSIVE != 0 {
                         return Err(libc::EINVAL);
                     }
-                    let x = &mut g.fast[i];
-                    x.events = e.events;
-                    x.data = e.u64;
-                    x.off = false;
-                    x.seen = None;
+                    g.fast.modify(fd, e);
                     Ok(0)
                 }
                 _ => Err(libc::EINVAL),
@@ -236,16 +242,7 @@ pub unsafe fn ctl(
         },
     };
     let e = *ev;
-    let mut g = lock(&ep);
-    g.fast.push(Interest {
-        fd,
-        id,
-        events: e.events,
-        data: e.u64,
-        off: false,
-        seen: None,
-        out_armed: false,
-    });
+    lock(&ep).fast.add(Interest::new(fd, id, e));
     Ok(0)
 }
 
@@ -340,7 +337,7 @@ fn register_wake(b: &dyn Backend, epfd: c_int, g: &mut Ep) -> Result<(), Errno> 
 /// The set is used by another process (after `fork`): its interests go to the kernel's set
 /// as placeholders with tokens; the state is dropped here.
 fn to_kernel(epfd: c_int, ep: &Shared) {
-    let fast = std::mem::take(&mut lock(ep).fast);
+    let fast = lock(ep).fast.take_all();
     lock(ep).lst.clear(); // already in the kernel's set
     forget_set(epfd);
     let st = state::get();
@@ -410,7 +407,7 @@ pub fn forget_sock(id: SockId) {
         .unwrap_or_default();
     for ep in all {
         let mut g = lock(&ep);
-        g.fast.retain(|x| x.id != id);
+        g.fast.remove_sock(id);
         g.lst.retain(|x| x.id != id);
     }
 }
@@ -420,28 +417,19 @@ pub fn takes(epfd: c_int) -> Option<Shared> {
     find(epfd)
 }
 
-/// Fills `out` with the ready interests; returns (count, pump count, some interest waits
-/// for send space).
+/// Fills `out` with the ready interests, then the ready listeners; returns (count, pump
+/// count, some interest waits for send space).
 fn scan(
     b: &dyn Backend,
     epfd: c_int,
     g: &mut Ep,
     out: &mut [epoll_event],
 ) -> Result<(usize, u64, bool), Errno> {
-    let Ep {
-        fast,
-        lst,
-        ids,
-        out: rd,
-        ..
-    } = g;
-    ids.clear();
-    ids.extend(fast.iter().map(|x| x.id));
-    ids.extend(lst.iter().map(|x| x.id));
-    let gen = b.ready_many(ids, rd)?;
-    let mut n = 0;
-    let mut want_w = false;
-    for (x, r) in lst.iter().zip(rd.iter().skip(fast.len())) {
+    let Ep { fast, lst, .. } = g;
+    let sc = fast.scan(b, lst.iter().map(|x| x.id), out, |x| arm_out(epfd, x))?;
+    // Listeners: every time (few), from the answers after the interests'.
+    let mut n = sc.n;
+    for (x, r) in lst.iter().zip(fast.extra_ready()) {
         let Some(f) = r else { continue };
         let mut ev = 0u32;
         if x.events & libc::EPOLLIN as u32 != 0 && f.r.readable {
@@ -458,49 +446,7 @@ fn scan(
             n += 1;
         }
     }
-    for (x, r) in fast.iter_mut().zip(rd.iter()) {
-        let Some(f) = r else { continue };
-        if x.off || n == out.len() {
-            continue;
-        }
-        let want = x.events;
-        let mut ev = 0u32;
-        if want & libc::EPOLLIN as u32 != 0 && f.r.readable {
-            ev |= libc::EPOLLIN as u32;
-        }
-        if want & libc::EPOLLOUT as u32 != 0 {
-            if f.r.writable {
-                ev |= libc::EPOLLOUT as u32;
-            } else {
-                want_w = true;
-                if f.blocked && !x.out_armed {
-                    arm_out(epfd, x);
-                }
-            }
-        }
-        if want & libc::EPOLLRDHUP as u32 != 0 && f.rdhup {
-            ev |= libc::EPOLLRDHUP as u32;
-        }
-        if f.r.error.is_some() {
-            ev |= libc::EPOLLERR as u32;
-        }
-        if f.r.hup {
-            ev |= libc::EPOLLHUP as u32;
-        }
-        if ev == 0 || (want & EPOLLET != 0 && x.seen == Some((f.rgen, f.wgen))) {
-            continue;
-        }
-        x.seen = Some((f.rgen, f.wgen));
-        if want & EPOLLONESHOT != 0 {
-            x.off = true;
-        }
-        out[n] = epoll_event {
-            events: ev,
-            u64: x.data,
-        };
-        n += 1;
-    }
-    Ok((n, gen, want_w))
+    Ok((n, sc.gen, sc.want_w))
 }
 
 /// The daemon is gone: no more sleeping on the wake-up descriptor (it would stay readable).
@@ -560,10 +506,9 @@ fn strip(b: &dyn Backend, ep: &Shared, evs: &mut [epoll_event], n: usize) -> usi
     if !writable.is_empty() {
         let ids: Vec<SockId> = {
             let g = lock(ep);
-            g.fast
+            writable
                 .iter()
-                .filter(|x| writable.contains(&x.fd))
-                .map(|x| x.id)
+                .filter_map(|&fd| g.fast.get(fd).map(|x| x.id))
                 .collect()
         };
         inside(|| ids.iter().for_each(|&id| b.unblock(id)));

@@ -27,6 +27,7 @@ pub mod addr;
 pub mod backend;
 mod epoll;
 pub mod inherit;
+mod interest;
 mod ops;
 mod poll;
 pub mod real;

@@ -10,16 +10,85 @@
 //! never told that a socket is readable when its blocking read would sleep. Sets without
 //! placeholders cost a table lookup per descriptor.
 
-use crate::backend::Backend;
+use crate::backend::{Backend, FastReady};
 use crate::real;
 use crate::state::{self, inside, is_inside};
 use crate::table::SockId;
 use libc::{c_int, nfds_t, pollfd};
+use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
-/// Turns tokens on for the placeholders among `fds`; returns those readable (or in error)
-/// in this process's view, as (position in `fds`, error or hang-up).
-fn prepare(fds: &[(usize, c_int)]) -> Vec<(usize, bool)> {
+/// Per-thread buffers for [`prepare`]: no allocation per call once warm.
+#[derive(Default)]
+struct Scratch {
+    ours: Vec<(usize, SockId)>,
+    ids: Vec<SockId>,
+    out: Vec<Option<FastReady>>,
+    /// [`prepare`]'s answer.
+    ready: Vec<(usize, bool)>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Runs `f` with this thread's buffers, or fresh ones if they are in use (a signal
+/// handler's `poll` inside the interrupted `poll`) or gone (the thread is exiting).
+fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
+    let mut f = Some(f);
+    let mine = SCRATCH.try_with(|s| {
+        let mut g = s.try_borrow_mut().ok()?;
+        f.take().map(|f| f(&mut g))
+    });
+    match (mine, f) {
+        (Ok(Some(r)), _) => r,
+        (_, Some(f)) => f(&mut Scratch::default()),
+        (_, None) => unreachable!("ran with the thread's buffers"),
+    }
+}
+
+/// Turns tokens on for the placeholders among `fds` (position, descriptor); leaves in
+/// `sc.ready` those readable (or in error) in this process's view, as (position, error or
+/// hang-up).
+fn prepare(fds: impl Iterator<Item = (usize, c_int)>, sc: &mut Scratch) {
+    sc.ready.clear();
+    let Some(st) = state::get() else {
+        return;
+    };
+    if is_inside() {
+        return;
+    }
+    let Some(b) = st.connected() else {
+        return;
+    };
+    sc.ours.clear();
+    sc.ours
+        .extend(fds.filter_map(|(i, fd)| st.table.get(fd).map(|e| (i, e.id))));
+    if sc.ours.is_empty() {
+        return;
+    }
+    inside(|| view(b, sc))
+}
+
+fn view(b: &dyn Backend, sc: &mut Scratch) {
+    sc.ids.clear();
+    sc.ids.extend(sc.ours.iter().map(|x| x.1));
+    for &id in &sc.ids {
+        b.tokens_on(id);
+    }
+    if b.ready_many(&sc.ids, &mut sc.out).is_err() {
+        return;
+    }
+    sc.ready
+        .extend(sc.ours.iter().zip(&sc.out).filter_map(|(&(i, _), r)| {
+            let r = r.as_ref()?;
+            r.r.readable.then_some((i, r.r.hup || r.r.error.is_some()))
+        }));
+}
+
+/// Of the placeholders the kernel reported readable (`(position, fd)`), those whose token
+/// was stale (`Posix::confirm_readable`: taken back now); their positions.
+fn stale(reported: impl Iterator<Item = (usize, c_int)>) -> Vec<usize> {
     let Some(st) = state::get() else {
         return Vec::new();
     };
@@ -29,49 +98,8 @@ fn prepare(fds: &[(usize, c_int)]) -> Vec<(usize, bool)> {
     let Some(b) = st.connected() else {
         return Vec::new();
     };
-    let ours: Vec<(usize, SockId)> = fds
-        .iter()
-        .filter_map(|&(i, fd)| st.table.get(fd).map(|e| (i, e.id)))
-        .collect();
-    if ours.is_empty() {
-        return Vec::new();
-    }
-    inside(|| view(b, &ours))
-}
-
-fn view(b: &dyn Backend, ours: &[(usize, SockId)]) -> Vec<(usize, bool)> {
-    let ids: Vec<SockId> = ours.iter().map(|x| x.1).collect();
-    for &id in &ids {
-        b.tokens_on(id);
-    }
-    let mut out = Vec::new();
-    if b.ready_many(&ids, &mut out).is_err() {
-        return Vec::new();
-    }
-    ours.iter()
-        .zip(out)
-        .filter_map(|(&(i, _), r)| {
-            let r = r?;
-            r.r.readable.then_some((i, r.r.hup || r.r.error.is_some()))
-        })
-        .collect()
-}
-
-/// Of the placeholders the kernel reported readable (`(position, fd)`), those whose token
-/// was stale (`Posix::confirm_readable`: taken back now); their positions.
-fn stale(reported: &[(usize, c_int)]) -> Vec<usize> {
-    let Some(st) = state::get() else {
-        return Vec::new();
-    };
-    if is_inside() || reported.is_empty() {
-        return Vec::new();
-    }
-    let Some(b) = st.connected() else {
-        return Vec::new();
-    };
     reported
-        .iter()
-        .filter_map(|&(i, fd)| st.table.get(fd).map(|e| (i, e.id)))
+        .filter_map(|(i, fd)| st.table.get(fd).map(|e| (i, e.id)))
         .filter(|&(_, id)| !inside(|| b.confirm_readable(id)))
         .map(|(i, _)| i)
         .collect()
@@ -116,14 +144,11 @@ unsafe fn poll_with(
     }
     // SAFETY: `n` entries at `fds`.
     let set = std::slice::from_raw_parts_mut(fds, n as usize);
-    let list: Vec<(usize, c_int)> = set.iter().enumerate().map(|(i, p)| (i, p.fd)).collect();
     let deadline = timeout.map(|t| Instant::now() + t);
-    loop {
-        let ready: Vec<(usize, bool)> = prepare(&list)
-            .into_iter()
-            .filter(|&(i, _)| set[i].events & libc::POLLIN != 0)
-            .collect();
-        let r = call(if ready.is_empty() {
+    with_scratch(|sc| loop {
+        prepare(set.iter().enumerate().map(|(i, p)| (i, p.fd)), sc);
+        sc.ready.retain(|&(i, _)| set[i].events & libc::POLLIN != 0);
+        let r = call(if sc.ready.is_empty() {
             left(deadline)
         } else {
             Some(Duration::ZERO)
@@ -131,24 +156,26 @@ unsafe fn poll_with(
         if r < 0 {
             return r;
         }
-        let reported: Vec<(usize, c_int)> = list
-            .iter()
-            .filter(|&&(i, _)| {
-                set[i].revents & libc::POLLIN != 0 && !ready.iter().any(|&(j, _)| j == i)
-            })
-            .copied()
-            .collect();
-        for i in stale(&reported) {
+        let ready = &sc.ready;
+        let dropped = stale(
+            set.iter()
+                .enumerate()
+                .filter(|&(i, p)| {
+                    p.revents & libc::POLLIN != 0 && !ready.iter().any(|&(j, _)| j == i)
+                })
+                .map(|(i, p)| (i, p.fd)),
+        );
+        for i in dropped {
             set[i].revents &= !libc::POLLIN;
         }
-        for &(i, bad) in &ready {
+        for &(i, bad) in &sc.ready {
             set[i].revents |= libc::POLLIN | if bad { libc::POLLHUP } else { 0 };
         }
         let k = set.iter().filter(|p| p.revents != 0).count() as c_int;
         if k > 0 || r == 0 || left(deadline).is_some_and(|d| d.is_zero()) {
             return k;
         }
-    }
+    })
 }
 
 #[cfg_attr(not(test), no_mangle)]
@@ -208,26 +235,20 @@ unsafe fn select_with(
         return call(timeout);
     }
     let n = n.min(libc::FD_SETSIZE as c_int);
-    let list: Vec<(usize, c_int)> = (0..n)
-        .filter(|&fd| {
-            libc::FD_ISSET(fd, r)
-                || (!w.is_null() && libc::FD_ISSET(fd, w))
-                || (!e.is_null() && libc::FD_ISSET(fd, e))
-        })
-        .map(|fd| (fd as usize, fd))
-        .collect();
     // The sets as the program passed them (the kernel's answer overwrites them).
     let r0 = *r;
     let w0 = (!w.is_null()).then(|| *w);
     let e0 = (!e.is_null()).then(|| *e);
     let deadline = timeout.map(|t| Instant::now() + t);
-    loop {
-        let ready: Vec<c_int> = prepare(&list)
-            .into_iter()
-            .map(|(fd, _)| fd as c_int)
-            .filter(|&fd| libc::FD_ISSET(fd, &r0))
-            .collect();
-        let k = call(if ready.is_empty() {
+    with_scratch(|sc| loop {
+        let listed = (0..n).filter(|&fd| {
+            libc::FD_ISSET(fd, &r0)
+                || w0.as_ref().is_some_and(|w| libc::FD_ISSET(fd, w))
+                || e0.as_ref().is_some_and(|e| libc::FD_ISSET(fd, e))
+        });
+        prepare(listed.map(|fd| (fd as usize, fd)), sc);
+        sc.ready.retain(|&(fd, _)| libc::FD_ISSET(fd as c_int, &r0));
+        let k = call(if sc.ready.is_empty() {
             left(deadline)
         } else {
             Some(Duration::ZERO)
@@ -235,17 +256,20 @@ unsafe fn select_with(
         if k < 0 {
             return k;
         }
-        let reported: Vec<(usize, c_int)> = list
-            .iter()
-            .filter(|&&(_, fd)| libc::FD_ISSET(fd, r) && !ready.contains(&fd))
-            .copied()
-            .collect();
-        let dropped = stale(&reported);
+        let ready = &sc.ready;
+        let dropped = stale(
+            (0..n)
+                .filter(|&fd| {
+                    libc::FD_ISSET(fd, r) && !ready.iter().any(|&(j, _)| j == fd as usize)
+                })
+                .map(|fd| (fd as usize, fd)),
+        );
         let mut k = k - dropped.len() as c_int;
         for &fd in &dropped {
             libc::FD_CLR(fd as c_int, r);
         }
-        for fd in ready {
+        for &(fd, _) in &sc.ready {
+            let fd = fd as c_int;
             if !libc::FD_ISSET(fd, r) {
                 libc::FD_SET(fd, r);
                 k += 1;
@@ -261,7 +285,7 @@ unsafe fn select_with(
         if let Some(e0) = e0 {
             *e = e0;
         }
-    }
+    })
 }
 
 #[cfg_attr(not(test), no_mangle)]

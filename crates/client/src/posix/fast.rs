@@ -23,7 +23,7 @@
 use super::{placeholder, Errno, Inner, Posix, Readiness, SockId, State, Tokens};
 use crate::Client;
 use flowstack_api::record::{AttachOp, Command, Mode};
-use flowstack_api::region::{at, SOCK_SNDBUF};
+use flowstack_api::region::at;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::atomic::{fence, Ordering};
 
@@ -143,60 +143,14 @@ impl Posix {
         let mut g = self.lock()?;
         let g = &mut *g;
         let c = g.client.as_mut().expect("registered");
-        c.pump();
-        if !c.dead && c.last_liveness.elapsed() >= crate::LIVENESS_CHECK {
-            // A busy loop never sleeps on the wake-up pair (whose hang-up tells of a dead
-            // daemon), so check now and then.
-            c.last_liveness = std::time::Instant::now();
-            c.check_daemon();
-        }
-        let dead = c.dead;
+        super::ready::pump_checked(c);
         out.clear();
         for id in ids {
-            let (Some(ps), Some(s)) = (g.socks.get(&id.0), c.socks.get(&id.0)) else {
-                out.push(None);
-                continue;
+            let r = match (g.socks.get(&id.0), c.socks.get(&id.0)) {
+                (Some(ps), Some(s)) => super::ready::one(ps, s, c.dead),
+                _ => None,
             };
-            if dead {
-                out.push(Some(FastReady {
-                    r: Readiness {
-                        readable: true,
-                        writable: true,
-                        hup: true,
-                        error: Some(Errno::ECONNRESET),
-                    },
-                    rdhup: true,
-                    rgen: s.rgen.wrapping_add(1),
-                    wgen: s.wgen.wrapping_add(1),
-                    blocked: false,
-                }));
-                continue;
-            }
-            let r = match ps.state {
-                // A connection accepted ahead, or the error of an accept asked ahead.
-                State::Listening => Readiness {
-                    readable: !s.accepted.is_empty() || s.accept_err.is_some(),
-                    ..Readiness::default()
-                },
-                State::Connected | State::Connecting | State::Failed => Readiness {
-                    readable: conn_readable(ps, s),
-                    writable: (s.open && !s.blocked && s.unflushed < SOCK_SNDBUF)
-                        || s.error.is_some(),
-                    hup: s.error.is_some() || ps.state == State::Failed,
-                    error: s.error.map(Errno::from),
-                },
-                _ => {
-                    out.push(None);
-                    continue;
-                }
-            };
-            out.push(Some(FastReady {
-                r,
-                rdhup: s.eof || ps.shut_rd,
-                rgen: s.rgen,
-                wgen: s.wgen,
-                blocked: s.blocked,
-            }));
+            out.push(r);
         }
         Ok(c.gen)
     }
@@ -242,6 +196,7 @@ impl Posix {
             if s.blocked {
                 s.blocked = false;
                 s.wgen = s.wgen.wrapping_add(1);
+                c.changes.note(id.0);
             }
         }
         Ok(())
@@ -334,7 +289,7 @@ pub(super) fn fill_now(g: &mut Inner, id: SockId) -> Result<(), Errno> {
 
 /// A connection's readability in this process's view (data, end of stream, an error, or
 /// shut for reading: a read would not block).
-fn conn_readable(ps: &super::PSock, s: &crate::Sock) -> bool {
+pub(super) fn conn_readable(ps: &super::PSock, s: &crate::Sock) -> bool {
     s.unread() > 0 || s.eof || s.error.is_some() || ps.shut_rd
 }
 
