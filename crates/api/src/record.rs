@@ -282,6 +282,12 @@ pub enum Command {
         /// Destination.
         remote: SocketAddrV4,
     },
+    /// Would flowstack carry a datagram to `remote`? (On the loopback: a flowstack UDP
+    /// socket bound to that port.) Completion: 1 or 0.
+    UdpCarries {
+        /// Destination.
+        remote: SocketAddrV4,
+    },
     /// A local or peer address; completion: `ip << 16 | port` (ip as a big-endian u32).
     GetAddr {
         /// Socket.
@@ -437,6 +443,8 @@ const OP_GET_ADDR: u16 = 38;
 const OP_REPORT: u16 = 39;
 const OP_FILE_RELEASE: u16 = 40;
 const OP_SET_NOTIFY: u16 = 41;
+// 50–59: UDP of the POSIX layer.
+const OP_UDP_CARRIES: u16 = 50;
 
 fn put(out: &mut [u8; RECORD_LEN], r: core::ops::Range<usize>, v: &[u8]) {
     out[r].copy_from_slice(v);
@@ -561,6 +569,14 @@ impl CommandRecord {
             Command::Carries { remote } => {
                 (OP_CARRIES, 0, Some((*remote.ip(), remote.port())), 0, 0, 0)
             }
+            Command::UdpCarries { remote } => (
+                OP_UDP_CARRIES,
+                0,
+                Some((*remote.ip(), remote.port())),
+                0,
+                0,
+                0,
+            ),
             Command::GetAddr { handle, peer } => (OP_GET_ADDR, handle, None, peer as u32, 0, 0),
             Command::Report { kind, dst } => {
                 (OP_REPORT, 0, Some((*dst.ip(), dst.port())), kind, 0, 0)
@@ -792,6 +808,13 @@ impl CommandRecord {
                     remote: SocketAddrV4::new(ip, port),
                 }
             }
+            OP_UDP_CARRIES => {
+                no_handle()?;
+                unused(false, true, true, true)?;
+                Command::UdpCarries {
+                    remote: SocketAddrV4::new(ip, port),
+                }
+            }
             OP_GET_ADDR => {
                 unused(true, false, true, true)?;
                 if arg > 1 {
@@ -836,6 +859,9 @@ pub enum EventKind {
     Writable,
     /// The connection ended; `result` is `-errno`, or 0 for an orderly close.
     Closed,
+    /// One datagram was put at `offset..offset+len` of the receive area (a UDP socket of
+    /// the POSIX layer); `result` is its source, `ip << 16 | port` as `GetAddr` answers.
+    Datagram,
 }
 
 impl EventKind {
@@ -846,6 +872,7 @@ impl EventKind {
             EventKind::Readable => 3,
             EventKind::Writable => 4,
             EventKind::Closed => 5,
+            EventKind::Datagram => 6,
         }
     }
     fn from_code(c: u16) -> Option<Self> {
@@ -855,6 +882,7 @@ impl EventKind {
             3 => EventKind::Readable,
             4 => EventKind::Writable,
             5 => EventKind::Closed,
+            6 => EventKind::Datagram,
             _ => return None,
         })
     }

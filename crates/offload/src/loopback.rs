@@ -112,6 +112,26 @@ pub(crate) fn tcp_dst_port(f: &[u8]) -> Option<u16> {
     Some(u16::from_be_bytes([b[0], b[1]]))
 }
 
+/// The engine that owns an Ethernet/IPv4 frame's destination: its TCP port's, or its UDP
+/// port's in the UDP namespace (`udp_ports`); None: stays here.
+#[inline]
+fn frame_route(ports: &PortTable, f: &[u8]) -> Option<usize> {
+    if let Some(p) = tcp_dst_port(f) {
+        return ports.route(p);
+    }
+    if f.len() < 14 + 20 || f[12] != 0x08 || f[13] != 0x00 || f[14 + 9] != 17 {
+        return None;
+    }
+    // A later fragment has no UDP header: it stays (reassembly is per engine; first slice).
+    let frag_off = u16::from_be_bytes([f[14 + 6], f[14 + 7]]) & 0x1fff;
+    if frag_off != 0 {
+        return None;
+    }
+    let at = 14 + ((f[14] & 0x0f) as usize) * 4 + 2;
+    let b = f.get(at..at + 2)?;
+    ports.udp.route(u16::from_be_bytes([b[0], b[1]]))
+}
+
 impl Device for RoutedDevice {
     fn caps(&self) -> DeviceCaps {
         LINK_CAPS
@@ -131,7 +151,7 @@ impl Device for RoutedDevice {
         let mut sent = 0;
         let mut remote = false;
         for f in batch.iter() {
-            match tcp_dst_port(f).and_then(|p| self.ports.route(p)) {
+            match frame_route(&self.ports, f) {
                 Some(to) if to != self.me => {
                     remote = true;
                     if self.mesh.push(to, f).is_ok() {

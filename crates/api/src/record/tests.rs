@@ -42,6 +42,7 @@ fn all_commands() -> Vec<Command> {
             len: 512,
         },
         Command::UdpClose { handle: 4 },
+        Command::UdpCarries { remote: sa },
         Command::Attach {
             handle: 9,
             op: AttachOp::Adopt,

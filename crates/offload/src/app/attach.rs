@@ -104,6 +104,15 @@ impl App {
                 self.handles.insert(handle, gid);
                 g.owners.push((self.id, handle));
                 let kind = match &mut g.kind {
+                    // Datagram sockets, bound or not: their bytes come here from now on.
+                    Kind::Fresh {
+                        ty: SockType::Dgram,
+                        ..
+                    } => 6,
+                    Kind::Udp(d) => {
+                        d.outstanding = 0;
+                        6
+                    }
                     Kind::Fresh { .. } => 1,
                     Kind::Listener { .. } => 2,
                     Kind::Conn(c) => {
