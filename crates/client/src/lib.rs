@@ -27,6 +27,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod dgram;
 mod held;
 pub mod layout;
 pub mod posix;
@@ -149,6 +150,9 @@ struct Sock {
     /// An accepted connection's peer as its accept's completion said (`GetAddr`'s encoding:
     /// address in bits 16..48, port below; 0: not said, an older daemon).
     peer: u64,
+    /// Datagram sockets (`posix::udp`): the datagrams in `rx`, oldest first (source,
+    /// length).
+    dgrams: VecDeque<(std::net::SocketAddrV4, usize)>,
 }
 
 /// A registered application: its rings, its data areas and its sockets.
@@ -469,6 +473,7 @@ impl Client {
                 };
                 self.on_data(e.handle, off, len);
             }
+            EventKind::Datagram => self.on_datagram(&e),
             EventKind::Writable => {
                 if let Some(s) = self.socks.get_mut(&e.handle) {
                     // An edge only when it becomes writable (as the kernel's write-space

@@ -57,9 +57,6 @@ impl App {
                 };
                 let gid = if op == AttachOp::New {
                     fresh_handle(self)?;
-                    if ty == SockType::Dgram {
-                        return Err(SocketError::InvalidState); // UDP: not yet
-                    }
                     self.new_sock(sh, handle, Kind::Fresh { ty, bound: None })
                 } else {
                     let gid = self.gid(handle)?;

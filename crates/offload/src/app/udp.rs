@@ -23,7 +23,8 @@
 //! delivered datagrams are unread.
 
 use super::*;
-use flowstack_api::region::{dgram_charge, MAX_DGRAM, UDP_RCVBUF};
+pub(super) use flowstack_api::region::MAX_DGRAM;
+use flowstack_api::region::{dgram_charge, UDP_RCVBUF};
 use flowstack_stack::UdpHandle;
 
 /// A bound UDP socket.
