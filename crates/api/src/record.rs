@@ -237,11 +237,12 @@ pub enum Command {
         backlog: u32,
     },
     /// Connect a socket created with `Attach{New}`; async: the outcome is a `Writable`
-    /// (success) or `Closed` (failure) event; sync: the completion.
+    /// (success) or `Closed` (failure) event; sync: the completion. A datagram socket's
+    /// default peer (sync, at once); 0.0.0.0:0 dissolves it (`AF_UNSPEC`).
     Connect {
         /// Socket.
         handle: u32,
-        /// Where to.
+        /// Where to (port 0 only as 0.0.0.0:0).
         remote: SocketAddrV4,
     },
     /// The application's view of the socket is unreadable and it has read every token from
@@ -771,7 +772,7 @@ impl CommandRecord {
             }
             OP_CONNECT => {
                 unused(false, true, true, true)?;
-                if port == 0 {
+                if port == 0 && !ip.is_unspecified() {
                     return Err(RecordError::BadArgument);
                 }
                 Command::Connect {

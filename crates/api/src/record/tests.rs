@@ -43,6 +43,10 @@ fn all_commands() -> Vec<Command> {
         },
         Command::UdpClose { handle: 4 },
         Command::UdpCarries { remote: sa },
+        Command::Connect {
+            handle: 9,
+            remote: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
+        },
         Command::Attach {
             handle: 9,
             op: AttachOp::Adopt,
