@@ -33,9 +33,12 @@
 //! Nonblocking state belongs to the caller (the shim keeps `O_NONBLOCK` per open file
 //! description): every call that may wait takes `nonblock` (and a timeout).
 //!
+//! **UDP** (`SOCK_DGRAM`): the same placeholder model, datagram calls in `udp`
+//! ([`Posix::send_to`], [`Posix::recv_from`], [`Posix::carries_dgram`]).
+//!
 //! # Not yet (first slice of this module)
-//! UDP (`SOCK_DGRAM`: `socket` answers `EOPNOTSUPP`), `tcp_info` beyond the state, and
-//! options other than `TCP_NODELAY` are remembered and reported back but not applied.
+//! `tcp_info` beyond the state, and options other than `TCP_NODELAY` are remembered and
+//! reported back but not applied.
 
 use crate::{Client, Sock, LIVENESS_CHECK};
 use flowstack_api::record::{AttachOp, Command, Mode, ReportKind, SockType};

@@ -17,10 +17,12 @@ use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Mutex;
 
+/// Port → (engine, socket id), and the next ephemeral port to try.
+type Map = (HashMap<u16, (usize, u32)>, u16);
+
 /// The UDP port namespace.
 pub struct UdpPorts {
-    /// Port → (engine, socket id).
-    map: Mutex<(HashMap<u16, (usize, u32)>, u16)>,
+    map: Mutex<Map>,
     route: Box<[AtomicU8]>,
     range: RangeInclusive<u16>,
 }
@@ -44,7 +46,7 @@ impl UdpPorts {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, (HashMap<u16, (usize, u32)>, u16)> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Map> {
         // Every update is one insert or remove plus the route byte: usable after a panic.
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
