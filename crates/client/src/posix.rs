@@ -101,6 +101,8 @@ struct PSock {
     ahead_ok: bool,
     /// A datagram socket (`udp`); its state stays `Fresh`.
     dgram: bool,
+    /// A datagram socket's last destination the daemon said it carries (`udp`).
+    carried_dst: Option<SocketAddrV4>,
 }
 
 struct Inner {
@@ -867,6 +869,7 @@ impl PSock {
             fill_later: false,
             ahead_ok: false,
             dgram: false,
+            carried_dst: None,
         }
     }
 }

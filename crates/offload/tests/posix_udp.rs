@@ -46,7 +46,7 @@ fn exchange(a: &Posix, b: &Posix, n: usize) {
     let (fa, ida, addr_a) = bound(a);
     let (fb, idb, addr_b) = bound(b);
     let _ = &fa;
-    assert!(a.carries_dgram(addr_b).unwrap());
+    assert!(a.carries_dgram(ida, addr_b).unwrap());
     let mut buf = vec![0u8; 70_000];
     for i in 0..n {
         let len = [0, 1, 1472, 1473, 30_000, 65_507][i % 6];
@@ -161,8 +161,8 @@ fn udp_ports_are_one_namespace_across_applications() {
     assert_eq!(b.bind(idt, addr_a).unwrap(), addr_a.port());
     // A port nobody holds is no flowstack destination (the shim moves such a socket to
     // the kernel); the held one is.
-    assert!(!b.carries_dgram(lo(1)).unwrap());
-    assert!(b.carries_dgram(addr_a).unwrap());
+    assert!(!b.carries_dgram(idb, lo(1)).unwrap());
+    assert!(b.carries_dgram(idb, addr_a).unwrap());
 }
 
 #[test]

@@ -36,7 +36,7 @@ pub trait Backend: Sync {
     fn carries(&self, dst: SocketAddrV4) -> bool;
     /// Whether flowstack serves this datagram destination (a flowstack UDP socket holds
     /// that loopback port); else the socket moves to the kernel.
-    fn carries_dgram(&self, _dst: SocketAddrV4) -> bool {
+    fn carries_dgram(&self, _id: SockId, _dst: SocketAddrV4) -> bool {
         false
     }
     /// bind(2).
@@ -226,8 +226,10 @@ impl Backend for PosixBackend {
     fn carries(&self, dst: SocketAddrV4) -> bool {
         self.p.carries(dst).unwrap_or(false)
     }
-    fn carries_dgram(&self, dst: SocketAddrV4) -> bool {
-        self.p.carries_dgram(dst).unwrap_or(false)
+    fn carries_dgram(&self, id: SockId, dst: SocketAddrV4) -> bool {
+        self.p
+            .carries_dgram(posix::SockId(id), dst)
+            .unwrap_or(false)
     }
     fn bind(&self, id: SockId, a: SocketAddrV4) -> Result<(), Errno> {
         self.p.bind(posix::SockId(id), a).map(|_| ()).map_err(e)

@@ -275,7 +275,7 @@ pub unsafe extern "C" fn connect(fd: c_int, a: *const sockaddr, l: socklen_t) ->
             return b.connect(e.id, none).map(|_| 0);
         }
         let carries = |d| match e.dgram {
-            true => b.carries_dgram(d),
+            true => b.carries_dgram(e.id, d),
             false => b.carries(d),
         };
         match addr::connect_route(addr, e.v6only, carries) {
@@ -554,7 +554,7 @@ unsafe fn dgram_dst(
         return Ok(None);
     }
     let addr = addr::read_addr(read_sockaddr(a, l), e.inet6)?;
-    match addr::connect_route(addr, e.v6only, |d| b.carries_dgram(d)) {
+    match addr::connect_route(addr, e.v6only, |d| b.carries_dgram(e.id, d)) {
         Ok(d) => Ok(Some(d)),
         Err(why) => {
             ops::to_kernel(st, fd, e, why)?;

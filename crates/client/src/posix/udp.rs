@@ -29,12 +29,21 @@ impl Posix {
         Ok(self.lock()?.sock_as_is(id)?.dgram)
     }
 
-    /// Would a datagram to `addr` be carried (a flowstack UDP socket holds that loopback
-    /// port)? Not cached: UDP servers come and go without a trace in a client's state.
-    pub fn carries_dgram(&self, addr: SocketAddrV4) -> Result<bool, Errno> {
+    /// Would a datagram from socket `id` to `addr` be carried (a flowstack UDP socket holds
+    /// that loopback port)? The daemon is asked once per destination change of the socket:
+    /// a socket sending to the same destination again (a client to its server, a server
+    /// answering the same client) costs no round trip. If that destination's flowstack
+    /// socket closed meanwhile, its datagrams are lost as they would be to a closed kernel
+    /// port (only a kernel socket opened on that port since would have heard them).
+    pub fn carries_dgram(&self, id: SockId, addr: SocketAddrV4) -> Result<bool, Errno> {
         let mut g = self.lock()?;
+        if g.sock_as_is(id)?.carried_dst == Some(addr) {
+            return Ok(true);
+        }
         let c = g.client.as_mut().expect("registered");
-        Ok(sync(c, Command::UdpCarries { remote: addr })? == 1)
+        let yes = sync(c, Command::UdpCarries { remote: addr })? == 1;
+        g.sock_as_is(id)?.carried_dst = yes.then_some(addr);
+        Ok(yes)
     }
 
     /// `connect(2)` of a datagram socket: sets its default peer (0.0.0.0:0, `AF_UNSPEC`:
