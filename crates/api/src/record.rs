@@ -237,11 +237,12 @@ pub enum Command {
         backlog: u32,
     },
     /// Connect a socket created with `Attach{New}`; async: the outcome is a `Writable`
-    /// (success) or `Closed` (failure) event; sync: the completion.
+    /// (success) or `Closed` (failure) event; sync: the completion. A datagram socket's
+    /// default peer (sync, at once); 0.0.0.0:0 dissolves it (`AF_UNSPEC`).
     Connect {
         /// Socket.
         handle: u32,
-        /// Where to.
+        /// Where to (port 0 only as 0.0.0.0:0).
         remote: SocketAddrV4,
     },
     /// The application's view of the socket is unreadable and it has read every token from
@@ -279,6 +280,12 @@ pub enum Command {
     },
     /// Would flowstack carry a connect or sendto to `remote`? Completion: 1 or 0.
     Carries {
+        /// Destination.
+        remote: SocketAddrV4,
+    },
+    /// Would flowstack carry a datagram to `remote`? (On the loopback: a flowstack UDP
+    /// socket bound to that port.) Completion: 1 or 0.
+    UdpCarries {
         /// Destination.
         remote: SocketAddrV4,
     },
@@ -437,6 +444,8 @@ const OP_GET_ADDR: u16 = 38;
 const OP_REPORT: u16 = 39;
 const OP_FILE_RELEASE: u16 = 40;
 const OP_SET_NOTIFY: u16 = 41;
+// 50–59: UDP of the POSIX layer.
+const OP_UDP_CARRIES: u16 = 50;
 
 fn put(out: &mut [u8; RECORD_LEN], r: core::ops::Range<usize>, v: &[u8]) {
     out[r].copy_from_slice(v);
@@ -561,6 +570,14 @@ impl CommandRecord {
             Command::Carries { remote } => {
                 (OP_CARRIES, 0, Some((*remote.ip(), remote.port())), 0, 0, 0)
             }
+            Command::UdpCarries { remote } => (
+                OP_UDP_CARRIES,
+                0,
+                Some((*remote.ip(), remote.port())),
+                0,
+                0,
+                0,
+            ),
             Command::GetAddr { handle, peer } => (OP_GET_ADDR, handle, None, peer as u32, 0, 0),
             Command::Report { kind, dst } => {
                 (OP_REPORT, 0, Some((*dst.ip(), dst.port())), kind, 0, 0)
@@ -755,7 +772,7 @@ impl CommandRecord {
             }
             OP_CONNECT => {
                 unused(false, true, true, true)?;
-                if port == 0 {
+                if port == 0 && !ip.is_unspecified() {
                     return Err(RecordError::BadArgument);
                 }
                 Command::Connect {
@@ -789,6 +806,13 @@ impl CommandRecord {
                 no_handle()?;
                 unused(false, true, true, true)?;
                 Command::Carries {
+                    remote: SocketAddrV4::new(ip, port),
+                }
+            }
+            OP_UDP_CARRIES => {
+                no_handle()?;
+                unused(false, true, true, true)?;
+                Command::UdpCarries {
                     remote: SocketAddrV4::new(ip, port),
                 }
             }
@@ -836,6 +860,9 @@ pub enum EventKind {
     Writable,
     /// The connection ended; `result` is `-errno`, or 0 for an orderly close.
     Closed,
+    /// One datagram was put at `offset..offset+len` of the receive area (a UDP socket of
+    /// the POSIX layer); `result` is its source, `ip << 16 | port` as `GetAddr` answers.
+    Datagram,
 }
 
 impl EventKind {
@@ -846,6 +873,7 @@ impl EventKind {
             EventKind::Readable => 3,
             EventKind::Writable => 4,
             EventKind::Closed => 5,
+            EventKind::Datagram => 6,
         }
     }
     fn from_code(c: u16) -> Option<Self> {
@@ -855,6 +883,7 @@ impl EventKind {
             3 => EventKind::Readable,
             4 => EventKind::Writable,
             5 => EventKind::Closed,
+            6 => EventKind::Datagram,
             _ => return None,
         })
     }

@@ -78,6 +78,20 @@ pub const STATS_REQUEST: &[u8; 8] = b"FSDSTAT1";
 pub const SOCK_SNDBUF: u64 = 1024 * 1024;
 /// Per-connection limit of bytes delivered to the application and not yet consumed by it.
 pub const SOCK_RCVBUF: u64 = 512 * 1024;
+/// A UDP socket's receive queue (`SO_RCVBUF`, Linux's `rmem_default`): datagrams delivered
+/// to the application and not yet read, each charged [`dgram_charge`]; one that would go
+/// over it waits in the daemon's engine queue (itself bounded: dropped there when full and
+/// counted, `UdpRcvbufErrors`).
+pub const UDP_RCVBUF: u64 = 212_992;
+/// What a queued datagram of `len` bytes counts against [`UDP_RCVBUF`]: its bytes plus a
+/// fixed overhead, so a flood of empty datagrams is bounded too (as the kernel charges
+/// `skb->truesize`). The application reports each datagram it reads with this charge
+/// (`TcpConsume`).
+pub fn dgram_charge(len: u64) -> u64 {
+    len + 256
+}
+/// The largest UDP payload (65535 − 20 − 8).
+pub const MAX_DGRAM: usize = 65_507;
 /// First handle of accepted connections (listen/connect handles count up from 1).
 pub const ACCEPTED_BASE: u32 = 1 << 23;
 /// First handle the POSIX layer (`flowstack_client::posix`) chooses itself (socket, adopt);

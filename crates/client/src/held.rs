@@ -85,6 +85,22 @@ impl Client {
         n + self.read_held(raw, &mut buf[n..])
     }
 
+    /// `len` bytes at `off` already copied out (a datagram): released at once, or in order
+    /// behind the spans still held.
+    pub(crate) fn release_copied(&mut self, handle: u32, off: usize, len: usize) {
+        if self.spans.is_empty() {
+            self.release_rx(len as u64);
+        } else {
+            self.span_bytes += len as u64;
+            self.spans.push_back(Span {
+                handle,
+                off,
+                len,
+                taken: len,
+            });
+        }
+    }
+
     /// Copies socket `raw`'s held bytes, oldest first, into `buf`; how many.
     fn read_held(&mut self, raw: u32, buf: &mut [u8]) -> usize {
         let Some(s) = self.socks.get_mut(&raw) else {
@@ -185,7 +201,7 @@ impl Client {
 }
 
 /// Appends `len` bytes of `region` from `at` to `rx`.
-fn append_from(region: &SharedRegion, at: usize, len: usize, rx: &mut VecDeque<u8>) {
+pub(crate) fn append_from(region: &SharedRegion, at: usize, len: usize, rx: &mut VecDeque<u8>) {
     let start = rx.len();
     rx.resize(start + len, 0);
     let (a, b) = rx.as_mut_slices();

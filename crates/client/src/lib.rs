@@ -28,6 +28,7 @@
 #![warn(missing_docs)]
 
 mod changes;
+mod dgram;
 mod held;
 pub mod layout;
 pub mod posix;
@@ -157,6 +158,9 @@ struct Sock {
     /// An accepted connection's peer as its accept's completion said (`GetAddr`'s encoding:
     /// address in bits 16..48, port below; 0: not said, an older daemon).
     peer: u64,
+    /// Datagram sockets (`posix::udp`): the datagrams in `rx`, oldest first (source,
+    /// length).
+    dgrams: VecDeque<(std::net::SocketAddrV4, usize)>,
 }
 
 /// A registered application: its rings, its data areas and its sockets.
@@ -484,6 +488,7 @@ impl Client {
                 };
                 self.on_data(e.handle, off, len);
             }
+            EventKind::Datagram => self.on_datagram(&e),
             EventKind::Writable => {
                 if let Some(s) = self.socks.get_mut(&e.handle) {
                     // An edge only when it becomes writable (as the kernel's write-space

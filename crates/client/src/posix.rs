@@ -34,9 +34,12 @@
 //! Nonblocking state belongs to the caller (the shim keeps `O_NONBLOCK` per open file
 //! description): every call that may wait takes `nonblock` (and a timeout).
 //!
+//! **UDP** (`SOCK_DGRAM`): the same placeholder model, datagram calls in `udp`
+//! ([`Posix::send_to`], [`Posix::recv_from`], [`Posix::carries_dgram`]).
+//!
 //! # Not yet (first slice of this module)
-//! UDP (`SOCK_DGRAM`: `socket` answers `EOPNOTSUPP`), `tcp_info` beyond the state, and
-//! options other than `TCP_NODELAY` are remembered and reported back but not applied.
+//! `tcp_info` beyond the state, and options other than `TCP_NODELAY` are remembered and
+//! reported back but not applied.
 
 use crate::{Client, Sock, LIVENESS_CHECK};
 use flowstack_api::record::{AttachOp, Command, Mode, ReportKind, SockType};
@@ -56,6 +59,7 @@ mod fast;
 mod file;
 mod ready;
 mod types;
+mod udp;
 use calls::{
     addr_of_value, attach_fds, finish, get_addr, make_unwritable, post_attach, sync, wait_on,
 };
@@ -98,6 +102,10 @@ struct PSock {
     fill_later: bool,
     /// A listener whose accepts are asked ahead ([`Posix::accept_ahead`]).
     ahead_ok: bool,
+    /// A datagram socket (`udp`); its state stays `Fresh`.
+    dgram: bool,
+    /// A datagram socket's last destination the daemon said it carries (`udp`).
+    carried_dst: Option<SocketAddrV4>,
 }
 
 struct Inner {
@@ -238,9 +246,6 @@ impl Posix {
     /// A new socket: returns A (the descriptor the program sees; close-on-exec as created, the
     /// caller clears it where the program asks) and its id.
     pub fn socket(&self, ty: Type) -> Result<(OwnedFd, SockId), Errno> {
-        if ty == Type::Dgram {
-            return Err(Errno::EOPNOTSUPP);
-        }
         let (a, d) = placeholder::pair().map_err(|_| Errno(24))?;
         let mine = a.try_clone().map_err(|_| Errno(24))?;
         let mut g = self.lock()?;
@@ -250,7 +255,11 @@ impl Posix {
         // Posted, not waited for: the answer is taken by the socket's next call
         // (`Inner::sock`), by when it has usually arrived, so a short connection's socket()
         // costs no round trip. A refusal (the daemon's socket limit) fails that next call.
-        let call = match post_attach(c, h, AttachOp::New, &[d.as_fd(), a.as_fd()]) {
+        let sty = match ty {
+            Type::Stream => SockType::Stream,
+            Type::Dgram => SockType::Dgram,
+        };
+        let call = match post_attach(c, h, AttachOp::New, sty, &[d.as_fd(), a.as_fd()]) {
             Ok(call) => call,
             Err(e) => {
                 c.socks.remove(&h);
@@ -260,6 +269,7 @@ impl Posix {
         drop(d);
         let mut ps = PSock::new(mine, State::Fresh);
         ps.attach = Some(call);
+        ps.dgram = ty == Type::Dgram;
         g.socks.insert(h, ps);
         Ok((a, SockId(h)))
     }
@@ -299,7 +309,9 @@ impl Posix {
         s.listener = state == State::Listening;
         s.open = state == State::Connected;
         let mine = fd.try_clone_to_owned().map_err(|_| Errno(24))?;
-        g.socks.insert(h, PSock::new(mine, state));
+        let mut ps = PSock::new(mine, state);
+        ps.dgram = v >> 32 == 6;
+        g.socks.insert(h, ps);
         Ok(Some(SockId(h)))
     }
 
@@ -391,7 +403,13 @@ impl Posix {
                     // and a refusal is then the connection's error (`Client::on_event`, as
                     // for any async call), so its first recv costs no round trip. The peer
                     // came with the accept's completion (from an older daemon: asked for).
-                    let placed = post_attach(c, h, AttachOp::Place, &[d.as_fd(), a.as_fd()])?;
+                    let placed = post_attach(
+                        c,
+                        h,
+                        AttachOp::Place,
+                        SockType::Stream,
+                        &[d.as_fd(), a.as_fd()],
+                    )?;
                     c.waiting.remove(&placed);
                     let said = c.socks.get(&h).map_or(0, |s| s.peer);
                     let peer = if said != 0 {
@@ -438,6 +456,9 @@ impl Posix {
         nonblock: bool,
         timeout: Option<Duration>,
     ) -> Result<(), Errno> {
+        if self.is_dgram(id)? {
+            return self.udp_connect(id, addr);
+        }
         let deadline = timeout.map(|t| Instant::now() + t);
         {
             let mut g = self.lock()?;
@@ -737,9 +758,15 @@ impl Posix {
     pub fn readable_bytes(&self, id: SockId) -> Result<usize, Errno> {
         let mut g = self.lock()?;
         g.sock(id)?;
+        let dgram = g.sock(id)?.dgram;
         let c = g.client.as_mut().expect("registered");
         c.pump();
-        Ok(c.socks.get(&id.0).map(|s| s.unread()).unwrap_or(0))
+        let s = c.socks.get(&id.0);
+        Ok(match dgram {
+            // The size of the next datagram, as Linux's FIONREAD on UDP.
+            true => s.and_then(|s| s.dgrams.front()).map_or(0, |d| d.1),
+            false => s.map(|s| s.unread()).unwrap_or(0),
+        })
     }
 
     /// Received bytes this process copied into sockets' queues rather than reading them
@@ -765,11 +792,19 @@ impl Posix {
     pub fn poll_state(&self, id: SockId) -> Result<Readiness, Errno> {
         let mut g = self.lock()?;
         let ps = g.sock(id)?;
-        let (state, token) = (ps.state, ps.a.try_clone().ok());
+        let (state, token, ps_dgram) = (ps.state, ps.a.try_clone().ok(), ps.dgram);
         let c = g.client.as_mut().expect("registered");
         c.pump();
         let s = c.socks.get(&id.0).ok_or(Errno::EBADF)?;
         let error = s.error.map(Errno::from);
+        if ps_dgram {
+            return Ok(Readiness {
+                readable: !s.dgrams.is_empty() || s.error.is_some(),
+                writable: true,
+                hup: false,
+                error,
+            });
+        }
         Ok(match state {
             State::Listening => Readiness {
                 readable: !s.accepted.is_empty()
@@ -847,6 +882,8 @@ impl PSock {
             in_kernel: false,
             fill_later: false,
             ahead_ok: false,
+            dgram: false,
+            carried_dst: None,
         }
     }
 }

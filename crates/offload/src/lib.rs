@@ -44,6 +44,7 @@ pub mod loopback;
 pub mod ports;
 mod registry;
 pub mod stats;
+pub mod udp_ports;
 
 pub use app::{AppStats, DaemonCounters, EPHEMERAL};
 

@@ -98,6 +98,10 @@ pub struct RoutedDevice {
     pub drops: u64,
     /// Frames sent to other engines (`FlowstackdMeshFrames`).
     pub forwarded: u64,
+    /// The last first fragment routed and where (identification, engine): its datagram's
+    /// later fragments follow it there (an engine emits a datagram's fragments in order, one
+    /// after the other), so reassembly happens on the engine that owns the port.
+    frag: Option<(u16, usize)>,
 }
 
 /// The TCP destination port of an Ethernet/IPv4 frame, if it is one.
@@ -110,6 +114,33 @@ pub(crate) fn tcp_dst_port(f: &[u8]) -> Option<u16> {
     let at = 14 + ihl + 2;
     let b = f.get(at..at + 2)?;
     Some(u16::from_be_bytes([b[0], b[1]]))
+}
+
+/// An IPv4 fragment's (identification, offset) — a frame with MF set or a non-zero offset.
+#[inline]
+fn frag_of(f: &[u8]) -> Option<(u16, u16)> {
+    let flags = u16::from_be_bytes([*f.get(14 + 6)?, *f.get(14 + 7)?]);
+    let (more, off) = (flags & 0x2000 != 0, flags & 0x1fff);
+    (more || off != 0).then(|| (u16::from_be_bytes([f[14 + 4], f[14 + 5]]), off))
+}
+
+/// The engine that owns an Ethernet/IPv4 frame's destination: its TCP port's, or its UDP
+/// port's in the UDP namespace (`udp_ports`); None: stays here.
+#[inline]
+fn frame_route(ports: &PortTable, f: &[u8]) -> Option<usize> {
+    if let Some(p) = tcp_dst_port(f) {
+        return ports.route(p);
+    }
+    if f.len() < 14 + 20 || f[12] != 0x08 || f[13] != 0x00 || f[14 + 9] != 17 {
+        return None;
+    }
+    // A later fragment has no UDP header: routed with its first (`RoutedDevice::frag`).
+    if frag_of(f).is_some_and(|(_, off)| off != 0) {
+        return None;
+    }
+    let at = 14 + ((f[14] & 0x0f) as usize) * 4 + 2;
+    let b = f.get(at..at + 2)?;
+    ports.udp.route(u16::from_be_bytes([b[0], b[1]]))
 }
 
 impl Device for RoutedDevice {
@@ -131,7 +162,16 @@ impl Device for RoutedDevice {
         let mut sent = 0;
         let mut remote = false;
         for f in batch.iter() {
-            match tcp_dst_port(f).and_then(|p| self.ports.route(p)) {
+            let to = match frag_of(f) {
+                Some((id, off)) if off != 0 => self.frag.filter(|x| x.0 == id).map(|x| x.1),
+                Some((id, _)) => {
+                    let to = frame_route(&self.ports, f);
+                    self.frag = to.map(|e| (id, e));
+                    to
+                }
+                None => frame_route(&self.ports, f),
+            };
+            match to {
                 Some(to) if to != self.me => {
                     remote = true;
                     if self.mesh.push(to, f).is_ok() {
@@ -373,6 +413,7 @@ impl Loopback {
                 ports,
                 drops: 0,
                 forwarded: 0,
+                frag: None,
             }))],
             link: None,
             local: None,

@@ -145,6 +145,8 @@ pub struct PortTable {
     route: Box<[AtomicU8]>,
     range: RangeInclusive<u16>,
     engines: usize,
+    /// The UDP namespace (separate from TCP's).
+    pub udp: crate::udp_ports::UdpPorts,
 }
 
 impl std::fmt::Debug for PortTable {
@@ -168,8 +170,9 @@ impl PortTable {
             }),
             idents: Mutex::new(HashMap::new()),
             route: (0..=u16::MAX as usize).map(|_| AtomicU8::new(0)).collect(),
-            range,
+            range: range.clone(),
             engines,
+            udp: crate::udp_ports::UdpPorts::new(range),
         };
         if engines > 1 {
             for e in 0..engines {

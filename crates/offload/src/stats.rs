@@ -13,7 +13,9 @@
 //! own, named in the same style: `FlowstackdApps` (registered now), `FlowstackdAppsRegistered`,
 //! `FlowstackdAppsRefused`, `FlowstackdBadRecords`, `FlowstackdLimitsHit`,
 //! `FlowstackdLastCloses`, `FlowstackdEngines`, `FlowstackdCrossEngineAttach` (attaches of
-//! a socket living on another engine, refused with `EINVAL`), `FlowstackdAppMemLimited`
+//! a socket living on another engine, refused with `EINVAL`), `FlowstackdUdpPeerFiltered`
+//! (datagrams to a connected UDP socket from another source, dropped),
+//! `FlowstackdAppMemLimited`
 //! (applications that went over `--max-app-memory`, and sockets refused for it),
 //! `FlowstackdLinkSteered` and `FlowstackdLinkSteerDrops` (frames of the link an engine's
 //! queue received for another engine and passed to it, dropped at a full ring), `FlowstackdMeshFrames` and

@@ -34,6 +34,11 @@ pub trait Backend: Sync {
     fn adopt(&self, fd: i32) -> Option<SockId>;
     /// Whether flowstack serves this destination (else the socket moves to the kernel).
     fn carries(&self, dst: SocketAddrV4) -> bool;
+    /// Whether flowstack serves this datagram destination (a flowstack UDP socket holds
+    /// that loopback port); else the socket moves to the kernel.
+    fn carries_dgram(&self, _id: SockId, _dst: SocketAddrV4) -> bool {
+        false
+    }
     /// bind(2).
     fn bind(&self, id: SockId, a: SocketAddrV4) -> Result<(), Errno>;
     /// listen(2); `kernel` also listens in the kernel for ordinary clients.
@@ -232,6 +237,11 @@ impl Backend for PosixBackend {
     fn carries(&self, dst: SocketAddrV4) -> bool {
         self.p.carries(dst).unwrap_or(false)
     }
+    fn carries_dgram(&self, id: SockId, dst: SocketAddrV4) -> bool {
+        self.p
+            .carries_dgram(posix::SockId(id), dst)
+            .unwrap_or(false)
+    }
     fn bind(&self, id: SockId, a: SocketAddrV4) -> Result<(), Errno> {
         self.p.bind(posix::SockId(id), a).map(|_| ()).map_err(e)
     }
@@ -258,10 +268,10 @@ impl Backend for PosixBackend {
         _flags: i32,
         dst: Option<SocketAddrV4>,
     ) -> Result<usize, Errno> {
-        if dst.is_some() {
-            // A destination on a stream socket is ignored, as Linux does for TCP.
-        }
-        self.p.send(posix::SockId(id), buf, true, None).map_err(e)
+        // A destination on a stream socket is ignored, as Linux does for TCP.
+        self.p
+            .send_to(posix::SockId(id), buf, dst, true, None)
+            .map_err(e)
     }
     fn recvfrom(
         &self,
@@ -275,7 +285,11 @@ impl Backend for PosixBackend {
             nonblock: true,
         };
         let id = posix::SockId(id);
-        let n = self.p.recv(id, buf, f, None).map_err(e)?;
+        let (n, src) = self.p.recv_from(id, buf, f, None).map_err(e)?;
+        if src.is_some() {
+            // A datagram (its real length, perhaps more than `buf`).
+            return Ok((n, src));
+        }
         if !f.peek && n > 0 && n < buf.len() {
             // Probably drained: a peek that finds nothing takes the readiness tokens back
             // now, so level-triggered poll/epoll stop saying readable (as the kernel does

@@ -145,12 +145,22 @@ pub fn recv(
     let Some(buf) = bufs.first_mut() else {
         return Ok((0, None));
     };
+    // A datagram's length beyond the buffer: its real length only with MSG_TRUNC.
+    let clamp = |n: usize, cap: usize| match e.dgram && flags & libc::MSG_TRUNC == 0 {
+        true => n.min(cap),
+        false => n,
+    };
     if buf.is_empty() {
-        return b.recvfrom(id, buf, pass).or(Ok((0, None)));
+        let cap = buf.len();
+        return b
+            .recvfrom(id, buf, pass)
+            .map(|(n, a)| (clamp(n, cap), a))
+            .or(Ok((0, None)));
     }
-    let (mut got, src) = blocking(fd, e, flags, libc::POLLIN, timeo, || {
+    let (got, src) = blocking(fd, e, flags, libc::POLLIN, timeo, || {
         b.recvfrom(id, buf, pass)
     })?;
+    let mut got = clamp(got, buf.len());
     // MSG_WAITALL on a stream: keep going until full, end of stream, an error or a signal.
     let waitall = flags & libc::MSG_WAITALL != 0 && !e.dgram && flags & libc::MSG_PEEK == 0;
     while waitall && got != 0 && got < buf.len() {
@@ -504,6 +514,11 @@ pub fn to_kernel(st: &State, fd: i32, e: &Entry, why: Reason) -> Result<(), Errn
 /// Where `bind` goes, after reading the application's address.
 pub fn bind(b: &dyn Backend, st: &State, fd: i32, e: &Entry, a: Addr) -> Result<bool, Errno> {
     match addr::bind_route(a, e.v6only) {
+        // UDP is carried on the daemon's loopback only: a link address stays the kernel's.
+        Ok(v4) if e.dgram && !(v4.ip().is_unspecified() || v4.ip().octets()[0] == 127) => {
+            to_kernel(st, fd, e, Reason::NotCarried)?;
+            Ok(false)
+        }
         Ok(v4) => {
             b.bind(e.id, v4)?;
             st.table.update(fd, |x| x.bound = true);

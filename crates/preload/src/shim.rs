@@ -269,7 +269,16 @@ pub unsafe extern "C" fn connect(fd: c_int, a: *const sockaddr, l: socklen_t) ->
     };
     let r = run(|| {
         let addr = addr::read_addr(read_sockaddr(a, l), e.inet6)?;
-        match addr::connect_route(addr, e.v6only, |d| b.carries(d)) {
+        if e.dgram && addr == addr::Addr::Unspec {
+            // AF_UNSPEC dissolves a datagram socket's association.
+            let none = SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0);
+            return b.connect(e.id, none).map(|_| 0);
+        }
+        let carries = |d| match e.dgram {
+            true => b.carries_dgram(e.id, d),
+            false => b.carries(d),
+        };
+        match addr::connect_route(addr, e.v6only, carries) {
             Ok(dst) => ops::connect(b, st, fd, &e, dst).map(|_| 0),
             Err(why) => ops::to_kernel(st, fd, &e, why).map(|_| 1),
         }
@@ -444,7 +453,14 @@ unsafe fn recvmsg_ours(
     }
     let m = &mut *m;
     let mut s = iovs_mut(m.msg_iov, m.msg_iovlen as c_int)?;
-    let (got, src) = ops::recv(b, st, fd, e, &mut s, flags)?;
+    let room: usize = s.iter().map(|x| x.len()).sum();
+    // A datagram's real length, to report MSG_TRUNC in msg_flags.
+    let ask = if e.dgram {
+        flags | libc::MSG_TRUNC
+    } else {
+        flags
+    };
+    let (got, src) = ops::recv(b, st, fd, e, &mut s, ask)?;
     match src {
         Some(src) if !m.msg_name.is_null() => {
             let mut l = m.msg_namelen;
@@ -454,8 +470,17 @@ unsafe fn recvmsg_ours(
         _ => m.msg_namelen = 0,
     }
     m.msg_controllen = 0;
-    m.msg_flags = 0;
-    Ok(got)
+    m.msg_flags = if e.dgram && got > room {
+        libc::MSG_TRUNC
+    } else {
+        0
+    };
+    // recvmsg(2): MSG_TRUNC in flags returns the real length, else what was copied.
+    Ok(if flags & libc::MSG_TRUNC != 0 {
+        got
+    } else {
+        got.min(room)
+    })
 }
 
 #[cfg_attr(not(test), no_mangle)]
@@ -529,7 +554,7 @@ unsafe fn dgram_dst(
         return Ok(None);
     }
     let addr = addr::read_addr(read_sockaddr(a, l), e.inet6)?;
-    match addr::connect_route(addr, e.v6only, |d| b.carries(d)) {
+    match addr::connect_route(addr, e.v6only, |d| b.carries_dgram(e.id, d)) {
         Ok(d) => Ok(Some(d)),
         Err(why) => {
             ops::to_kernel(st, fd, e, why)?;

@@ -152,6 +152,29 @@ impl UdpTable {
         Delivery::Delivered
     }
 
+    /// Shows the next datagram to `take`; it is dequeued only if `take` returns true.
+    /// `Ok(false)`: left queued (or none: `WouldBlock`). A pending error comes first.
+    pub fn take_with(
+        &mut self,
+        h: UdpHandle,
+        take: impl FnOnce(SocketAddrV4, &[u8]) -> bool,
+    ) -> Result<bool, SocketError> {
+        let s = self.get(h)?;
+        if let Some(e) = s.error.take() {
+            return Err(e);
+        }
+        let Some((from, data)) = s.queue.front() else {
+            return Err(SocketError::WouldBlock);
+        };
+        if !take(*from, data) {
+            return Ok(false);
+        }
+        let (_, buf) = s.queue.pop_front().expect("front exists");
+        s.queued_bytes -= buf.len();
+        self.pool.push(buf);
+        Ok(true)
+    }
+
     pub fn recv(
         &mut self,
         h: UdpHandle,

@@ -42,6 +42,11 @@ fn all_commands() -> Vec<Command> {
             len: 512,
         },
         Command::UdpClose { handle: 4 },
+        Command::UdpCarries { remote: sa },
+        Command::Connect {
+            handle: 9,
+            remote: SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
+        },
         Command::Attach {
             handle: 9,
             op: AttachOp::Adopt,

@@ -23,21 +23,15 @@ pub(super) fn post_attach(
     c: &mut Client,
     h: u32,
     op: AttachOp,
+    ty: SockType,
     fds: &[BorrowedFd<'_>],
 ) -> Result<u32, Errno> {
     if c.dead {
         return Err(Errno::ECONNRESET);
     }
     flowstack_sys::fdpass::send_fds(&c.stream, &[op.code()], fds).map_err(|_| Errno::ECONNRESET)?;
-    c.post(
-        Mode::Sync,
-        Command::Attach {
-            handle: h,
-            op,
-            ty: SockType::Stream,
-        },
-    )
-    .map_err(Errno::from)
+    c.post(Mode::Sync, Command::Attach { handle: h, op, ty })
+        .map_err(Errno::from)
 }
 
 /// Sends `fds` and the `Attach` record, and waits for its completion.
@@ -47,7 +41,7 @@ pub(super) fn attach_fds(
     op: AttachOp,
     fds: &[BorrowedFd<'_>],
 ) -> Result<u64, Errno> {
-    let id = post_attach(c, h, op, fds)?;
+    let id = post_attach(c, h, op, SockType::Stream, fds)?;
     finish(c, id)
 }
 

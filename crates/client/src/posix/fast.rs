@@ -163,8 +163,9 @@ impl Posix {
     /// the ring). Reporting it would make a program's blocking read after `select` sleep
     /// until the next data — forever on a control connection nobody writes to (iperf3 -R's
     /// stall). So the token is taken back (the daemon writes a new one at once if the socket
-    /// became readable since) and `Ok(false)` says: do not report it. Listeners and fresh
-    /// sockets are not judged here (their readiness is partly the kernel's): `Ok(true)`.
+    /// became readable since) and `Ok(false)` says: do not report it. Datagram sockets are
+    /// judged the same way; listeners and fresh stream sockets are not (their readiness is
+    /// partly the kernel's): `Ok(true)`.
     pub fn confirm_readable(&self, id: SockId) -> Result<bool, Errno> {
         let mut g = self.lock()?;
         let g = &mut *g;
@@ -176,11 +177,12 @@ impl Posix {
         let (Some(ps), Some(s)) = (g.socks.get(&id.0), c.socks.get(&id.0)) else {
             return Ok(true);
         };
-        if !matches!(
-            ps.state,
-            State::Connected | State::Connecting | State::Failed
-        ) || conn_readable(ps, s)
-        {
+        let judged = ps.dgram
+            || matches!(
+                ps.state,
+                State::Connected | State::Connecting | State::Failed
+            );
+        if !judged || conn_readable(ps, s) {
             return Ok(true);
         }
         clear_tokens(g, id)?;
@@ -288,8 +290,11 @@ pub(super) fn fill_now(g: &mut Inner, id: SockId) -> Result<(), Errno> {
 }
 
 /// A connection's readability in this process's view (data, end of stream, an error, or
-/// shut for reading: a read would not block).
+/// shut for reading: a read would not block); a datagram socket's: a datagram or an error.
 pub(super) fn conn_readable(ps: &super::PSock, s: &crate::Sock) -> bool {
+    if ps.dgram {
+        return !s.dgrams.is_empty() || s.error.is_some();
+    }
     s.unread() > 0 || s.eof || s.error.is_some() || ps.shut_rd
 }
 

@@ -62,7 +62,7 @@ pub struct SockId(pub u32);
 pub enum Type {
     /// TCP.
     Stream,
-    /// UDP (not yet carried: `EOPNOTSUPP`).
+    /// UDP (see the `udp` module of `posix`).
     Dgram,
 }
 

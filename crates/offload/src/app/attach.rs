@@ -57,9 +57,6 @@ impl App {
                 };
                 let gid = if op == AttachOp::New {
                     fresh_handle(self)?;
-                    if ty == SockType::Dgram {
-                        return Err(SocketError::InvalidState); // UDP: not yet
-                    }
                     self.new_sock(sh, handle, Kind::Fresh { ty, bound: None })
                 } else {
                     let gid = self.gid(handle)?;
@@ -104,6 +101,15 @@ impl App {
                 self.handles.insert(handle, gid);
                 g.owners.push((self.id, handle));
                 let kind = match &mut g.kind {
+                    // Datagram sockets, bound or not: their bytes come here from now on.
+                    Kind::Fresh {
+                        ty: SockType::Dgram,
+                        ..
+                    } => 6,
+                    Kind::Udp(d) => {
+                        d.outstanding = 0;
+                        6
+                    }
                     Kind::Fresh { .. } => 1,
                     Kind::Listener { .. } => 2,
                     Kind::Conn(c) => {

@@ -157,6 +157,7 @@ pub(super) fn addr_of(sh: &Shared, gid: u32, peer: bool) -> Result<SocketAddrV4,
         Some(Kind::Listener { ip, port, .. }) => Ok(SocketAddrV4::new(*ip, *port)),
         Some(Kind::Fresh { bound, .. }) => Ok(bound.unwrap_or(any)),
         Some(Kind::Failed(_)) => Ok(any),
+        Some(Kind::Udp(d)) => Ok(d.local), // answered by `udp::addr_of` first
         None => Err(SocketError::InvalidHandle),
     }
 }
@@ -182,6 +183,7 @@ pub(super) fn readable_now(lo: &Loopback, k: &Kind) -> bool {
         }
         Kind::Failed(_) => true,
         Kind::Fresh { .. } => false,
+        Kind::Udp(d) => d.outstanding > 0,
     }
 }
 

@@ -27,6 +27,9 @@ pub struct DaemonCounters {
     /// Applications that went over `--max-app-memory` (their sends stalled), and sockets
     /// refused because of it (`FlowstackdAppMemLimited`).
     pub app_mem_limited: u64,
+    /// Datagrams to a connected UDP socket from another source than its peer, dropped
+    /// (`FlowstackdUdpPeerFiltered`).
+    pub udp_peer_filtered: u64,
 }
 
 impl DaemonCounters {
@@ -44,5 +47,6 @@ impl DaemonCounters {
         self.sendfile_calls += o.sendfile_calls;
         self.cross_engine_attach += o.cross_engine_attach;
         self.app_mem_limited += o.app_mem_limited;
+        self.udp_peer_filtered += o.udp_peer_filtered;
     }
 }

@@ -64,6 +64,7 @@ mod notify;
 mod reuse;
 mod service;
 mod snapshot;
+mod udp;
 use control::{
     addr_of, bind, detach, listen, readable_now, set_failed, token_cleared, want_writable,
 };
@@ -159,6 +160,8 @@ pub(crate) enum Kind {
     Conn(Conn),
     /// A listen or connect that failed; its error was reported.
     Failed(SocketError),
+    /// A bound UDP socket (`udp`).
+    Udp(udp::Dgram),
 }
 
 /// The daemon's end of a placeholder pair.
@@ -202,6 +205,8 @@ pub(crate) enum Hold {
     Bound(u16),
     /// Accepted on the port.
     Accepted(u16),
+    /// A UDP socket's port (the UDP namespace, `udp_ports`).
+    Udp(u16),
 }
 
 /// One socket of an engine.
@@ -288,6 +293,7 @@ impl Shared {
         match g.hold.take() {
             Some(Hold::Bound(p)) => self.ports.release(self.me, gid, p),
             Some(Hold::Accepted(p)) => self.ports.release_accepted(self.me, p),
+            Some(Hold::Udp(p)) => self.ports.udp.release(gid, p),
             None => {}
         }
     }
@@ -546,6 +552,49 @@ impl App {
         n
     }
 
+    /// Reads span `offset..offset+len` of the transmit area into the scratch buffer (taken:
+    /// give it back to `tx_scratch`) and frees it; None (counted) if the span is outside the
+    /// area. The client writes spans in order; whatever it names, the area it frees is
+    /// counted by what we took, so a lying client only garbles its own bytes.
+    ///
+    /// `dgram`: one datagram (at most 65507 bytes), whose span may wrap around the area's
+    /// end (a datagram is never split in two records).
+    fn take_tx_span(
+        &mut self,
+        sh: &mut Shared,
+        offset: u64,
+        len: u64,
+        dgram: bool,
+    ) -> Option<(Vec<u8>, usize)> {
+        let span = match dgram {
+            true if offset < TX_SIZE as u64 && len <= udp::MAX_DGRAM as u64 => {
+                Ok((offset as usize, len as usize))
+            }
+            true => Err(()),
+            false => check_span(offset, len, TX_SIZE).map_err(|_| ()),
+        };
+        let Ok((off, len)) = span else {
+            self.stats.bad_records += 1;
+            sh.counters.bad_records += 1;
+            return None;
+        };
+        self.tx_freed += len as u64;
+        let mut scratch = std::mem::take(&mut self.tx_scratch);
+        if scratch.len() < len {
+            // Grown once, never cleared: every byte used is read over first.
+            scratch.resize(len, 0);
+        }
+        let first = len.min(TX_SIZE - off);
+        let _ = self
+            .region
+            .read_at(LAYOUT.tx_off + off, &mut scratch[..first]);
+        let _ = self.region.read_at(LAYOUT.tx_off, &mut scratch[first..len]);
+        if let Some(a) = self.region.atomic_u64(at::TX_FREED) {
+            a.store(self.tx_freed, Ordering::Release);
+        }
+        Some((scratch, len))
+    }
+
     fn gid(&self, handle: u32) -> Result<u32, SocketError> {
         self.handles
             .get(&handle)
@@ -614,6 +663,10 @@ impl App {
                 self.connect(sh, id, mode, h, gid, remote);
             }
             Command::Connect { handle, remote } => match self.gid(handle) {
+                Ok(gid) if udp::is_dgram(sh, gid) => {
+                    let r = udp::connect(sh, gid, remote);
+                    self.complete(id, mode, handle, r);
+                }
                 Ok(gid) => self.connect(sh, id, mode, handle, gid, remote),
                 Err(e) => self.complete(id, mode, handle, Err(e)),
             },
@@ -623,7 +676,10 @@ impl App {
                 flags,
             } => {
                 let opts = BindOpts::new(flags, self.uid);
-                let r = self.gid(handle).and_then(|g| bind(sh, g, local, opts));
+                let r = self.gid(handle).and_then(|g| match udp::is_dgram(sh, g) {
+                    true => udp::bind(sh, g, local),
+                    false => bind(sh, g, local, opts),
+                });
                 self.complete(id, mode, handle, r.map(|p| p as u64));
             }
             Command::Listen { handle, backlog } => {
@@ -696,8 +752,10 @@ impl App {
                 self.complete(id, mode, handle, r);
             }
             Command::TcpConsume { handle, len } => {
-                if let Some(Kind::Conn(c)) = self.sock_kind(&mut sh.socks, handle) {
-                    c.outstanding = c.outstanding.saturating_sub(len);
+                match self.sock_kind(&mut sh.socks, handle) {
+                    Some(Kind::Conn(c)) => c.outstanding = c.outstanding.saturating_sub(len),
+                    Some(k) => udp::consumed(k, len),
+                    None => {}
                 }
                 self.complete(id, mode, handle, Ok(0));
             }
@@ -764,8 +822,26 @@ impl App {
                 };
                 self.complete(id, mode, handle, r);
             }
-            Command::UdpSendTo { handle, .. } => {
-                self.complete(id, mode, handle, Err(SocketError::InvalidState))
+            Command::UdpSendTo {
+                handle,
+                dst,
+                offset,
+                len,
+            } => {
+                let Some((scratch, len)) = self.take_tx_span(sh, offset, len, true) else {
+                    return;
+                };
+                let r = match self.gid(handle) {
+                    Ok(g) if udp::is_dgram(sh, g) => udp::send(sh, g, dst, &scratch[..len]),
+                    Ok(_) => Err(SocketError::InvalidState),
+                    Err(e) => Err(e),
+                };
+                self.tx_scratch = scratch;
+                self.complete(id, mode, handle, r);
+            }
+            Command::UdpCarries { remote } => {
+                let yes = udp::carries(sh, remote);
+                self.complete(id, mode, 0, Ok(yes as u64));
             }
             Command::UdpBind { .. } => self.complete(id, mode, 0, Err(SocketError::InvalidState)),
             Command::UdpClose { handle } => {
@@ -799,7 +875,11 @@ impl App {
                 self.complete(id, mode, 0, Ok(yes as u64));
             }
             Command::GetAddr { handle, peer } => {
-                let r = self.gid(handle).and_then(|g| addr_of(sh, g, peer));
+                let r = self.gid(handle).and_then(|g| {
+                    let k = sh.socks.get(&g).map(|g| &g.kind);
+                    k.and_then(|k| udp::addr_of(k, peer))
+                        .unwrap_or_else(|| addr_of(sh, g, peer))
+                });
                 let r = r.map(|a| (u32::from(*a.ip()) as u64) << 16 | a.port() as u64);
                 self.complete(id, mode, handle, r);
             }

@@ -21,8 +21,10 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
         lo,
         socks,
         ph_actions,
+        counters,
         ..
     } = sh;
+    let udp_filtered = &mut counters.udp_peer_filtered;
     for (&gid, g) in socks.iter_mut() {
         match &mut g.kind {
             Kind::Listener {
@@ -76,6 +78,24 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
                 }
                 if g.ph.is_some() && (out.readable || out.writable) {
                     ph_actions.push((gid, out.readable, out.writable));
+                }
+            }
+            Kind::Udp(d) => {
+                let holder = g
+                    .holder
+                    .and_then(|(app, h)| apps.iter().position(|a| a.id == app).map(|i| (i, h)));
+                if let Some((i, handle)) = holder {
+                    evs.clear();
+                    let a = &mut apps[i];
+                    if super::udp::service_dgram(lo, handle, d, &mut evs, a, udp_filtered) {
+                        busy = true;
+                        for e in evs.drain(..) {
+                            a.post(e);
+                        }
+                        if g.ph.is_some() {
+                            ph_actions.push((gid, true, false));
+                        }
+                    }
                 }
             }
             Kind::Fresh { .. } | Kind::Failed(_) => {}
@@ -184,6 +204,9 @@ pub(super) fn try_accept(
 
 pub(super) fn release_kind(lo: &mut Loopback, k: Kind, died: bool) {
     match k {
+        Kind::Udp(d) => {
+            let _ = lo.engines[d.eng].udp_close(d.h);
+        }
         Kind::Listener { hs, queue, .. } => {
             for (i, h) in hs {
                 let _ = lo.engines[i].tcp_close(h);

@@ -45,6 +45,19 @@ pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
                 engine: sh.me,
             };
             match &g.kind {
+                Kind::Fresh {
+                    ty: SockType::Dgram,
+                    ..
+                } => row.proto = "udp".into(),
+                Kind::Udp(d) => {
+                    row.proto = "udp".into();
+                    row.local = d.local.to_string();
+                    if let Some(p) = d.peer {
+                        row.state = "ESTAB".into();
+                        row.peer = p.to_string();
+                    }
+                    row.recv_q = d.outstanding;
+                }
                 Kind::Fresh { bound, .. } => {
                     if let Some(b) = bound {
                         row.local = b.to_string();
@@ -112,6 +125,7 @@ pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
         ("FlowstackdSendFileCalls", d.sendfile_calls),
         ("FlowstackdCrossEngineAttach", d.cross_engine_attach),
         ("FlowstackdAppMemLimited", d.app_mem_limited),
+        ("FlowstackdUdpPeerFiltered", d.udp_peer_filtered),
         ("FlowstackdLinkSteered", steer.forwarded),
         (
             "FlowstackdLinkSteerDrops",

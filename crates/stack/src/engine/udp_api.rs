@@ -69,6 +69,17 @@ impl Engine {
         self.udp.recv(h, buf)
     }
 
+    /// Shows the next datagram (source, payload) to `take`, which returns whether to
+    /// dequeue it (one copy, by the caller, straight from the queue). A pending error
+    /// (ICMP) comes first; `WouldBlock` when none is queued.
+    pub fn udp_take_with(
+        &mut self,
+        h: UdpHandle,
+        take: impl FnOnce(SocketAddrV4, &[u8]) -> bool,
+    ) -> Result<bool, SocketError> {
+        self.udp.take_with(h, take)
+    }
+
     /// True if a datagram (or an error) is waiting.
     pub fn udp_readable(&mut self, h: UdpHandle) -> bool {
         self.udp.readable(h)
