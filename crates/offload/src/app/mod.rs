@@ -61,6 +61,7 @@ mod file;
 mod handles;
 mod memory;
 mod notify;
+mod open;
 mod reuse;
 mod service;
 mod snapshot;
@@ -552,49 +553,6 @@ impl App {
         n
     }
 
-    /// Reads span `offset..offset+len` of the transmit area into the scratch buffer (taken:
-    /// give it back to `tx_scratch`) and frees it; None (counted) if the span is outside the
-    /// area. The client writes spans in order; whatever it names, the area it frees is
-    /// counted by what we took, so a lying client only garbles its own bytes.
-    ///
-    /// `dgram`: one datagram (at most 65507 bytes), whose span may wrap around the area's
-    /// end (a datagram is never split in two records).
-    fn take_tx_span(
-        &mut self,
-        sh: &mut Shared,
-        offset: u64,
-        len: u64,
-        dgram: bool,
-    ) -> Option<(Vec<u8>, usize)> {
-        let span = match dgram {
-            true if offset < TX_SIZE as u64 && len <= udp::MAX_DGRAM as u64 => {
-                Ok((offset as usize, len as usize))
-            }
-            true => Err(()),
-            false => check_span(offset, len, TX_SIZE).map_err(|_| ()),
-        };
-        let Ok((off, len)) = span else {
-            self.stats.bad_records += 1;
-            sh.counters.bad_records += 1;
-            return None;
-        };
-        self.tx_freed += len as u64;
-        let mut scratch = std::mem::take(&mut self.tx_scratch);
-        if scratch.len() < len {
-            // Grown once, never cleared: every byte used is read over first.
-            scratch.resize(len, 0);
-        }
-        let first = len.min(TX_SIZE - off);
-        let _ = self
-            .region
-            .read_at(LAYOUT.tx_off + off, &mut scratch[..first]);
-        let _ = self.region.read_at(LAYOUT.tx_off, &mut scratch[first..len]);
-        if let Some(a) = self.region.atomic_u64(at::TX_FREED) {
-            a.store(self.tx_freed, Ordering::Release);
-        }
-        Some((scratch, len))
-    }
-
     fn gid(&self, handle: u32) -> Result<u32, SocketError> {
         self.handles
             .get(&handle)
@@ -898,117 +856,6 @@ impl App {
     ) -> Option<&'a mut Kind> {
         let gid = self.gid(handle).ok()?;
         socks.get_mut(&gid).map(|g| &mut g.kind)
-    }
-
-    fn connect(
-        &mut self,
-        sh: &mut Shared,
-        id: u32,
-        mode: Mode,
-        handle: u32,
-        gid: u32,
-        remote: SocketAddrV4,
-    ) {
-        let r = match sh.socks.get(&gid).map(|g| &g.kind) {
-            Some(Kind::Fresh {
-                ty: SockType::Stream,
-                bound,
-            }) => {
-                let port = bound.map(|b| b.port()).unwrap_or(0);
-                sh.lo.engine_for(&remote, 0).and_then(|i| {
-                    let e = &mut sh.lo.engines[i];
-                    let c = if port == 0 {
-                        e.tcp_connect(remote)
-                    } else {
-                        e.tcp_connect_from(port, remote, e.tcp_defaults())
-                    };
-                    c.map(|c| (i, c))
-                })
-            }
-            Some(Kind::Conn(c)) if c.open_told => Err(SocketError::InvalidState),
-            Some(Kind::Conn(_)) => Err(SocketError::WouldBlock),
-            Some(Kind::Failed(e)) => Err(*e),
-            Some(_) => Err(SocketError::InvalidState),
-            None => Err(SocketError::InvalidHandle),
-        };
-        match r {
-            Ok((i, c)) => {
-                let wait = (mode == Mode::Sync).then_some((self.id, id));
-                if let Some(g) = sh.socks.get_mut(&gid) {
-                    g.kind = Kind::Conn(Conn::new(i, c, wait, false));
-                }
-                // Async: the handshake is reported by a Writable event, a failure by Closed.
-            }
-            Err(e) => {
-                if matches!(
-                    sh.socks.get(&gid).map(|g| &g.kind),
-                    Some(Kind::Fresh { .. })
-                ) {
-                    set_failed(sh, gid, e);
-                }
-                self.complete(id, mode, handle, Err(e));
-            }
-        }
-    }
-
-    fn accept(&mut self, sh: &mut Shared, id: u32, mode: Mode, listener: u32) {
-        let gid = match self.gid(listener) {
-            Ok(g) => g,
-            Err(e) => return self.post(EventRecord::completion(id, listener, Err(e))),
-        };
-        if self.at_limit(sh) {
-            return self.post(EventRecord::completion(
-                id,
-                listener,
-                Err(SocketError::LimitReached),
-            ));
-        }
-        reuse::dispatch(sh);
-        let r = match sh.socks.get_mut(&gid).map(|g| &mut g.kind) {
-            Some(Kind::Listener { hs, queue, .. }) => try_accept(&mut sh.lo, hs, queue),
-            Some(Kind::Failed(e)) => Some(Err(*e)),
-            Some(_) => Some(Err(SocketError::InvalidArgument)),
-            None => Some(Err(SocketError::InvalidHandle)),
-        };
-        match r {
-            Some(Ok((i, c))) => {
-                let h = self.adopt_accepted(sh, i, c);
-                self.post(service::accepted(sh, id, listener, i, c, h));
-                service::first_data(sh, self, h);
-                if mode == Mode::Sync {
-                    notify::handed(sh, gid);
-                }
-            }
-            Some(Err(e)) => self.post(EventRecord::completion(id, listener, Err(e))),
-            None if mode == Mode::Sync => {
-                if let Some(Kind::Listener { waiting, .. }) =
-                    sh.socks.get_mut(&gid).map(|g| &mut g.kind)
-                {
-                    waiting.push_back((self.id, id, listener));
-                }
-            }
-            None => self.post(EventRecord::completion(
-                id,
-                listener,
-                Err(SocketError::WouldBlock),
-            )),
-        }
-    }
-
-    fn adopt_accepted(&mut self, sh: &mut Shared, eng: usize, h: TcpHandle) -> u32 {
-        let handles = &self.handles;
-        let handle = accepted_handle(self.next_accepted, |h| handles.contains_key(&h));
-        self.next_accepted = handle + 1;
-        let port = sh.lo.engines[eng].tcp_conn(h).map(|k| k.tuple().local_port);
-        let gid = self.new_sock(sh, handle, Kind::Conn(Conn::new(eng, h, None, true)));
-        if let (Ok(p), Some(g)) = (port, sh.socks.get_mut(&gid)) {
-            // (Held only if the port is this engine's.)
-            // Its listener's port stays routed here while it lives (ports.rs).
-            if sh.ports.hold_accepted(sh.me, p) {
-                g.hold = Some(Hold::Accepted(p));
-            }
-        }
-        handle
     }
 
     /// Leaves every socket: native ones are closed (FIN, or RST where received bytes were

@@ -224,3 +224,48 @@ pub(super) fn service_dgram(
     }
     any
 }
+
+impl App {
+    /// Reads span `offset..offset+len` of the transmit area into the scratch buffer (taken:
+    /// give it back to `tx_scratch`) and frees it; None (counted) if the span is outside the
+    /// area. The client writes spans in order; whatever it names, the area it frees is
+    /// counted by what we took, so a lying client only garbles its own bytes.
+    ///
+    /// `dgram`: one datagram (at most 65507 bytes), whose span may wrap around the area's
+    /// end (a datagram is never split in two records).
+    pub(super) fn take_tx_span(
+        &mut self,
+        sh: &mut Shared,
+        offset: u64,
+        len: u64,
+        dgram: bool,
+    ) -> Option<(Vec<u8>, usize)> {
+        let span = match dgram {
+            true if offset < TX_SIZE as u64 && len <= udp::MAX_DGRAM as u64 => {
+                Ok((offset as usize, len as usize))
+            }
+            true => Err(()),
+            false => check_span(offset, len, TX_SIZE).map_err(|_| ()),
+        };
+        let Ok((off, len)) = span else {
+            self.stats.bad_records += 1;
+            sh.counters.bad_records += 1;
+            return None;
+        };
+        self.tx_freed += len as u64;
+        let mut scratch = std::mem::take(&mut self.tx_scratch);
+        if scratch.len() < len {
+            // Grown once, never cleared: every byte used is read over first.
+            scratch.resize(len, 0);
+        }
+        let first = len.min(TX_SIZE - off);
+        let _ = self
+            .region
+            .read_at(LAYOUT.tx_off + off, &mut scratch[..first]);
+        let _ = self.region.read_at(LAYOUT.tx_off, &mut scratch[first..len]);
+        if let Some(a) = self.region.atomic_u64(at::TX_FREED) {
+            a.store(self.tx_freed, Ordering::Release);
+        }
+        Some((scratch, len))
+    }
+}
