@@ -41,14 +41,7 @@ impl Client {
         data: &[u8],
         dst: SocketAddrV4,
     ) -> Result<(), SocketError> {
-        let tx_freed = self
-            .region
-            .atomic_u64(layout::at::TX_FREED)
-            .map(|a| a.load(Ordering::Acquire))
-            .unwrap_or(0)
-            .min(self.tx_head);
-        let free = self.tx_size - (self.tx_head - tx_freed).min(self.tx_size);
-        if (data.len() as u64) > free {
+        if (data.len() as u64) > self.tx_room() {
             return Err(SocketError::WouldBlock);
         }
         let pos = self.tx_head % self.tx_size;

@@ -53,8 +53,13 @@ impl Client {
                 self.rx_copied += len as u64;
             }
         }
+        self.release_or_hold(handle, off, len, taken);
+    }
+
+    /// Span `off..off+len` of socket `handle`, `taken` bytes of it already copied out:
+    /// released at once if wholly taken with nothing held before it, else held in order.
+    fn release_or_hold(&mut self, handle: u32, off: usize, len: usize, taken: usize) {
         if taken == len && self.spans.is_empty() {
-            // Nothing held before it: released at once.
             self.release_rx(len as u64);
         } else {
             self.span_bytes += len as u64;
@@ -88,17 +93,7 @@ impl Client {
     /// `len` bytes at `off` already copied out (a datagram): released at once, or in order
     /// behind the spans still held.
     pub(crate) fn release_copied(&mut self, handle: u32, off: usize, len: usize) {
-        if self.spans.is_empty() {
-            self.release_rx(len as u64);
-        } else {
-            self.span_bytes += len as u64;
-            self.spans.push_back(Span {
-                handle,
-                off,
-                len,
-                taken: len,
-            });
-        }
+        self.release_or_hold(handle, off, len, len);
     }
 
     /// Copies socket `raw`'s held bytes, oldest first, into `buf`; how many.

@@ -849,6 +849,18 @@ impl Client {
         }
     }
 
+    /// Free bytes in the transmit area: what the daemon has not yet freed (`TX_FREED`, read
+    /// from shared memory and never trusted beyond what was written) is still in use.
+    fn tx_room(&self) -> u64 {
+        let freed = self
+            .region
+            .atomic_u64(layout::at::TX_FREED)
+            .map(|a| a.load(Ordering::Acquire))
+            .unwrap_or(0)
+            .min(self.tx_head);
+        self.tx_size - (self.tx_head - freed).min(self.tx_size)
+    }
+
     fn report_consumed(&mut self, raw: u32, force: bool) {
         let Some(s) = self.socks.get_mut(&raw) else {
             return;

@@ -50,13 +50,7 @@ impl Sockets for Client {
     fn tcp_send(&mut self, h: TcpHandle, data: &[u8]) -> Result<usize, SocketError> {
         let raw = Self::raw(h)?;
         self.pump();
-        let tx_freed = self
-            .region
-            .atomic_u64(layout::at::TX_FREED)
-            .map(|a| a.load(Ordering::Acquire))
-            .unwrap_or(0)
-            .min(self.tx_head);
-        let (tx_head, tx_size, tx_off) = (self.tx_head, self.tx_size, self.tx_off);
+        let area_free = self.tx_room();
         let s = self.sock_mut(h)?;
         if let Some(e) = s.error {
             return Err(e);
@@ -64,7 +58,6 @@ impl Sockets for Client {
         if s.listener {
             return Err(SocketError::InvalidState);
         }
-        let area_free = tx_size - (tx_head - tx_freed).min(tx_size);
         let n = (data.len() as u64)
             .min(SOCK_SNDBUF.saturating_sub(s.unflushed))
             .min(area_free) as usize;
@@ -93,7 +86,6 @@ impl Sockets for Client {
             self.post(Mode::Async, cmd)?;
             done += chunk;
         }
-        let _ = tx_off;
         Ok(n)
     }
 

@@ -121,11 +121,7 @@ fn posix_short_connections_leave_the_tables_idle() {
     let (la, l) = srv.socket(Type::Stream).unwrap();
     srv.bind(l, lo(7611)).unwrap();
     srv.listen(l, 64, None).unwrap();
-    let block = RecvFlags {
-        peek: false,
-        waitall: false,
-        nonblock: false,
-    };
+    let block = RecvFlags::BLOCK;
     for i in 0..300u32 {
         let (ca, c) = cli.socket(Type::Stream).unwrap();
         cli.connect(c, lo(7611), false, Some(T)).unwrap();

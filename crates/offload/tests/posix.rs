@@ -41,16 +41,8 @@ fn lo(port: u16) -> SocketAddrV4 {
     SocketAddrV4::new(Ipv4Addr::LOCALHOST, port)
 }
 
-const BLOCK: RecvFlags = RecvFlags {
-    peek: false,
-    waitall: false,
-    nonblock: false,
-};
-const NONBLOCK: RecvFlags = RecvFlags {
-    peek: false,
-    waitall: false,
-    nonblock: true,
-};
+const BLOCK: RecvFlags = RecvFlags::BLOCK;
+const NONBLOCK: RecvFlags = RecvFlags::NONBLOCK;
 
 struct Pair {
     server: Posix,
@@ -737,11 +729,7 @@ fn accepts_asked_ahead_are_seen_in_the_view_and_through_the_placeholder() {
 #[test]
 fn posix_recv_reads_straight_from_the_receive_area() {
     const LEN: usize = 8 << 20;
-    const PEEK: RecvFlags = RecvFlags {
-        peek: true,
-        waitall: false,
-        nonblock: false,
-    };
+    const PEEK: RecvFlags = RecvFlags::PEEK;
     let d = daemon("held");
     let Pair {
         server,

@@ -14,21 +14,9 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
 const T: Option<Duration> = Some(common::T);
-const BLOCK: RecvFlags = RecvFlags {
-    peek: false,
-    waitall: false,
-    nonblock: false,
-};
-const NONBLOCK: RecvFlags = RecvFlags {
-    peek: false,
-    waitall: false,
-    nonblock: true,
-};
-const PEEK: RecvFlags = RecvFlags {
-    peek: true,
-    waitall: false,
-    nonblock: false,
-};
+const BLOCK: RecvFlags = RecvFlags::BLOCK;
+const NONBLOCK: RecvFlags = RecvFlags::NONBLOCK;
+const PEEK: RecvFlags = RecvFlags::PEEK;
 
 fn bound(p: &Posix) -> (OwnedFd, SockId, SocketAddrV4) {
     let (a, id) = p.socket(Type::Dgram).unwrap();

@@ -61,11 +61,7 @@ fn connect_all(cli: &mut Client, port: u16) -> Vec<TcpHandle> {
 /// returns the indexes it served.
 fn serve(app: Posix, l: SockId, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<u8>> {
     std::thread::spawn(move || {
-        let block = RecvFlags {
-            peek: false,
-            waitall: false,
-            nonblock: false,
-        };
+        let block = RecvFlags::BLOCK;
         let mut got = Vec::new();
         let mut keep = Vec::new();
         while !stop.load(Ordering::SeqCst) {

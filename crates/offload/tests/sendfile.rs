@@ -15,11 +15,7 @@ use std::time::Duration;
 
 const T: Option<Duration> = Some(Duration::from_secs(20));
 const POLL: Duration = Duration::from_secs(10);
-const BLOCK: RecvFlags = RecvFlags {
-    peek: false,
-    waitall: false,
-    nonblock: false,
-};
+const BLOCK: RecvFlags = RecvFlags::BLOCK;
 
 struct Dir(PathBuf);
 impl Drop for Dir {

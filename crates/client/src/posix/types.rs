@@ -84,6 +84,25 @@ pub struct RecvFlags {
     pub nonblock: bool,
 }
 
+impl RecvFlags {
+    /// A blocking read, no flags.
+    pub const BLOCK: Self = Self {
+        peek: false,
+        waitall: false,
+        nonblock: false,
+    };
+    /// `MSG_DONTWAIT`.
+    pub const NONBLOCK: Self = Self {
+        nonblock: true,
+        ..Self::BLOCK
+    };
+    /// `MSG_PEEK`, blocking.
+    pub const PEEK: Self = Self {
+        peek: true,
+        ..Self::BLOCK
+    };
+}
+
 /// `shutdown(2)`'s `how`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shutdown {
