@@ -18,6 +18,59 @@ fn ss_state(s: flowstack_stack::State) -> &'static str {
     }
 }
 
+/// Linux's `TCP_*` state number (`tcpi_state`).
+fn linux_state(s: flowstack_stack::State) -> u8 {
+    use flowstack_stack::State as S;
+    match s {
+        S::Established => 1,
+        S::SynSent => 2,
+        S::SynReceived => 3,
+        S::FinWait1 => 4,
+        S::FinWait2 => 5,
+        S::TimeWait => 6,
+        S::Closed => 7,
+        S::CloseWait => 8,
+        S::LastAck => 9,
+        S::Closing => 11,
+    }
+}
+
+/// A duration in whole µs, rounded up (a measured loopback RTT below 1 µs reads 1, not
+/// "unmeasured"), saturating.
+fn micros(d: std::time::Duration) -> u32 {
+    d.as_nanos().div_ceil(1000).min(u32::MAX as u128) as u32
+}
+
+/// A connection's TCP_INFO in Linux's units, for `getsockopt(TCP_INFO)` (`Command::TcpInfo`)
+/// and `flowstack stats` alike: times in µs, the congestion window, slow-start threshold
+/// and data in flight in segments of the send MSS (rounded up, as data in flight is whole
+/// segments), the threshold [`INFINITE_SSTHRESH`] before the first loss.
+///
+/// [`INFINITE_SSTHRESH`]: flowstack_api::tcpinfo::INFINITE_SSTHRESH
+pub(super) fn linux_tcp_info(i: &flowstack_stack::TcpInfo) -> flowstack_api::tcpinfo::TcpInfo {
+    use flowstack_api::tcpinfo::INFINITE_SSTHRESH;
+    let mss = i.snd_mss.max(1);
+    let segs = |bytes: usize| bytes.div_ceil(mss).min(u32::MAX as usize) as u32;
+    flowstack_api::tcpinfo::TcpInfo {
+        state: linux_state(i.state),
+        retransmits: i.backoff.min(u8::MAX as u32) as u8,
+        snd_mss: i.snd_mss.min(u16::MAX as usize) as u16,
+        pmtu: i.pmtu.min(u16::MAX as usize) as u16,
+        rtt: i.srtt.map_or(0, micros),
+        rttvar: micros(i.rttvar),
+        rto: micros(i.rto),
+        unacked: segs(i.unacked),
+        snd_cwnd: segs(i.cwnd),
+        snd_ssthresh: match i.ssthresh {
+            usize::MAX => INFINITE_SSTHRESH,
+            b => segs(b).min(INFINITE_SSTHRESH),
+        },
+        total_retrans: i.stats.retransmits.min(u32::MAX as u64) as u32,
+        bytes_acked: i.stats.bytes_acked,
+        bytes_received: i.stats.bytes_received,
+    }
+}
+
 /// One engine's part of `flowstack stats` (the control part merges them, [`crate::stats::Stats::merge`]).
 pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
     use crate::stats::{AppRow, SockRow, Stats, SCHEMA};
@@ -80,8 +133,10 @@ pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
                         row.peer = SocketAddrV4::new(t.remote_ip.into(), t.remote_port).to_string();
                         row.send_q = (c.pending_tx.len() + k.send_queue()) as u64;
                         row.recv_q = c.outstanding + k.recv_queue() as u64;
-                        row.rtt_us = k.srtt().map(|d| d.as_micros() as u64);
-                        row.cwnd = Some(k.cwnd() as u64);
+                        let i = k.info();
+                        let li = linux_tcp_info(&i);
+                        row.rtt_us = i.srtt.map(|_| li.rtt as u64);
+                        row.cwnd = Some(i.cwnd as u64);
                     } else {
                         row.state = "CLOSED".into();
                     }
