@@ -743,7 +743,7 @@ impl Posix {
 
     /// `TCP_INFO`: the state, and for a connected socket the common fields the daemon's
     /// engine knows (`flowstack_api::tcpinfo`, one sync call per part). If the daemon
-    /// cannot answer (the connection is gone), the state alone.
+    /// cannot answer (no connection yet, or gone), the state alone.
     pub fn tcp_info(&self, id: SockId) -> Result<TcpInfo, Errno> {
         let mut g = self.lock()?;
         let st = g.sock(id)?.state;
@@ -753,7 +753,9 @@ impl Posix {
             State::Listening => 10,
             State::Fresh | State::Failed => 7,
         };
-        if st == State::Connected {
+        // Connecting too: the POSIX state learns of the handshake's end lazily (and taking
+        // it here would take a pending SO_ERROR); the daemon knows the engine's state.
+        if matches!(st, State::Connected | State::Connecting) {
             let c = g.client.as_mut().expect("registered");
             let mut info = TcpInfo::default();
             let whole = (0..flowstack_api::tcpinfo::PARTS).try_for_each(|part| {

@@ -56,7 +56,8 @@ pub(super) fn linux_tcp_info(i: &flowstack_stack::TcpInfo) -> flowstack_api::tcp
         retransmits: i.backoff.min(u8::MAX as u32) as u8,
         snd_mss: i.snd_mss.min(u16::MAX as usize) as u16,
         pmtu: i.pmtu.min(u16::MAX as usize) as u16,
-        rtt: i.srtt.map_or(0, micros),
+        // At least 1 µs once measured, as Linux (`tcp_rtt_estimator`: srtt is never 0).
+        rtt: i.srtt.map_or(0, |d| micros(d).max(1)),
         rttvar: micros(i.rttvar),
         rto: micros(i.rto),
         unacked: segs(i.unacked),
@@ -236,4 +237,67 @@ fn table_gauges(sh: &Shared, apps: &[App]) -> [(&'static str, u64); 6] {
             e.iter().map(|e| e.tcp_accounted_bytes() as u64).sum(),
         ),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::linux_tcp_info;
+    use flowstack_api::tcpinfo::INFINITE_SSTHRESH;
+    use flowstack_stack::{ConnStats, State, TcpInfo};
+    use std::time::Duration;
+
+    fn info() -> TcpInfo {
+        TcpInfo {
+            state: State::Established,
+            srtt: Some(Duration::from_nanos(250_400)),
+            rttvar: Duration::from_micros(80),
+            rto: Duration::from_millis(200),
+            snd_mss: 1460,
+            pmtu: 1500,
+            mtu_search: None,
+            cwnd: 14_600,
+            ssthresh: usize::MAX,
+            snd_wnd: 65_535,
+            unacked: 1461,
+            send_queue: 4000,
+            recv_queue: 0,
+            backoff: 2,
+            options: (true, true, 7, 7),
+            soft_error: None,
+            stats: ConnStats {
+                retransmits: 5,
+                bytes_acked: 123_456,
+                bytes_received: 789,
+                ..ConnStats::default()
+            },
+        }
+    }
+
+    #[test]
+    fn tcp_info_in_linuxs_units() {
+        let l = linux_tcp_info(&info());
+        assert_eq!(l.state, 1);
+        assert_eq!((l.rtt, l.rttvar, l.rto), (251, 80, 200_000), "µs, rounded up");
+        assert_eq!((l.snd_mss, l.pmtu), (1460, 1500));
+        assert_eq!(l.snd_cwnd, 10, "14600 bytes of 1460");
+        assert_eq!(l.unacked, 2, "1461 bytes in flight are two segments");
+        assert_eq!(l.snd_ssthresh, INFINITE_SSTHRESH, "before the first loss");
+        assert_eq!((l.retransmits, l.total_retrans), (2, 5));
+        assert_eq!((l.bytes_acked, l.bytes_received), (123_456, 789));
+    }
+
+    #[test]
+    fn after_a_loss_and_before_a_sample() {
+        let mut i = info();
+        i.ssthresh = 7300;
+        i.srtt = None;
+        i.state = State::CloseWait;
+        let l = linux_tcp_info(&i);
+        assert_eq!(l.snd_ssthresh, 5);
+        assert_eq!(l.rtt, 0, "not measured");
+        assert_eq!(l.state, 8);
+        // A sub-µs loopback sample still reads as measured, as Linux (srtt ≥ 1).
+        i.srtt = Some(Duration::ZERO);
+        assert_eq!(linux_tcp_info(&i).rtt, 1);
+    }
 }
