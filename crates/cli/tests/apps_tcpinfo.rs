@@ -78,7 +78,10 @@ fn tcp_info_reports_a_flowstack_connections_common_fields() {
             .lines()
             .find(|l| l.split(' ').next() == Some(name))
             .unwrap_or_else(|| panic!("no {name} line in {said}"));
-        line.split(' ').skip(1).map(|v| v.parse().unwrap()).collect()
+        line.split(' ')
+            .skip(1)
+            .map(|v| v.parse().unwrap())
+            .collect()
     };
     for name in ["client", "server"] {
         let [state, rtt, _rttvar, rto, mss, cwnd, ssthresh, unacked, acked, received] =
@@ -90,7 +93,10 @@ fn tcp_info_reports_a_flowstack_connections_common_fields() {
         assert!(rtt > 0, "{name}: rtt measured");
         assert!(rto > 0, "{name}: rto");
         assert!(mss > 0 && cwnd > 0, "{name}: snd_mss, snd_cwnd: {said}");
-        assert!(ssthresh > 0, "{name}: snd_ssthresh (infinite before a loss)");
+        assert!(
+            ssthresh > 0,
+            "{name}: snd_ssthresh (infinite before a loss)"
+        );
         assert!(unacked <= cwnd, "{name}: unacked in segments");
         // Each side's last data came with the acknowledgment of the other's 10000 bytes.
         let (want_received, at_least_acked) = match name {

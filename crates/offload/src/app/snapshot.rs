@@ -277,7 +277,11 @@ mod tests {
     fn tcp_info_in_linuxs_units() {
         let l = linux_tcp_info(&info());
         assert_eq!(l.state, 1);
-        assert_eq!((l.rtt, l.rttvar, l.rto), (251, 80, 200_000), "µs, rounded up");
+        assert_eq!(
+            (l.rtt, l.rttvar, l.rto),
+            (251, 80, 200_000),
+            "µs, rounded up"
+        );
         assert_eq!((l.snd_mss, l.pmtu), (1460, 1500));
         assert_eq!(l.snd_cwnd, 10, "14600 bytes of 1460");
         assert_eq!(l.unacked, 2, "1461 bytes in flight are two segments");
