@@ -63,10 +63,9 @@ mod tests {
         assert_eq!(offset_of!(T, tcpi_snd_ssthresh), at::SND_SSTHRESH);
         assert_eq!(offset_of!(T, tcpi_snd_cwnd), at::SND_CWND);
         assert_eq!(offset_of!(T, tcpi_total_retrans), at::TOTAL_RETRANS);
-        // libc's struct ends at tcpi_total_retrans; then pacing_rate and max_pacing_rate
-        // (u64 each), bytes_acked, bytes_received (linux/tcp.h).
-        assert_eq!(std::mem::size_of::<T>(), 104);
-        assert_eq!(at::BYTES_ACKED, 104 + 16);
+        assert_eq!(offset_of!(T, tcpi_bytes_acked), at::BYTES_ACKED);
+        assert_eq!(offset_of!(T, tcpi_bytes_received), at::BYTES_RECEIVED);
+        assert_eq!(at::BYTES_RECEIVED + 8, TCP_INFO_LEN);
     }
 
     #[test]
