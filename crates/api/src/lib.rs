@@ -19,6 +19,7 @@ pub mod error;
 pub mod record;
 pub mod region;
 pub mod socket;
+pub mod tcpinfo;
 
 pub use app::App;
 pub use counters::{Counter, Counters};

@@ -43,7 +43,9 @@ use crate::SocketError;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 /// Version of the record layout.
-pub const VERSION: u16 = 4;
+/// 5: `Command::TcpInfo` (an older daemon drops an unknown op without answering, so a
+/// sync call would hang: the version keeps the two apart instead).
+pub const VERSION: u16 = 5;
 /// Size of every record.
 pub const RECORD_LEN: usize = 64;
 /// Largest handle index a record may carry.
@@ -296,6 +298,13 @@ pub enum Command {
         /// The peer's (true) or ours.
         peer: bool,
     },
+    /// Part `part` of a connection's TCP_INFO (`crate::tcpinfo`); completion: that part.
+    TcpInfo {
+        /// Socket.
+        handle: u32,
+        /// Below `tcpinfo::PARTS`.
+        part: u32,
+    },
     /// A shim reports a socket it sent to the kernel instead (for `flowstack stats`).
     Report {
         /// Why ([`ReportKind`] code).
@@ -446,6 +455,8 @@ const OP_FILE_RELEASE: u16 = 40;
 const OP_SET_NOTIFY: u16 = 41;
 // 50–59: UDP of the POSIX layer.
 const OP_UDP_CARRIES: u16 = 50;
+// 60–69: queries of the POSIX layer (version 5).
+const OP_TCP_INFO: u16 = 60;
 
 fn put(out: &mut [u8; RECORD_LEN], r: core::ops::Range<usize>, v: &[u8]) {
     out[r].copy_from_slice(v);
@@ -579,6 +590,7 @@ impl CommandRecord {
                 0,
             ),
             Command::GetAddr { handle, peer } => (OP_GET_ADDR, handle, None, peer as u32, 0, 0),
+            Command::TcpInfo { handle, part } => (OP_TCP_INFO, handle, None, part, 0, 0),
             Command::Report { kind, dst } => {
                 (OP_REPORT, 0, Some((*dst.ip(), dst.port())), kind, 0, 0)
             }
@@ -825,6 +837,10 @@ impl CommandRecord {
                     handle,
                     peer: arg == 1,
                 }
+            }
+            OP_TCP_INFO if arg < crate::tcpinfo::PARTS => {
+                unused(true, false, true, true)?;
+                Command::TcpInfo { handle, part: arg }
             }
             OP_REPORT => {
                 no_handle()?;

@@ -38,7 +38,8 @@
 //! ([`Posix::send_to`], [`Posix::recv_from`], [`Posix::carries_dgram`]).
 //!
 //! # Not yet (first slice of this module)
-//! `tcp_info` beyond the state, and options other than `TCP_NODELAY` are remembered and
+//! `TCP_INFO` beyond its common fields (`flowstack_api::tcpinfo`), and options other than
+//! `TCP_NODELAY`, are remembered and
 //! reported back but not applied.
 
 use crate::{Client, Sock, LIVENESS_CHECK};
@@ -740,17 +741,35 @@ impl Posix {
         })
     }
 
-    /// `TCP_INFO` (first slice: the state).
+    /// `TCP_INFO`: the state, and for a connected socket the common fields the daemon's
+    /// engine knows (`flowstack_api::tcpinfo`, one sync call per part). If the daemon
+    /// cannot answer (no connection yet, or gone), the state alone.
     pub fn tcp_info(&self, id: SockId) -> Result<TcpInfo, Errno> {
         let mut g = self.lock()?;
         let st = g.sock(id)?.state;
+        let state = match st {
+            State::Connected => 1,
+            State::Connecting => 2,
+            State::Listening => 10,
+            State::Fresh | State::Failed => 7,
+        };
+        // Connecting too: the POSIX state learns of the handshake's end lazily (and taking
+        // it here would take a pending SO_ERROR); the daemon knows the engine's state.
+        if matches!(st, State::Connected | State::Connecting) {
+            let c = g.client.as_mut().expect("registered");
+            let mut info = TcpInfo::default();
+            let whole = (0..flowstack_api::tcpinfo::PARTS).try_for_each(|part| {
+                let v = sync(c, Command::TcpInfo { handle: id.0, part })?;
+                info.set_part(part, v);
+                Ok::<_, Errno>(())
+            });
+            if whole.is_ok() {
+                return Ok(info);
+            }
+        }
         Ok(TcpInfo {
-            state: match st {
-                State::Connected => 1,
-                State::Connecting => 2,
-                State::Listening => 10,
-                State::Fresh | State::Failed => 7,
-            },
+            state,
+            ..TcpInfo::default()
         })
     }
 

@@ -357,11 +357,10 @@ impl Backend for PosixBackend {
     ) -> Result<usize, Errno> {
         if (level, name) == (libc::IPPROTO_TCP, libc::TCP_INFO) {
             let info = self.p.tcp_info(posix::SockId(id)).map_err(e)?;
-            out.iter_mut().for_each(|b| *b = 0);
-            if let Some(b) = out.first_mut() {
-                *b = info.state;
-            }
-            return Ok(out.len().min(std::mem::size_of::<libc::tcp_info>()));
+            let b = crate::tcpinfo::tcp_info_bytes(&info);
+            let n = out.len().min(b.len());
+            out[..n].copy_from_slice(&b[..n]);
+            return Ok(n);
         }
         let Some(o) = opt_of(level, name) else {
             crate::state::count_unknown_option();

@@ -36,6 +36,7 @@ mod shim;
 pub mod sig;
 pub mod state;
 pub mod table;
+pub mod tcpinfo;
 
 /// Runs when the library is loaded: adopts placeholders inherited across exec.
 extern "C" fn on_load() {

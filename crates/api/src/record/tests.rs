@@ -96,6 +96,7 @@ fn all_commands() -> Vec<Command> {
             handle: 9,
             peer: true,
         },
+        Command::TcpInfo { handle: 9, part: 6 },
         Command::Report {
             kind: ReportKind::NotCarried as u32,
             dst: SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 53), 53),
@@ -329,8 +330,8 @@ fn file_sends_are_versioned_and_their_ranges_checked() {
 #[test]
 fn notify_modes_are_versioned_and_strict() {
     assert_eq!(
-        VERSION, 4,
-        "SetNotify and AttachOp::Wake came with version 4"
+        VERSION, 5,
+        "SetNotify and AttachOp::Wake came with version 4, TcpInfo with 5"
     );
     assert_eq!(AttachOp::from_code(6), Some(AttachOp::Wake));
     assert_eq!(AttachOp::Wake.fds(), 1);

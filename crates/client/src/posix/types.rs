@@ -157,9 +157,5 @@ pub struct Readiness {
     pub error: Option<Errno>,
 }
 
-/// `TCP_INFO`'s common fields (first slice: the state only).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct TcpInfo {
-    /// Linux `TCP_*` state number (1 established, 2 syn-sent, 7 close, 10 listen).
-    pub state: u8,
-}
+/// `TCP_INFO`'s common fields.
+pub use flowstack_api::tcpinfo::TcpInfo;

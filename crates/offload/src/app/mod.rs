@@ -841,6 +841,16 @@ impl App {
                 let r = r.map(|a| (u32::from(*a.ip()) as u64) << 16 | a.port() as u64);
                 self.complete(id, mode, handle, r);
             }
+            Command::TcpInfo { handle, part } => {
+                let r = self
+                    .gid(handle)
+                    .and_then(|g| match sh.socks.get(&g).map(|g| &g.kind) {
+                        Some(Kind::Conn(c)) => sh.lo.engines[c.eng].tcp_info(c.h),
+                        _ => Err(SocketError::InvalidState),
+                    });
+                let r = r.map(|i| snapshot::linux_tcp_info(&i).part(part).unwrap_or(0));
+                self.complete(id, mode, handle, r);
+            }
             Command::Report { kind, .. } => {
                 if let Some(c) = sh.counters.fallbacks.get_mut(kind as usize) {
                     *c += 1;

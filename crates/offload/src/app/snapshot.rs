@@ -18,6 +18,60 @@ fn ss_state(s: flowstack_stack::State) -> &'static str {
     }
 }
 
+/// Linux's `TCP_*` state number (`tcpi_state`).
+fn linux_state(s: flowstack_stack::State) -> u8 {
+    use flowstack_stack::State as S;
+    match s {
+        S::Established => 1,
+        S::SynSent => 2,
+        S::SynReceived => 3,
+        S::FinWait1 => 4,
+        S::FinWait2 => 5,
+        S::TimeWait => 6,
+        S::Closed => 7,
+        S::CloseWait => 8,
+        S::LastAck => 9,
+        S::Closing => 11,
+    }
+}
+
+/// A duration in whole µs, rounded up (a measured loopback RTT below 1 µs reads 1, not
+/// "unmeasured"), saturating.
+fn micros(d: std::time::Duration) -> u32 {
+    d.as_nanos().div_ceil(1000).min(u32::MAX as u128) as u32
+}
+
+/// A connection's TCP_INFO in Linux's units, for `getsockopt(TCP_INFO)` (`Command::TcpInfo`)
+/// and `flowstack stats` alike: times in µs, the congestion window, slow-start threshold
+/// and data in flight in segments of the send MSS (rounded up, as data in flight is whole
+/// segments), the threshold [`INFINITE_SSTHRESH`] before the first loss.
+///
+/// [`INFINITE_SSTHRESH`]: flowstack_api::tcpinfo::INFINITE_SSTHRESH
+pub(super) fn linux_tcp_info(i: &flowstack_stack::TcpInfo) -> flowstack_api::tcpinfo::TcpInfo {
+    use flowstack_api::tcpinfo::INFINITE_SSTHRESH;
+    let mss = i.snd_mss.max(1);
+    let segs = |bytes: usize| bytes.div_ceil(mss).min(u32::MAX as usize) as u32;
+    flowstack_api::tcpinfo::TcpInfo {
+        state: linux_state(i.state),
+        retransmits: i.backoff.min(u8::MAX as u32) as u8,
+        snd_mss: i.snd_mss.min(u16::MAX as usize) as u16,
+        pmtu: i.pmtu.min(u16::MAX as usize) as u16,
+        // At least 1 µs once measured, as Linux (`tcp_rtt_estimator`: srtt is never 0).
+        rtt: i.srtt.map_or(0, |d| micros(d).max(1)),
+        rttvar: micros(i.rttvar),
+        rto: micros(i.rto),
+        unacked: segs(i.unacked),
+        snd_cwnd: segs(i.cwnd),
+        snd_ssthresh: match i.ssthresh {
+            usize::MAX => INFINITE_SSTHRESH,
+            b => segs(b).min(INFINITE_SSTHRESH),
+        },
+        total_retrans: i.stats.retransmits.min(u32::MAX as u64) as u32,
+        bytes_acked: i.stats.bytes_acked,
+        bytes_received: i.stats.bytes_received,
+    }
+}
+
 /// One engine's part of `flowstack stats` (the control part merges them, [`crate::stats::Stats::merge`]).
 pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
     use crate::stats::{AppRow, SockRow, Stats, SCHEMA};
@@ -80,8 +134,10 @@ pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
                         row.peer = SocketAddrV4::new(t.remote_ip.into(), t.remote_port).to_string();
                         row.send_q = (c.pending_tx.len() + k.send_queue()) as u64;
                         row.recv_q = c.outstanding + k.recv_queue() as u64;
-                        row.rtt_us = k.srtt().map(|d| d.as_micros() as u64);
-                        row.cwnd = Some(k.cwnd() as u64);
+                        let i = k.info();
+                        let li = linux_tcp_info(&i);
+                        row.rtt_us = i.srtt.map(|_| li.rtt as u64);
+                        row.cwnd = Some(i.cwnd as u64);
                     } else {
                         row.state = "CLOSED".into();
                     }
@@ -181,4 +237,71 @@ fn table_gauges(sh: &Shared, apps: &[App]) -> [(&'static str, u64); 6] {
             e.iter().map(|e| e.tcp_accounted_bytes() as u64).sum(),
         ),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::linux_tcp_info;
+    use flowstack_api::tcpinfo::INFINITE_SSTHRESH;
+    use flowstack_stack::{ConnStats, State, TcpInfo};
+    use std::time::Duration;
+
+    fn info() -> TcpInfo {
+        TcpInfo {
+            state: State::Established,
+            srtt: Some(Duration::from_nanos(250_400)),
+            rttvar: Duration::from_micros(80),
+            rto: Duration::from_millis(200),
+            snd_mss: 1460,
+            pmtu: 1500,
+            mtu_search: None,
+            cwnd: 14_600,
+            ssthresh: usize::MAX,
+            snd_wnd: 65_535,
+            unacked: 1461,
+            send_queue: 4000,
+            recv_queue: 0,
+            backoff: 2,
+            options: (true, true, 7, 7),
+            soft_error: None,
+            stats: ConnStats {
+                retransmits: 5,
+                bytes_acked: 123_456,
+                bytes_received: 789,
+                ..ConnStats::default()
+            },
+        }
+    }
+
+    #[test]
+    fn tcp_info_in_linuxs_units() {
+        let l = linux_tcp_info(&info());
+        assert_eq!(l.state, 1);
+        assert_eq!(
+            (l.rtt, l.rttvar, l.rto),
+            (251, 80, 200_000),
+            "µs, rounded up"
+        );
+        assert_eq!((l.snd_mss, l.pmtu), (1460, 1500));
+        assert_eq!(l.snd_cwnd, 10, "14600 bytes of 1460");
+        assert_eq!(l.unacked, 2, "1461 bytes in flight are two segments");
+        assert_eq!(l.snd_ssthresh, INFINITE_SSTHRESH, "before the first loss");
+        assert_eq!((l.retransmits, l.total_retrans), (2, 5));
+        assert_eq!((l.bytes_acked, l.bytes_received), (123_456, 789));
+    }
+
+    #[test]
+    fn after_a_loss_and_before_a_sample() {
+        let mut i = info();
+        i.ssthresh = 7300;
+        i.srtt = None;
+        i.state = State::CloseWait;
+        let l = linux_tcp_info(&i);
+        assert_eq!(l.snd_ssthresh, 5);
+        assert_eq!(l.rtt, 0, "not measured");
+        assert_eq!(l.state, 8);
+        // A sub-µs loopback sample still reads as measured, as Linux (srtt ≥ 1).
+        i.srtt = Some(Duration::ZERO);
+        assert_eq!(linux_tcp_info(&i).rtt, 1);
+    }
 }

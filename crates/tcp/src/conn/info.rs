@@ -11,6 +11,8 @@ pub struct TcpInfo {
     pub state: State,
     /// Smoothed RTT, once measured.
     pub srtt: Option<Duration>,
+    /// RTT variation (RFC 6298 RTTVAR).
+    pub rttvar: Duration,
     /// Current retransmission timeout.
     pub rto: Duration,
     /// Effective send MSS (after the peer's option and path MTU discovery).
@@ -53,6 +55,7 @@ impl Connection {
         TcpInfo {
             state: self.state,
             srtt: self.snd.rtt.srtt(),
+            rttvar: self.snd.rtt.rttvar(),
             rto: self.snd.rtt.rto(),
             snd_mss: self.snd.mss,
             pmtu: self.snd.mss + 40,
