@@ -786,7 +786,7 @@ impl App {
                 offset,
                 len,
             } => {
-                let Some((scratch, len)) = self.take_tx_span(sh, offset, len, true) else {
+                let Some((scratch, len)) = self.take_dgram_span(sh, offset, len) else {
                     return;
                 };
                 let r = match self.gid(handle) {

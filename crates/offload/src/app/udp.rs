@@ -226,32 +226,24 @@ pub(super) fn service_dgram(
 }
 
 impl App {
-    /// Reads span `offset..offset+len` of the transmit area into the scratch buffer (taken:
-    /// give it back to `tx_scratch`) and frees it; None (counted) if the span is outside the
-    /// area. The client writes spans in order; whatever it names, the area it frees is
-    /// counted by what we took, so a lying client only garbles its own bytes.
-    ///
-    /// `dgram`: one datagram (at most 65507 bytes), whose span may wrap around the area's
-    /// end (a datagram is never split in two records).
-    pub(super) fn take_tx_span(
+    /// Reads one datagram's span `offset..offset+len` of the transmit area (at most 65507
+    /// bytes; it may wrap around the area's end, as a datagram is never split in two
+    /// records) into the scratch buffer (taken: give it back to `tx_scratch`) and frees it;
+    /// None (counted) if the span is outside the area. The client writes spans in order;
+    /// whatever it names, the area it frees is counted by what we took, so a lying client
+    /// only garbles its own bytes. (A stream's `TcpSend` reads its span in place.)
+    pub(super) fn take_dgram_span(
         &mut self,
         sh: &mut Shared,
         offset: u64,
         len: u64,
-        dgram: bool,
     ) -> Option<(Vec<u8>, usize)> {
-        let span = match dgram {
-            true if offset < TX_SIZE as u64 && len <= udp::MAX_DGRAM as u64 => {
-                Ok((offset as usize, len as usize))
-            }
-            true => Err(()),
-            false => check_span(offset, len, TX_SIZE).map_err(|_| ()),
-        };
-        let Ok((off, len)) = span else {
+        if offset >= TX_SIZE as u64 || len > udp::MAX_DGRAM as u64 {
             self.stats.bad_records += 1;
             sh.counters.bad_records += 1;
             return None;
-        };
+        }
+        let (off, len) = (offset as usize, len as usize);
         self.tx_freed += len as u64;
         let mut scratch = std::mem::take(&mut self.tx_scratch);
         if scratch.len() < len {
