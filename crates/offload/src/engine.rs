@@ -56,8 +56,16 @@ impl EngineLoop {
         let mut last_close_check = Instant::now();
         // When the current run of empty turns began (the spin before sleeping).
         let mut idle_since: Option<Instant> = None;
+        // Turns taken, for the periodic sweep; whether one swept since the last busy turn.
+        let mut turns: u64 = 0;
+        let mut swept = false;
         while !stop.load(Ordering::SeqCst) {
             let mut busy = false;
+            turns = turns.wrapping_add(1);
+            // A sweep (every socket looked at, app/marks.rs) every SWEEP_EVERY turns, and as
+            // the first empty turn's follow-up, so nothing marked late waits for a sleep.
+            let sweep = turns.is_multiple_of(app::SWEEP_EVERY) || idle_since.is_some() && !swept;
+            swept |= sweep;
             if let Some(c) = ctl.as_mut() {
                 busy |= c.turn(&mut self.sh, &mut self.apps);
             }
@@ -80,7 +88,7 @@ impl EngineLoop {
             sh.lo.set_now(now);
             busy |= sh.lo.poll(now);
             app::account(sh, apps);
-            busy |= app::service(sh, apps);
+            busy |= app::service(sh, apps, sweep);
             for a in apps.iter_mut() {
                 busy |= a.flush_events();
             }
@@ -98,6 +106,12 @@ impl EngineLoop {
             }
             if busy {
                 idle_since = None;
+                swept = false;
+                continue;
+            }
+            if !swept {
+                // One sweeping turn before the spin and the sleep.
+                idle_since.get_or_insert_with(Instant::now);
                 continue;
             }
             // Spin (bounded) before sleeping: a command posted within `spin` is taken without

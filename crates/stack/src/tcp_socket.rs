@@ -83,6 +83,8 @@ struct ConnSock {
     owned: bool,
     /// Listed in `TcpSockets::time_wait` (set once it was seen in TIME-WAIT unowned).
     tw_listed: bool,
+    /// Queued in `changed`.
+    changed: bool,
 }
 
 /// A table entry, boxed whole: the slot is one pointer (`Option<Box<Sock>>`, 8 bytes), and
@@ -106,6 +108,11 @@ pub(crate) struct TcpSockets {
     count: usize,
     /// Connections with work to do at the next dispatch (input, an application call).
     ready: Vec<Slot>,
+    /// Owned connections dispatched since their owner last asked ([`TcpSockets::take_changed`]):
+    /// every segment, timer and application call that can change what the application sees
+    /// (bytes received or acknowledged, the state, an error) passes through a dispatch, so
+    /// this is a superset of the connections whose application-visible state changed.
+    changed: Vec<Slot>,
     /// Timer deadlines (nanoseconds, slot); entries may be stale and are re-checked.
     timers: BinaryHeap<Reverse<Due>>,
     /// Slots seen entering TIME-WAIT without an owner, oldest first: what a full table gives
@@ -217,6 +224,7 @@ impl TcpSockets {
             isn: IsnGenerator::new(secret),
             count: 0,
             ready: Vec::new(),
+            changed: Vec::new(),
             timers: BinaryHeap::new(),
             time_wait: VecDeque::new(),
             configs: vec![Arc::new(limits.defaults)],
@@ -396,6 +404,7 @@ impl TcpSockets {
             listener: NO_LISTENER,
             owned: true,
             tw_listed: false,
+            changed: false,
         }));
         self.conns.insert(&tuple, i as Slot);
         self.count += 1;
@@ -682,6 +691,7 @@ impl TcpSockets {
             listener: listener.map_or(NO_LISTENER, |l| l as u32),
             owned: false,
             tw_listed: false,
+            changed: false,
         }));
         self.conns.insert(&t, i as Slot);
         self.count += 1;
@@ -831,6 +841,10 @@ impl TcpSockets {
                 continue;
             };
             c.ready = false;
+            if c.owned && !c.changed {
+                c.changed = true;
+                self.changed.push(i as Slot);
+            }
             if c.listener != NO_LISTENER {
                 self.settle_listener(i);
             }
@@ -840,6 +854,20 @@ impl TcpSockets {
         ready.clear();
         if self.ready.is_empty() {
             self.ready = ready; // keep the allocation
+        }
+    }
+
+    /// Hands over the connections dispatched since the last call ([`TcpSockets::changed`]),
+    /// each once, for an owner that looks only at connections that may have news (the
+    /// offload daemon's turn). Unasked, the list holds each owned connection at most once.
+    pub fn take_changed(&mut self, out: &mut Vec<TcpHandle>) {
+        for i in self.changed.drain(..).map(|i| i as usize) {
+            if let Some(Sock::Conn(c)) = at_mut(&mut self.socks, i) {
+                c.changed = false;
+                if c.owned {
+                    out.push(TcpHandle::from_raw(i));
+                }
+            }
         }
     }
 
@@ -874,6 +902,7 @@ impl TcpSockets {
             + self.conns.heap_bytes()
             + map(self.listeners.capacity(), size_of::<(u16, usize)>())
             + self.ready.capacity() * size_of::<Slot>()
+            + self.changed.capacity() * size_of::<Slot>()
             + self.timers.capacity() * size_of::<Reverse<Due>>()
             + self.time_wait.capacity() * size_of::<Slot>()
             + self.configs.capacity() * size_of::<Arc<TcpConfig>>();

@@ -30,6 +30,13 @@ pub struct DaemonCounters {
     /// Datagrams to a connected UDP socket from another source than its peer, dropped
     /// (`FlowstackdUdpPeerFiltered`).
     pub udp_peer_filtered: u64,
+    /// Sweeping turns (`service`: every [`SWEEP_EVERY`](super::SWEEP_EVERY)th turn and the
+    /// last one before idling look at every socket).
+    pub sweeps: u64,
+    /// Sockets a sweep found with something to do that no mark had named: a missed mark,
+    /// served late rather than lost (`FlowstackdServiceUnmarked`; 0 when every change marks
+    /// its socket).
+    pub sweep_found: u64,
 }
 
 impl DaemonCounters {
@@ -48,5 +55,7 @@ impl DaemonCounters {
         self.cross_engine_attach += o.cross_engine_attach;
         self.app_mem_limited += o.app_mem_limited;
         self.udp_peer_filtered += o.udp_peer_filtered;
+        self.sweeps += o.sweeps;
+        self.sweep_found += o.sweep_found;
     }
 }

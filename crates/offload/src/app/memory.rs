@@ -36,7 +36,7 @@ pub(crate) fn account(sh: &mut Shared, apps: &mut [App]) {
     for a in apps.iter_mut() {
         if (a.handles.len() as u64).saturating_mul(most) <= limit {
             a.memory = 0;
-            a.mem_limited = false;
+            unlimit(sh, a);
             continue;
         }
         let mut total = 0u64;
@@ -57,6 +57,20 @@ pub(crate) fn account(sh: &mut Shared, apps: &mut [App]) {
         if over && !a.mem_limited {
             sh.counters.app_mem_limited += 1;
         }
-        a.mem_limited = over;
+        if over {
+            a.mem_limited = true;
+        } else {
+            unlimit(sh, a);
+        }
+    }
+}
+
+/// Ends `a`'s limited state; its connections' stalled bytes can move again, so every one is
+/// looked at by the next turn (`marks`).
+fn unlimit(sh: &mut Shared, a: &mut App) {
+    if std::mem::replace(&mut a.mem_limited, false) {
+        for &gid in a.handles.values() {
+            sh.mark(gid);
+        }
     }
 }

@@ -59,6 +59,11 @@ mod control;
 mod counters;
 mod file;
 mod handles;
+mod marks;
+
+/// Every this many turns an engine thread looks at all its sockets, not only the marked
+/// ones (`marks`).
+pub(crate) const SWEEP_EVERY: u64 = 64;
 mod memory;
 mod notify;
 mod open;
@@ -223,6 +228,8 @@ pub(crate) struct GSock {
     pub ph: Option<Placeholder>,
     /// Closed by its applications; kept only to flush the bytes queued in the daemon.
     pub closing: bool,
+    /// Listed in `Shared::dirty` (its next turn looks at it).
+    dirty: bool,
 }
 
 impl GSock {
@@ -234,6 +241,7 @@ impl GSock {
             owners: vec![(app, handle)],
             ph: None,
             closing: false,
+            dirty: false,
         }
     }
 }
@@ -262,6 +270,15 @@ pub(crate) struct Shared {
     pub max_sockets_per_app: usize,
     /// Most bytes one application's sockets may hold queued here (`--max-app-memory`).
     pub max_app_memory: u64,
+    /// Sockets the next turn looks at ([`Shared::mark`]); `service` explains the marks.
+    dirty: Vec<u32>,
+    /// The list a turn works through (kept for its allocation).
+    dirty_spare: Vec<u32>,
+    /// Engine connections with news, as `Engine::tcp_take_changed` hands them over.
+    changed: Vec<TcpHandle>,
+    /// Socket id by (engine, connection slot), learned as connections are served; read only
+    /// after checking that the socket still is that connection.
+    by_slot: Vec<Vec<u32>>,
 }
 
 impl Shared {
@@ -279,14 +296,30 @@ impl Shared {
             ph_actions: Vec::new(),
             max_sockets_per_app: usize::MAX,
             max_app_memory: u64::MAX,
+            dirty: Vec::new(),
+            dirty_spare: Vec::new(),
+            changed: Vec::new(),
+            by_slot: Vec::new(),
         }
     }
 
+    /// A new socket: looked at by the next turn.
     fn insert(&mut self, g: GSock) -> u32 {
         let gid = self.next_gid;
         self.next_gid = self.next_gid.wrapping_add(1).max(1);
         self.socks.insert(gid, g);
+        self.mark(gid);
         gid
+    }
+
+    /// Asks the next turn to look at socket `gid` (see `service`).
+    pub(crate) fn mark(&mut self, gid: u32) {
+        if let Some(g) = self.socks.get_mut(&gid) {
+            if !g.dirty {
+                g.dirty = true;
+                self.dirty.push(gid);
+            }
+        }
     }
 
     /// Releases what `g` holds in the port table (before the caller reports the close).
@@ -337,6 +370,7 @@ impl Shared {
                 g.closing = true;
                 c.shutdown_pending = false;
                 self.socks.insert(gid, g);
+                self.mark(gid); // served every turn until its bytes are out
                 return;
             }
         }
@@ -415,6 +449,9 @@ pub(crate) struct App {
     /// Credit posted this turn crossed a connection's wake threshold (`service::credit_wakes`):
     /// quiet credit events wake the application if it waits for send space.
     pub(crate) credit_wake: bool,
+    /// Connections whose delivery stopped for want of room in the receive area: marked
+    /// when the application frees some (`service`).
+    area_wait: Vec<u32>,
 }
 
 impl App {
@@ -448,6 +485,7 @@ impl App {
             memory: 0,
             mem_limited: false,
             credit_wake: false,
+            area_wait: Vec::new(),
         })
     }
 
@@ -580,6 +618,22 @@ impl App {
     }
 
     fn execute(&mut self, sh: &mut Shared, rec: CommandRecord) {
+        // The socket a command names is looked at by the next turn, as is one it creates.
+        let named = marks::named(&rec.cmd).and_then(|h| self.handles.get(&h).copied());
+        let created = self.next_local;
+        self.run(sh, rec);
+        let after = marks::named(&rec.cmd).and_then(|h| self.handles.get(&h).copied());
+        for gid in named.into_iter().chain(after) {
+            sh.mark(gid);
+        }
+        if self.next_local != created {
+            if let Some(&gid) = self.handles.get(&created) {
+                sh.mark(gid);
+            }
+        }
+    }
+
+    fn run(&mut self, sh: &mut Shared, rec: CommandRecord) {
         let CommandRecord { id, mode, cmd } = rec;
         match cmd {
             Command::TcpListen { port, backlog } => {
@@ -888,14 +942,17 @@ impl App {
 
     /// Reads what the application released of its receive area (it only moves forward, up
     /// to what was delivered).
-    fn read_rx_freed(&mut self) {
+    /// Reads how much of the receive area the application freed; true if more than before.
+    fn read_rx_freed(&mut self) -> bool {
         let freed = self
             .region
             .atomic_u64(at::RX_FREED)
             .map(|a| a.load(Ordering::Acquire))
             .unwrap_or(0);
-        if freed >= self.rx_freed && freed <= self.rx_head {
+        if freed > self.rx_freed && freed <= self.rx_head {
             self.rx_freed = freed;
+            return true;
         }
+        false
     }
 }

@@ -8,33 +8,60 @@ type Accepted = Result<(usize, TcpHandle), SocketError>;
 
 /// Moves data and state between the engines and the applications; true if anything
 /// happened. New connections for waiting sync accepts are handed out here too.
-pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
+///
+/// Looks at the sockets marked since the last turn, or at every socket when `sweep` (see
+/// `marks` for what marks a socket and why sweeps remain).
+pub(crate) fn service(sh: &mut Shared, apps: &mut [App], sweep: bool) -> bool {
     for a in apps.iter_mut() {
-        a.read_rx_freed();
+        if a.read_rx_freed() {
+            for gid in a.area_wait.drain(..) {
+                sh.mark(gid);
+            }
+        }
     }
+    sh.collect_changes();
     let mut busy = reuse::dispatch(sh);
     let mut accepts: Vec<(u64, u32, u32, Accepted)> = Vec::new();
     let mut done: Vec<u32> = Vec::new();
     // One event buffer for every connection of the turn (allocated once per turn at most).
     let mut evs = std::mem::take(&mut sh.evs);
+    let mut list = std::mem::take(&mut sh.dirty_spare);
+    list.clear();
+    if sweep {
+        sh.counters.sweeps += 1;
+        list.extend(sh.socks.keys().copied());
+        sh.dirty.clear(); // every socket is looked at below, and its mark cleared
+    } else {
+        std::mem::swap(&mut list, &mut sh.dirty);
+    }
     let Shared {
         lo,
         socks,
         ph_actions,
         counters,
+        dirty,
+        by_slot,
         ..
     } = sh;
-    let udp_filtered = &mut counters.udp_peer_filtered;
-    for (&gid, g) in socks.iter_mut() {
+    for &gid in &list {
+        let Some(g) = socks.get_mut(&gid) else {
+            continue; // released since it was marked
+        };
+        let marked = std::mem::replace(&mut g.dirty, false);
+        let mut did = false;
+        // Listeners, UDP sockets and closing connections are looked at every turn.
+        let mut sticky = false;
         match &mut g.kind {
             Kind::Listener {
                 hs, waiting, queue, ..
             } => {
+                sticky = true;
                 while !waiting.is_empty() {
                     match try_accept(lo, hs, queue) {
                         Some(r) => {
                             let (app, id, l) = waiting.pop_front().expect("waiting");
                             accepts.push((app, id, l, r));
+                            did = true;
                         }
                         None => break,
                     }
@@ -42,13 +69,14 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
                 if let Some(ph) = &g.ph {
                     if !ph.token_out && readable_now(lo, &g.kind) {
                         ph_actions.push((gid, true, false));
-                        busy = true;
+                        did = true;
                     }
                 }
             }
             Kind::Conn(c) if g.closing => {
+                sticky = true;
                 let out = service_conn(lo, 0, c, &mut Vec::new(), None);
-                busy |= out.busy;
+                did |= out.busy;
                 let e = &mut lo.engines[c.eng];
                 if c.pending_tx.is_empty() || e.tcp_error(c.h).is_some() {
                     let _ = e.tcp_close(c.h);
@@ -56,6 +84,7 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
                 }
             }
             Kind::Conn(c) => {
+                marks::note_slot(by_slot, c.eng, c.h, gid);
                 let holder = g
                     .holder
                     .and_then(|(app, h)| apps.iter().position(|a| a.id == app).map(|i| (i, h)));
@@ -65,11 +94,14 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
                         let a = &mut apps[i];
                         let out = service_conn(lo, handle, c, &mut evs, Some(&mut *a));
                         a.credit_wake |= out.credit_wake;
+                        if out.area_full && !a.area_wait.contains(&gid) {
+                            a.area_wait.push(gid);
+                        }
                         out
                     }
                     None => service_conn(lo, 0, c, &mut evs, None),
                 };
-                busy |= out.busy;
+                did |= out.busy;
                 if let Some((i, _)) = holder {
                     for e in evs.drain(..) {
                         // A completion for a sync connect goes to the app that waited.
@@ -81,14 +113,22 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
                 }
             }
             Kind::Udp(d) => {
+                sticky = true;
                 let holder = g
                     .holder
                     .and_then(|(app, h)| apps.iter().position(|a| a.id == app).map(|i| (i, h)));
                 if let Some((i, handle)) = holder {
                     evs.clear();
                     let a = &mut apps[i];
-                    if super::udp::service_dgram(lo, handle, d, &mut evs, a, udp_filtered) {
-                        busy = true;
+                    if super::udp::service_dgram(
+                        lo,
+                        handle,
+                        d,
+                        &mut evs,
+                        a,
+                        &mut counters.udp_peer_filtered,
+                    ) {
+                        did = true;
                         for e in evs.drain(..) {
                             a.post(e);
                         }
@@ -100,7 +140,17 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
             }
             Kind::Fresh { .. } | Kind::Failed(_) => {}
         }
+        if sweep && !marked && !sticky && did {
+            counters.sweep_found += 1;
+        }
+        if sticky {
+            g.dirty = true;
+            dirty.push(gid);
+        }
+        busy |= did;
     }
+    list.clear();
+    sh.dirty_spare = list;
     sh.evs = evs;
     for gid in done {
         sh.socks.remove(&gid);
@@ -258,6 +308,9 @@ struct ConnOut {
     writable: bool,
     /// The credit returned crossed the wake threshold (`credit_wakes`).
     credit_wake: bool,
+    /// Delivery stopped because the holder's receive area is full (resumed when it frees
+    /// room: `App::area_wait`).
+    area_full: bool,
 }
 
 /// One connection's turn. `app` is its holder (None: nobody holds it now — bytes still go
@@ -361,6 +414,7 @@ fn service_conn(
             .min(area_free)
             .min(to_end);
         if room == 0 {
+            out.area_full = area_free == 0;
             break;
         }
         // Straight from the engine's receive ring into the application's area (one copy; the

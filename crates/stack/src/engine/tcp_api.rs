@@ -54,6 +54,14 @@ impl Engine {
         self.tcp.accept(listener)
     }
 
+    /// Appends the connections that may have news for their application since the last call:
+    /// every one whose received or acknowledged bytes, state or error changed (a superset:
+    /// each connection a poll dispatched — for a segment, a timer or an application call).
+    /// An owner that asks after every poll can look at these instead of at every connection.
+    pub fn tcp_take_changed(&mut self, out: &mut Vec<TcpHandle>) {
+        self.tcp.take_changed(out);
+    }
+
     /// Opens a connection to `remote` (non-blocking: poll until writable or failed).
     pub fn tcp_connect(&mut self, remote: SocketAddrV4) -> Result<TcpHandle, SocketError> {
         let cfg = self.tcp.defaults();
