@@ -283,6 +283,7 @@ fn nginx_two_workers_serve_curl_ab_wrk_and_a_kernel_client() {
     if !fallback {
         w.assert_flowstack("curl", 1);
         w.assert_flowstack("nginx", 1);
+        w.assert_every_change_marked();
         assert!(
             kernel_sockets_on(port)
                 .iter()
@@ -366,6 +367,7 @@ fn redis_benchmark_and_a_10_mb_value_byte_exact() {
         w.assert_flowstack("redis-cli", 1);
         w.assert_flowstack("redis-benchmark", 50);
         w.assert_flowstack("redis-server", 1);
+        w.assert_every_change_marked();
     }
 }
 
@@ -419,6 +421,7 @@ fn iperf3_forward_reverse_and_parallel() {
     }
     if !fallback {
         w.assert_flowstack("iperf3", 2);
+        w.assert_every_change_marked();
     }
 }
 

@@ -174,6 +174,17 @@ impl World {
             .unwrap_or_else(|| panic!("no counter {name} in {v}"))
     }
 
+    /// The daemon's turns looked only at marked sockets and no sweep found one with work
+    /// that no mark had named (a missed mark: news served late). Call after a workload.
+    pub fn assert_every_change_marked(&self) {
+        assert!(self.counter("FlowstackdServiceSweeps") > 0, "no sweep ran");
+        assert_eq!(
+            self.counter("FlowstackdServiceUnmarked"),
+            0,
+            "a sweep found a socket with work no mark had named"
+        );
+    }
+
     pub fn report(&self) -> String {
         std::fs::read_to_string(&self.report).unwrap_or_default()
     }
