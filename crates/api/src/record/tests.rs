@@ -1,5 +1,6 @@
 //! The record codec's tests: round trips, rejections, and mutated or random records.
 use super::*;
+use crate::SocketError;
 
 fn all_commands() -> Vec<Command> {
     let sa = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 8080);
