@@ -4,12 +4,26 @@
 //! share of its cores it got ([`loop_share`], from its rate).
 
 use crate::calib::Calibration;
-use crate::fit::{bench_scenario, predict_p50, CAL_CONFIGS};
-use crate::model::{simulate, Clients, Workload};
+use crate::fit::{bench_scenario, CAL_CONFIGS};
+use crate::model::{simulate, Clients, Scenario, Workload};
 use flowstack_prof::report::Peer;
 
 /// The message size of the loop-speed probe: flowstack's rr calibration run's.
 pub const SPEED_PROBE_SIZE: usize = CAL_CONFIGS[0].msg_size;
+
+/// The probe's configuration: `bench rr --peer flowstack --cores N --msg-size 1024`, one
+/// connection per core.
+fn probe_scenario(cores: usize) -> Scenario {
+    bench_scenario(
+        Peer::Flowstack,
+        Workload::Rr,
+        SPEED_PROBE_SIZE,
+        cores,
+        cores,
+        Clients::Colocated,
+        1,
+    )
+}
 
 /// How fast flowstack's drive loop runs now relative to the calibration: the calibration's
 /// median response time of `bench rr --peer flowstack --cores N --msg-size 1024` (the
@@ -21,15 +35,7 @@ pub fn loop_speed(cal: &Calibration, cores: usize, probe_p50_us: f64) -> Result<
     if !(probe_p50_us > 0.0 && probe_p50_us.is_finite()) {
         return Err("a speed probe needs a positive median".into());
     }
-    let p = predict_p50(
-        cal,
-        Peer::Flowstack,
-        Workload::Rr,
-        SPEED_PROBE_SIZE,
-        cores,
-        cores,
-        Clients::Colocated,
-    )?;
+    let p = simulate(&probe_scenario(cores), cal)?.p50_us;
     Ok(p / probe_p50_us)
 }
 
@@ -52,15 +58,7 @@ pub fn loop_share(
     if !(probe_per_s > 0.0 && probe_per_s.is_finite()) {
         return Err("a share probe needs a positive rate".into());
     }
-    let mut sc = bench_scenario(
-        Peer::Flowstack,
-        Workload::Rr,
-        SPEED_PROBE_SIZE,
-        cores,
-        cores,
-        Clients::Colocated,
-        1,
-    );
+    let mut sc = probe_scenario(cores);
     sc.host_speed = speed;
     let whole = simulate(&sc, cal)?.per_s;
     Ok((probe_per_s / whole).clamp(0.02, 1.0))

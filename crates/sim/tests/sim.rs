@@ -408,32 +408,90 @@ fn the_median_of_runs_over_random_placements_is_the_most_likely_median() {
 
 /// Kernel rr, `--cores 2`, both servers on core 0 (one connection local, one from core 1):
 /// with the scheduler the local pair's thread keeps core 0 from its wake-up until it
-/// blocks, so the cross-core server runs between its turns and not between each of its
-/// steps, and the merged median is the local connection's, as in the all-local placement
-/// (measured: 13.2 µs in both). Served job by job (a slice of 1 ps) the cross-core
-/// server's steps interleave with every step of the local pair and the median rises.
+/// blocks, so the cross-core server runs between the local pair's transactions and not
+/// between each of their steps: a local transaction either takes its whole time alone (as
+/// in the all-local placement) or waits for a whole turn of the other server. Served job by
+/// job (a slice of 1 ps) the cross-core server's steps come between the local pair's steps,
+/// and response times between those two appear.
+///
+/// The costs are the test's own (what the property needs: a wake-up, a cross-core latency,
+/// a copy and the kernel's segment costs), not the preset's. The placement's *median* is not
+/// asserted: its response times are three modes — the local pair alone, the local pair
+/// behind one turn of the cross-core server, the cross-core connection — and about half of
+/// the transactions are in the first, so the median sits on the edge between the first two
+/// modes and jumps from one to the other when a cost moves the first mode's share across
+/// one half (with the vm preset of 2026-11-23 it was the first, 13.9 µs; with that of
+/// 2026-11-27 07:27 UTC, a 32 % dearer wake-up, the second: 25.1 µs where the all-local
+/// placement has 16.7). That placement is printed by `--validate`, not validated.
 #[test]
 fn with_the_scheduler_a_cross_core_server_does_not_slow_the_local_pair_step_by_step() {
+    let mut cal = vm();
+    cal.host.syscall_ns = 200.0;
+    cal.host.wakeup_ns = 4_000.0;
+    cal.host.cross_core_ns = 15_000.0;
+    cal.host.copy_per_byte_ns = 0.1;
+    cal.host.interrupt_ns = 1_000.0;
+    let k = &mut cal.kernel;
+    (k.send_fixed_ns, k.recv_fixed_ns) = (1_000.0, 1_000.0);
+    (k.send_per_byte_ns, k.recv_per_byte_ns) = (0.0, 0.0);
+    (k.ctrl_send_ns, k.ctrl_recv_ns) = (700.0, 700.0);
+    k.write_ns = 0.0;
+    // Each transaction's response time, sorted.
     let run = |slice_ns: f64, servers: Vec<usize>| {
-        let mut cal = vm();
-        cal.host.sched_slice_ns = slice_ns;
-        // The cross-core wake-up of the 2026-11-23 preset (the mechanism, not the preset).
-        cal.host.cross_core_ns = 17_668.7;
-        // ... and the wake-up and copy of the preset it was measured against.
-        cal.host.wakeup_ns = 4_522.9;
-        cal.host.copy_per_byte_ns = 0.1461;
+        let mut c = cal.clone();
+        c.host.sched_slice_ns = slice_ns;
         let mut sc = Scenario::new(Arch::parse("kernel").unwrap(), Workload::Rr, 64, 2);
         sc.conns = 2;
         sc.clients = Clients::Colocated;
         sc.txns = 6000;
         sc.server_cores = Some(servers);
-        simulate(&sc, &cal).unwrap().p50_us
+        let mut l: Vec<f64> = simulate_tally(&sc, &c)
+            .unwrap()
+            .latencies_ps
+            .iter()
+            .map(|&x| x as f64 / 1e6)
+            .collect();
+        l.sort_by(f64::total_cmp);
+        l
     };
     let local = run(1.5e6, vec![0, 1]);
+    let alone = local[local.len() / 2];
+    assert!(
+        (local[0] - alone).abs() < 0.01 * alone,
+        "all local: every transaction alike ({} .. {alone})",
+        local[0]
+    );
+    let at_alone = |l: &[f64]| {
+        l.iter()
+            .filter(|&&x| (x - alone).abs() < 0.01 * alone)
+            .count() as f64
+            / l.len() as f64
+    };
     let mixed = run(1.5e6, vec![0, 0]);
-    let mixed_fifo = run(1e-3, vec![0, 0]);
-    assert!((mixed - local).abs() < 0.05 * local, "{mixed} vs {local}");
-    assert!(mixed_fifo > 1.1 * local, "{mixed_fifo} vs {local}");
+    assert!(
+        at_alone(&mixed) > 0.3,
+        "mixed: {:.2} of the transactions as fast as the local pair alone ({alone} us)",
+        at_alone(&mixed)
+    );
+    // The rest of the local pair's transactions wait for one whole turn of the other
+    // server: no response time lies between the two.
+    let turn = mixed.iter().copied().find(|&x| x > 1.01 * alone).unwrap();
+    assert!(turn > 1.3 * alone, "{turn} vs {alone}");
+    let between = |l: &[f64]| {
+        l.iter()
+            .filter(|&&x| x > 1.01 * alone && x < 0.99 * turn)
+            .count() as f64
+            / l.len() as f64
+    };
+    assert_eq!(between(&mixed), 0.0);
+    // Job by job, the other server's steps come between the local pair's steps: response
+    // times between the two modes.
+    let fifo = run(1e-3, vec![0, 0]);
+    assert!(
+        between(&fifo) > 0.05,
+        "job by job: {:.2} between {alone} and {turn} us",
+        between(&fifo)
+    );
 }
 
 /// `--validate --fresh` fits to two calibration passes, before and after the validation
@@ -667,6 +725,34 @@ fn stream_writes_leave_in_full_segments_whatever_their_size() {
     let k = rate("kernel", 65536) / rate("kernel", 16384);
     // (With the fitted work per write, `kernel.write_ns`: the bench measures ~1.1x.)
     assert!(k > 1.0 && k < 1.25, "kernel 64 KiB / 16 KiB = {k}");
+}
+
+/// A stream's receiver reads what has arrived, per 64 KiB whatever the write size: with no
+/// work per write (`kernel.write_ns` 0) 128 KiB writes run at the 64 KiB rate. (Its reads
+/// and wake-ups were once per write above 64 KiB: 128 KiB writes paid half of them per
+/// byte, and the copy per byte fitted to the 128 KiB calibration run predicted 64 KiB writes
+/// 14 % slower, where the bench measures them alike.) The calibration's kernel stream runs
+/// bracket the validated 64 KiB (`fit::KERNEL_STREAM_SIZES`), so with the fitted work per
+/// write the 64 KiB rate lies between theirs.
+#[test]
+fn a_stream_is_read_per_64_kib_and_its_64_kib_rate_lies_between_the_calibration_sizes() {
+    use flowstack_sim::fit::KERNEL_STREAM_SIZES;
+    let rate = |cal: &Calibration, size: usize| {
+        let mut sc = Scenario::new(Arch::parse("kernel").unwrap(), Workload::Stream, size, 1);
+        sc.clients = Clients::Colocated;
+        sc.txns = 4000;
+        simulate(&sc, cal).unwrap().mbps
+    };
+    let mut flat = vm();
+    flat.kernel.write_ns = 0.0;
+    let f = rate(&flat, 131072) / rate(&flat, 65536);
+    assert!((f - 1.0).abs() < 0.01, "128 KiB / 64 KiB = {f}");
+    let (big, small) = KERNEL_STREAM_SIZES;
+    assert!(small < 65536 && 65536 < big);
+    let cal = vm();
+    assert!(cal.kernel.write_ns > 0.0);
+    let (lo, mid, hi) = (rate(&cal, small), rate(&cal, 65536), rate(&cal, big));
+    assert!(lo < mid && mid < hi, "{lo} {mid} {hi}");
 }
 
 /// The kernel's stack does work per send call that does not grow with the call's bytes

@@ -101,6 +101,9 @@ fn cal_runs(a: &SimArgs, dir: &std::path::Path) -> Result<CalRuns, String> {
             let before = CpuSnapshot::take();
             let own = OwnPerCpu::start(2);
             let r = run_offload(ow, osize, a.duration, a.runs)?;
+            // `FILE@cpu0` in shares.json: cpu 0's own share, the daemon's, which the run is
+            // simulated at (`OffloadCalRun::daemon_share`; README "The offload stream's
+            // daemon at its own CPU's share").
             if let Some(Some(d)) = own.shares().first() {
                 shares.insert(format!("{ofile}@cpu0"), *d);
             }
