@@ -30,6 +30,10 @@ pub struct DaemonCounters {
     /// Datagrams to a connected UDP socket from another source than its peer, dropped
     /// (`FlowstackdUdpPeerFiltered`).
     pub udp_peer_filtered: u64,
+    /// Bytes of `TcpSend`s queued straight from transmit areas, without a copy (`txzc`).
+    pub tx_zc_bytes: u64,
+    /// Bytes of such sends copied back out of a transmit area under pressure (`txzc`).
+    pub tx_rehomed_bytes: u64,
 }
 
 impl DaemonCounters {
@@ -48,5 +52,7 @@ impl DaemonCounters {
         self.cross_engine_attach += o.cross_engine_attach;
         self.app_mem_limited += o.app_mem_limited;
         self.udp_peer_filtered += o.udp_peer_filtered;
+        self.tx_zc_bytes += o.tx_zc_bytes;
+        self.tx_rehomed_bytes += o.tx_rehomed_bytes;
     }
 }

@@ -65,6 +65,7 @@ mod open;
 mod reuse;
 mod service;
 mod snapshot;
+mod txzc;
 mod udp;
 use control::{
     addr_of, bind, detach, listen, readable_now, set_failed, token_cleared, want_writable,
@@ -415,6 +416,8 @@ pub(crate) struct App {
     /// Credit posted this turn crossed a connection's wake threshold (`service::credit_wakes`):
     /// quiet credit events wake the application if it waits for send space.
     pub(crate) credit_wake: bool,
+    /// Spans of the transmit area sent without a copy and not yet released (`txzc`).
+    txzc: txzc::TxZc,
 }
 
 impl App {
@@ -448,6 +451,7 @@ impl App {
             memory: 0,
             mem_limited: false,
             credit_wake: false,
+            txzc: txzc::TxZc::default(),
         })
     }
 
@@ -657,24 +661,31 @@ impl App {
                     sh.counters.bad_records += 1;
                     return;
                 };
+                let pos = self.tx_freed;
                 self.tx_freed += len as u64;
                 let area = LAYOUT.tx_off + off;
                 let gid = self.gid(handle);
                 let r = match gid.map(|g| sh.socks.get_mut(&g).map(|g| &mut g.kind)) {
                     Ok(Some(Kind::Conn(c))) if c.closed_told => Err(SocketError::BrokenPipe),
                     Ok(Some(Kind::Conn(c))) => {
-                        // Nothing queued before them: copied from the transmit area straight
-                        // into the engine's send buffer (its credit is told by the
-                        // connection's next turn), the rest queued here.
+                        // Nothing queued before them: a bulk span is sent from the transmit
+                        // area itself (`txzc`), the rest copied from it straight into the
+                        // engine's send buffer (their credit is told by the connection's
+                        // next turn); what the engine cannot take is queued here.
                         let mut from = 0;
                         if c.pending_tx.is_empty() && !self.mem_limited {
                             let e = &mut sh.lo.engines[c.eng];
                             let region = &self.region;
-                            from = e
-                                .tcp_send_with(c.h, len, |dst, at| {
-                                    let _ = region.read_at(area + at, dst);
-                                })
-                                .unwrap_or(0);
+                            from = self.txzc.send(region, e, c.eng, c.h, area, pos, len);
+                            sh.counters.tx_zc_bytes += from as u64;
+                            if from < len {
+                                let zc = from;
+                                from += e
+                                    .tcp_send_with(c.h, len - zc, |dst, at| {
+                                        let _ = region.read_at(area + zc + at, dst);
+                                    })
+                                    .unwrap_or(0);
+                            }
                             c.direct_taken += from as u64;
                         }
                         if from < len {
@@ -702,11 +713,9 @@ impl App {
                     Ok(Some(_)) => Err(SocketError::NotConnected),
                     _ => Err(SocketError::InvalidHandle),
                 };
-                // Every byte of the span is read (or belongs to no connection): the client
-                // may write over it.
-                if let Some(a) = self.region.atomic_u64(at::TX_FREED) {
-                    a.store(self.tx_freed, Ordering::Release);
-                }
+                // Every byte of the span is read or pinned (or belongs to no connection): the
+                // client may write over what is not pinned.
+                self.publish_tx_freed();
                 self.complete(id, mode, handle, r);
             }
             Command::TcpConsume { handle, len } => {
@@ -819,7 +828,12 @@ impl App {
             }
             Command::WantWritable { handle } => {
                 if let Ok(gid) = self.gid(handle) {
-                    want_writable(sh, gid);
+                    // A send that found no area room waits for it, not for credit.
+                    let full = self.tx_area_full();
+                    if full {
+                        self.txzc.wait_for_room(gid, handle);
+                    }
+                    want_writable(sh, gid, !full);
                 }
             }
             Command::SetNotify { handle, quiet } => {

@@ -424,7 +424,7 @@ fn push_pending(e: &mut flowstack_stack::Engine, c: &mut Conn) -> u64 {
     taken
 }
 
-fn writable(handle: u32, len: u64) -> EventRecord {
+pub(super) fn writable(handle: u32, len: u64) -> EventRecord {
     EventRecord {
         kind: EventKind::Writable,
         id: 0,

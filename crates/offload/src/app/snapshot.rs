@@ -182,6 +182,8 @@ pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
         ("FlowstackdCrossEngineAttach", d.cross_engine_attach),
         ("FlowstackdAppMemLimited", d.app_mem_limited),
         ("FlowstackdUdpPeerFiltered", d.udp_peer_filtered),
+        ("FlowstackdTxZcBytes", d.tx_zc_bytes),
+        ("FlowstackdTxRehomedBytes", d.tx_rehomed_bytes),
         ("FlowstackdLinkSteered", steer.forwarded),
         (
             "FlowstackdLinkSteerDrops",

@@ -166,6 +166,14 @@ impl Engine {
         self.tcp.conn_mut(h).ok()?.take_zc_completion()
     }
 
+    /// Gives back the memory of zero-copy send `token` before it is acknowledged: its
+    /// unacknowledged bytes are copied to the heap (an allocation: for a lender under
+    /// pressure only) and the queue's reference to the original is dropped. Returns the bytes
+    /// copied (0 if the send is no longer queued or was already copied).
+    pub fn tcp_zc_rehome(&mut self, h: TcpHandle, token: u64) -> Result<usize, SocketError> {
+        Ok(self.tcp.conn_mut(h)?.rehome_zc(token))
+    }
+
     /// Reads received bytes; `Ok(0)` means the peer closed (end of stream).
     pub fn tcp_recv(&mut self, h: TcpHandle, buf: &mut [u8]) -> Result<usize, SocketError> {
         let _p = flowstack_prof::enter(flowstack_prof::Layer::AppCopyOut);

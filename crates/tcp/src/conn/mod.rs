@@ -399,6 +399,13 @@ impl Connection {
         self.snd.queue.take_completed()
     }
 
+    /// Replaces the borrowed memory of zero-copy buffer `token`, still queued, by a heap copy
+    /// of its unacknowledged bytes, releasing the original to its owner; returns the bytes
+    /// copied (0: no such buffer, or already copied). See [`crate::sendq::SendQueue::rehome`].
+    pub fn rehome_zc(&mut self, token: u64) -> usize {
+        self.snd.queue.rehome(token)
+    }
+
     /// Zero-copy receive: up to two slices of readable bytes; call [`Connection::consume`]
     /// with how many were used.
     pub fn peek_recv(&self, max: usize) -> (&[u8], &[u8]) {
