@@ -76,6 +76,7 @@ pub(crate) use memory::account;
 pub(crate) use service::service;
 use service::{release_kind, try_accept};
 pub(crate) use snapshot::snapshot;
+pub use txzc::TX_HOLD_LIMIT;
 
 /// Commands taken from one application per loop turn (fairness between applications).
 const CMD_BUDGET: usize = 256;
@@ -263,6 +264,8 @@ pub(crate) struct Shared {
     pub max_sockets_per_app: usize,
     /// Most bytes one application's sockets may hold queued here (`--max-app-memory`).
     pub max_app_memory: u64,
+    /// Transmit-area bytes pinned spans may hold before they are copied out (`txzc`).
+    pub tx_hold_limit: u64,
 }
 
 impl Shared {
@@ -280,6 +283,7 @@ impl Shared {
             ph_actions: Vec::new(),
             max_sockets_per_app: usize::MAX,
             max_app_memory: u64::MAX,
+            tx_hold_limit: TX_HOLD_LIMIT,
         }
     }
 

@@ -17,7 +17,8 @@
 //! - **Small spans keep the copy path** (a request or a reply: latency, not bandwidth).
 //! - **No hang when the area is pinned.** A connection whose peer stops reading pins its
 //!   spans (up to its send buffer), and the area is a ring: the other connections' bytes
-//!   would stop behind them. When more than [`REHOME_AT`] of the area is held, the oldest
+//!   would stop behind them. When more than [`TX_HOLD_LIMIT`] of the area is held (the
+//!   daemon's `tx_hold_limit`), the oldest
 //!   pinned spans are copied to the heap inside their send queues
 //!   ([`Engine::tcp_zc_rehome`], counted in `FlowstackdTxRehomedBytes`) until at most half
 //!   of the area is held, so their area is released once frames in flight let go of it.
@@ -44,9 +45,9 @@ pub const ZC_MIN: usize = 16 << 10;
 /// and is at least `ZC_MIN` long, so this many slots never run out (checked anyway).
 const SLOTS: usize = TX_SIZE / ZC_MIN;
 /// Held area (pinned spans and the bytes behind them) beyond which the oldest pinned spans
-/// are copied out of it. Above one connection's send buffer (half the area), so a single bulk
+/// are copied out of it (the default of `DaemonConfig::tx_hold_limit`). Above one connection's send buffer (half the area), so a single bulk
 /// sender never triggers it.
-pub const REHOME_AT: u64 = TX_SIZE as u64 * 3 / 4;
+pub const TX_HOLD_LIMIT: u64 = TX_SIZE as u64 * 3 / 4;
 
 /// Release flags, one per slot, shared by an application's pinned spans.
 struct Slots {
@@ -192,13 +193,13 @@ impl TxZc {
         }
     }
 
-    /// Under pressure (more than [`REHOME_AT`] of the area held), copies the oldest pinned
+    /// Under pressure (more than [`TX_HOLD_LIMIT`] of the area held), copies the oldest pinned
     /// spans out of the area until at most half of it is held; returns the bytes copied.
-    fn rehome(&mut self, engines: &mut [Engine], seen: u64) -> u64 {
+    fn rehome(&mut self, engines: &mut [Engine], seen: u64, limit: u64) -> u64 {
         let Some(front) = self.pinned.front() else {
             return 0;
         };
-        if seen - front.start <= REHOME_AT {
+        if seen - front.start <= limit {
             return 0;
         }
         let mut copied = 0u64;
@@ -254,7 +255,9 @@ impl App {
             return false;
         }
         let before = self.tx_released();
-        let copied = self.txzc.rehome(&mut sh.lo.engines, self.tx_freed);
+        let copied = self
+            .txzc
+            .rehome(&mut sh.lo.engines, self.tx_freed, sh.tx_hold_limit);
         if copied > 0 {
             sh.counters.tx_rehomed_bytes += copied;
         }
@@ -327,6 +330,6 @@ mod tests {
     #[test]
     fn slots_cover_the_area() {
         assert_eq!(SLOTS * ZC_MIN, TX_SIZE);
-        const { assert!(REHOME_AT > SOCK_SNDBUF && REHOME_AT < TX_SIZE as u64) };
+        const { assert!(TX_HOLD_LIMIT > SOCK_SNDBUF && TX_HOLD_LIMIT < TX_SIZE as u64) };
     }
 }
