@@ -322,31 +322,28 @@ impl SendQueue {
         }
     }
 
-    /// Replaces the borrowed memory of zero-copy buffer `token` by a heap copy of its bytes
-    /// not yet acknowledged, and drops the queue's reference to the original (its owner is
-    /// released once nothing else holds it, e.g. frames still in a device's queue). For a
-    /// lender that needs its memory back before the peer acknowledges it (the offload
-    /// daemon's transmit area under pressure). The stream and the token are unchanged. Returns
-    /// the bytes copied: 0 if no such buffer is queued or it is already a heap buffer.
-    /// Allocates: meant for the rare case, never per packet.
-    pub fn rehome(&mut self, token: u64) -> usize {
+    /// Replaces the borrowed memory of every queued zero-copy buffer lent by `owner` by a
+    /// heap copy of its bytes not yet acknowledged, and drops the queue's references to it
+    /// (the owner is released once nothing else holds it, e.g. frames still in a device's
+    /// queue). For a lender that needs its memory back before the peer acknowledges it (the
+    /// offload daemon's transmit area under pressure). The stream and the tokens are
+    /// unchanged. Returns the bytes copied (0: nothing of `owner` is queued). Allocates:
+    /// meant for the rare case, never per packet.
+    pub fn rehome(&mut self, owner: &SharedOwner) -> usize {
+        let mut n = 0;
         for c in self.chunks.iter_mut() {
-            let Chunk::Ext { buf, off, token: t } = c else {
+            let Chunk::Ext { buf, off, .. } = c else {
                 continue;
             };
-            if *t != token {
+            if !matches!(buf, ExtBuf::Shared { owner: o, .. } if same_owner(o, owner)) {
                 continue;
             }
-            if matches!(buf, ExtBuf::Heap(_)) {
-                return 0;
-            }
             let copy: Arc<[u8]> = Arc::from(&buf.bytes()[*off..]);
-            let n = copy.len();
+            n += copy.len();
             *buf = ExtBuf::Heap(copy);
             *off = 0;
-            return n;
         }
-        0
+        n
     }
 
     /// Takes the token of a zero-copy buffer whose bytes are all acknowledged.
@@ -421,34 +418,37 @@ mod tests {
     fn rehome_copies_the_unacknowledged_rest_and_lets_go_of_the_owner() {
         let owner: Arc<Vec<u8>> = Arc::new(b"0123456789".to_vec());
         let o: SharedOwner = owner.clone();
+        let other: SharedOwner = Arc::new(b"XY".to_vec());
         let mut q = SendQueue::new(100);
         assert_eq!(q.enqueue(b"ab"), 2);
-        assert!(q.enqueue_ext(ExtBuf::shared(o.clone(), 2, 6).unwrap(), 5));
-        assert!(q.enqueue_ext(ExtBuf::shared(o, 8, 2).unwrap(), 6));
+        assert!(q.enqueue_ext(ExtBuf::shared(o.clone(), 2, 4).unwrap(), 5));
+        assert!(q.enqueue_ext(ExtBuf::shared(other.clone(), 0, 2).unwrap(), 6));
+        assert!(q.enqueue_ext(ExtBuf::shared(o.clone(), 6, 2).unwrap(), 7));
         assert_eq!(q.enqueue(b"z"), 1);
         // Acknowledge the ring bytes and two of token 5's.
         q.consume(4);
-        assert_eq!(Arc::strong_count(&owner), 3);
-        assert_eq!(q.rehome(99), 0, "no such token");
-        assert_eq!(q.rehome(5), 4, "only the unacknowledged rest is copied");
-        assert_eq!(Arc::strong_count(&owner), 2, "token 5 let go of the owner");
-        assert_eq!(q.rehome(5), 0, "already on the heap");
+        assert_eq!(Arc::strong_count(&owner), 4);
+        assert_eq!(q.rehome(&o), 4, "the unacknowledged rest of both of its ranges");
+        assert_eq!(Arc::strong_count(&owner), 2, "the queue let go of the owner");
+        assert_eq!(q.rehome(&o), 0, "already on the heap");
         let mut s = Vec::new();
-        // The stream is unchanged, and the rehomed bytes are no longer the owner's.
-        assert_eq!(q.gather(0, 7, &mut s), b"456789z");
-        let (p, src) = q.gather_src(0, 4, &mut s);
-        assert_eq!(p, b"4567");
+        // The stream is unchanged; the rehomed bytes are no longer the owner's, the other
+        // owner's still are.
+        assert_eq!(q.gather(0, 7, &mut s), b"45XY67z");
+        let (p, src) = q.gather_src(0, 2, &mut s);
+        assert_eq!(p, b"45");
         assert!(src.is_none(), "a heap copy is not a shared range");
-        assert_eq!(q.len(), 7);
-        q.consume(3);
+        assert!(q.gather_src(2, 2, &mut s).1.is_some());
+        q.consume(1);
         assert_eq!(q.take_completed(), None);
         q.consume(1);
         assert_eq!(q.take_completed(), Some(5), "same token, completed as before");
-        assert_eq!(q.rehome(6), 2);
-        assert_eq!(Arc::strong_count(&owner), 1);
-        q.consume(3);
+        q.consume(5);
         assert_eq!(q.take_completed(), Some(6));
+        assert_eq!(q.take_completed(), Some(7));
         assert!(q.is_empty());
+        drop(o);
+        assert_eq!(Arc::strong_count(&owner), 1);
     }
 
     #[test]

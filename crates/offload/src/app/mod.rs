@@ -113,6 +113,9 @@ pub(crate) struct Conn {
     /// Bytes the application posted whose credit was not told yet: what its client counts
     /// as unflushed (see `service::credit_wakes`).
     uncredited: u64,
+    /// Bulk spans of the transmit area waiting for the engine, sent without a copy (`txzc`);
+    /// while any wait, `pending_tx` is empty.
+    zc: txzc::ConnSpans,
 }
 
 impl Conn {
@@ -131,7 +134,13 @@ impl Conn {
             early_credit: 0,
             direct_taken: 0,
             uncredited: 0,
+            zc: txzc::ConnSpans::default(),
         }
+    }
+
+    /// Bytes the application posted that wait in the daemon (copied or as spans).
+    fn queued_here(&self) -> usize {
+        self.pending_tx.len() + self.zc.len()
     }
 }
 
@@ -336,7 +345,7 @@ impl Shared {
             let e = &self.lo.engines[c.eng];
             let unread =
                 c.outstanding > 0 || e.tcp_conn(c.h).map(|k| k.recv_queue() > 0).unwrap_or(false);
-            if !died && !unread && !c.pending_tx.is_empty() && e.tcp_error(c.h).is_none() {
+            if !died && !unread && c.queued_here() > 0 && e.tcp_error(c.h).is_none() {
                 g.holder = None;
                 g.owners.clear();
                 g.closing = true;
@@ -669,27 +678,39 @@ impl App {
                 self.tx_freed += len as u64;
                 let area = LAYOUT.tx_off + off;
                 let gid = self.gid(handle);
+                let g = gid.unwrap_or(0);
                 let r = match gid.map(|g| sh.socks.get_mut(&g).map(|g| &mut g.kind)) {
                     Ok(Some(Kind::Conn(c))) if c.closed_told => Err(SocketError::BrokenPipe),
+                    Ok(Some(Kind::Conn(c)))
+                        if c.pending_tx.is_empty()
+                            && !self.mem_limited
+                            && self.txzc.takes(len, !c.zc.is_empty()) =>
+                    {
+                        // A bulk span with nothing copied before it: sent from the transmit
+                        // area itself (`txzc`), pinned there until done with; what the
+                        // engine does not take now waits here as a span.
+                        let e = &mut sh.lo.engines[c.eng];
+                        c.direct_taken += self.txzc.send(&self.region, e, g, c, area, pos, len);
+                        sh.counters.tx_zc_bytes += len as u64;
+                        c.uncredited += len as u64;
+                        Ok(0)
+                    }
                     Ok(Some(Kind::Conn(c))) => {
-                        // Nothing queued before them: a bulk span is sent from the transmit
-                        // area itself (`txzc`), the rest copied from it straight into the
-                        // engine's send buffer (their credit is told by the connection's
-                        // next turn); what the engine cannot take is queued here.
+                        // Bytes that cannot wait as a span go behind the spans waiting:
+                        // those are copied first (`txzc::spill`).
+                        txzc::spill(c);
+                        // Nothing queued before them: copied from the transmit area straight
+                        // into the engine's send buffer (its credit is told by the
+                        // connection's next turn), the rest queued here.
                         let mut from = 0;
                         if c.pending_tx.is_empty() && !self.mem_limited {
                             let e = &mut sh.lo.engines[c.eng];
                             let region = &self.region;
-                            from = self.txzc.send(region, e, c.eng, c.h, area, pos, len);
-                            sh.counters.tx_zc_bytes += from as u64;
-                            if from < len {
-                                let zc = from;
-                                from += e
-                                    .tcp_send_with(c.h, len - zc, |dst, at| {
-                                        let _ = region.read_at(area + zc + at, dst);
-                                    })
-                                    .unwrap_or(0);
-                            }
+                            from = e
+                                .tcp_send_with(c.h, len, |dst, at| {
+                                    let _ = region.read_at(area + at, dst);
+                                })
+                                .unwrap_or(0);
                             c.direct_taken += from as u64;
                         }
                         if from < len {
@@ -762,6 +783,7 @@ impl App {
                 let r = match self.sock_kind(&mut sh.socks, handle) {
                     Some(Kind::Conn(c)) => {
                         c.pending_tx.clear();
+                        c.zc = txzc::ConnSpans::default();
                         sh.lo.engines[c.eng].tcp_abort(c.h).map(|_| 0)
                     }
                     _ => Err(SocketError::InvalidHandle),

@@ -36,18 +36,29 @@
 use super::*;
 use flowstack_stack::{Engine, ExtBuf, SharedOwner};
 use std::sync::atomic::AtomicBool;
+use std::sync::Weak;
+use std::time::{Duration, Instant};
 
 /// Smallest `TcpSend` span sent from the transmit area without a copy. Below it the copy
 /// path is cheaper than a span's bookkeeping (an `Arc`, a slot, a completion) and frees the
 /// area at once; iperf3 and bulk writers post 128 KiB, requests and replies stay below.
 pub const ZC_MIN: usize = 16 << 10;
-/// Spans pinned at most at once: every pinned span lies in the unreleased part of the area
-/// and is at least `ZC_MIN` long, so this many slots never run out (checked anyway).
-const SLOTS: usize = TX_SIZE / ZC_MIN;
+/// Spans pinned at most at once (a span that finds them all taken goes the copy path). A
+/// span that starts a connection's waiting spans is at least `ZC_MIN` long (the area holds
+/// `TX_SIZE / ZC_MIN` of them); smaller ones join only behind those (the rest of a credit).
+const SLOTS: usize = 8 * TX_SIZE / ZC_MIN;
 /// Held area (pinned spans and the bytes behind them) beyond which the oldest pinned spans
-/// are copied out of it (the default of `DaemonConfig::tx_hold_limit`). Above one connection's send buffer (half the area), so a single bulk
-/// sender never triggers it.
+/// are copied out of it once they are stuck (the default of `DaemonConfig::tx_hold_limit`).
+/// A bulk sender holds up to its send buffer in the engine plus its send credit waiting here
+/// (the whole area): the limit only matters for spans that stopped moving ([`STUCK`]).
 pub const TX_HOLD_LIMIT: u64 = TX_SIZE as u64 * 3 / 4;
+/// How long the oldest pinned span may stay unreleased, with more than the hold limit held,
+/// before it is copied out: far above a loopback round trip (a span moving at all is
+/// released within microseconds), far below anything an application would notice.
+const STUCK: Duration = Duration::from_millis(2);
+/// Room (daemon's view) at which the area's waiters are woken: a quarter of the area, not
+/// every released span (one wake-up per quarter, as credit wakes at half the buffer).
+const WAKE_ROOM: u64 = TX_SIZE as u64 / 4;
 
 /// Release flags, one per slot, shared by an application's pinned spans.
 struct Slots {
@@ -78,15 +89,81 @@ impl Drop for TxSpan {
 }
 
 /// A pinned span, as the application's side sees it.
-#[derive(Debug)]
 struct Pinned {
     /// Its first byte in the transmit stream (the count `tx_freed` runs on).
     start: u64,
     slot: usize,
+    /// Its connection (socket id, engine, handle), to copy it out of under pressure.
+    gid: u32,
     eng: usize,
     h: TcpHandle,
-    token: u64,
+    /// The span, without keeping it alive.
+    owner: Weak<dyn AsRef<[u8]> + Send + Sync>,
     rehomed: bool,
+}
+
+/// A connection's spans waiting in the daemon for send-buffer room, in order (pinned too).
+/// While any waits, nothing of the connection is queued in `pending_tx` (the copy path).
+#[derive(Default)]
+pub(crate) struct ConnSpans {
+    q: VecDeque<(SharedOwner, usize, usize)>,
+    bytes: usize,
+}
+
+impl std::fmt::Debug for ConnSpans {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ConnSpans({} spans, {} bytes)", self.q.len(), self.bytes)
+    }
+}
+
+impl ConnSpans {
+    /// Bytes waiting.
+    pub(crate) fn len(&self) -> usize {
+        self.bytes
+    }
+    /// Nothing waits.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+}
+
+/// Moves a connection's waiting spans into the engine, as its send buffer takes them (whole
+/// spans, or pieces of at least [`ZC_MIN`]); returns the bytes taken. Completions carry
+/// nothing for the daemon (a span's release is its drop): they are dropped here.
+pub(super) fn push_spans(e: &mut Engine, c: &mut Conn) -> u64 {
+    let mut taken = 0u64;
+    while let Some((owner, off, len)) = c.zc.q.front_mut() {
+        let room = e.tcp_conn(c.h).map(|k| k.send_room()).unwrap_or(0);
+        let n = (*len - *off).min(room);
+        if n == 0 || (n < *len - *off && n < ZC_MIN) {
+            break;
+        }
+        let buf = ExtBuf::shared(owner.clone(), *off, n).expect("within the span");
+        if e.tcp_send_zc(c.h, buf).is_err() {
+            break; // reported by the error check next turn
+        }
+        *off += n;
+        c.zc.bytes -= n;
+        taken += n as u64;
+        if *off == *len {
+            c.zc.q.pop_front();
+        }
+    }
+    while e.tcp_zc_completion(c.h).is_some() {}
+    taken
+}
+
+/// Copies a connection's waiting spans into its copy-path queue (`pending_tx`, empty while
+/// spans wait), releasing them: before bytes that cannot wait as a span, and under pressure.
+pub(super) fn spill(c: &mut Conn) -> usize {
+    let n = c.zc.bytes;
+    for (owner, off, len) in c.zc.q.drain(..) {
+        if let Some(b) = (*owner).as_ref().get(off..len) {
+            c.pending_tx.extend(b);
+        }
+    }
+    c.zc.bytes = 0;
+    n
 }
 
 /// An application's pinned transmit spans, in area order.
@@ -97,6 +174,8 @@ pub(crate) struct TxZc {
     /// Sockets whose holder waits for area room (`WantWritable` with the area full):
     /// (socket id, handle).
     waiters: Vec<(u32, u32)>,
+    /// The oldest pinned span's start, and since when it has been the oldest.
+    front_since: Option<(u64, Instant)>,
 }
 
 impl std::fmt::Debug for TxZc {
@@ -117,6 +196,7 @@ impl Default for TxZc {
             pinned: VecDeque::new(),
             next_slot: 0,
             waiters: Vec::new(),
+            front_since: None,
         }
     }
 }
@@ -141,78 +221,97 @@ impl TxZc {
         any
     }
 
-    /// Queues `len` bytes of the area at region offset `at` (stream position `pos`) on
-    /// connection `h` without a copy, as much as the send buffer takes whole (a prefix of at
-    /// least [`ZC_MIN`]); returns how many bytes (0: not eligible, the copy path takes them).
+    /// Whether a span of `len` bytes for a connection with `waiting` spans can be pinned
+    /// now: a bulk one, or a smaller one behind waiting spans (copying it would copy them
+    /// all, [`spill`]: bytes must stay in order).
+    pub(crate) fn takes(&self, len: usize, waiting: bool) -> bool {
+        (len >= ZC_MIN || waiting) && self.pinned.len() < SLOTS
+    }
+
+    /// Pins `len` bytes of the area at region offset `at` (stream position `pos`) for
+    /// connection `c` (socket `gid`) and queues them behind its waiting spans, moving what
+    /// the engine's send buffer takes now; returns those bytes (the rest wait in the daemon,
+    /// pinned, for `service_conn`'s `push_spans`). The caller checked [`TxZc::takes`].
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn send(
         &mut self,
         region: &Arc<SharedRegion>,
         e: &mut Engine,
-        eng: usize,
-        h: TcpHandle,
+        gid: u32,
+        c: &mut Conn,
         at: usize,
         pos: u64,
         len: usize,
-    ) -> usize {
-        if len < ZC_MIN || self.pinned.len() >= SLOTS {
-            return 0;
-        }
-        // Completions carry nothing for us (the span's drop is its release): drop them.
-        while e.tcp_zc_completion(h).is_some() {}
-        let room = e.tcp_conn(h).map(|k| k.send_room()).unwrap_or(0);
-        let n = len.min(room);
-        if n < ZC_MIN || region.peer_bytes(at, n).is_none() {
-            return 0;
-        }
+    ) -> u64 {
         let slot = self.next_slot % SLOTS;
+        self.next_slot = self.next_slot.wrapping_add(1);
         self.slots.released[slot].store(false, Ordering::Relaxed);
         let owner: SharedOwner = Arc::new(TxSpan {
             region: region.clone(),
             at,
-            len: n,
+            len,
             slots: self.slots.clone(),
             slot,
         });
-        let buf = ExtBuf::shared(owner, 0, n).expect("the span holds n bytes");
-        match e.tcp_send_zc(h, buf) {
-            Ok(token) => {
-                self.next_slot = self.next_slot.wrapping_add(1);
-                self.pinned.push_back(Pinned {
-                    start: pos,
-                    slot,
-                    eng,
-                    h,
-                    token,
-                    rehomed: false,
-                });
-                n
-            }
-            // Not queued: the span was dropped (its slot flag set) and is free again.
-            Err(_) => 0,
-        }
+        self.pinned.push_back(Pinned {
+            start: pos,
+            slot,
+            gid,
+            eng: c.eng,
+            h: c.h,
+            owner: Arc::downgrade(&owner),
+            rehomed: false,
+        });
+        c.zc.q.push_back((owner, 0, len));
+        c.zc.bytes += len;
+        push_spans(e, c)
     }
 
-    /// Under pressure (more than [`TX_HOLD_LIMIT`] of the area held), copies the oldest pinned
-    /// spans out of the area until at most half of it is held; returns the bytes copied.
-    fn rehome(&mut self, engines: &mut [Engine], seen: u64, limit: u64) -> u64 {
+    /// Under pressure (more than `limit` of the area held, the oldest span stuck for
+    /// [`STUCK`]), copies the oldest pinned spans out of the area until at most half of it
+    /// is held: out of their send queues ([`Engine::tcp_zc_rehome`]) and out of their
+    /// connections' waiting spans ([`spill`]); returns the bytes copied.
+    fn rehome(&mut self, sh: &mut Shared, seen: u64, limit: u64) -> u64 {
         let Some(front) = self.pinned.front() else {
+            self.front_since = None;
             return 0;
         };
         if seen - front.start <= limit {
+            self.front_since = None;
             return 0;
         }
+        let now = Instant::now();
+        match self.front_since {
+            Some((s, t)) if s == front.start => {
+                if now.duration_since(t) < STUCK {
+                    return 0;
+                }
+            }
+            _ => {
+                self.front_since = Some((front.start, now));
+                return 0;
+            }
+        }
+        self.front_since = None;
         let mut copied = 0u64;
         for p in self.pinned.iter_mut() {
             if seen - p.start <= TX_SIZE as u64 / 2 {
                 break;
             }
-            if p.rehomed || self.slots.released[p.slot].load(Ordering::Acquire) {
+            if p.rehomed {
                 continue;
             }
             p.rehomed = true;
-            if let Some(e) = engines.get_mut(p.eng) {
-                copied += e.tcp_zc_rehome(p.h, p.token).unwrap_or(0) as u64;
+            let Some(owner) = p.owner.upgrade() else {
+                continue; // released meanwhile
+            };
+            if let Some(Kind::Conn(c)) = sh.socks.get_mut(&p.gid).map(|g| &mut g.kind) {
+                if c.zc.q.iter().any(|(o, ..)| Arc::ptr_eq(o, &owner)) {
+                    copied += spill(c) as u64;
+                }
+            }
+            if let Some(e) = sh.lo.engines.get_mut(p.eng) {
+                copied += e.tcp_zc_rehome(p.h, &owner).unwrap_or(0) as u64;
             }
         }
         copied
@@ -233,6 +332,11 @@ impl App {
         self.txzc.freed(self.tx_freed)
     }
 
+    /// Free room in the transmit area in the daemon's view (at least the client's).
+    fn tx_room_seen(&self) -> u64 {
+        TX_SIZE as u64 - (self.tx_freed - self.tx_released()).min(TX_SIZE as u64)
+    }
+
     /// Publishes [`App::tx_released`] as `TX_FREED` (sequentially consistent: a native
     /// client stores `wants_writable` before it re-reads it).
     pub(super) fn publish_tx_freed(&self) {
@@ -244,10 +348,10 @@ impl App {
     /// The transmit area is full in the daemon's view: every byte the application posted is
     /// taken and none is released. A client that found no room sees the same or more.
     pub(super) fn tx_area_full(&self) -> bool {
-        self.tx_freed - self.tx_released() >= TX_SIZE as u64
+        self.tx_room_seen() == 0
     }
 
-    /// The turn's transmit-area work: copies pinned spans out under pressure, advances
+    /// The turn's transmit-area work: copies stuck spans out under pressure, advances
     /// `TX_FREED` over released spans and wakes those waiting for area room; true if the
     /// area's state changed.
     pub(crate) fn tx_turn(&mut self, sh: &mut Shared) -> bool {
@@ -255,25 +359,26 @@ impl App {
             return false;
         }
         let before = self.tx_released();
-        let copied = self
-            .txzc
-            .rehome(&mut sh.lo.engines, self.tx_freed, sh.tx_hold_limit);
+        let room_before = self.tx_room_seen();
+        let copied = self.txzc.rehome(sh, self.tx_freed, sh.tx_hold_limit);
         if copied > 0 {
             sh.counters.tx_rehomed_bytes += copied;
         }
         self.txzc.pop_released();
-        let after = self.tx_released();
-        if after == before {
+        if self.tx_released() == before {
             return copied > 0;
         }
         self.publish_tx_freed();
-        for (gid, handle) in std::mem::take(&mut self.txzc.waiters) {
-            self.post(super::service::writable(handle, 0));
-            sh.ph_actions.push((gid, false, true));
-        }
-        if self.wants_writable() {
-            // A native client waiting for room (or credit): a wake-up for no socket.
-            self.post(super::service::writable(0, 0));
+        let room = self.tx_room_seen();
+        if room >= WAKE_ROOM {
+            for (gid, handle) in std::mem::take(&mut self.txzc.waiters) {
+                self.post(super::service::writable(handle, 0));
+                sh.ph_actions.push((gid, false, true));
+            }
+            if room_before < WAKE_ROOM && self.wants_writable() {
+                // A native client waiting for room (or credit): a wake-up for no socket.
+                self.post(super::service::writable(0, 0));
+            }
         }
         true
     }
@@ -303,15 +408,18 @@ mod tests {
             let slot = z.next_slot % SLOTS;
             z.next_slot += 1;
             z.slots.released[slot].store(false, Ordering::Relaxed);
-            spans.push(Some(span(&z, &region, slot)));
+            let s = span(&z, &region, slot);
+            let owner: SharedOwner = Arc::new(s);
             z.pinned.push_back(Pinned {
                 start: 100 + i * ZC_MIN as u64,
                 slot,
+                gid: 1,
                 eng: 0,
                 h: TcpHandle::from_raw(1),
-                token: i,
+                owner: Arc::downgrade(&owner),
                 rehomed: false,
             });
+            spans.push(Some(owner));
         }
         let seen = 100 + 3 * ZC_MIN as u64 + 7; // and 7 bytes sent by copy behind them
         assert_eq!(z.freed(seen), 100);
@@ -329,7 +437,7 @@ mod tests {
     /// A slot is reused only after its span was popped; the table covers the whole area.
     #[test]
     fn slots_cover_the_area() {
-        assert_eq!(SLOTS * ZC_MIN, TX_SIZE);
+        assert!(SLOTS * ZC_MIN >= TX_SIZE);
         const { assert!(TX_HOLD_LIMIT > SOCK_SNDBUF && TX_HOLD_LIMIT < TX_SIZE as u64) };
     }
 }

@@ -399,11 +399,11 @@ impl Connection {
         self.snd.queue.take_completed()
     }
 
-    /// Replaces the borrowed memory of zero-copy buffer `token`, still queued, by a heap copy
-    /// of its unacknowledged bytes, releasing the original to its owner; returns the bytes
-    /// copied (0: no such buffer, or already copied). See [`crate::sendq::SendQueue::rehome`].
-    pub fn rehome_zc(&mut self, token: u64) -> usize {
-        self.snd.queue.rehome(token)
+    /// Replaces the borrowed memory of the queued zero-copy buffers lent by `owner` by heap
+    /// copies of their unacknowledged bytes, releasing the owner; returns the bytes copied.
+    /// See [`crate::sendq::SendQueue::rehome`].
+    pub fn rehome_zc(&mut self, owner: &crate::sendq::SharedOwner) -> usize {
+        self.snd.queue.rehome(owner)
     }
 
     /// Zero-copy receive: up to two slices of readable bytes; call [`Connection::consume`]
