@@ -428,8 +428,16 @@ mod tests {
         // Acknowledge the ring bytes and two of token 5's.
         q.consume(4);
         assert_eq!(Arc::strong_count(&owner), 4);
-        assert_eq!(q.rehome(&o), 4, "the unacknowledged rest of both of its ranges");
-        assert_eq!(Arc::strong_count(&owner), 2, "the queue let go of the owner");
+        assert_eq!(
+            q.rehome(&o),
+            4,
+            "the unacknowledged rest of both of its ranges"
+        );
+        assert_eq!(
+            Arc::strong_count(&owner),
+            2,
+            "the queue let go of the owner"
+        );
         assert_eq!(q.rehome(&o), 0, "already on the heap");
         let mut s = Vec::new();
         // The stream is unchanged; the rehomed bytes are no longer the owner's, the other
@@ -442,7 +450,11 @@ mod tests {
         q.consume(1);
         assert_eq!(q.take_completed(), None);
         q.consume(1);
-        assert_eq!(q.take_completed(), Some(5), "same token, completed as before");
+        assert_eq!(
+            q.take_completed(),
+            Some(5),
+            "same token, completed as before"
+        );
         q.consume(5);
         assert_eq!(q.take_completed(), Some(6));
         assert_eq!(q.take_completed(), Some(7));

@@ -54,11 +54,17 @@ const SLOTS: usize = 8 * TX_SIZE / ZC_MIN;
 pub const TX_HOLD_LIMIT: u64 = TX_SIZE as u64 * 3 / 4;
 /// How long the oldest pinned span may stay unreleased, with more than the hold limit held,
 /// before it is copied out: far above a loopback round trip (a span moving at all is
-/// released within microseconds), far below anything an application would notice.
-const STUCK: Duration = Duration::from_millis(2);
+/// released within microseconds) and above the time slices the daemon thread loses on a
+/// loaded machine (2 ms copied ~1% of iperf3's bytes at load 4), far below anything an
+/// application would notice.
+const STUCK: Duration = Duration::from_millis(10);
 /// Room (daemon's view) at which the area's waiters are woken: a quarter of the area, not
 /// every released span (one wake-up per quarter, as credit wakes at half the buffer).
 const WAKE_ROOM: u64 = TX_SIZE as u64 / 4;
+
+// The slots cover an area of bulk spans; the hold limit lets one connection's send buffer be.
+const _: () = assert!(SLOTS * ZC_MIN >= TX_SIZE);
+const _: () = assert!(TX_HOLD_LIMIT > SOCK_SNDBUF && TX_HOLD_LIMIT < TX_SIZE as u64);
 
 /// Release flags, one per slot, shared by an application's pinned spans.
 struct Slots {
@@ -432,12 +438,5 @@ mod tests {
         assert!(z.pop_released());
         assert_eq!(z.freed(seen), seen, "all released: up to every byte taken");
         assert!(z.pinned.is_empty());
-    }
-
-    /// A slot is reused only after its span was popped; the table covers the whole area.
-    #[test]
-    fn slots_cover_the_area() {
-        assert!(SLOTS * ZC_MIN >= TX_SIZE);
-        const { assert!(TX_HOLD_LIMIT > SOCK_SNDBUF && TX_HOLD_LIMIT < TX_SIZE as u64) };
     }
 }
