@@ -144,6 +144,18 @@ impl Conn {
     }
 }
 
+/// After a `TcpSend`: a connection whose bytes waiting here (copied, or as spans that a
+/// spill would copy) overran its send buffer fourfold is aborted — not our client library.
+fn overrun(lo: &mut Loopback, counters: &mut DaemonCounters, c: &Conn) -> Result<u64, SocketError> {
+    if c.queued_here() as u64 > 4 * SOCK_SNDBUF {
+        let _ = lo.engines[c.eng].tcp_abort(c.h);
+        counters.limits_hit += 1;
+        Err(SocketError::LimitReached)
+    } else {
+        Ok(0)
+    }
+}
+
 /// What a socket is.
 #[derive(Debug)]
 pub(crate) enum Kind {
@@ -693,7 +705,7 @@ impl App {
                         c.direct_taken += self.txzc.send(&self.region, e, g, c, area, pos, len);
                         sh.counters.tx_zc_bytes += len as u64;
                         c.uncredited += len as u64;
-                        Ok(0)
+                        overrun(&mut sh.lo, &mut sh.counters, c)
                     }
                     Ok(Some(Kind::Conn(c))) => {
                         // Bytes that cannot wait as a span go behind the spans waiting:
@@ -725,14 +737,7 @@ impl App {
                             self.tx_scratch = scratch;
                         }
                         c.uncredited += len as u64;
-                        if c.pending_tx.len() as u64 > 4 * SOCK_SNDBUF {
-                            // Overran its send buffer fourfold: not our client library.
-                            let _ = sh.lo.engines[c.eng].tcp_abort(c.h);
-                            sh.counters.limits_hit += 1;
-                            Err(SocketError::LimitReached)
-                        } else {
-                            Ok(0)
-                        }
+                        overrun(&mut sh.lo, &mut sh.counters, c)
                     }
                     Ok(Some(Kind::Failed(e))) => Err(*e),
                     Ok(Some(_)) => Err(SocketError::NotConnected),
