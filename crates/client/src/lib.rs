@@ -196,6 +196,10 @@ pub struct Client {
     last_liveness: Instant,
     /// Times a waiting call slept on the event ring's futex ([`Client::sleeps`]).
     sleeps: u64,
+    /// The last send found no room in the transmit area (not its credit): a wait re-reads
+    /// `TX_FREED` after announcing it (`wait_wanting_writable`), as the daemon reads the
+    /// announcement after publishing it.
+    area_blocked: bool,
     zc_tokens: HashMap<u32, VecDeque<u64>>,
     /// Posts leave the doorbell to the caller (several records, one doorbell).
     hold_bell: bool,
@@ -305,6 +309,7 @@ impl Client {
             spin: spin_from_env(),
             last_liveness: Instant::now(),
             sleeps: 0,
+            area_blocked: false,
             app_id,
             tx_off,
             tx_size,
@@ -622,7 +627,14 @@ impl Client {
     /// The flag is stored (SeqCst) before the event ring's own sleep announcement and re-check.
     fn wait_wanting_writable(&mut self, deadline: Instant) -> Result<(), SocketError> {
         self.set_wants_writable(true);
-        let r = self.wait_event(deadline);
+        // Room the daemon freed before it could see the flag: no sleep (its publish is
+        // sequentially consistent, and so is our flag store before this load).
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let r = if std::mem::take(&mut self.area_blocked) && self.tx_room() > 0 {
+            Ok(())
+        } else {
+            self.wait_event(deadline)
+        };
         self.set_wants_writable(false);
         r
     }

@@ -62,6 +62,7 @@ impl Sockets for Client {
             .min(SOCK_SNDBUF.saturating_sub(s.unflushed))
             .min(area_free) as usize;
         if n == 0 {
+            self.area_blocked = area_free == 0 && !data.is_empty();
             return if data.is_empty() {
                 Ok(0)
             } else {

@@ -90,6 +90,7 @@ impl EngineLoop {
             app::account(sh, apps);
             busy |= app::service(sh, apps, sweep);
             for a in apps.iter_mut() {
+                busy |= a.tx_turn(sh);
                 busy |= a.flush_events();
             }
             // Tokens and filler after the events that explain them are published.

@@ -126,7 +126,14 @@ pub struct DaemonConfig {
     /// receive queues, `--max-app-memory`): above it new sockets are refused with `ENOBUFS`
     /// and its sends stall until its queues drain (`FlowstackdAppMemLimited`).
     pub max_app_memory: u64,
+    /// Bytes of an application's transmit area that bulk sends sent from it without a copy
+    /// may hold (unacknowledged) before the oldest are copied out of it (`app::txzc`,
+    /// `FlowstackdTxRehomedBytes`); default [`TX_HOLD_LIMIT`]. Not a command-line option:
+    /// tests set it to `u64::MAX` to keep spans pinned.
+    pub tx_hold_limit: u64,
 }
+
+pub use app::TX_HOLD_LIMIT;
 
 /// Default of [`DaemonConfig::max_app_memory`]: 256 MiB, the full send and receive buffers
 /// (1 MiB each) of 128 connections.
@@ -214,6 +221,7 @@ impl Default for DaemonConfig {
             spread: false,
             link: None,
             max_app_memory: DEFAULT_MAX_APP_MEMORY,
+            tx_hold_limit: TX_HOLD_LIMIT,
         }
     }
 }
@@ -233,6 +241,7 @@ pub struct Daemon {
     /// The real link's devices (one per engine) and addresses.
     link: Option<(Vec<Waitable>, AddrSpec)>,
     max_app_memory: u64,
+    tx_hold_limit: u64,
 }
 
 /// A daemon running on its own thread ([`Daemon::spawn`]); stops and joins on drop.
@@ -341,6 +350,7 @@ impl Daemon {
             bells,
             link,
             max_app_memory: cfg.max_app_memory,
+            tx_hold_limit: cfg.tx_hold_limit,
         })
     }
 
@@ -411,6 +421,7 @@ impl Daemon {
             let mut sh = Shared::new(i, lo, ports.clone());
             sh.max_sockets_per_app = self.max_sockets_per_app;
             sh.max_app_memory = self.max_app_memory;
+            sh.tx_hold_limit = self.tx_hold_limit;
             let inbox = if i == 0 {
                 None
             } else {

@@ -762,8 +762,8 @@ fn split_p50(r: &CalRun) -> Result<f64, String> {
 }
 
 mod offload;
-pub use offload::{offload_probe, DAEMON_COPIES_PER_SIDE};
 use offload::{fit_offload, fit_offload_stream};
+pub use offload::{offload_probe, DAEMON_COPIES_PER_SIDE};
 
 /// One calibration run made in two passes (before and after the validation runs): each
 /// peer's runs of both passes summarised together — the median over all of them — at the

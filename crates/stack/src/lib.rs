@@ -27,6 +27,7 @@ pub use engine::{
 pub use flowstack_api::FileError;
 pub use flowstack_api::{Readiness, SocketError, Sockets};
 pub use flowstack_sys::filemap::Populate;
+pub use flowstack_tcp::sendq::{ExtBuf, SharedOwner};
 pub use flowstack_tcp::{CcAlgorithm, ConnStats, Connection, Keepalive, State, TcpConfig, TcpInfo};
 pub use iface::IfaceConfig;
 pub use reasm::ReasmConfig;

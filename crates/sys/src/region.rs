@@ -169,6 +169,25 @@ impl SharedRegion {
         Some(())
     }
 
+    /// The region's bytes at `offset..offset + len` borrowed in place (no copy), for memory
+    /// handed to the daemon to send from (a zero-copy transmit span); `None` if the span does
+    /// not lie inside the region. The other process may write these bytes while they are
+    /// borrowed: they are payload only — copied into frames or receive rings, never parsed or
+    /// used to uphold an invariant — so a writer garbles its own stream and nothing else (as
+    /// with `MSG_ZEROCOPY`).
+    pub fn peer_bytes(&self, offset: usize, len: usize) -> Option<&[u8]> {
+        let end = offset.checked_add(len)?;
+        if end > self.len() {
+            return None;
+        }
+        // SAFETY: [offset, end) lies inside the mapping (checked), which lives as long as the
+        // returned borrow of `self`; `u8` is valid for any bit pattern. The mapping is shared
+        // with a process we do not control, which may store into these bytes concurrently:
+        // readers only copy them out (as `MappedWindow::bytes` does with a file's pages), so
+        // a concurrent store can change which bytes are sent, never the daemon's state.
+        Some(unsafe { std::slice::from_raw_parts(self.as_ptr().add(offset), len) })
+    }
+
     /// Pointer to `size` bytes at `offset`, if they lie inside and are `size`-aligned.
     fn checked(&self, offset: usize, size: usize) -> Option<*mut u8> {
         let end = offset.checked_add(size)?;

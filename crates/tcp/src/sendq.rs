@@ -322,6 +322,30 @@ impl SendQueue {
         }
     }
 
+    /// Replaces the borrowed memory of every queued zero-copy buffer lent by `owner` by a
+    /// heap copy of its bytes not yet acknowledged, and drops the queue's references to it
+    /// (the owner is released once nothing else holds it, e.g. frames still in a device's
+    /// queue). For a lender that needs its memory back before the peer acknowledges it (the
+    /// offload daemon's transmit area under pressure). The stream and the tokens are
+    /// unchanged. Returns the bytes copied (0: nothing of `owner` is queued). Allocates:
+    /// meant for the rare case, never per packet.
+    pub fn rehome(&mut self, owner: &SharedOwner) -> usize {
+        let mut n = 0;
+        for c in self.chunks.iter_mut() {
+            let Chunk::Ext { buf, off, .. } = c else {
+                continue;
+            };
+            if !matches!(buf, ExtBuf::Shared { owner: o, .. } if same_owner(o, owner)) {
+                continue;
+            }
+            let copy: Arc<[u8]> = Arc::from(&buf.bytes()[*off..]);
+            n += copy.len();
+            *buf = ExtBuf::Heap(copy);
+            *off = 0;
+        }
+        n
+    }
+
     /// Takes the token of a zero-copy buffer whose bytes are all acknowledged.
     pub fn take_completed(&mut self) -> Option<u64> {
         self.completed.as_mut()?.pop_front()
@@ -388,6 +412,55 @@ mod tests {
         assert!(q.enqueue_ext(Arc::from(&b"ab"[..]), 2));
         assert_eq!(q.window(), 0);
         assert_eq!(q.enqueue(b"x"), 0);
+    }
+
+    #[test]
+    fn rehome_copies_the_unacknowledged_rest_and_lets_go_of_the_owner() {
+        let owner: Arc<Vec<u8>> = Arc::new(b"0123456789".to_vec());
+        let o: SharedOwner = owner.clone();
+        let other: SharedOwner = Arc::new(b"XY".to_vec());
+        let mut q = SendQueue::new(100);
+        assert_eq!(q.enqueue(b"ab"), 2);
+        assert!(q.enqueue_ext(ExtBuf::shared(o.clone(), 2, 4).unwrap(), 5));
+        assert!(q.enqueue_ext(ExtBuf::shared(other.clone(), 0, 2).unwrap(), 6));
+        assert!(q.enqueue_ext(ExtBuf::shared(o.clone(), 6, 2).unwrap(), 7));
+        assert_eq!(q.enqueue(b"z"), 1);
+        // Acknowledge the ring bytes and two of token 5's.
+        q.consume(4);
+        assert_eq!(Arc::strong_count(&owner), 4);
+        assert_eq!(
+            q.rehome(&o),
+            4,
+            "the unacknowledged rest of both of its ranges"
+        );
+        assert_eq!(
+            Arc::strong_count(&owner),
+            2,
+            "the queue let go of the owner"
+        );
+        assert_eq!(q.rehome(&o), 0, "already on the heap");
+        let mut s = Vec::new();
+        // The stream is unchanged; the rehomed bytes are no longer the owner's, the other
+        // owner's still are.
+        assert_eq!(q.gather(0, 7, &mut s), b"45XY67z");
+        let (p, src) = q.gather_src(0, 2, &mut s);
+        assert_eq!(p, b"45");
+        assert!(src.is_none(), "a heap copy is not a shared range");
+        assert!(q.gather_src(2, 2, &mut s).1.is_some());
+        q.consume(1);
+        assert_eq!(q.take_completed(), None);
+        q.consume(1);
+        assert_eq!(
+            q.take_completed(),
+            Some(5),
+            "same token, completed as before"
+        );
+        q.consume(5);
+        assert_eq!(q.take_completed(), Some(6));
+        assert_eq!(q.take_completed(), Some(7));
+        assert!(q.is_empty());
+        drop(o);
+        assert_eq!(Arc::strong_count(&owner), 1);
     }
 
     #[test]

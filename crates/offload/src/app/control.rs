@@ -202,7 +202,7 @@ pub(super) fn token_cleared(sh: &mut Shared, gid: u32) {
     }
 }
 
-pub(super) fn want_writable(sh: &mut Shared, gid: u32) {
+pub(super) fn want_writable(sh: &mut Shared, gid: u32, area_room: bool) {
     let Some(g) = sh.socks.get_mut(&gid) else {
         return;
     };
@@ -210,7 +210,7 @@ pub(super) fn want_writable(sh: &mut Shared, gid: u32) {
         Kind::Conn(c) => {
             let e = &sh.lo.engines[c.eng];
             let file_ok = c.file_want.is_none() || super::file::file_room(e, c);
-            (c.open_told && (c.pending_tx.len() as u64) < SOCK_SNDBUF && file_ok)
+            (c.open_told && (c.queued_here() as u64) < SOCK_SNDBUF && file_ok && area_room)
                 || c.closed_told
                 || sh.lo.engines[c.eng].tcp_error(c.h).is_some()
         }

@@ -37,6 +37,10 @@ pub struct DaemonCounters {
     /// served late rather than lost (`FlowstackdServiceUnmarked`; 0 when every change marks
     /// its socket).
     pub sweep_found: u64,
+    /// Bytes of `TcpSend`s queued straight from transmit areas, without a copy (`txzc`).
+    pub tx_zc_bytes: u64,
+    /// Bytes of such sends copied back out of a transmit area under pressure (`txzc`).
+    pub tx_rehomed_bytes: u64,
 }
 
 impl DaemonCounters {
@@ -57,5 +61,7 @@ impl DaemonCounters {
         self.udp_peer_filtered += o.udp_peer_filtered;
         self.sweeps += o.sweeps;
         self.sweep_found += o.sweep_found;
+        self.tx_zc_bytes += o.tx_zc_bytes;
+        self.tx_rehomed_bytes += o.tx_rehomed_bytes;
     }
 }

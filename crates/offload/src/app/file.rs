@@ -36,7 +36,7 @@ pub(super) fn file_room(e: &Engine, c: &Conn) -> bool {
     let Some(want) = c.file_want else {
         return true;
     };
-    if !c.pending_tx.is_empty() {
+    if c.queued_here() > 0 {
         return false;
     }
     match e.tcp_conn(c.h) {
@@ -96,7 +96,7 @@ impl App {
         if len == 0 {
             return Ok(0);
         }
-        if !c.open_told || !c.pending_tx.is_empty() {
+        if !c.open_told || c.queued_here() > 0 {
             // Connecting, or earlier sends still queued here: they go first.
             c.file_want = Some(len);
             return Err(SocketError::WouldBlock);

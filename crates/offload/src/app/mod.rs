@@ -70,6 +70,7 @@ mod open;
 mod reuse;
 mod service;
 mod snapshot;
+mod txzc;
 mod udp;
 use control::{
     addr_of, bind, detach, listen, readable_now, set_failed, token_cleared, want_writable,
@@ -80,6 +81,7 @@ pub(crate) use memory::account;
 pub(crate) use service::service;
 use service::{release_kind, try_accept};
 pub(crate) use snapshot::snapshot;
+pub use txzc::TX_HOLD_LIMIT;
 
 /// Commands taken from one application per loop turn (fairness between applications).
 const CMD_BUDGET: usize = 256;
@@ -116,6 +118,9 @@ pub(crate) struct Conn {
     /// Bytes the application posted whose credit was not told yet: what its client counts
     /// as unflushed (see `service::credit_wakes`).
     uncredited: u64,
+    /// Bulk spans of the transmit area waiting for the engine, sent without a copy (`txzc`);
+    /// while any wait, `pending_tx` is empty.
+    zc: txzc::ConnSpans,
 }
 
 impl Conn {
@@ -134,7 +139,25 @@ impl Conn {
             early_credit: 0,
             direct_taken: 0,
             uncredited: 0,
+            zc: txzc::ConnSpans::default(),
         }
+    }
+
+    /// Bytes the application posted that wait in the daemon (copied or as spans).
+    fn queued_here(&self) -> usize {
+        self.pending_tx.len() + self.zc.len()
+    }
+}
+
+/// After a `TcpSend`: a connection whose bytes waiting here (copied, or as spans that a
+/// spill would copy) overran its send buffer fourfold is aborted — not our client library.
+fn overrun(lo: &mut Loopback, counters: &mut DaemonCounters, c: &Conn) -> Result<u64, SocketError> {
+    if c.queued_here() as u64 > 4 * SOCK_SNDBUF {
+        let _ = lo.engines[c.eng].tcp_abort(c.h);
+        counters.limits_hit += 1;
+        Err(SocketError::LimitReached)
+    } else {
+        Ok(0)
     }
 }
 
@@ -279,6 +302,8 @@ pub(crate) struct Shared {
     /// Socket id by (engine, connection slot), learned as connections are served; read only
     /// after checking that the socket still is that connection.
     by_slot: Vec<Vec<u32>>,
+    /// Transmit-area bytes pinned spans may hold before they are copied out (`txzc`).
+    pub tx_hold_limit: u64,
 }
 
 impl Shared {
@@ -300,6 +325,7 @@ impl Shared {
             dirty_spare: Vec::new(),
             changed: Vec::new(),
             by_slot: Vec::new(),
+            tx_hold_limit: TX_HOLD_LIMIT,
         }
     }
 
@@ -364,7 +390,7 @@ impl Shared {
             let e = &self.lo.engines[c.eng];
             let unread =
                 c.outstanding > 0 || e.tcp_conn(c.h).map(|k| k.recv_queue() > 0).unwrap_or(false);
-            if !died && !unread && !c.pending_tx.is_empty() && e.tcp_error(c.h).is_none() {
+            if !died && !unread && c.queued_here() > 0 && e.tcp_error(c.h).is_none() {
                 g.holder = None;
                 g.owners.clear();
                 g.closing = true;
@@ -452,6 +478,8 @@ pub(crate) struct App {
     /// Connections whose delivery stopped for want of room in the receive area: marked
     /// when the application frees some (`service`).
     area_wait: Vec<u32>,
+    /// Spans of the transmit area sent without a copy and not yet released (`txzc`).
+    txzc: txzc::TxZc,
 }
 
 impl App {
@@ -486,6 +514,7 @@ impl App {
             mem_limited: false,
             credit_wake: false,
             area_wait: Vec::new(),
+            txzc: txzc::TxZc::default(),
         })
     }
 
@@ -711,12 +740,31 @@ impl App {
                     sh.counters.bad_records += 1;
                     return;
                 };
+                let pos = self.tx_freed;
                 self.tx_freed += len as u64;
                 let area = LAYOUT.tx_off + off;
                 let gid = self.gid(handle);
+                let g = gid.unwrap_or(0);
                 let r = match gid.map(|g| sh.socks.get_mut(&g).map(|g| &mut g.kind)) {
                     Ok(Some(Kind::Conn(c))) if c.closed_told => Err(SocketError::BrokenPipe),
+                    Ok(Some(Kind::Conn(c)))
+                        if c.pending_tx.is_empty()
+                            && !self.mem_limited
+                            && self.txzc.takes(len, !c.zc.is_empty()) =>
+                    {
+                        // A bulk span with nothing copied before it: sent from the transmit
+                        // area itself (`txzc`), pinned there until done with; what the
+                        // engine does not take now waits here as a span.
+                        let e = &mut sh.lo.engines[c.eng];
+                        c.direct_taken += self.txzc.send(&self.region, e, g, c, area, pos, len);
+                        sh.counters.tx_zc_bytes += len as u64;
+                        c.uncredited += len as u64;
+                        overrun(&mut sh.lo, &mut sh.counters, c)
+                    }
                     Ok(Some(Kind::Conn(c))) => {
+                        // Bytes that cannot wait as a span go behind the spans waiting:
+                        // those are copied first (`txzc::spill`).
+                        txzc::spill(c);
                         // Nothing queued before them: copied from the transmit area straight
                         // into the engine's send buffer (its credit is told by the
                         // connection's next turn), the rest queued here.
@@ -743,24 +791,15 @@ impl App {
                             self.tx_scratch = scratch;
                         }
                         c.uncredited += len as u64;
-                        if c.pending_tx.len() as u64 > 4 * SOCK_SNDBUF {
-                            // Overran its send buffer fourfold: not our client library.
-                            let _ = sh.lo.engines[c.eng].tcp_abort(c.h);
-                            sh.counters.limits_hit += 1;
-                            Err(SocketError::LimitReached)
-                        } else {
-                            Ok(0)
-                        }
+                        overrun(&mut sh.lo, &mut sh.counters, c)
                     }
                     Ok(Some(Kind::Failed(e))) => Err(*e),
                     Ok(Some(_)) => Err(SocketError::NotConnected),
                     _ => Err(SocketError::InvalidHandle),
                 };
-                // Every byte of the span is read (or belongs to no connection): the client
-                // may write over it.
-                if let Some(a) = self.region.atomic_u64(at::TX_FREED) {
-                    a.store(self.tx_freed, Ordering::Release);
-                }
+                // Every byte of the span is read or pinned (or belongs to no connection): the
+                // client may write over what is not pinned.
+                self.publish_tx_freed();
                 self.complete(id, mode, handle, r);
             }
             Command::TcpConsume { handle, len } => {
@@ -803,6 +842,7 @@ impl App {
                 let r = match self.sock_kind(&mut sh.socks, handle) {
                     Some(Kind::Conn(c)) => {
                         c.pending_tx.clear();
+                        c.zc = txzc::ConnSpans::default();
                         sh.lo.engines[c.eng].tcp_abort(c.h).map(|_| 0)
                     }
                     _ => Err(SocketError::InvalidHandle),
@@ -873,7 +913,12 @@ impl App {
             }
             Command::WantWritable { handle } => {
                 if let Ok(gid) = self.gid(handle) {
-                    want_writable(sh, gid);
+                    // A send that found no area room waits for it, not for credit.
+                    let full = self.tx_area_full();
+                    if full {
+                        self.txzc.wait_for_room(gid, handle);
+                    }
+                    want_writable(sh, gid, !full);
                 }
             }
             Command::SetNotify { handle, quiet } => {

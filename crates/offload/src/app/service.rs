@@ -78,7 +78,7 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App], sweep: bool) -> bool {
                 let out = service_conn(lo, 0, c, &mut Vec::new(), None);
                 did |= out.busy;
                 let e = &mut lo.engines[c.eng];
-                if c.pending_tx.is_empty() || e.tcp_error(c.h).is_some() {
+                if c.queued_here() == 0 || e.tcp_error(c.h).is_some() {
                     let _ = e.tcp_close(c.h);
                     done.push(gid);
                 }
@@ -268,7 +268,9 @@ pub(super) fn release_kind(lo: &mut Loopback, k: Kind, died: bool) {
                 let _ = lo.engines[i].tcp_close(c);
             }
         }
-        Kind::Conn(c) => {
+        Kind::Conn(mut c) => {
+            // Spans still waiting go out as the queued bytes do.
+            super::txzc::spill(&mut c);
             let e = &mut lo.engines[c.eng];
             let unread =
                 c.outstanding > 0 || e.tcp_conn(c.h).map(|k| k.recv_queue() > 0).unwrap_or(false);
@@ -377,6 +379,9 @@ fn service_conn(
     if !c.pending_tx.is_empty() && !stalled {
         taken += push_pending(e, c);
     }
+    if !c.zc.is_empty() && !stalled {
+        taken += super::txzc::push_spans(e, c);
+    }
     if taken > 0 {
         out.busy = true;
         if c.open_told {
@@ -396,7 +401,7 @@ fn service_conn(
         out.writable = true;
         evs.push(writable(handle, 0));
     }
-    if c.shutdown_pending && c.pending_tx.is_empty() && c.open_told {
+    if c.shutdown_pending && c.queued_here() == 0 && c.open_told {
         c.shutdown_pending = false;
         let _ = e.tcp_shutdown(c.h);
         out.busy = true;
@@ -478,7 +483,7 @@ fn push_pending(e: &mut flowstack_stack::Engine, c: &mut Conn) -> u64 {
     taken
 }
 
-fn writable(handle: u32, len: u64) -> EventRecord {
+pub(super) fn writable(handle: u32, len: u64) -> EventRecord {
     EventRecord {
         kind: EventKind::Writable,
         id: 0,

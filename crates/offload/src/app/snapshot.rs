@@ -132,7 +132,7 @@ pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
                         };
                         row.local = SocketAddrV4::new(t.local_ip.into(), t.local_port).to_string();
                         row.peer = SocketAddrV4::new(t.remote_ip.into(), t.remote_port).to_string();
-                        row.send_q = (c.pending_tx.len() + k.send_queue()) as u64;
+                        row.send_q = (c.queued_here() + k.send_queue()) as u64;
                         row.recv_q = c.outstanding + k.recv_queue() as u64;
                         let i = k.info();
                         let li = linux_tcp_info(&i);
@@ -184,6 +184,8 @@ pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
         ("FlowstackdUdpPeerFiltered", d.udp_peer_filtered),
         ("FlowstackdServiceSweeps", d.sweeps),
         ("FlowstackdServiceUnmarked", d.sweep_found),
+        ("FlowstackdTxZcBytes", d.tx_zc_bytes),
+        ("FlowstackdTxRehomedBytes", d.tx_rehomed_bytes),
         ("FlowstackdLinkSteered", steer.forwarded),
         (
             "FlowstackdLinkSteerDrops",

@@ -255,9 +255,7 @@ impl App {
             .region
             .read_at(LAYOUT.tx_off + off, &mut scratch[..first]);
         let _ = self.region.read_at(LAYOUT.tx_off, &mut scratch[first..len]);
-        if let Some(a) = self.region.atomic_u64(at::TX_FREED) {
-            a.store(self.tx_freed, Ordering::Release);
-        }
+        self.publish_tx_freed();
         Some((scratch, len))
     }
 }

@@ -3,7 +3,7 @@
 use super::{ephemeral_port, Engine, Steering};
 use crate::tcp_socket::{self, TcpHandle};
 use crate::{Readiness, SocketError};
-use flowstack_tcp::sendq::ExtBuf;
+use flowstack_tcp::sendq::{ExtBuf, SharedOwner};
 use flowstack_tcp::{Connection, FourTuple, State, TcpConfig, TcpError};
 use flowstack_wire::ipv4;
 use flowstack_wire::rss::{queue_of, Toeplitz};
@@ -172,6 +172,18 @@ impl Engine {
     /// The token of a zero-copy send whose bytes are all acknowledged, if any.
     pub fn tcp_zc_completion(&mut self, h: TcpHandle) -> Option<u64> {
         self.tcp.conn_mut(h).ok()?.take_zc_completion()
+    }
+
+    /// Gives back the memory `owner` lent to zero-copy sends on `h` before it is
+    /// acknowledged: their unacknowledged bytes are copied to the heap (an allocation: for a
+    /// lender under pressure only) and the queue's references to `owner` are dropped.
+    /// Returns the bytes copied (0 if nothing of `owner` is queued).
+    pub fn tcp_zc_rehome(
+        &mut self,
+        h: TcpHandle,
+        owner: &SharedOwner,
+    ) -> Result<usize, SocketError> {
+        Ok(self.tcp.conn_mut(h)?.rehome_zc(owner))
     }
 
     /// Reads received bytes; `Ok(0)` means the peer closed (end of stream).

@@ -120,6 +120,10 @@ impl Lazy<SendQueue> {
     pub(crate) fn take_completed(&mut self) -> Option<u64> {
         self.b.as_mut()?.take_completed()
     }
+    /// Zero-copy buffers' borrowed memory replaced by heap copies ([`SendQueue::rehome`]).
+    pub(crate) fn rehome(&mut self, owner: &crate::sendq::SharedOwner) -> usize {
+        self.b.as_mut().map_or(0, |q| q.rehome(owner))
+    }
     /// Heap held: the queue and what it holds.
     pub(crate) fn heap_bytes(&self) -> usize {
         self.b

@@ -399,6 +399,13 @@ impl Connection {
         self.snd.queue.take_completed()
     }
 
+    /// Replaces the borrowed memory of the queued zero-copy buffers lent by `owner` by heap
+    /// copies of their unacknowledged bytes, releasing the owner; returns the bytes copied.
+    /// See [`crate::sendq::SendQueue::rehome`].
+    pub fn rehome_zc(&mut self, owner: &crate::sendq::SharedOwner) -> usize {
+        self.snd.queue.rehome(owner)
+    }
+
     /// Zero-copy receive: up to two slices of readable bytes; call [`Connection::consume`]
     /// with how many were used.
     pub fn peek_recv(&self, max: usize) -> (&[u8], &[u8]) {
