@@ -50,7 +50,7 @@ pub use app::{AppStats, DaemonCounters, EPHEMERAL};
 
 use app::Shared;
 use engine::EngineLoop;
-use flowstack_runtime::xring::{Mesh, RingSpec, Wake};
+use flowstack_runtime::xring::{Doorbell, Mesh, RingSpec, Wake};
 use flowstack_runtime::{AddrSpec, LinkSpec, Waitable};
 use flowstack_runtime::{Queue, Steered};
 use flowstack_sys::eventfd::EventFd;
@@ -413,7 +413,7 @@ impl Daemon {
             (los, Some(doorbells))
         };
         if let Some((devs, addr)) = self.link.take() {
-            attach_link(&mut los, devs, addr, &ports, &self.bells)?;
+            attach_link(&mut los, devs, addr, &ports, &self.bells, bells.as_ref())?;
         }
         let mut engines = Vec::with_capacity(n);
         let mut peers = Vec::new();
@@ -511,24 +511,31 @@ impl Daemon {
 /// (runtime `Steered`, its own mesh between the engines): a TCP frame goes to the engine that
 /// owns its destination port in the daemon's port table (a listener's, or the connect slice
 /// it was sent from), ARP requests to engine 0 and replies to all, whatever queue the kernel
-/// put them on; each link engine connects from its own slice.
+/// put them on; each link engine connects from its own slice. The engines of the link's own
+/// address get a mesh of their own, routed the same way and ringing the doorbells of the
+/// loopback's mesh (`mesh_bells`), which every engine already announces its sleep on.
 fn attach_link(
     los: &mut [loopback::Loopback],
     devs: Vec<Waitable>,
     addr: AddrSpec,
     ports: &Arc<PortTable>,
     bells: &[Arc<EventFd>],
+    mesh_bells: Option<&Arc<[Doorbell]>>,
 ) -> io::Result<()> {
-    if los.len() == 1 {
-        for (lo, w) in los.iter_mut().zip(devs) {
-            lo.attach_link(loopback::LinkDev::One(w.dev), addr, None);
-            lo.set_link_wait(loopback::LinkWait {
-                fd: w.fd,
-                steer: None,
-            });
+    let mesh_bells = match (los.len(), mesh_bells) {
+        (1, _) => {
+            for (lo, w) in los.iter_mut().zip(devs) {
+                lo.attach_link(loopback::LinkDev::One(w.dev), addr, None, None);
+                lo.set_link_wait(loopback::LinkWait {
+                    fd: w.fd,
+                    steer: None,
+                });
+            }
+            return Ok(());
         }
-        return Ok(());
-    }
+        (_, Some(b)) => b.clone(),
+        (_, None) => return Err(io::Error::other("several engines without a loopback mesh")),
+    };
     // A frame steered to an engine that announced sleep on the steering mesh rings that
     // engine's doorbell eventfd, which its sleep polls.
     let mut fds = Vec::with_capacity(devs.len());
@@ -545,14 +552,16 @@ fn attach_link(
         ..RingSpec::default()
     };
     let steered = Steered::group(queues, spec)?;
-    for (i, ((lo, s), fd)) in los.iter_mut().zip(steered).zip(fds).enumerate() {
+    let own = Mesh::with_doorbells("flowstackd-own", spec, mesh_bells)?.into_ports();
+    for (i, (((lo, s), fd), own)) in los.iter_mut().zip(steered).zip(fds).zip(own).enumerate() {
         let p = ports.clone();
         let s = s.with_rule(Box::new(move |f| {
             loopback::tcp_dst_port(f).and_then(|port| p.route(port))
         }));
         let steer = Some((s.doorbells(), i));
         let d = loopback::LinkDev::Steered(Box::new(s));
-        lo.attach_link(d, addr, Some(ports.connect_slice(i)));
+        let slice = Some(ports.connect_slice(i));
+        lo.attach_link(d, addr, slice, Some((own, ports.clone())));
         lo.set_link_wait(loopback::LinkWait { fd, steer });
     }
     Ok(())

@@ -104,6 +104,21 @@ pub struct RoutedDevice {
     frag: Option<(u16, usize)>,
 }
 
+impl RoutedDevice {
+    /// Node `mesh.node()` of a mesh routed by `ports`.
+    fn new(mesh: MeshPort, ports: Arc<PortTable>) -> Self {
+        Self {
+            me: mesh.node(),
+            local: LoopbackDevice::default(),
+            mesh,
+            ports,
+            drops: 0,
+            forwarded: 0,
+            frag: None,
+        }
+    }
+}
+
 /// The TCP destination port of an Ethernet/IPv4 frame, if it is one.
 #[inline]
 pub(crate) fn tcp_dst_port(f: &[u8]) -> Option<u16> {
@@ -361,8 +376,8 @@ pub struct Loopback {
     devs: Vec<LoDev>,
     /// The real link: its engine's index and addresses.
     link: Option<(usize, AddrSpec)>,
-    /// The engine that carries connections to the link's own address (last; one engine
-    /// thread): a loopback interface owning that one address ([`Loopback::attach_link`]).
+    /// The engine that carries connections to the link's own address (last): a loopback
+    /// interface owning that one address ([`Loopback::attach_link`]).
     local: Option<usize>,
     /// What an idle engine sleeps on for its link.
     link_wait: LinkWait,
@@ -404,17 +419,10 @@ impl Loopback {
 
     /// Engine `me` of several: frames for other engines' ports go through `mesh`.
     pub fn routed(me: usize, mesh: MeshPort, ports: Arc<PortTable>) -> Self {
+        debug_assert_eq!(mesh.node(), me);
         Self {
             engines: vec![engine(me, Some(ports.connect_slice(me)))],
-            devs: vec![LoDev::Routed(Box::new(RoutedDevice {
-                me,
-                local: LoopbackDevice::default(),
-                mesh,
-                ports,
-                drops: 0,
-                forwarded: 0,
-                frag: None,
-            }))],
+            devs: vec![LoDev::Routed(Box::new(RoutedDevice::new(mesh, ports)))],
             link: None,
             local: None,
             link_wait: LinkWait::default(),
@@ -472,28 +480,36 @@ impl Loopback {
     /// `ephemeral`: the ports it connects from (with several engines, this engine's slice,
     /// so the port table routes the answers here).
     ///
-    /// With the whole link (one engine thread), a connection to the link's own address is
-    /// carried locally, as the kernel carries any local address over `lo` (it never leaves
-    /// through the link): one more engine, a loopback interface owning exactly that address
-    /// (/32), connects to it and listens beside the link's engine on it and on 0.0.0.0. With
-    /// several engine threads it is not added (a connect to the link's address is refused,
-    /// `NoRoute`, see README).
-    pub fn attach_link(&mut self, dev: LinkDev, addr: AddrSpec, ephemeral: Option<(u16, u16)>) {
+    /// A connection to the link's own address is carried locally, as the kernel carries any
+    /// local address over `lo` (it never leaves through the link): one more engine, a
+    /// loopback interface owning exactly that address (/32), connects to it and listens
+    /// beside the link's engine on it and on 0.0.0.0. With one engine thread its frames come
+    /// back to it (`own` None); with several, `own` is this thread's port of a mesh between
+    /// the threads' own-address engines (and the port table): a frame goes to the engine
+    /// thread that owns its destination port, as on 127/8 — the listener's, or the connect
+    /// slice it was sent from, which is this thread's link engine's slice too.
+    pub fn attach_link(
+        &mut self,
+        dev: LinkDev,
+        addr: AddrSpec,
+        ephemeral: Option<(u16, u16)>,
+        own: Option<(MeshPort, Arc<PortTable>)>,
+    ) {
         let mut cfg = addr.engine_config();
         if let Some(r) = ephemeral {
             cfg.ephemeral = r;
         }
         let e = Engine::new(cfg, dev.dev().caps());
-        let whole = matches!(dev, LinkDev::One(_));
         self.link = Some((self.engines.len(), addr));
         self.engines.push(e);
         self.devs.push(LoDev::Link(dev));
-        if whole {
-            let own = Ipv4Cidr::new(addr.ip.addr, 32);
-            self.local = Some(self.engines.len());
-            self.engines.push(loopback_engine(own, None));
-            self.devs.push(LoDev::Local(LoopbackDevice::default()));
-        }
+        let own_ip = Ipv4Cidr::new(addr.ip.addr, 32);
+        self.local = Some(self.engines.len());
+        self.engines.push(loopback_engine(own_ip, ephemeral));
+        self.devs.push(match own {
+            None => LoDev::Local(LoopbackDevice::default()),
+            Some((mesh, ports)) => LoDev::Routed(Box::new(RoutedDevice::new(mesh, ports))),
+        });
     }
 
     /// What steering did on this engine's queue of the link (several engines).
@@ -574,18 +590,12 @@ impl Loopback {
 
     /// The engine a connection to `remote` is opened from: `home` (the connecting
     /// application's engine) if the destination is on the loopback, the link's engine if it
-    /// leaves through the link.
-    ///
-    /// The link's own address goes to the engine that carries it locally (as Linux carries
-    /// any local address over `lo`); with several engine threads there is none, and it is
-    /// refused at once (`NoRoute`): the link engine cannot reach itself (its SYN would only
-    /// count `IpOutNoRoutes` until the connect timed out).
+    /// leaves through the link, and the link's own address to the engine that carries it
+    /// locally (as Linux carries any local address over `lo`).
     pub fn engine_for(&self, remote: &SocketAddrV4, home: usize) -> Result<usize, SocketError> {
-        if let Some(i) = self.local.filter(|_| self.is_link_addr(remote.ip())) {
-            return Ok(i); // our own link address: carried locally
-        }
         if self.is_link_addr(remote.ip()) {
-            return Err(SocketError::NoRoute); // never out the link to ourselves
+            // Never out the link to ourselves (its SYN would only count `IpOutNoRoutes`).
+            return self.local.ok_or(SocketError::NoRoute);
         }
         if is_loopback(remote.ip()) && !remote.ip().is_broadcast() {
             Ok(home % self.loopbacks())
@@ -643,282 +653,4 @@ impl Loopback {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use flowstack_wire::Duration;
-
-    #[test]
-    fn loopback_device_returns_what_it_sends() {
-        let mut d = LoopbackDevice::default();
-        let mut b = TxBatch::new();
-        b.push(20)[0] = 7;
-        assert_eq!(d.send_batch(Instant::ZERO, &b), 1);
-        let mut got = vec![];
-        d.recv_batch(Instant::ZERO, 8, &mut |f| got.push(f[0]));
-        assert_eq!(got, vec![7]);
-    }
-
-    /// Counts the frames a device hands over gathered (a tail referencing the sender's
-    /// memory) on their way to the engine.
-    struct Spy<'a> {
-        dev: &'a mut LoDev,
-        gathered: usize,
-    }
-
-    impl Device for Spy<'_> {
-        fn caps(&self) -> DeviceCaps {
-            self.dev.caps()
-        }
-        fn recv_batch(&mut self, n: Instant, b: usize, s: &mut dyn FnMut(&[u8])) -> usize {
-            self.dev.recv_batch(n, b, s)
-        }
-        fn recv_batch_parts(&mut self, n: Instant, b: usize, sink: &mut PartsSink) -> usize {
-            let g = &mut self.gathered;
-            self.dev.recv_batch_parts(n, b, &mut |h, t, m| {
-                *g += usize::from(!t.is_empty());
-                sink(h, t, m)
-            })
-        }
-        fn can_gather(&self) -> bool {
-            self.dev.can_gather()
-        }
-        fn send_batch(&mut self, n: Instant, b: &TxBatch) -> usize {
-            self.dev.send_batch(n, b)
-        }
-        fn send_batch_take(&mut self, n: Instant, b: &mut TxBatch) -> usize {
-            self.dev.send_batch_take(n, b)
-        }
-        fn rx_pending(&self, n: Instant) -> bool {
-            self.dev.rx_pending(n)
-        }
-    }
-
-    /// A file sent with `send_file` over the daemon's loopback crosses gathered (the frames
-    /// reference its pooled chunks; the receiver copies each payload once) and arrives
-    /// byte-exact, odd tail included.
-    #[test]
-    fn send_file_crosses_the_loopback_gathered_and_byte_exact() {
-        use std::io::Write;
-        let len = (3 << 20) + 12345;
-        let data: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4099) as u8).collect();
-        let path = std::env::temp_dir().join(format!("flowstack-lo-sg-{}", std::process::id()));
-        std::fs::File::create(&path)
-            .unwrap()
-            .write_all(&data)
-            .unwrap();
-        let file = std::fs::File::open(&path).unwrap();
-        let _ = std::fs::remove_file(&path);
-        let mut lo = Loopback::new(1);
-        assert!(lo.devs[0].can_gather());
-        let ls = lo.listen(Ipv4Addr::UNSPECIFIED, 81, 8).unwrap();
-        let h = lo.engines[0]
-            .tcp_connect(SocketAddrV4::new(LOOPBACK_IP, 81))
-            .unwrap();
-        let mut t = Instant::ZERO;
-        let mut spy_gathered = 0;
-        let (mut sent, mut got, mut acc) = (0usize, Vec::with_capacity(len), None);
-        let mut buf = vec![0u8; 256 * 1024];
-        for _ in 0..20_000 {
-            let e = &mut lo.engines[0];
-            if acc.is_none() {
-                acc = e.tcp_accept(ls[0].1).ok();
-            }
-            if e.tcp_conn(h).unwrap().is_open() && sent < len {
-                if let Ok(n) = e.send_file(h, &file, sent as u64, (len - sent) as u64) {
-                    sent += n;
-                }
-            }
-            if let Some(a) = acc {
-                while let Ok(n) = e.tcp_recv(a, &mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    got.extend_from_slice(&buf[..n]);
-                }
-            }
-            if got.len() == len {
-                break;
-            }
-            let mut spy = Spy {
-                dev: &mut lo.devs[0],
-                gathered: 0,
-            };
-            lo.engines[0].poll(t, &mut spy);
-            spy_gathered += spy.gathered;
-            t += Duration::from_millis(1);
-        }
-        assert_eq!(got.len(), len, "all bytes arrived");
-        assert!(got == data, "byte-exact");
-        // Whole 512 KiB chunks go as zero-copy sends: most of their segments gather.
-        assert!(spy_gathered >= 24, "{spy_gathered} frames gathered");
-    }
-
-    /// Connections on the daemon's loopback use its full MSS (one segment per 64 KiB, as
-    /// Linux's `lo`), both ends, from an ephemeral port and from a bound one.
-    #[test]
-    fn loopback_connections_use_the_full_mss() {
-        let full = LINK_CAPS.mtu - 20 - 20;
-        let mut lo = Loopback::new(1);
-        let ls = lo.listen(Ipv4Addr::UNSPECIFIED, 82, 8).unwrap();
-        let remote = SocketAddrV4::new(LOOPBACK_IP, 82);
-        let a = lo.engines[0].tcp_connect(remote).unwrap();
-        let cfg = lo.engines[0].tcp_defaults();
-        let b = lo.engines[0].tcp_connect_from(40_001, remote, cfg).unwrap();
-        let mut t = Instant::ZERO;
-        let mut accepted = Vec::new();
-        for _ in 0..100 {
-            lo.poll(t);
-            t += Duration::from_millis(1);
-            while let Ok(c) = lo.engines[0].tcp_accept(ls[0].1) {
-                accepted.push(c);
-            }
-            if accepted.len() == 2 {
-                break;
-            }
-        }
-        assert_eq!(accepted.len(), 2);
-        for h in [a, b].into_iter().chain(accepted) {
-            let c = lo.engines[0].tcp_conn(h).unwrap();
-            assert!(c.is_open());
-            assert_eq!(c.mss(), full);
-        }
-    }
-
-    /// One engine reaches itself on 127.0.0.1 and on another address of the prefix.
-    #[test]
-    fn one_engine_reaches_itself() {
-        for ip in [LOOPBACK_IP, Ipv4Addr::new(127, 1, 2, 3)] {
-            let mut lo = Loopback::new(1);
-            let ls = lo.listen(Ipv4Addr::UNSPECIFIED, 80, 8).unwrap();
-            let remote = SocketAddrV4::new(ip, 80);
-            let i = lo.engine_for(&remote, 0).unwrap();
-            let h = lo.engines[i].tcp_connect(remote).unwrap();
-            let mut t = Instant::ZERO;
-            for _ in 0..100 {
-                lo.poll(t);
-                t += Duration::from_millis(1);
-                if lo.engines[i].tcp_conn(h).unwrap().is_open() {
-                    break;
-                }
-            }
-            assert!(lo.engines[i].tcp_conn(h).unwrap().is_open(), "{ip}");
-            assert!(lo.engines[0].tcp_accept(ls[0].1).is_ok(), "{ip}");
-        }
-        let lo = Loopback::new(1);
-        assert_eq!(
-            lo.engine_for(&SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 1), 0),
-            Err(SocketError::NoRoute)
-        );
-    }
-
-    /// A link beside the loopback: routes by destination, listeners by bound address.
-    #[test]
-    fn a_link_engine_routes_its_subnet_and_listens_on_its_address() {
-        let cidr = Ipv4Cidr::new(Ipv4Address::new(10, 0, 0, 2), 24);
-        let mut lo = Loopback::new(1);
-        lo.attach_link(
-            LinkDev::One(Box::new(LoopbackDevice::default())),
-            AddrSpec::new(cidr),
-            None,
-        );
-        let at = |ip: [u8; 4]| SocketAddrV4::new(Ipv4Addr::from(ip), 80);
-        assert_eq!(lo.engine_for(&at([127, 0, 0, 1]), 0), Ok(0));
-        assert_eq!(lo.engine_for(&at([10, 0, 0, 9]), 0), Ok(1));
-        // Our own address: the engine that carries it locally.
-        assert_eq!(lo.engine_for(&at([10, 0, 0, 2]), 0), Ok(2));
-        // Off the subnet without a gateway, or the subnet's broadcast: no route.
-        assert_eq!(
-            lo.engine_for(&at([8, 8, 8, 8]), 0),
-            Err(SocketError::NoRoute)
-        );
-        assert_eq!(
-            lo.engine_for(&at([10, 0, 0, 255]), 0),
-            Err(SocketError::NoRoute)
-        );
-        assert!(lo.is_local(&Ipv4Addr::new(10, 0, 0, 2)));
-        assert!(!lo.is_local(&Ipv4Addr::new(10, 0, 0, 3)));
-        let engines = |hs: Vec<(usize, TcpHandle)>| hs.iter().map(|h| h.0).collect::<Vec<_>>();
-        // Engine 2 carries connections to the link's own address.
-        let any = lo.listen(Ipv4Addr::UNSPECIFIED, 80, 8).unwrap();
-        assert_eq!(engines(any), vec![0, 1, 2]);
-        let link = lo.listen(Ipv4Addr::new(10, 0, 0, 2), 81, 8).unwrap();
-        assert_eq!(engines(link), vec![1, 2]);
-        let local = lo.listen(Ipv4Addr::new(127, 0, 0, 1), 82, 8).unwrap();
-        assert_eq!(engines(local), vec![0]);
-        assert_eq!(
-            lo.listen(Ipv4Addr::new(10, 0, 0, 3), 83, 8),
-            Err(SocketError::AddrNotAvailable)
-        );
-        // With a gateway, everything off the loopback leaves through the link.
-        let mut gw = AddrSpec::new(cidr);
-        gw.gateway = Some(Ipv4Address::new(10, 0, 0, 1));
-        let mut lo = Loopback::new(1);
-        lo.attach_link(LinkDev::One(Box::new(LoopbackDevice::default())), gw, None);
-        assert_eq!(lo.engine_for(&at([8, 8, 8, 8]), 0), Ok(1));
-        assert_eq!(lo.engine_for(&at([127, 9, 9, 9]), 0), Ok(0));
-    }
-
-    /// A link device that counts what it is given to send and never receives.
-    struct Wire(std::sync::Arc<std::sync::atomic::AtomicUsize>);
-
-    impl Device for Wire {
-        fn caps(&self) -> DeviceCaps {
-            LINK_CAPS
-        }
-        fn recv_batch(&mut self, _: Instant, _: usize, _: &mut dyn FnMut(&[u8])) -> usize {
-            0
-        }
-        fn send_batch(&mut self, _: Instant, batch: &TxBatch) -> usize {
-            let n = batch.iter().count();
-            self.0.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-            n
-        }
-        fn rx_pending(&self, _: Instant) -> bool {
-            false
-        }
-    }
-
-    /// A connection to the link's own address is carried locally, as Linux carries a local
-    /// address over `lo`: it reaches a listener on the address (or on 0.0.0.0) and not one
-    /// frame goes out the link. Not 127/8's engine either: its tuple says the link address.
-    #[test]
-    fn a_connect_to_the_links_own_address_stays_local() {
-        let own = Ipv4Addr::new(10, 0, 0, 2);
-        for listen_on in [own, Ipv4Addr::UNSPECIFIED] {
-            let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-            let mut lo = Loopback::new(1);
-            let cidr = Ipv4Cidr::new(Ipv4Address::from(own), 24);
-            let wire = LinkDev::One(Box::new(Wire(sent.clone())));
-            lo.attach_link(wire, AddrSpec::new(cidr), None);
-            let ls = lo.listen(listen_on, 80, 8).unwrap();
-            let remote = SocketAddrV4::new(own, 80);
-            let i = lo.engine_for(&remote, 0).unwrap();
-            assert_eq!(i, 2, "the engine of the link's own address");
-            let h = lo.engines[i].tcp_connect(remote).unwrap();
-            let mut t = Instant::ZERO;
-            for _ in 0..100 {
-                lo.poll(t);
-                t += Duration::from_millis(1);
-                if lo.engines[i].tcp_conn(h).unwrap().is_open() {
-                    break;
-                }
-            }
-            let k = lo.engines[i].tcp_conn(h).unwrap();
-            let c = lo.engines[i].counters();
-            let nz: Vec<_> = flowstack_api::counters::Counter::ALL
-                .iter()
-                .filter(|&&x| c.get(x) != 0)
-                .map(|&x| (x.name(), c.get(x)))
-                .collect();
-            assert!(k.is_open(), "{listen_on} {:?} {nz:?}", k.state());
-            assert_eq!(Ipv4Addr::from(k.tuple().local_ip), own);
-            let l = ls.iter().find(|(e, _)| *e == i).expect("listens there").1;
-            assert!(lo.engines[i].tcp_accept(l).is_ok(), "{listen_on}");
-            assert_eq!(
-                sent.load(std::sync::atomic::Ordering::Relaxed),
-                0,
-                "{listen_on}"
-            );
-        }
-    }
-}
+mod tests;

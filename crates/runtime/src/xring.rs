@@ -161,7 +161,15 @@ impl Mesh {
     /// (so there are `wakers.len()` nodes). The region is a sealed memfd named `name`; its
     /// pages are only backed once a ring reaches them.
     pub fn new(name: &str, spec: RingSpec, wakers: Vec<Option<Arc<dyn Wake>>>) -> io::Result<Self> {
-        let n = wakers.len();
+        let bells = wakers.into_iter().map(Doorbell::new).collect();
+        Self::with_doorbells(name, spec, bells)
+    }
+
+    /// Rings of `spec` between the nodes of `bells`, woken through those doorbells: a second
+    /// mesh between the same nodes (another interface's frames) whose pushes ring the
+    /// doorbell a node already announces its sleep on, so one announcement covers both.
+    pub fn with_doorbells(name: &str, spec: RingSpec, bells: Arc<[Doorbell]>) -> io::Result<Self> {
+        let n = bells.len();
         if n == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -185,7 +193,6 @@ impl Mesh {
             Producer::new(region.clone(), layout(0)).map_err(invalid)?;
             Some(region)
         };
-        let bells = wakers.into_iter().map(Doorbell::new).collect();
         Ok(Self {
             region,
             spec,
@@ -490,5 +497,31 @@ mod tests {
         let (got, took) = sleeper.join().unwrap();
         assert_eq!(got, vec![(0, b"wake".to_vec())]);
         assert!(took < Duration::from_secs(5), "woken, not timed out");
+    }
+
+    /// A second mesh built on the first's doorbells: a node asleep on the first mesh's
+    /// announcement is woken by a frame on the second (one announcement covers both).
+    #[test]
+    fn a_mesh_sharing_doorbells_wakes_a_node_asleep_on_the_other() {
+        let (first, fds) = mesh(2, RingSpec::default());
+        let bells = first[0].doorbells();
+        let mut second = Mesh::with_doorbells("mesh-test-2", RingSpec::default(), bells)
+            .unwrap()
+            .into_ports();
+        let mut woke = None;
+        let slept = first[1].doorbell().sleep(
+            || false,
+            || {
+                second[0].push(1, b"own").unwrap();
+                woke = Some(second[0].flush());
+            },
+        );
+        assert!(slept);
+        assert_eq!(woke, Some(1), "the push on the second mesh rang node 1");
+        assert_eq!(fds[1].take().unwrap(), 1);
+        assert_eq!(drain(&mut second[1]), vec![(0, b"own".to_vec())]);
+        // Awake again: no ring.
+        second[0].push(1, b"x").unwrap();
+        assert_eq!(second[0].flush(), 0);
     }
 }
