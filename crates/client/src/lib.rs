@@ -822,13 +822,35 @@ impl Client {
     /// later connect, listen or socket count already sees it released; another process
     /// could not rely on the port anyway (the kernel keeps it in TIME-WAIT).
     pub fn close(&mut self, h: TcpHandle, timeout: Duration) -> Result<(), SocketError> {
+        self.close_mode(h, false, timeout)
+    }
+
+    /// Close in sync mode, a connection's too: returns once the daemon has taken the close
+    /// (the socket released, its FIN or RST queued, its memory accounted free), or fails
+    /// with the daemon's error or `TimedOut`. For an application that must know the close
+    /// happened before it goes on — e.g. that `flowstack stats` or another process no longer
+    /// sees the socket — at the cost of one wait for the daemon.
+    pub fn close_sync(&mut self, h: TcpHandle, timeout: Duration) -> Result<(), SocketError> {
+        self.close_mode(h, true, timeout)
+    }
+
+    fn close_mode(
+        &mut self,
+        h: TcpHandle,
+        sync: bool,
+        timeout: Duration,
+    ) -> Result<(), SocketError> {
         let raw = Self::raw(h)?;
         let s = self.socks.remove(&raw).ok_or(SocketError::InvalidHandle)?;
         // Its bytes still in the receive area are released with it.
         self.evict_sock(raw, false);
         self.zc_tokens.remove(&raw);
         self.drop_unclaimed(&s);
-        let mode = if s.listener { Mode::Sync } else { Mode::Async };
+        let mode = if s.listener || sync {
+            Mode::Sync
+        } else {
+            Mode::Async
+        };
         let id = self.post(mode, Command::TcpClose { handle: raw })?;
         if mode == Mode::Async {
             return Ok(());

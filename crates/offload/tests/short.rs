@@ -1,7 +1,7 @@
 //! Short connections through the daemon (issue 15's crr): the request posted behind the
 //! connect (`Client::connect_send`) reaches the server with its accept, a connection's
-//! close does not wait yet is taken before anything posted after it, and accept-ahead
-//! neither loses nor strands connections.
+//! close does not wait yet is taken before anything posted after it (`close_sync` waits),
+//! and accept-ahead neither loses nor strands connections.
 
 mod common;
 
@@ -9,7 +9,7 @@ use common::{daemon, listen, lo, pattern, T};
 use flowstack_api::{SocketError, Sockets};
 use flowstack_client::Client;
 use flowstack_offload::{Daemon, DaemonConfig};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Connections per counting test.
 const N: usize = 200;
@@ -104,6 +104,98 @@ fn close_does_not_wait_yet_frees_before_the_next_call() {
     app.close(l, T).unwrap();
     drop(app);
     d.stop().unwrap();
+}
+
+/// The daemon half of `close_sync_waits_for_the_daemon_and_close_does_not` (runs only when
+/// asked): a daemon in a process of its own, which the parent can stop with SIGSTOP.
+#[test]
+#[ignore]
+fn child_daemon() {
+    let Ok(path) = std::env::var("FLOWSTACK_TEST_DAEMON_SOCKET") else {
+        return;
+    };
+    let d = Daemon::spawn(&DaemonConfig {
+        socket: path.into(),
+        ..DaemonConfig::default()
+    })
+    .unwrap();
+    // Until the parent kills it (bounded, should the parent fail).
+    std::thread::sleep(Duration::from_secs(60));
+    d.stop().unwrap();
+}
+
+/// The two close modes, told apart by a daemon that does not run: with the daemon stopped
+/// (SIGSTOP), a connection's `close` (async) returns at once, `close_sync` waits for the
+/// daemon's completion and gives up with `TimedOut` at its timeout. Once the daemon runs
+/// again both closes are taken, in order: a sync close of the listener completes, and the
+/// application holds no socket.
+#[test]
+fn close_sync_waits_for_the_daemon_and_close_does_not() {
+    use std::process::{Command, Stdio};
+    let path = common::sock_path("short-csync");
+    /// Kills (SIGKILL ends a stopped process too) and reaps the daemon, also on a panic.
+    struct Reaped(std::process::Child);
+    impl Drop for Reaped {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let child = Reaped(
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--ignored", "--exact", "child_daemon", "--nocapture"])
+            .env("FLOWSTACK_TEST_DAEMON_SOCKET", &path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let start = Instant::now();
+    while !path.exists() {
+        assert!(start.elapsed() < T, "daemon did not start");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut app = Client::connect(&path).unwrap();
+    let l = listen(&mut app, 7513).unwrap();
+    let c = app.connect_to(lo(7513), T).unwrap();
+    let s = app.accept(l, T).unwrap();
+    let pid = child.0.id() as i32;
+    let signal = |sig| {
+        // SAFETY: kill(2) on the child this test spawned and still holds (not reaped).
+        assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+    };
+    signal(libc::SIGSTOP);
+    // kill(2) returns before a running thread has stopped: wait until every thread is.
+    let stopped = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .flatten()
+            .all(|t| {
+                let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+                // The state follows the command name in parentheses.
+                stat.rsplit_once(") ")
+                    .is_some_and(|(_, r)| r.starts_with('T'))
+            })
+    };
+    while !stopped() {
+        assert!(start.elapsed() < T, "the daemon did not stop");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let t = Instant::now();
+    assert_eq!(app.close(c, T), Ok(()), "async: posted, not waited for");
+    assert!(t.elapsed() < T);
+    assert_eq!(
+        app.close_sync(s, Duration::from_millis(300)),
+        Err(SocketError::TimedOut),
+        "sync: waits for a completion a stopped daemon cannot post"
+    );
+    signal(libc::SIGCONT);
+    assert_eq!(app.close_sync(l, T), Ok(()));
+    let st = flowstack_offload::stats::query(&path).unwrap();
+    let me = st.apps.iter().find(|a| a.id == app.app_id()).unwrap();
+    assert_eq!(me.sockets, 0, "both connection closes were taken too");
+    drop(app);
+    drop(child);
 }
 
 /// An accept asked ahead and never taken is closed with its listener: the client sees its
