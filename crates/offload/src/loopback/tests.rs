@@ -2,6 +2,19 @@
 use super::*;
 use flowstack_wire::Duration;
 
+/// Polls `lo` (a millisecond a turn, at most 100 turns) until engine `i`'s connection `h` is
+/// open.
+fn poll_until_open(lo: &mut Loopback, i: usize, h: TcpHandle) {
+    let mut t = Instant::ZERO;
+    for _ in 0..100 {
+        lo.poll(t);
+        t += Duration::from_millis(1);
+        if lo.engines[i].tcp_conn(h).unwrap().is_open() {
+            break;
+        }
+    }
+}
+
 #[test]
 fn loopback_device_returns_what_it_sends() {
     let mut d = LoopbackDevice::default();
@@ -148,14 +161,7 @@ fn one_engine_reaches_itself() {
         let remote = SocketAddrV4::new(ip, 80);
         let i = lo.engine_for(&remote, 0).unwrap();
         let h = lo.engines[i].tcp_connect(remote).unwrap();
-        let mut t = Instant::ZERO;
-        for _ in 0..100 {
-            lo.poll(t);
-            t += Duration::from_millis(1);
-            if lo.engines[i].tcp_conn(h).unwrap().is_open() {
-                break;
-            }
-        }
+        poll_until_open(&mut lo, i, h);
         assert!(lo.engines[i].tcp_conn(h).unwrap().is_open(), "{ip}");
         assert!(lo.engines[0].tcp_accept(ls[0].1).is_ok(), "{ip}");
     }
@@ -256,14 +262,7 @@ fn a_connect_to_the_links_own_address_stays_local() {
         let i = lo.engine_for(&remote, 0).unwrap();
         assert_eq!(i, 2, "the engine of the link's own address");
         let h = lo.engines[i].tcp_connect(remote).unwrap();
-        let mut t = Instant::ZERO;
-        for _ in 0..100 {
-            lo.poll(t);
-            t += Duration::from_millis(1);
-            if lo.engines[i].tcp_conn(h).unwrap().is_open() {
-                break;
-            }
-        }
+        poll_until_open(&mut lo, i, h);
         let k = lo.engines[i].tcp_conn(h).unwrap();
         let c = lo.engines[i].counters();
         let nz: Vec<_> = flowstack_api::counters::Counter::ALL
