@@ -164,7 +164,7 @@ fn the_fit_reproduces_the_runs_it_was_fitted_to() {
         m.p50_us
     );
     // The rate: one over the mean, the model's (tail-less) median times the measured tail;
-    // the daemon's work per command is fitted to it unless the applications' CPU already
+    // the daemon's work per wake-up is fitted to it unless the applications' CPU already
     // explains it (then it is 0 and the rate is not above the measurement).
     let at =
         flowstack_sim::validate::offload_metric(&cal, Workload::Rr, OFFLOAD_CAL.1, offload.share)

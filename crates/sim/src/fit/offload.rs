@@ -1,4 +1,4 @@
-//! The offload daemon's fits: its applications' wait and wake-up, its work per command,
+//! The offload daemon's fits: its applications' wait and wake-up, its work per wake-up,
 //! and its stream's copies (the rows `calibrate` fits to the offload calibration runs).
 
 use super::*;
@@ -6,7 +6,7 @@ use crate::calib::daemon_copies;
 
 /// The offload daemon's three parameters: the applications' wait (to their measured CPU per
 /// request, on whole cores: a CPU time, not a wall time), the latency of waking one (to the
-/// median response time, on whole cores) and the stack core's work per command (to the
+/// median response time, on whole cores) and the stack core's work per wake-up of an application (to the
 /// rate, at the run's share).
 pub(super) fn fit_offload(cal: &mut Calibration, o: &OffloadCalRun) -> Result<(), String> {
     let w = o
