@@ -3,6 +3,9 @@
 # it give on N cores: `flowstack sim`"): every calibration bench run in presets/vm-inputs
 # (cal-*.json, and the CPU share each got in shares.json) made again now, the parameters no
 # profile measures fitted to them, and the binary rebuilt (the presets are compiled in).
+# Each run is 3 x 1 s, except the kernel's crr: 3 x 0.25 s, each 2 s after anything before
+# it, so that it takes fewer local ports than TIME-WAIT leaves free (its rate is then its
+# CPU's; `fitted` in vm.json says whether it was port-free). About 2.5 minutes.
 #
 #   scripts/sim-calibrate.sh             # keep presets/vm-inputs/profile.json
 #   scripts/sim-calibrate.sh --profile   # remake the profile too (flowstack profile)

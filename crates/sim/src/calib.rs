@@ -77,11 +77,13 @@ pub struct HostCosts {
     /// Reading a file's bytes from the page cache (copying), per byte; zero-copy file send
     /// skips it.
     pub file_per_byte_ns: f64,
-    /// An offload stack core's work per application command or event beyond TCP/IP: reading
-    /// the ring, dispatching the call, posting the completion, waking a sleeping
-    /// application (0 in calibrations without an offload daemon). Fitted on a daemon whose
-    /// applications sleep, so charged only there (`daemon-wake`): a polling daemon or a NIC
-    /// wakes nobody.
+    /// An offload stack core's work per wake-up of a sleeping application beyond the ring
+    /// records (`ring_ns` each): the wake-up's system call (flowstackd writes a byte to the
+    /// application's wake socket only when it said it sleeps) and the event that caused it
+    /// (0 in calibrations without an offload daemon). Fitted to the offload rr run's rate
+    /// (two wake-ups per transaction), so charged only on `daemon-wake`: a polling daemon
+    /// or a NIC wakes nobody. (It was charged per command, wake-up or not: a stream's
+    /// every write paid a wake-up it does not make.)
     #[serde(default)]
     pub stack_op_ns: f64,
     /// An application's CPU per blocking wait on an offload daemon (`daemon-wake`): the
@@ -126,12 +128,10 @@ pub struct HostCosts {
     /// `daemon-wake` crr: which calls of a connection block and sleep.
     #[serde(default)]
     pub offload_crr_waits: CrrWaits,
-    /// A daemon's stack core (`daemon`, `daemon-wake`), per payload byte beyond TCP/IP: its
-    /// copies between the applications' shared-memory areas and its engines' socket
-    /// buffers (flowstackd: the transmit area into its per-socket queue and on into the
-    /// send buffer; the receive buffer through its scratch into the receive area). A NIC
-    /// (`offload`) moves them by DMA: 0 there. Fitted to the offload stream calibration run's
-    /// rate.
+    /// A daemon's stack core (`daemon`, `daemon-wake`): **one** copy of a payload byte, as
+    /// flowstackd makes [`daemon_copies`] of each (its stack core's whole per-byte work:
+    /// the engine's own per-byte costs are those copies). A NIC (`offload`) moves bytes by
+    /// DMA: not charged there. Fitted to the offload stream calibration run's rate.
     #[serde(default)]
     pub daemon_per_byte_ns: f64,
     /// `daemon-wake` stream: how often the applications sleep, per 64 KiB moved.
@@ -144,9 +144,33 @@ pub struct HostCosts {
     pub daemon_credit_bytes: f64,
 }
 
-/// flowstackd's send credit per connection (`flowstack_api::region::SOCK_SNDBUF`).
+/// flowstackd's send credit per connection (`flowstack_api::region::SOCK_SNDBUF`, 1 MiB
+/// since 2026-11-27 03:57 UTC; not used by the model, whose streams keep 1 MiB of writes
+/// in flight).
 pub fn daemon_credit() -> f64 {
-    262_144.0
+    1_048_576.0
+}
+
+/// The smallest `TcpSend` flowstackd sends straight from the application's transmit area
+/// (`ZC_MIN` in `crates/offload/src/app/txzc.rs`, 16 KiB; the simulator links no daemon).
+pub const DAEMON_ZC_MIN: usize = 16 << 10;
+
+/// How many times flowstackd copies each byte of a message of `bytes` on its stack core,
+/// on the sending side (`sending`) or the receiving side, as its code does (2026-11-27,
+/// `txzc`): a send of at least [`DAEMON_ZC_MIN`] leaves from the transmit area itself —
+/// its segments are cut from the area and the loopback hands their payload to the
+/// receiving connection — so **none** on the sending side; a smaller one is copied from
+/// the area into the send buffer and from there into its frame (**two**). On the
+/// receiving side **two**: the segment's payload into the connection's receive ring, and
+/// the ring into the application's receive area (urgent delivery). So a bulk byte is
+/// copied twice in all, a small one four times. (Before `txzc` every byte was copied four
+/// times and the model charged two per side at least, at the kernel's whole per-byte cost:
+/// the offload stream rows came out −20..−42 %.)
+pub fn daemon_copies(bytes: usize, sending: bool) -> f64 {
+    match (sending, bytes >= DAEMON_ZC_MIN) {
+        (true, true) => 0.0,
+        _ => 2.0,
+    }
 }
 
 /// How often the applications of an offload stream (`bench stream --peer offload`: one

@@ -11,12 +11,12 @@
 //! | `kernel.write_ns` | kernel stream, 1 core, 16 KiB writes ([`KERNEL_STREAM_SIZES`]) |
 //! | `host.wakeup_ns` | kernel rr, 1 core |
 //! | `host.cross_core_ns` | kernel rr, client and server on two cores (classic `--kernel-placement split`): its **median** response time |
-//! | `kernel.conn_ns` | kernel crr, 1 core |
+//! | `kernel.conn_ns` | kernel crr, 1 core, short runs that take fewer local ports than TIME-WAIT leaves free ([`ports_left_free`]) |
 //! | `host.app_wait_ns` | offload rr (`bench --peer offload`): the applications' CPU per request (`app_cpu_us_per_req`) |
 //! | `host.app_wake_ns` | offload rr: its **median** response time (the daemon waking a sleeping application, the wait for its core included) |
-//! | `host.stack_op_ns` | offload rr: transactions/s |
+//! | `host.stack_op_ns` | offload rr: transactions/s (the daemon's work per wake-up of a sleeping application) |
 //! | `bus.host_per_byte_ns` | offload stream, 16 KiB writes: the applications' CPU per write |
-//! | `host.daemon_per_byte_ns` | offload stream: Mbit/s (at least two copies per side at `host.copy_per_byte_ns`) |
+//! | `host.daemon_per_byte_ns` | offload stream: Mbit/s (one of the daemon's copies; it makes two of a bulk byte, [`daemon_copies`](crate::calib::daemon_copies); no floor) |
 //!
 //! Everything else is an assumption written into the calibration's `notes`. Each parameter
 //! is found by bisection on the simulator itself (the predicted metric falls as the cost
@@ -64,7 +64,21 @@ pub struct CalConfig {
     pub msg_size: usize,
     /// `Colocated`: `--cores 1`; `Split`: the classic run with `--kernel-placement split`.
     pub clients: Clients,
+    /// The kernel's crr: each run made by itself, at most [`PORT_BUDGET_SECS`] long and
+    /// [`PORT_PAUSE_SECS`] after anything before it, so that it takes fewer local ports
+    /// than TIME-WAIT leaves free, and simulated without the port limit
+    /// ([`port_free`]): its rate is then the CPU's, which identifies `kernel.conn_ns`.
+    pub port_budget: bool,
 }
+
+/// The longest run of a port-budgeted calibration run ([`CalConfig::port_budget`]): at
+/// up to ~40 k connections/s it takes fewer than `host.connect_ports` (14116) ports.
+pub const PORT_BUDGET_SECS: f64 = 0.25;
+
+/// The pause before each port-budgeted run: the ports the runs before took (in TIME-WAIT)
+/// are reused for the same destination once their last timestamp is older than
+/// `tcp_tw_reuse_delay` (1 s; the check has a second's granularity: up to 2 s).
+pub const PORT_PAUSE_SECS: f64 = 2.0;
 
 /// The calibration runs, in the order they are made.
 pub const CAL_CONFIGS: [CalConfig; 8] = [
@@ -74,6 +88,7 @@ pub const CAL_CONFIGS: [CalConfig; 8] = [
         workload: BenchWorkload::Rr,
         msg_size: 1024,
         clients: Clients::Colocated,
+        port_budget: false,
     },
     CalConfig {
         file: "cal-crr-flowstack-c1.json",
@@ -81,6 +96,7 @@ pub const CAL_CONFIGS: [CalConfig; 8] = [
         workload: BenchWorkload::Crr,
         msg_size: 1024,
         clients: Clients::Colocated,
+        port_budget: false,
     },
     CalConfig {
         file: "cal-stream-flowstack-c1.json",
@@ -88,6 +104,7 @@ pub const CAL_CONFIGS: [CalConfig; 8] = [
         workload: BenchWorkload::Stream,
         msg_size: 16384,
         clients: Clients::Colocated,
+        port_budget: false,
     },
     CalConfig {
         file: "cal-rr-kernel-c1.json",
@@ -95,6 +112,7 @@ pub const CAL_CONFIGS: [CalConfig; 8] = [
         workload: BenchWorkload::Rr,
         msg_size: 1024,
         clients: Clients::Colocated,
+        port_budget: false,
     },
     CalConfig {
         file: "cal-crr-kernel-c1.json",
@@ -102,6 +120,7 @@ pub const CAL_CONFIGS: [CalConfig; 8] = [
         workload: BenchWorkload::Crr,
         msg_size: 1024,
         clients: Clients::Colocated,
+        port_budget: true,
     },
     CalConfig {
         file: "cal-stream-kernel-c1.json",
@@ -109,6 +128,7 @@ pub const CAL_CONFIGS: [CalConfig; 8] = [
         workload: BenchWorkload::Stream,
         msg_size: 16384,
         clients: Clients::Colocated,
+        port_budget: false,
     },
     CalConfig {
         file: "cal-stream-kernel-128k-c1.json",
@@ -116,6 +136,7 @@ pub const CAL_CONFIGS: [CalConfig; 8] = [
         workload: BenchWorkload::Stream,
         msg_size: 131072,
         clients: Clients::Colocated,
+        port_budget: false,
     },
     CalConfig {
         file: "cal-rr-kernel-split.json",
@@ -123,6 +144,7 @@ pub const CAL_CONFIGS: [CalConfig; 8] = [
         workload: BenchWorkload::Rr,
         msg_size: 1024,
         clients: Clients::Split,
+        port_budget: false,
     },
 ];
 
@@ -278,9 +300,24 @@ fn fit_to_run(
     hi: f64,
     set: impl Fn(&mut Calibration, f64),
 ) -> f64 {
+    fit_to_run_as(cal, r, p, hi, set, |_| {})
+}
+
+/// [`fit_to_run`], the run simulated under `cal` as `adjust` changes it (a kernel crr run
+/// that took fewer ports than TIME-WAIT left free: without the port limit).
+fn fit_to_run_as(
+    cal: &mut Calibration,
+    r: &CalRun,
+    p: Peer,
+    hi: f64,
+    set: impl Fn(&mut Calibration, f64),
+    adjust: impl Fn(&mut Calibration),
+) -> f64 {
     let predict = |c: &Calibration| {
+        let mut c = c.clone();
+        adjust(&mut c);
         predict_metric(
-            c,
+            &c,
             effective_share(r),
             p,
             workload_of(r.report.workload),
@@ -292,6 +329,37 @@ fn fit_to_run(
         .unwrap_or(0.0)
     };
     fit_param(cal, r.report.peers[&p].metric(), hi, set, predict)
+}
+
+/// The share of `host.connect_ports` a kernel crr run may take in one run and still count
+/// as not limited by them ([`ports_left_free`]).
+pub const PORT_BUDGET_SHARE: f64 = 0.8;
+
+/// Whether every run of a kernel crr calibration run took fewer local ports than
+/// [`PORT_BUDGET_SHARE`] of `host.connect_ports`: then none of them waited for a port in
+/// TIME-WAIT ([`CalConfig::port_budget`]: short runs after a pause), its rate is what its
+/// CPU did, and it is simulated without the port limit ([`port_free`]). A run of 1 s on
+/// this machine takes ~14.1 k ports whatever its CPU could do: its rate says only that
+/// the connection work is at most what would slow it below the ports' rate — fitted to it,
+/// `kernel.conn_ns` went to 0 on a quiet machine (the rate at no connection work was
+/// already the ports' rate) and to the knee of the two limits under load.
+pub fn ports_left_free(r: &CalRun, cal: &Calibration) -> bool {
+    let h = &cal.host;
+    let limit = PORT_BUDGET_SHARE * h.connect_ports;
+    let s = r.report.peers.get(&Peer::Kernel);
+    h.connect_ports < 1.0
+        || h.port_reuse_ns <= 0.0
+        || s.is_some_and(|s| {
+            !s.run_results.is_empty()
+                && s.run_results
+                    .iter()
+                    .all(|x| (x.transactions as f64) < limit)
+        })
+}
+
+/// `cal` without the kernel's port limit (a run that took fewer ports than were free).
+pub fn port_free(cal: &mut Calibration) {
+    cal.host.connect_ports = 0.0;
 }
 
 /// The host costs assumed before fitting (see the calibration's notes).
@@ -666,9 +734,22 @@ pub fn calibrate(
                 .unwrap_or(f64::MAX)
             },
         );
-        fit_to_run(&mut cal, k_crr, Peer::Kernel, 20000.0, |c, x| {
-            c.kernel.conn_ns = x
-        });
+        // The connection work to the crr run's rate: simulated without the port limit when
+        // its runs took fewer ports than were free (the CPU's rate), else with it (the rate
+        // then bounds the work only from above: [`ports_left_free`]).
+        let free = ports_left_free(k_crr, &cal);
+        fit_to_run_as(
+            &mut cal,
+            k_crr,
+            Peer::Kernel,
+            20000.0,
+            |c, x| c.kernel.conn_ns = x,
+            |c| {
+                if free {
+                    port_free(c)
+                }
+            },
+        );
     }
     // The daemon's host copy into shared memory is the host's copy.
     cal.bus.host_per_byte_ns = cal.host.copy_per_byte_ns;
@@ -729,12 +810,24 @@ pub fn calibrate(
             split_p50(k_split)?
         ),
     );
+    let ports = k_crr.report.peers[&Peer::Kernel]
+        .run_results
+        .iter()
+        .map(|x| x.transactions)
+        .max()
+        .unwrap_or(0);
     cal.fitted.insert(
         "kernel.conn_ns".into(),
         format!(
-            "{:.1}, to {}",
+            "{:.1}, to {} ({}){}",
             cal.kernel.conn_ns,
-            note(k_crr, Peer::Kernel)
+            note(k_crr, Peer::Kernel),
+            if ports_left_free(k_crr, &cal) {
+                format!("at most {ports} connections per run, fewer than the {:.0} ports TIME-WAIT leaves free: simulated without the port limit", cal.host.connect_ports)
+            } else {
+                format!("NOT port-free: {ports} connections in a run, the ports' limit; the rate bounds the connection work only from above")
+            },
+            clamp_note(cal.kernel.conn_ns)
         ),
     );
     cal.fitted.insert(
@@ -745,6 +838,16 @@ pub fn calibrate(
         ),
     );
     Ok(cal)
+}
+
+/// `"; clamped at 0: ..."` where a fitted cost came out 0 (the model's other costs already
+/// explain the run at no cost of its own): a fit at its floor, not a measurement.
+pub fn clamp_note(x: f64) -> &'static str {
+    if x <= 0.0 {
+        "; CLAMPED at 0: the other costs already explain the run"
+    } else {
+        ""
+    }
 }
 
 fn rr_p50(r: &CalRun, p: Peer) -> Result<f64, String> {
@@ -762,8 +865,8 @@ fn split_p50(r: &CalRun) -> Result<f64, String> {
 }
 
 mod offload;
+pub use offload::offload_probe;
 use offload::{fit_offload, fit_offload_stream};
-pub use offload::{offload_probe, DAEMON_COPIES_PER_SIDE};
 
 /// One calibration run made in two passes (before and after the validation runs): each
 /// peer's runs of both passes summarised together — the median over all of them — at the

@@ -3,7 +3,7 @@
 
 use super::{Arch, Handoff, Notify};
 use crate::arch::Api;
-use crate::calib::{Calibration, StackCosts};
+use crate::calib::{daemon_copies, Calibration, StackCosts};
 use crate::des::{Cat, Step};
 
 /// Places a script step runs.
@@ -162,14 +162,15 @@ impl Builder<'_> {
         let r = self.app(side);
         self.on(r, ns, cat);
         if self.arch.api == Api::Ring && (side == Side::Server || !self.remote) {
-            // The stack core reads the command (or posts the event) and dispatches it —
-            // and wakes the application that sleeps for it: the fitted `stack_op_ns` is a
-            // daemon's whose applications sleep (`daemon-wake`), futex wake-ups included;
-            // a polling daemon or a NIC makes none, and is charged none (as before it
-            // was fitted).
+            // The stack core reads the command (or posts the event) and dispatches it: a
+            // ring record, `ring_ns`, as the application's post. Waking an application
+            // that sleeps is charged where the daemon makes one (`wake_op`): flowstackd
+            // writes a wake-up only when the application said it sleeps (`notify.rs`), so
+            // a stream's writes make none. (Charged on `daemon-wake`, the configuration it
+            // was fitted on; a polling daemon or a NIC are charged none, as before.)
             let e = self.p.engine;
             if self.arch.handoff == Handoff::Futex {
-                self.on(e, h.stack_op_ns, Cat::Api);
+                self.on(e, h.ring_ns, Cat::Api);
             }
         }
     }
@@ -196,11 +197,12 @@ impl Builder<'_> {
         }
     }
 
-    /// Moves `bytes` over the bus between a host core and a stack core: the host's copy
-    /// (or programmed I/O) and, on a daemon's stack core, its own copies between the
-    /// shared-memory area and its socket buffers (`host.daemon_per_byte_ns`; a NIC's DMA
-    /// costs its core nothing).
-    pub(super) fn bus(&mut self, side: Side, bytes: usize) {
+    /// Moves `bytes` over the bus between a host core and a stack core (`sending`: from
+    /// `side`'s application to the stack, else to it): the host's copy (or programmed I/O)
+    /// and, on a daemon's stack core, the copies flowstackd makes of them
+    /// ([`daemon_copies`]: each `host.daemon_per_byte_ns`; a NIC's DMA costs its core
+    /// nothing).
+    pub(super) fn bus(&mut self, side: Side, bytes: usize, sending: bool) {
         self.who = side;
         let b = &self.cal.bus;
         let host = self.app(side);
@@ -208,9 +210,10 @@ impl Builder<'_> {
         self.on(host, pio, Cat::Copy);
         if self.arch.engines_on_host {
             let e = self.p.engine;
+            let copies = daemon_copies(bytes, sending);
             self.on(
                 e,
-                bytes as f64 * self.cal.host.daemon_per_byte_ns,
+                copies * bytes as f64 * self.cal.host.daemon_per_byte_ns,
                 Cat::Copy,
             );
         }
@@ -238,6 +241,28 @@ impl Builder<'_> {
         }
     }
 
+    /// The per-byte work of the stack's send and receive paths (the profile's: the
+    /// payload's copies into and out of the stack and its checksums). A daemon's stack
+    /// core moves a byte only by the copies [`daemon_copies`] counts, charged in
+    /// [`Builder::bus`]: 0 here.
+    pub(super) fn stack_per_byte(&self) -> (f64, f64) {
+        if self.arch.engines_on_host && self.p.engine.is_some() {
+            (0.0, 0.0)
+        } else {
+            (self.stack.send_per_byte_ns, self.stack.recv_per_byte_ns)
+        }
+    }
+
+    /// The stack core wakes a sleeping application: its work to do so (the wake-up's
+    /// system call and the event that caused it, `host.stack_op_ns`, fitted to the offload
+    /// rr run), `n` times (`daemon-wake` only).
+    pub(super) fn wake_op(&mut self, n: f64) {
+        if self.arch.handoff == Handoff::Futex {
+            let e = self.p.engine;
+            self.on(e, n * self.cal.host.stack_op_ns, Cat::Api);
+        }
+    }
+
     /// A blocking ring call on a daemon whose applications sleep (`daemon-wake` only; other
     /// architectures' costs for such calls are in their connection work): the stack core
     /// posts the completion (or event) and wakes the caller. `on_path`: the transaction
@@ -246,8 +271,7 @@ impl Builder<'_> {
     /// wait's CPU, on its core, is charged.
     pub(super) fn wait(&mut self, side: Side, on_path: bool) {
         if self.arch.handoff == Handoff::Futex && self.p.engine.is_some() {
-            let e = self.p.engine;
-            self.on(e, self.cal.host.stack_op_ns, Cat::Api);
+            self.wake_op(1.0);
             if on_path {
                 self.futex_wake(side);
             }
@@ -285,10 +309,11 @@ impl Builder<'_> {
             self.on(a, s as f64 * h.copy_per_byte_ns, Cat::Copy);
         }
         if self.p.engine.is_some() && (from == Side::Server || !self.remote) {
-            self.bus(from, s);
+            self.bus(from, s, true);
         }
+        let (send_pb, recv_pb) = self.stack_per_byte();
         let txs = self.tx_stack(from);
-        let send = segs as f64 * st.send_fixed_ns + s as f64 * st.send_per_byte_ns;
+        let send = segs as f64 * st.send_fixed_ns + s as f64 * send_pb;
         self.on(txs, send * again, Cat::Stack);
         // Medium.
         self.medium(s, pkts);
@@ -301,12 +326,12 @@ impl Builder<'_> {
         if self.arch.notify == Notify::Poll && self.p.engine.is_none() && rxs != a {
             self.on(rxs, h.poll_turn_ns, Cat::Poll);
         }
-        let recv = segs as f64 * st.recv_fixed_ns + s as f64 * st.recv_per_byte_ns;
+        let recv = segs as f64 * st.recv_fixed_ns + s as f64 * recv_pb;
         self.on(rxs, recv * again, Cat::Stack);
         let b = self.app(to);
         if self.p.engine.is_some() {
             if to == Side::Server || !self.remote {
-                self.bus(to, s);
+                self.bus(to, s, false);
                 // One notification per message (not per packet): an interrupt on a NIC,
                 // a ring event the application's wait picks up on a daemon.
                 match self.arch.handoff {
@@ -322,6 +347,7 @@ impl Builder<'_> {
                     // A daemon wakes the application sleeping for the message.
                     Handoff::Futex => {
                         if wake {
+                            self.wake_op(1.0);
                             self.futex_wake(to);
                         }
                     }

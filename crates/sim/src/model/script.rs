@@ -95,7 +95,14 @@ pub(super) fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
             // Per 64 KiB moved: the applications' sleeps on a daemon (`daemon-wake`).
             let sleeps = h.offload_stream_waits;
             if b.p.engine.is_some() && !b.remote {
-                b.bus(Side::Client, s);
+                b.bus(Side::Client, s, true);
+                // The daemon's wake-ups of its sleeping applications (as often as they
+                // sleep, measured) and the reader's consume command per 64 KiB.
+                b.wake_op(per_64k * (sleeps.sender + sleeps.receiver));
+                if b.arch.handoff == Handoff::Futex {
+                    let e = b.p.engine;
+                    b.on(e, per_64k * h.ring_ns, Cat::Api);
+                }
                 // A sleeping sender ahead of its stack core finds its credit used up and
                 // waits for send space: flowstackd wakes it for credit only when it said it
                 // waits (`wants_writable`; credit for a reader is published quietly). How
@@ -106,10 +113,11 @@ pub(super) fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
             }
             let txs = b.tx_stack(Side::Client);
             let again = 1.0 / (1.0 - b.error_rate.clamp(0.0, 0.99));
+            let (send_pb, recv_pb) = b.stack_per_byte();
             // Per write: the stack's work per send call (`write_ns`), whatever its size.
             b.on(
                 txs,
-                (segs * st.send_fixed_ns + s as f64 * st.send_per_byte_ns) * again + st.write_ns,
+                (segs * st.send_fixed_ns + s as f64 * send_pb) * again + st.write_ns,
                 Cat::Stack,
             );
             let pkts = b.packets(s);
@@ -120,7 +128,7 @@ pub(super) fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
             }
             b.on(
                 rxs,
-                (segs * st.recv_fixed_ns + s as f64 * st.recv_per_byte_ns) * again,
+                (segs * st.recv_fixed_ns + s as f64 * recv_pb) * again,
                 Cat::Stack,
             );
             let acks = segs / st.segments_per_ack.max(1.0);
@@ -129,7 +137,7 @@ pub(super) fn script(b: &mut Builder, sc: &Scenario) -> (Arrivals, u64) {
             let srv = b.app(Side::Server);
             b.who = Side::Server;
             if b.p.engine.is_some() {
-                b.bus(Side::Server, s);
+                b.bus(Side::Server, s, false);
                 if b.arch.handoff == Handoff::Wakeup {
                     b.on(srv, per_64k * h.interrupt_ns, Cat::Interrupt);
                 }
