@@ -8,6 +8,7 @@ pub mod get;
 pub mod net;
 pub mod ping;
 pub mod profile;
+pub mod raster;
 pub mod run;
 pub mod serve;
 pub mod serve_cores;

@@ -49,7 +49,7 @@ fn seed_001_is_reproduced_and_misuse_exits_2() {
         vec!["--arch", "nic"],
         vec!["--workload", "udp"],
         vec!["--cores", "0"],
-        vec!["--plot", "x.png", "--cores", "1,2"],
+        vec!["--plot", "x.gif", "--cores", "1,2"],
         vec!["--validate", "--duration", "5", "--runs", "3"],
         vec!["--calibration", "/nonexistent.json"],
     ] {
@@ -81,5 +81,60 @@ fn the_cores_plot_has_a_line_per_architecture() {
     let svg = std::fs::read_to_string(&p).unwrap();
     assert_eq!(svg.matches("<polyline").count(), 3);
     assert!(svg.contains("crr: connections/s vs cores"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `--plot FILE.png` draws the same figure in pixels: a PNG of the SVG's size, each
+/// architecture's line in its colour (the SVG's), axis and text ink on white.
+#[test]
+fn the_cores_plot_as_png_has_each_line_in_its_colour() {
+    let dir = std::env::temp_dir().join(format!("flowstack-sim-png-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (p, q) = (dir.join("cores.png"), dir.join("cores.svg"));
+    for out in [&p, &q] {
+        let r = sim(&[
+            "--arch",
+            "kernel,percore,daemon:c/4",
+            "--workload",
+            "crr",
+            "--cores",
+            "1,2,4,8",
+            "--txns",
+            "2000",
+            "--plot",
+            out.to_str().unwrap(),
+        ]);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    }
+    let svg = std::fs::read_to_string(&q).unwrap();
+    let dec = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&p).unwrap()));
+    let mut reader = dec.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    assert_eq!(info.color_type, png::ColorType::Rgb);
+    // The SVG's size.
+    let size = format!(r#"width="{}" height="{}""#, info.width, info.height);
+    assert!(svg.contains(&size), "{size} not in the SVG's header");
+    let px: Vec<[u8; 3]> = buf[..info.buffer_size()]
+        .chunks(3)
+        .map(|c| [c[0], c[1], c[2]])
+        .collect();
+    let count = |rgb: [u8; 3]| px.iter().filter(|&&p| p == rgb).count();
+    // Each polyline's colour (from the SVG) covers pixels: its line, dots and legend.
+    let colours: Vec<[u8; 3]> = svg
+        .lines()
+        .filter(|l| l.starts_with("<polyline"))
+        .map(|l| {
+            let at = l.find("stroke=\"#").unwrap() + 9;
+            let v = u32::from_str_radix(&l[at..at + 6], 16).unwrap();
+            [(v >> 16) as u8, (v >> 8) as u8, v as u8]
+        })
+        .collect();
+    assert_eq!(colours.len(), 3);
+    for c in colours {
+        assert!(count(c) > 200, "{c:?}: {} pixels", count(c));
+    }
+    assert!(count([0xff, 0xff, 0xff]) > px.len() / 2, "mostly white");
+    assert!(count([0x20, 0x20, 0x20]) > 500, "text drawn");
     std::fs::remove_dir_all(&dir).unwrap();
 }

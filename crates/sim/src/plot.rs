@@ -1,8 +1,9 @@
-//! The figures as SVG: line charts (one line per architecture), stacked in one file.
+//! The figures: line charts (one line per architecture), stacked in one file.
 //!
-//! Hand-written rather than `plotters`: a line chart is a few dozen SVG elements, the text is
-//! left to the viewer's fonts (nothing to rasterise, no font files to find on a minimal
-//! machine), and the output is plain text that diffs well when checked into `docs/`.
+//! Hand-written rather than `plotters`: a line chart is a few dozen elements. The layout is
+//! drawn once ([`draw`]) through a [`Pen`]: [`svg`] writes it as SVG (the text left to the
+//! viewer's fonts, plain text that diffs well when checked into `docs/`); a raster pen (the
+//! CLI's PNG writer, with its bitmap font) draws the same layout in pixels.
 
 use std::fmt::Write as _;
 
@@ -87,7 +88,82 @@ fn trim(v: f64) -> String {
     }
 }
 
-fn chart(out: &mut String, c: &Chart, y0: f64) {
+/// Where a text's `x` is: its start, middle or end (SVG's `text-anchor`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Anchor {
+    /// `x` is where the text starts.
+    Start,
+    /// `x` is its middle.
+    Middle,
+    /// `x` is where it ends.
+    End,
+}
+
+/// A text to draw.
+#[derive(Debug, Clone, Copy)]
+pub struct Text<'a> {
+    /// Where (the baseline's `y`; `x` as `anchor` says).
+    pub at: (f64, f64),
+    /// The text (unescaped).
+    pub s: &'a str,
+    /// Font size in pixels.
+    pub size: f64,
+    /// Where `at` is along it.
+    pub anchor: Anchor,
+    /// A title.
+    pub bold: bool,
+    /// Turned a quarter to the left (read bottom to top), about `at`.
+    pub vertical: bool,
+}
+
+/// What a chart is drawn with; coordinates in the figure's pixels, `y` down, colors as RGB.
+pub trait Pen {
+    /// A straight line.
+    fn line(&mut self, a: (f64, f64), b: (f64, f64), color: (u8, u8, u8), width: f64);
+    /// A rectangle's outline.
+    fn frame(&mut self, x: f64, y: f64, w: f64, h: f64, color: (u8, u8, u8));
+    /// A text.
+    fn text(&mut self, t: Text<'_>);
+    /// A data point (`label` names it: series, x and y).
+    fn dot(&mut self, at: (f64, f64), r: f64, color: (u8, u8, u8), label: &str);
+    /// A series' line through `points`.
+    fn polyline(&mut self, points: &[(f64, f64)], color: (u8, u8, u8), width: f64) {
+        for w in points.windows(2) {
+            self.line(w[0], w[1], color, width);
+        }
+    }
+}
+
+/// The figure's size for `charts` charts (width, height).
+pub fn size(charts: usize) -> (f64, f64) {
+    (W, H * charts.max(1) as f64)
+}
+
+fn rgb(hex: &str) -> (u8, u8, u8) {
+    let v = u32::from_str_radix(hex.trim_start_matches('#'), 16).unwrap_or(0);
+    ((v >> 16) as u8, (v >> 8) as u8, v as u8)
+}
+
+/// The series' colors, in order.
+fn color(i: usize) -> (u8, u8, u8) {
+    rgb(COLORS[i % COLORS.len()])
+}
+
+const AXIS: (u8, u8, u8) = (0x44, 0x44, 0x44);
+const GRID: (u8, u8, u8) = (0xdd, 0xdd, 0xdd);
+
+fn text(at: (f64, f64), s: &str, size: f64, anchor: Anchor) -> Text<'_> {
+    Text {
+        at,
+        s,
+        size,
+        anchor,
+        bold: false,
+        vertical: false,
+    }
+}
+
+fn chart(pen: &mut dyn Pen, c: &Chart, y0: f64) {
     let pts: Vec<(f64, f64)> = c.series.iter().flat_map(|s| s.points.clone()).collect();
     let xs = |x: f64| if c.log_x { x.max(1e-12).log10() } else { x };
     let (mut xmin, mut xmax) = pts
@@ -119,18 +195,11 @@ fn chart(out: &mut String, c: &Chart, y0: f64) {
         };
         y0 + T + ph - f.clamp(-0.05, 1.05) * ph
     };
-    let _ = writeln!(
-        out,
-        r#"<text x="{}" y="{}" font-size="15" font-weight="bold">{}</text>"#,
-        L,
-        y0 + 24.0,
-        esc(&c.title)
-    );
-    let _ = writeln!(
-        out,
-        r##"<rect x="{L}" y="{}" width="{pw}" height="{ph}" fill="none" stroke="#444"/>"##,
-        y0 + T
-    );
+    pen.text(Text {
+        bold: true,
+        ..text((L, y0 + 24.0), &c.title, 15.0, Anchor::Start)
+    });
+    pen.frame(L, y0 + T, pw, ph, AXIS);
     // y ticks and grid.
     let yticks: Vec<f64> = if log_y {
         (dlo as i32..=dhi as i32).map(|d| 10f64.powi(d)).collect()
@@ -145,14 +214,8 @@ fn chart(out: &mut String, c: &Chart, y0: f64) {
     };
     for v in yticks {
         let y = py(v);
-        let _ = writeln!(
-            out,
-            r##"<line x1="{L}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" font-size="11" text-anchor="end">{}</text>"##,
-            L + pw,
-            L - 6.0,
-            y + 4.0,
-            fmt_tick(v)
-        );
+        pen.line((L, y), (L + pw, y), GRID, 1.0);
+        pen.text(text((L - 6.0, y + 4.0), &fmt_tick(v), 11.0, Anchor::End));
     }
     // x ticks: each distinct x of the data (log axes), or nice steps.
     let mut ticks: Vec<f64> = if c.log_x {
@@ -174,79 +237,135 @@ fn chart(out: &mut String, c: &Chart, y0: f64) {
         let k = ticks.len().div_ceil(14);
         ticks = ticks.into_iter().step_by(k).collect();
     }
+    let bottom = y0 + T + ph;
     for t in ticks {
         let x = px(t);
-        let _ = writeln!(
-            out,
-            r##"<line x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{:.1}" stroke="#444"/><text x="{x:.1}" y="{:.1}" font-size="11" text-anchor="middle">{}</text>"##,
-            y0 + T + ph,
-            y0 + T + ph + 5.0,
-            y0 + T + ph + 18.0,
-            fmt_tick(t)
-        );
+        pen.line((x, bottom), (x, bottom + 5.0), AXIS, 1.0);
+        pen.text(text((x, bottom + 18.0), &fmt_tick(t), 11.0, Anchor::Middle));
     }
-    let _ = writeln!(
-        out,
-        r#"<text x="{:.1}" y="{:.1}" font-size="12" text-anchor="middle">{}</text>"#,
-        L + pw / 2.0,
-        y0 + H - 12.0,
-        esc(&c.x_label)
-    );
-    let _ = writeln!(
-        out,
-        r#"<text x="16" y="{:.1}" font-size="12" text-anchor="middle" transform="rotate(-90 16 {:.1})">{}</text>"#,
-        y0 + T + ph / 2.0,
-        y0 + T + ph / 2.0,
-        esc(&c.y_label)
-    );
+    pen.text(text(
+        (L + pw / 2.0, y0 + H - 12.0),
+        &c.x_label,
+        12.0,
+        Anchor::Middle,
+    ));
+    pen.text(Text {
+        vertical: true,
+        ..text((16.0, y0 + T + ph / 2.0), &c.y_label, 12.0, Anchor::Middle)
+    });
     for (i, s) in c.series.iter().enumerate() {
-        let col = COLORS[i % COLORS.len()];
-        let path: Vec<String> = s
-            .points
-            .iter()
-            .map(|&(x, y)| format!("{:.1},{:.1}", px(x), py(y)))
-            .collect();
-        let _ = writeln!(
-            out,
-            r#"<polyline fill="none" stroke="{col}" stroke-width="2" points="{}"/>"#,
-            path.join(" ")
-        );
-        for &(x, y) in &s.points {
-            let _ = writeln!(
-                out,
-                r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{col}"><title>{}: x={} y={}</title></circle>"#,
-                px(x),
-                py(y),
-                esc(&s.name),
-                trim(x),
-                trim(y)
-            );
+        let col = color(i);
+        let path: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (px(x), py(y))).collect();
+        pen.polyline(&path, col, 2.0);
+        for (&(x, y), &at) in s.points.iter().zip(&path) {
+            let label = format!("{}: x={} y={}", s.name, trim(x), trim(y));
+            pen.dot(at, 3.0, col, &label);
         }
         let ly = y0 + T + 10.0 + i as f64 * 18.0;
+        pen.line((L + pw + 12.0, ly), (L + pw + 32.0, ly), col, 3.0);
+        pen.text(text(
+            (L + pw + 38.0, ly + 4.0),
+            &s.name,
+            12.0,
+            Anchor::Start,
+        ));
+    }
+}
+
+/// Draws the charts one above the other with `pen` (a white figure of [`size`] assumed).
+pub fn draw(charts: &[Chart], pen: &mut dyn Pen) {
+    for (i, c) in charts.iter().enumerate() {
+        chart(pen, c, i as f64 * H);
+    }
+}
+
+/// Writes SVG elements.
+struct SvgPen(String);
+
+fn hex((r, g, b): (u8, u8, u8)) -> String {
+    format!("#{r:02x}{g:02x}{b:02x}")
+}
+
+impl Pen for SvgPen {
+    fn line(&mut self, a: (f64, f64), b: (f64, f64), color: (u8, u8, u8), width: f64) {
+        let w = if width == 1.0 {
+            String::new()
+        } else {
+            format!(r#" stroke-width="{width}""#)
+        };
         let _ = writeln!(
-            out,
-            r#"<line x1="{:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{col}" stroke-width="3"/><text x="{:.1}" y="{:.1}" font-size="12">{}</text>"#,
-            L + pw + 12.0,
-            L + pw + 32.0,
-            L + pw + 38.0,
-            ly + 4.0,
-            esc(&s.name)
+            self.0,
+            r#"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="{}"{w}/>"#,
+            a.0,
+            a.1,
+            b.0,
+            b.1,
+            hex(color)
+        );
+    }
+    fn frame(&mut self, x: f64, y: f64, w: f64, h: f64, color: (u8, u8, u8)) {
+        let _ = writeln!(
+            self.0,
+            r#"<rect x="{x}" y="{y}" width="{w}" height="{h}" fill="none" stroke="{}"/>"#,
+            hex(color)
+        );
+    }
+    fn text(&mut self, t: Text<'_>) {
+        let anchor = match t.anchor {
+            Anchor::Start => "",
+            Anchor::Middle => r#" text-anchor="middle""#,
+            Anchor::End => r#" text-anchor="end""#,
+        };
+        let bold = if t.bold { r#" font-weight="bold""# } else { "" };
+        let (x, y) = t.at;
+        let turn = if t.vertical {
+            format!(r#" transform="rotate(-90 {x:.1} {y:.1})""#)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            self.0,
+            r#"<text x="{x:.1}" y="{y:.1}" font-size="{}"{bold}{anchor}{turn}>{}</text>"#,
+            t.size,
+            esc(t.s)
+        );
+    }
+    fn dot(&mut self, at: (f64, f64), r: f64, color: (u8, u8, u8), label: &str) {
+        let _ = writeln!(
+            self.0,
+            r#"<circle cx="{:.1}" cy="{:.1}" r="{r}" fill="{}"><title>{}</title></circle>"#,
+            at.0,
+            at.1,
+            hex(color),
+            esc(label)
+        );
+    }
+    fn polyline(&mut self, points: &[(f64, f64)], color: (u8, u8, u8), width: f64) {
+        let path: Vec<String> = points
+            .iter()
+            .map(|(x, y)| format!("{x:.1},{y:.1}"))
+            .collect();
+        let _ = writeln!(
+            self.0,
+            r#"<polyline fill="none" stroke="{}" stroke-width="{width}" points="{}"/>"#,
+            hex(color),
+            path.join(" ")
         );
     }
 }
 
 /// The charts one above the other, as an SVG document.
 pub fn svg(charts: &[Chart]) -> String {
-    let h = H * charts.len().max(1) as f64;
+    let (w, h) = size(charts.len());
     let mut s = String::new();
     let _ = writeln!(
         s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" viewBox="0 0 {W} {h}" font-family="sans-serif">"#
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif">"#
     );
     let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    for (i, c) in charts.iter().enumerate() {
-        chart(&mut s, c, i as f64 * H);
-    }
+    let mut pen = SvgPen(s);
+    draw(charts, &mut pen);
+    let mut s = pen.0;
     s.push_str("</svg>\n");
     s
 }

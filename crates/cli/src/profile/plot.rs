@@ -1,16 +1,12 @@
 //! `--plot`: one stacked bar per path and size, a segment per layer, as SVG or PNG.
 //!
 //! Both formats draw the same [`Chart`]: the SVG as vector shapes with hover titles, the
-//! PNG rasterised here (rectangles and an 8×8 bitmap font, scaled ×2) and encoded with the
-//! `png` crate. The chart reads only the report schema ([`SizeReport`]), so it could draw a
-//! JSON file as well.
-//!
-//! The PNG path stays hand-written on purpose: plotting crates (`plotters` and the like) draw
-//! text through the system's fonts (fontconfig/freetype), which a minimal machine or CI image
-//! does not have; a built-in bitmap font makes the PNG everywhere.
+//! PNG in the CLI's raster ([`crate::raster`]: rectangles and an 8×8 bitmap font, encoded
+//! with the `png` crate). The chart reads only the report schema ([`SizeReport`]), so it
+//! could draw a JSON file as well.
 
+use crate::raster::Canvas;
 use flowstack_prof::report::{layer_name, PathReport, SizeReport};
-use font8x8::UnicodeFonts;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -179,87 +175,30 @@ fn to_svg(c: &Chart) -> String {
     s
 }
 
-/// An RGB raster.
-struct Canvas {
-    w: usize,
-    h: usize,
-    px: Vec<u8>,
-}
-
-impl Canvas {
-    fn new(w: usize, h: usize) -> Self {
-        Canvas {
-            w,
-            h,
-            px: vec![0xff; w * h * 3],
-        }
-    }
-
-    fn rect(&mut self, x: f64, y: f64, w: f64, h: f64, c: (u8, u8, u8)) {
-        let x0 = x.round().max(0.0) as usize;
-        let y0 = y.round().max(0.0) as usize;
-        let x1 = ((x + w).round().max(0.0) as usize).min(self.w);
-        let y1 = ((y + h).round().max(0.0) as usize).min(self.h);
-        for yy in y0..y1 {
-            for xx in x0..x1 {
-                let i = (yy * self.w + xx) * 3;
-                self.px[i..i + 3].copy_from_slice(&[c.0, c.1, c.2]);
-            }
-        }
-    }
-
-    /// Text in the 8×8 font at half scale of the chart's 12-px type: each glyph pixel is
-    /// one pixel, glyphs 7 px apart; `baseline` as in SVG.
-    fn text(&mut self, x: f64, baseline: f64, s: &str) {
-        let top = baseline - 8.0;
-        for (k, ch) in s.chars().enumerate() {
-            let glyph = font8x8::BASIC_FONTS
-                .get(ch)
-                .or_else(|| font8x8::LATIN_FONTS.get(ch))
-                .unwrap_or([0; 8]);
-            for (row, bits) in glyph.iter().enumerate() {
-                for col in 0..8 {
-                    if bits & (1 << col) != 0 {
-                        self.rect(
-                            x + k as f64 * 7.0 + col as f64,
-                            top + row as f64,
-                            1.0,
-                            1.0,
-                            (0x20, 0x20, 0x20),
-                        );
-                    }
-                }
-            }
-        }
-    }
-}
-
 fn to_png(c: &Chart) -> Result<Vec<u8>, String> {
     let mut cv = Canvas::new(c.width().ceil() as usize, c.height().ceil() as usize);
-    cv.text(10.0, 20.0, TITLE);
+    cv.text(10.0, 20.0, TITLE, false);
     for (i, bar) in c.bars.iter().enumerate() {
         let y = c.bar_y(i);
-        cv.text(10.0, y + 15.0, &bar.label);
+        cv.text(10.0, y + 15.0, &bar.label, false);
         let mut end = LEFT;
         for (n, x, w) in c.layout(bar) {
             cv.rect(x, y, w, BAR_H, color(n));
             end = x + w;
         }
-        cv.text(end + 4.0, y + 15.0, &format!("{:.0} ns", bar.total_ns));
+        cv.text(
+            end + 4.0,
+            y + 15.0,
+            &format!("{:.0} ns", bar.total_ns),
+            false,
+        );
     }
     for (i, name) in c.legend.iter().enumerate() {
         let y = c.legend_y(i);
         cv.rect(10.0, y, 12.0, 12.0, color(i));
-        cv.text(28.0, y + 11.0, name);
+        cv.text(28.0, y + 11.0, name, false);
     }
-    let mut out = Vec::new();
-    let mut enc = png::Encoder::new(&mut out, cv.w as u32, cv.h as u32);
-    enc.set_color(png::ColorType::Rgb);
-    enc.set_depth(png::BitDepth::Eight);
-    let mut w = enc.write_header().map_err(|e| e.to_string())?;
-    w.write_image_data(&cv.px).map_err(|e| e.to_string())?;
-    w.finish().map_err(|e| e.to_string())?;
-    Ok(out)
+    cv.png()
 }
 
 /// Draws the results into `path`.

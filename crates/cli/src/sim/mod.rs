@@ -7,6 +7,7 @@ use clap::Args;
 use flowstack_prof::report::{from_json, ProfileReport};
 use flowstack_sim::calib::{fit_profile, preset};
 use flowstack_sim::plot::{svg, Chart, Series};
+
 use flowstack_sim::{seed001, simulate, Arch, Calibration, Clients, Outcome, Scenario, Workload};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -245,8 +246,8 @@ fn run_sweep(a: &SimArgs) -> ExitCode {
         return usage("--txns must be 1..=10000000, --app-us >= 0, --conns >= 1");
     }
     if let Some(p) = &a.plot {
-        if p.extension().and_then(|e| e.to_str()) != Some("svg") {
-            return usage("--plot needs a FILE.svg (the simulator draws SVG only)");
+        if plot_format(p).is_none() {
+            return usage("--plot needs a FILE.svg or FILE.png");
         }
     }
     for s in &a.arch {
@@ -355,7 +356,11 @@ fn run_sweep(a: &SimArgs) -> ExitCode {
                 "--plot needs a swept axis: several --sizes, --cores, --load or --nic-ratio values",
             );
         }
-        if let Err(e) = std::fs::write(p, svg(&charts)) {
+        let bytes = match plot_format(p) {
+            Some(Format::Png) => png(&charts),
+            _ => Ok(svg(&charts).into_bytes()),
+        };
+        if let Err(e) = bytes.and_then(|b| std::fs::write(p, b).map_err(|e| e.to_string())) {
             return fail(format!("cannot write {}: {e}", p.display()));
         }
         println!("plot  {}", p.display());
@@ -491,4 +496,27 @@ fn charts(a: &SimArgs, workloads: &[Workload], results: &[Point]) -> Vec<Chart> 
         }
     }
     out
+}
+
+/// What `--plot` writes, by its file name's extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Svg,
+    Png,
+}
+
+fn plot_format(p: &std::path::Path) -> Option<Format> {
+    match p.extension().and_then(|e| e.to_str()) {
+        Some("svg") => Some(Format::Svg),
+        Some("png") => Some(Format::Png),
+        _ => None,
+    }
+}
+
+/// The charts as a PNG: the same layout as the SVG, drawn in the CLI's raster.
+fn png(charts: &[Chart]) -> Result<Vec<u8>, String> {
+    let (w, h) = flowstack_sim::plot::size(charts.len());
+    let mut cv = crate::raster::Canvas::new(w.ceil() as usize, h.ceil() as usize);
+    flowstack_sim::plot::draw(charts, &mut cv);
+    cv.png()
 }
