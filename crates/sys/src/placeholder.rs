@@ -22,14 +22,16 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-/// A's send buffer: small, so a few filler writes make A unwritable.
+/// A's send buffer once [`fill`] has been used on it: small, so one filler write makes A
+/// unwritable.
 pub const A_SNDBUF: usize = 4096;
 
 /// Creates a placeholder pair: (A for the program, D for the daemon). Both close-on-exec
-/// (the shim clears it on A when the program asks), A with a small send buffer.
+/// (the shim clears it on A when the program asks). A keeps the kernel's default send
+/// buffer until the first [`fill`] shrinks it: most sockets are never filled, and a
+/// `setsockopt` per socket was one of the system calls each short connection paid.
 pub fn pair() -> io::Result<(OwnedFd, OwnedFd)> {
     let (a, d) = UnixStream::pair()?;
-    sockopt::set_socket_send_buffer_size(&a, A_SNDBUF)?;
     Ok((a.into(), d.into()))
 }
 
@@ -100,13 +102,23 @@ pub fn take_tokens(a: BorrowedFd<'_>) -> io::Result<Tokens> {
 ///
 /// One write of [`FILL_CHUNK`] bytes (more than A's send buffer holds) usually does it: a
 /// non-blocking stream write that stops short has filled the buffer, so no second write is
-/// needed to see `EAGAIN` (a connect used to cost eight writes here).
+/// needed to see `EAGAIN` (a connect used to cost eight writes here). A's first fill finds
+/// the kernel's default send buffer (see [`pair`]): its first write goes through whole, A's
+/// send buffer is then shrunk to [`A_SNDBUF`] — below what is queued, so A is unwritable —
+/// and the next write answers `EAGAIN`. The buffer stays small for later fills (also in
+/// other processes holding a copy: it belongs to the socket).
 pub fn fill(a: BorrowedFd<'_>) -> io::Result<usize> {
     static JUNK: [u8; FILL_CHUNK] = [0; FILL_CHUNK];
     let mut n = 0;
+    let mut shrunk = false;
     for _ in 0..FILL_WRITES {
         match send(a, &JUNK, SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
             Ok(k) if k < JUNK.len() => return Ok(n + k),
+            Ok(k) if !shrunk => {
+                shrunk = true;
+                n += k;
+                sockopt::set_socket_send_buffer_size(a, A_SNDBUF)?;
+            }
             Ok(k) => n += k,
             Err(rustix::io::Errno::AGAIN) => return Ok(n),
             Err(rustix::io::Errno::INTR) => continue,
@@ -288,6 +300,27 @@ mod tests {
         drop(a2);
         assert_eq!(poll_sets(&[], &[d.as_fd()], z).unwrap().1, vec![true]);
         assert!(!drain(d.as_fd()).unwrap());
+    }
+
+    /// A fresh pair costs no `setsockopt`: A keeps the default send buffer until its first
+    /// fill shrinks it; every fill (first, after a drain, through a dup) leaves A unwritable
+    /// with a bounded amount queued.
+    #[test]
+    fn send_buffer_is_shrunk_by_the_first_fill_only() {
+        let (a, d) = pair().unwrap();
+        let small = 2 * A_SNDBUF; // as the kernel reports it (doubled)
+        let before = sockopt::socket_send_buffer_size(&a).unwrap();
+        assert!(before > small, "untouched at creation: {before}");
+        let n = fill(a.as_fd()).unwrap();
+        assert!((1..=2 * FILL_CHUNK).contains(&n), "first fill wrote {n}");
+        assert_eq!(sockopt::socket_send_buffer_size(&a).unwrap(), small);
+        assert!(!wait_a(a.as_fd(), false, true, Duration::ZERO).unwrap().1);
+        assert!(drain(d.as_fd()).unwrap());
+        assert!(wait_a(a.as_fd(), false, true, Duration::ZERO).unwrap().1);
+        let a2 = a.try_clone().unwrap();
+        let n = fill(a2.as_fd()).unwrap();
+        assert!((1..=FILL_CHUNK).contains(&n), "later fill wrote {n}");
+        assert!(!wait_a(a.as_fd(), false, true, Duration::ZERO).unwrap().1);
     }
 
     #[test]
