@@ -247,7 +247,13 @@ impl Posix {
     /// A new socket: returns A (the descriptor the program sees; close-on-exec as created, the
     /// caller clears it where the program asks) and its id.
     pub fn socket(&self, ty: Type) -> Result<(OwnedFd, SockId), Errno> {
-        let (a, d) = placeholder::pair().map_err(|_| Errno(24))?;
+        self.socket_with(ty, FdFlags::default())
+    }
+
+    /// [`Posix::socket`] whose A has the descriptor flags `fl` (the caller then changes
+    /// none).
+    pub fn socket_with(&self, ty: Type, fl: FdFlags) -> Result<(OwnedFd, SockId), Errno> {
+        let (a, d) = placeholder::pair_with(fl.cloexec, fl.nonblock).map_err(|_| Errno(24))?;
         let mine = a.try_clone().map_err(|_| Errno(24))?;
         let mut g = self.lock()?;
         let h = g.alloc();
@@ -370,6 +376,17 @@ impl Posix {
         nonblock: bool,
         timeout: Option<Duration>,
     ) -> Result<(OwnedFd, SockId, SocketAddrV4, Path), Errno> {
+        self.accept_with(id, nonblock, timeout, FdFlags::default())
+    }
+
+    /// [`Posix::accept`] whose new A has the descriptor flags `fl` (`accept4`'s).
+    pub fn accept_with(
+        &self,
+        id: SockId,
+        nonblock: bool,
+        timeout: Option<Duration>,
+        fl: FdFlags,
+    ) -> Result<(OwnedFd, SockId, SocketAddrV4, Path), Errno> {
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             let mut g = self.lock()?;
@@ -396,7 +413,8 @@ impl Posix {
             };
             match got {
                 Ok(h) => {
-                    let (a, d) = placeholder::pair().map_err(|_| Errno(24))?;
+                    let (a, d) =
+                        placeholder::pair_with(fl.cloexec, fl.nonblock).map_err(|_| Errno(24))?;
                     let mine = a.try_clone().map_err(|_| Errno(24))?;
                     let c = g.client.as_mut().expect("registered");
                     // The placeholder is posted and its answer never waited for: the

@@ -35,6 +35,28 @@ pub fn pair() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok((a.into(), d.into()))
 }
 
+/// [`pair`] with the descriptor flags the program asked for (`SOCK_CLOEXEC`,
+/// `SOCK_NONBLOCK` of `socket`/`accept4`) set at creation, so none needs a `fcntl` after.
+/// Both ends get them; D is sent to the daemon and closed by the caller right away, and the
+/// daemon's I/O on D never blocks, so only A's flags matter (`O_NONBLOCK` belongs to the
+/// open file description: every dup of A shares it, as the program expects).
+pub fn pair_with(cloexec: bool, nonblock: bool) -> io::Result<(OwnedFd, OwnedFd)> {
+    use rustix::net::{socketpair, AddressFamily, SocketFlags, SocketType};
+    let mut fl = SocketFlags::empty();
+    if cloexec {
+        fl |= SocketFlags::CLOEXEC;
+    }
+    if nonblock {
+        fl |= SocketFlags::NONBLOCK;
+    }
+    Ok(socketpair(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        fl,
+        None,
+    )?)
+}
+
 /// The identity of a placeholder across processes: (device, inode) of the socket.
 pub fn identity(fd: BorrowedFd<'_>) -> io::Result<(u64, u64)> {
     let st = rustix::fs::fstat(fd)?;
@@ -321,6 +343,24 @@ mod tests {
         let n = fill(a2.as_fd()).unwrap();
         assert!((1..=FILL_CHUNK).contains(&n), "later fill wrote {n}");
         assert!(!wait_a(a.as_fd(), false, true, Duration::ZERO).unwrap().1);
+    }
+
+    #[test]
+    fn pair_with_sets_the_asked_flags_on_a() {
+        use rustix::fs::{fcntl_getfl, OFlags};
+        use rustix::io::{fcntl_getfd, FdFlags};
+        for (cloexec, nonblock) in [(true, false), (false, true), (false, false), (true, true)] {
+            let (a, d) = pair_with(cloexec, nonblock).unwrap();
+            let fd = fcntl_getfd(&a).unwrap();
+            assert_eq!(fd.contains(FdFlags::CLOEXEC), cloexec);
+            assert_eq!(
+                fcntl_getfl(&a).unwrap().contains(OFlags::NONBLOCK),
+                nonblock
+            );
+            // Still a working pair.
+            assert!(put_token(d.as_fd()).unwrap());
+            assert_eq!(take_tokens(a.as_fd()).unwrap(), Tokens::Read(1));
+        }
     }
 
     #[test]
