@@ -58,6 +58,7 @@ mod calls;
 mod carried;
 mod fast;
 mod file;
+mod pool;
 mod ready;
 mod types;
 mod udp;
@@ -253,11 +254,10 @@ impl Posix {
     /// [`Posix::socket`] whose A has the descriptor flags `fl` (the caller then changes
     /// none).
     pub fn socket_with(&self, ty: Type, fl: FdFlags) -> Result<(OwnedFd, SockId), Errno> {
-        let (a, d) = placeholder::pair_with(fl.cloexec, fl.nonblock).map_err(|_| Errno(24))?;
-        let mine = a.try_clone().map_err(|_| Errno(24))?;
         let mut g = self.lock()?;
         let h = g.alloc();
         let c = g.client.as_mut().expect("registered");
+        let ph = pool::take(c, fl)?;
         c.socks.insert(h, Sock::default());
         // Posted, not waited for: the answer is taken by the socket's next call
         // (`Inner::sock`), by when it has usually arrived, so a short connection's socket()
@@ -266,14 +266,13 @@ impl Posix {
             Type::Stream => SockType::Stream,
             Type::Dgram => SockType::Dgram,
         };
-        let call = match post_attach(c, h, AttachOp::New, sty, &[d.as_fd(), a.as_fd()]) {
-            Ok(call) => call,
+        let (call, a, mine) = match pool::post(c, h, false, sty, ph) {
+            Ok(x) => x,
             Err(e) => {
                 c.socks.remove(&h);
                 return Err(e);
             }
         };
-        drop(d);
         let mut ps = PSock::new(mine, State::Fresh);
         ps.attach = Some(call);
         ps.dgram = ty == Type::Dgram;
@@ -413,22 +412,14 @@ impl Posix {
             };
             match got {
                 Ok(h) => {
-                    let (a, d) =
-                        placeholder::pair_with(fl.cloexec, fl.nonblock).map_err(|_| Errno(24))?;
-                    let mine = a.try_clone().map_err(|_| Errno(24))?;
                     let c = g.client.as_mut().expect("registered");
+                    let ph = pool::take(c, fl)?;
                     // The placeholder is posted and its answer never waited for: the
                     // daemon refuses a `Place` only for a record no honest client writes,
                     // and a refusal is then the connection's error (`Client::on_event`, as
                     // for any async call), so its first recv costs no round trip. The peer
                     // came with the accept's completion (from an older daemon: asked for).
-                    let placed = post_attach(
-                        c,
-                        h,
-                        AttachOp::Place,
-                        SockType::Stream,
-                        &[d.as_fd(), a.as_fd()],
-                    )?;
+                    let (placed, a, mine) = pool::post(c, h, true, SockType::Stream, ph)?;
                     c.waiting.remove(&placed);
                     let said = c.socks.get(&h).map_or(0, |s| s.peer);
                     let peer = if said != 0 {

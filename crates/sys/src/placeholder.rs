@@ -57,6 +57,22 @@ pub fn pair_with(cloexec: bool, nonblock: bool) -> io::Result<(OwnedFd, OwnedFd)
     )?)
 }
 
+/// The program's descriptor for a placeholder A the library keeps (a pooled one): a
+/// duplicate at the lowest free number, as the kernel numbers a new socket, close-on-exec
+/// if asked; `O_NONBLOCK` is set on the shared open file description if asked (a pooled A
+/// is blocking).
+pub fn dup_for_program(a: BorrowedFd<'_>, cloexec: bool, nonblock: bool) -> io::Result<OwnedFd> {
+    let p = if cloexec {
+        rustix::io::fcntl_dupfd_cloexec(a, 0)?
+    } else {
+        rustix::io::dup(a)?
+    };
+    if nonblock {
+        rustix::fs::fcntl_setfl(&p, rustix::fs::OFlags::NONBLOCK)?;
+    }
+    Ok(p)
+}
+
 /// The identity of a placeholder across processes: (device, inode) of the socket.
 pub fn identity(fd: BorrowedFd<'_>) -> io::Result<(u64, u64)> {
     let st = rustix::fs::fstat(fd)?;
