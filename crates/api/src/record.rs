@@ -44,7 +44,8 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 /// Version of the record layout.
 /// 5: `Command::TcpInfo` (an older daemon drops an unknown op without answering, so a
 /// sync call would hang: the version keeps the two apart instead).
-pub const VERSION: u16 = 5;
+/// 6: `AttachOp::{Pool, NewPooled, PlacePooled}` (placeholder pairs handed over in batches).
+pub const VERSION: u16 = 6;
 /// Size of every record.
 pub const RECORD_LEN: usize = 64;
 /// Largest handle index a record may carry.
@@ -337,7 +338,13 @@ pub enum SockType {
 ///   until [`Command::FileRelease`] or the handle's close;
 /// - `Wake` (version 4; `handle` 0): an eventfd the daemon signals after publishing events
 ///   while the application announces sleepers in its header (`flowstack_api::region::at::
-///   APP_SLEEPERS`), replacing any given before.
+///   APP_SLEEPERS`), replacing any given before;
+/// - `Pool` (version 6; `handle` = n, 1..=[`POOL_BATCH`]): n placeholder pairs for later
+///   sockets, D then A of each, in one message; the daemon keeps them in order, at most
+///   [`POOL_MAX`] per application (completion 0, or an error and none kept);
+/// - `NewPooled`, `PlacePooled` (version 6): as `New` and `Place`, with no descriptors: the
+///   oldest pair of the application's pool is taken (always, even when the call is then
+///   refused, so both sides stay in step).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttachOp {
     /// A new socket.
@@ -352,7 +359,19 @@ pub enum AttachOp {
     File,
     /// The application's wake-up eventfd.
     Wake,
+    /// Placeholder pairs for later sockets.
+    Pool,
+    /// `New` with the oldest pooled pair.
+    NewPooled,
+    /// `Place` with the oldest pooled pair.
+    PlacePooled,
 }
+
+/// Most pairs in one `Attach{Pool}` (two descriptors each, one message).
+pub const POOL_BATCH: u32 = 8;
+
+/// Most pooled pairs the daemon keeps per application.
+pub const POOL_MAX: usize = 64;
 
 impl AttachOp {
     /// The byte sent with the descriptors.
@@ -364,6 +383,9 @@ impl AttachOp {
             AttachOp::KernelListener => 4,
             AttachOp::File => 5,
             AttachOp::Wake => 6,
+            AttachOp::Pool => 7,
+            AttachOp::NewPooled => 8,
+            AttachOp::PlacePooled => 9,
         }
     }
     /// From [`AttachOp::code`].
@@ -375,14 +397,20 @@ impl AttachOp {
             4 => AttachOp::KernelListener,
             5 => AttachOp::File,
             6 => AttachOp::Wake,
+            7 => AttachOp::Pool,
+            8 => AttachOp::NewPooled,
+            9 => AttachOp::PlacePooled,
             _ => return None,
         })
     }
-    /// How many descriptors ride with it.
+    /// How many descriptors ride with it (`Pool`: two per pair, `handle` pairs; the pooled
+    /// ops send no message at all).
     pub fn fds(self) -> usize {
         match self {
             AttachOp::New | AttachOp::Place => 2,
             AttachOp::Adopt | AttachOp::KernelListener | AttachOp::File | AttachOp::Wake => 1,
+            AttachOp::Pool => 2 * POOL_BATCH as usize,
+            AttachOp::NewPooled | AttachOp::PlacePooled => 0,
         }
     }
 }

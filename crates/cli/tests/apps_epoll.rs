@@ -6,7 +6,8 @@
 //! EPOLLOUT and EPOLLRDHUP, close of a registered socket (a dup keeps the registration, the
 //! last close removes it), EPOLL_CTL_DEL, nested sets (either order), a set used by the child
 //! after `fork`; and, with the daemon SIGKILLed while it sleeps in
-//! epoll_wait(-1), that it wakes with the socket reporting EPOLLERR|EPOLLHUP.
+//! epoll_wait(-1), that it wakes with the socket reporting EPOLLERR|EPOLLHUP. Also
+//! (tests/progs/fdflags.c) the descriptor flags and numbers of new flowstack sockets.
 //!
 //! Each test has its own daemon socket in its own temporary directory; every wait is bounded
 //! and every child is killed when its guard drops. Skipped only when `cc` is missing.
@@ -56,6 +57,29 @@ fn epoll_and_poll_semantics_on_flowstack_sockets() {
     if !w.shim_without_daemon_api(&out.stderr) {
         // The listener, the connecting sockets and the accepted ones went through flowstack.
         w.assert_flowstack("epoll", 3);
+    }
+}
+
+/// `socket`'s and `accept4`'s `SOCK_CLOEXEC`/`SOCK_NONBLOCK` on flowstack sockets: the
+/// shim makes the placeholder pair with them (no `fcntl` after), and each socket takes the
+/// lowest free number, as the kernel's would (tests/progs/fdflags.c).
+#[test]
+fn socket_and_accept4_flags_and_numbers_are_the_kernels() {
+    let w = World::new("fdflags");
+    let Some(exe) = build_prog(&w, "fdflags") else {
+        return;
+    };
+    let port = free_port(Ipv4Addr::LOCALHOST).to_string();
+    let out = w.output(&[exe.to_str().unwrap(), &port], Duration::from_secs(60));
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && s.trim_end().ends_with("ok"),
+        "fdflags: {s} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if !w.shim_without_daemon_api(&out.stderr) {
+        // The listener, three connecting sockets, three accepted ones (and one closed).
+        w.assert_flowstack("fdflags", 7);
     }
 }
 

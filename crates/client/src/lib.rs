@@ -217,6 +217,10 @@ pub struct Client {
     rx_copied: u64,
     /// Sockets that may have changed, for the shim's epoll (`changes`).
     changes: changes::Changes,
+    /// The POSIX layer's placeholders handed to the daemon ahead, oldest first (A's; see
+    /// `posix::pool`). Dropped — closed in this process only — with the client, so a
+    /// forked child's copies go when it forgets its parent's client.
+    pooled: VecDeque<std::os::fd::OwnedFd>,
 }
 
 impl std::fmt::Debug for Client {
@@ -308,6 +312,7 @@ impl Client {
             stream,
             spin: spin_from_env(),
             last_liveness: Instant::now(),
+            pooled: VecDeque::new(),
             sleeps: 0,
             area_blocked: false,
             app_id,

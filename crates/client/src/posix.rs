@@ -58,6 +58,7 @@ mod calls;
 mod carried;
 mod fast;
 mod file;
+mod pool;
 mod ready;
 mod types;
 mod udp;
@@ -247,11 +248,16 @@ impl Posix {
     /// A new socket: returns A (the descriptor the program sees; close-on-exec as created, the
     /// caller clears it where the program asks) and its id.
     pub fn socket(&self, ty: Type) -> Result<(OwnedFd, SockId), Errno> {
-        let (a, d) = placeholder::pair().map_err(|_| Errno(24))?;
-        let mine = a.try_clone().map_err(|_| Errno(24))?;
+        self.socket_with(ty, FdFlags::default())
+    }
+
+    /// [`Posix::socket`] whose A has the descriptor flags `fl` (the caller then changes
+    /// none).
+    pub fn socket_with(&self, ty: Type, fl: FdFlags) -> Result<(OwnedFd, SockId), Errno> {
         let mut g = self.lock()?;
         let h = g.alloc();
         let c = g.client.as_mut().expect("registered");
+        let ph = pool::take(c, fl)?;
         c.socks.insert(h, Sock::default());
         // Posted, not waited for: the answer is taken by the socket's next call
         // (`Inner::sock`), by when it has usually arrived, so a short connection's socket()
@@ -260,14 +266,13 @@ impl Posix {
             Type::Stream => SockType::Stream,
             Type::Dgram => SockType::Dgram,
         };
-        let call = match post_attach(c, h, AttachOp::New, sty, &[d.as_fd(), a.as_fd()]) {
-            Ok(call) => call,
+        let (call, a, mine) = match pool::post(c, h, false, sty, ph) {
+            Ok(x) => x,
             Err(e) => {
                 c.socks.remove(&h);
                 return Err(e);
             }
         };
-        drop(d);
         let mut ps = PSock::new(mine, State::Fresh);
         ps.attach = Some(call);
         ps.dgram = ty == Type::Dgram;
@@ -370,6 +375,17 @@ impl Posix {
         nonblock: bool,
         timeout: Option<Duration>,
     ) -> Result<(OwnedFd, SockId, SocketAddrV4, Path), Errno> {
+        self.accept_with(id, nonblock, timeout, FdFlags::default())
+    }
+
+    /// [`Posix::accept`] whose new A has the descriptor flags `fl` (`accept4`'s).
+    pub fn accept_with(
+        &self,
+        id: SockId,
+        nonblock: bool,
+        timeout: Option<Duration>,
+        fl: FdFlags,
+    ) -> Result<(OwnedFd, SockId, SocketAddrV4, Path), Errno> {
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             let mut g = self.lock()?;
@@ -396,21 +412,14 @@ impl Posix {
             };
             match got {
                 Ok(h) => {
-                    let (a, d) = placeholder::pair().map_err(|_| Errno(24))?;
-                    let mine = a.try_clone().map_err(|_| Errno(24))?;
                     let c = g.client.as_mut().expect("registered");
+                    let ph = pool::take(c, fl)?;
                     // The placeholder is posted and its answer never waited for: the
                     // daemon refuses a `Place` only for a record no honest client writes,
                     // and a refusal is then the connection's error (`Client::on_event`, as
                     // for any async call), so its first recv costs no round trip. The peer
                     // came with the accept's completion (from an older daemon: asked for).
-                    let placed = post_attach(
-                        c,
-                        h,
-                        AttachOp::Place,
-                        SockType::Stream,
-                        &[d.as_fd(), a.as_fd()],
-                    )?;
+                    let (placed, a, mine) = pool::post(c, h, true, SockType::Stream, ph)?;
                     c.waiting.remove(&placed);
                     let said = c.socks.get(&h).map_or(0, |s| s.peer);
                     let peer = if said != 0 {

@@ -61,13 +61,18 @@ impl EngineLoop {
         let mut swept = false;
         while !stop.load(Ordering::SeqCst) {
             let mut busy = false;
+            // One clock read per turn: the engine's time, the periodic checks and the spin
+            // all use it (a turn takes microseconds; the clock was 4–7% of the daemon's
+            // samples under wrk when each of them read it).
+            let t = Instant::now();
+            let now = clock.at(t);
             turns = turns.wrapping_add(1);
             // A sweep (every socket looked at, app/marks.rs) every SWEEP_EVERY turns, and as
             // the first empty turn's follow-up, so nothing marked late waits for a sleep.
             let sweep = turns.is_multiple_of(app::SWEEP_EVERY) || idle_since.is_some() && !swept;
             swept |= sweep;
             if let Some(c) = ctl.as_mut() {
-                busy |= c.turn(&mut self.sh, &mut self.apps);
+                busy |= c.turn(&mut self.sh, &mut self.apps, t);
             }
             if let Some(inbox) = &self.inbox {
                 while let Ok(m) = inbox.try_recv() {
@@ -84,7 +89,6 @@ impl EngineLoop {
             for a in apps.iter_mut() {
                 busy |= a.drain_commands(sh) > 0;
             }
-            let now = clock.now();
             sh.lo.set_now(now);
             busy |= sh.lo.poll(now);
             app::account(sh, apps);
@@ -96,13 +100,13 @@ impl EngineLoop {
             // Tokens and filler after the events that explain them are published.
             busy |= sh.placeholder_actions();
             // Output the socket calls above produced.
-            busy |= sh.lo.poll(clock.now());
-            if last_check.elapsed() >= IDLE_CHECK {
-                last_check = Instant::now();
+            busy |= sh.lo.poll(now);
+            if t.saturating_duration_since(last_check) >= IDLE_CHECK {
+                last_check = t;
                 reap(apps, sh, &self.registry, true);
             }
-            if busy && last_close_check.elapsed() >= LAST_CLOSE_CHECK {
-                last_close_check = Instant::now();
+            if busy && t.saturating_duration_since(last_close_check) >= LAST_CLOSE_CHECK {
+                last_close_check = t;
                 busy |= last_closes(sh, apps)?;
             }
             if busy {
@@ -112,20 +116,20 @@ impl EngineLoop {
             }
             if !swept {
                 // One sweeping turn before the spin and the sleep.
-                idle_since.get_or_insert_with(Instant::now);
+                idle_since.get_or_insert(t);
                 continue;
             }
             // Spin (bounded) before sleeping: a command posted within `spin` is taken without
             // a doorbell (the applications see `daemon_sleeping` clear and make no call).
-            let since = *idle_since.get_or_insert_with(Instant::now);
-            if since.elapsed() < self.spin {
+            let since = *idle_since.get_or_insert(t);
+            if t.saturating_duration_since(since) < self.spin {
                 std::hint::spin_loop();
                 continue;
             }
             idle_since = None;
-            self.sleep(&clock, ctl.as_mut())?;
+            let registering = self.sleep(&clock, ctl.as_mut())?;
             if let Some(c) = ctl.as_mut() {
-                c.woke();
+                c.woke(registering, Instant::now());
             }
         }
         if let Some(c) = ctl.as_mut() {
@@ -140,8 +144,9 @@ impl EngineLoop {
     }
 
     /// Sleep: announce it (in every application's header and on the mesh doorbell), look once
-    /// more, then `poll(2)` until something arrives or the engine's next deadline.
-    fn sleep(&mut self, clock: &Clock, ctl: Option<&mut Control>) -> io::Result<()> {
+    /// more, then `poll(2)` until something arrives or the engine's next deadline. Returns
+    /// true if the registration socket was found readable (a registration waits).
+    fn sleep(&mut self, clock: &Clock, ctl: Option<&mut Control>) -> io::Result<bool> {
         let (sh, apps) = (&mut self.sh, &mut self.apps);
         for a in apps.iter() {
             a.set_sleeping(true);
@@ -215,9 +220,15 @@ impl EngineLoop {
             a.set_sleeping(false);
         }
         let Some((ready, closed)) = out? else {
-            return Ok(());
+            return Ok(false);
         };
-        let _ = self.bell.take();
+        // Read the doorbell only when `poll` said it rang: a wake-up by anything else would
+        // pay a `read` that answers `EAGAIN` (a rung bell not read here keeps the next
+        // `poll` from sleeping, and is read then).
+        if ready[base - 1] {
+            let _ = self.bell.take();
+        }
+        let registering = base == 2 && ready[0];
         let pidfds = apps.iter().filter(|a| a.pidfd.is_some()).count();
         if ready
             .iter()
@@ -230,7 +241,7 @@ impl EngineLoop {
         if closed {
             last_closes(sh, apps)?;
         }
-        Ok(())
+        Ok(registering)
     }
 }
 

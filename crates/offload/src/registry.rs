@@ -132,9 +132,12 @@ impl Control {
         self.pending.iter().map(|p| p.0.as_fd())
     }
 
-    /// The engine woke: look for registrations on the next turn.
-    pub fn woke(&mut self) {
-        self.last_accept = None;
+    /// The engine woke at `now`: look for registrations on the next turn if its `poll` found
+    /// the registration socket readable; if not, none waited when it woke, so the next look
+    /// is one `ACCEPT_CHECK` later (an `accept(2)` on every wake-up answered `EAGAIN` nearly
+    /// always: about two per ab connection).
+    pub fn woke(&mut self, registering: bool, now: Instant) {
+        self.last_accept = if registering { None } else { Some(now) };
     }
 
     /// Wakes the other engines so they see the stop.
@@ -145,13 +148,14 @@ impl Control {
     }
 
     /// One turn: registrations and stats queries; true if anything happened.
-    pub fn turn(&mut self, sh: &mut Shared, apps: &mut Vec<App>) -> bool {
+    /// `now` is the turn's clock reading.
+    pub fn turn(&mut self, sh: &mut Shared, apps: &mut Vec<App>, now: Instant) -> bool {
         let mut busy = false;
         // An accept(2) per turn would be a system call per message; registrations wait
         // at most ACCEPT_CHECK while the daemon is awake (a sleeping daemon polls the
         // listener, so a registration wakes it and is taken on the first turn).
-        if !matches!(self.last_accept, Some(t) if t.elapsed() < ACCEPT_CHECK) {
-            self.last_accept = Some(Instant::now());
+        if !matches!(self.last_accept, Some(t) if now.saturating_duration_since(t) < ACCEPT_CHECK) {
+            self.last_accept = Some(now);
             busy |= self.accept_conns();
         }
         if !self.pending.is_empty() {

@@ -20,10 +20,12 @@
 //! `FlowstackdLinkSteered` and `FlowstackdLinkSteerDrops` (frames of the link an engine's
 //! queue received for another engine and passed to it, dropped at a full ring), `FlowstackdMeshFrames` and
 //! `FlowstackdMeshDrops` (frames sent to other engines, dropped at a full ring),
-//! `FlowstackdSendFileBytes` and `FlowstackdSendFileCalls` (bytes
+//! `FlowstackdPlaceholderBatches` and `FlowstackdPlaceholdersPooled` (placeholder pairs
+//! handed over ahead in batches, `Attach{Pool}`), `FlowstackdSendFileBytes` and `FlowstackdSendFileCalls` (bytes
 //! and calls of applications' `sendfile` sent from their files by the daemon), and the fallbacks shims reported (`Command::Report`):
 //! `FlowstackdFallbackNotCarried`, `…Unsupported`, `…NoDaemon`, `…Ipv6`, `…Other`.
-//! Gauges in the same map: `FlowstackdTableSockets`, `FlowstackdTableHandles`,
+//! Gauges in the same map: `FlowstackdPlaceholdersWaiting` (pooled pairs not taken yet),
+//! `FlowstackdTableSockets`, `FlowstackdTableHandles`,
 //! `FlowstackdTableIdents`, `FlowstackdTablePorts` (the sizes of the daemon's per-socket
 //! tables: what a daemon at rest returns to), `FlowstackdTcpConnections` (the engines'
 //! connections in any state, TIME-WAIT included) and `FlowstackdTcpAccountedBytes` (what

@@ -10,6 +10,7 @@
 //! All errors are the kernel's errno values.
 
 use crate::table::SockId;
+pub use flowstack_client::posix::FdFlags;
 use std::net::SocketAddrV4;
 use std::os::fd::OwnedFd;
 
@@ -27,8 +28,9 @@ pub enum Accepted {
 
 /// The daemon's socket calls, as the shim uses them.
 pub trait Backend: Sync {
-    /// A new socket (`dgram`: UDP) and its placeholder descriptor.
-    fn socket(&self, dgram: bool) -> Result<(OwnedFd, SockId), Errno>;
+    /// A new socket (`dgram`: UDP) and its placeholder descriptor, created with the
+    /// descriptor flags `fl`.
+    fn socket(&self, dgram: bool, fl: FdFlags) -> Result<(OwnedFd, SockId), Errno>;
     /// Whether an inherited descriptor (after exec, or received over a unix socket) is a
     /// placeholder, and of which socket.
     fn adopt(&self, fd: i32) -> Option<SockId>;
@@ -43,8 +45,9 @@ pub trait Backend: Sync {
     fn bind(&self, id: SockId, a: SocketAddrV4) -> Result<(), Errno>;
     /// listen(2); `kernel` also listens in the kernel for ordinary clients.
     fn listen(&self, id: SockId, backlog: i32, kernel: Option<OwnedFd>) -> Result<(), Errno>;
-    /// accept(2), non-blocking: `EAGAIN` when none is waiting.
-    fn accept(&self, id: SockId) -> Result<Accepted, Errno>;
+    /// accept(2), non-blocking: `EAGAIN` when none is waiting. A flowstack connection's
+    /// placeholder is created with the descriptor flags `fl`.
+    fn accept(&self, id: SockId, fl: FdFlags) -> Result<Accepted, Errno>;
     /// connect(2), non-blocking: `EINPROGRESS`, then `EALREADY`, then `EISCONN`.
     fn connect(&self, id: SockId, a: SocketAddrV4) -> Result<(), Errno>;
     /// send(2)/sendto(2), non-blocking, `MSG_*` flags as given.
@@ -220,13 +223,16 @@ fn int_of(val: &[u8]) -> Result<i64, Errno> {
 }
 
 impl Backend for PosixBackend {
-    fn socket(&self, dgram: bool) -> Result<(OwnedFd, SockId), Errno> {
+    fn socket(&self, dgram: bool, fl: FdFlags) -> Result<(OwnedFd, SockId), Errno> {
         let ty = if dgram {
             posix::Type::Dgram
         } else {
             posix::Type::Stream
         };
-        self.p.socket(ty).map(|(fd, id)| (fd, id.0)).map_err(e)
+        self.p
+            .socket_with(ty, fl)
+            .map(|(fd, id)| (fd, id.0))
+            .map_err(e)
     }
     fn adopt(&self, fd: i32) -> Option<SockId> {
         // SAFETY: `fd` is open for the duration of this call (the caller just received or
@@ -252,9 +258,9 @@ impl Backend for PosixBackend {
             .map(|_| ())
             .map_err(e)
     }
-    fn accept(&self, id: SockId) -> Result<Accepted, Errno> {
+    fn accept(&self, id: SockId, fl: FdFlags) -> Result<Accepted, Errno> {
         self.p
-            .accept(posix::SockId(id), true, None)
+            .accept_with(posix::SockId(id), true, None, fl)
             .map(|(fd, nid, peer, _)| Accepted::Flowstack(fd, nid.0, peer))
             .map_err(e)
     }

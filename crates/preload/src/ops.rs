@@ -5,7 +5,7 @@
 //! daemon API's own calls on placeholders go to the C library.
 
 use crate::addr::{self, Addr, Reason};
-use crate::backend::{Accepted, Backend, Errno};
+use crate::backend::{Accepted, Backend, Errno, FdFlags};
 use crate::real;
 use crate::state::State;
 use crate::table::{opt, Entry, MAX_FDS};
@@ -271,7 +271,11 @@ pub fn accept(
 ) -> Result<(i32, Option<SocketAddrV4>), Errno> {
     let (timeo, _) = st.table.timeouts(fd);
     let kernel = st.table.aux(fd);
-    let got = blocking(fd, e, 0, libc::POLLIN, timeo, || match b.accept(e.id) {
+    let cloexec = flags & libc::SOCK_CLOEXEC != 0;
+    let nonblock = flags & libc::SOCK_NONBLOCK != 0;
+    // A flowstack connection's placeholder is made with these flags (no `fcntl` after).
+    let fl = FdFlags { cloexec, nonblock };
+    let got = blocking(fd, e, 0, libc::POLLIN, timeo, || match b.accept(e.id, fl) {
         // Nothing through flowstack: an ordinary client on the kernel side?
         Err(libc::EAGAIN) if kernel.is_some() => kernel_accept(kernel.unwrap_or(-1)),
         r => r,
@@ -304,11 +308,9 @@ pub fn accept(
         }
         r => r?,
     };
-    let cloexec = flags & libc::SOCK_CLOEXEC != 0;
-    let nonblock = flags & libc::SOCK_NONBLOCK != 0;
-    // What the new descriptor has now: a placeholder pair is made close-on-exec and
-    // blocking, a kernel connection close-on-exec and non-blocking (`kernel_accept`).
-    let (nfd, peer, was_nonblock) = match got {
+    // What the new descriptor has now: a placeholder pair is made with the flags asked for,
+    // a kernel connection close-on-exec and non-blocking (`kernel_accept`).
+    let (nfd, peer, was) = match got {
         Accepted::Flowstack(ofd, id, peer) => {
             let nfd = ofd.into_raw_fd();
             if nfd as usize >= MAX_FDS {
@@ -320,7 +322,7 @@ pub fn accept(
             st.table.set(nfd, Entry::new(id, e.inet6, false, nonblock));
             st.hold(id);
             st.note_flowstack(nfd, "accept");
-            (nfd, Some(peer), false)
+            (nfd, Some(peer), fl)
         }
         Accepted::Kernel(ofd) => {
             let nfd = ofd.into_raw_fd();
@@ -328,17 +330,22 @@ pub fn accept(
                 // A number the table still had: its socket was closed behind our back.
             }
             st.note_kernel(nfd, Reason::KernelListener, false);
-            (nfd, None, true)
+            let k = FdFlags {
+                cloexec: true,
+                nonblock: true,
+            };
+            (nfd, None, k)
         }
     };
     // Only the flags that differ from what the descriptor has (a system call each, per
     // connection).
     // SAFETY: flag changes on the descriptor just created.
     unsafe {
-        if !cloexec {
-            real::fcntl(nfd, libc::F_SETFD, 0);
+        if cloexec != was.cloexec {
+            let fd_fl = if cloexec { libc::FD_CLOEXEC } else { 0 };
+            real::fcntl(nfd, libc::F_SETFD, fd_fl as usize);
         }
-        if nonblock != was_nonblock {
+        if nonblock != was.nonblock {
             // No other status flag (O_APPEND, O_ASYNC, …) is set on either kind.
             let fl = if nonblock { libc::O_NONBLOCK } else { 0 };
             real::fcntl(nfd, libc::F_SETFL, fl as usize);

@@ -8,7 +8,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 use crate::addr::{self, Reason};
-use crate::backend::{Backend, Errno};
+use crate::backend::{Backend, Errno, FdFlags};
 use crate::ops;
 use crate::real;
 use crate::state::{self, inside, is_inside, State};
@@ -176,7 +176,12 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int
         }
         Err(_) => return kernel(Reason::NoDaemon),
     };
-    let made = catch_unwind(AssertUnwindSafe(|| inside(|| b.socket(kind.dgram))));
+    // The placeholder is made with the program's descriptor flags: no `fcntl` after.
+    let fl = FdFlags {
+        cloexec: kind.cloexec,
+        nonblock: kind.nonblock,
+    };
+    let made = catch_unwind(AssertUnwindSafe(|| inside(|| b.socket(kind.dgram, fl))));
     let (ofd, id) = match made {
         Ok(Ok(x)) => x,
         Ok(Err(e)) if st.cfg.fail_without_daemon => {
@@ -190,13 +195,6 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int
         real::close(fd);
         inside(|| b.forget(id));
         return kernel(Reason::FdTooHigh);
-    }
-    if !kind.cloexec {
-        // The placeholder is made close-on-exec.
-        real::fcntl(fd, libc::F_SETFD, 0);
-    }
-    if kind.nonblock {
-        real::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK as usize);
     }
     st.table
         .set(fd, Entry::new(id, kind.inet6, kind.dgram, kind.nonblock));

@@ -22,15 +22,55 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-/// A's send buffer: small, so a few filler writes make A unwritable.
+/// A's send buffer once [`fill`] has been used on it: small, so one filler write makes A
+/// unwritable.
 pub const A_SNDBUF: usize = 4096;
 
 /// Creates a placeholder pair: (A for the program, D for the daemon). Both close-on-exec
-/// (the shim clears it on A when the program asks), A with a small send buffer.
+/// (the shim clears it on A when the program asks). A keeps the kernel's default send
+/// buffer until the first [`fill`] shrinks it: most sockets are never filled, and a
+/// `setsockopt` per socket was one of the system calls each short connection paid.
 pub fn pair() -> io::Result<(OwnedFd, OwnedFd)> {
     let (a, d) = UnixStream::pair()?;
-    sockopt::set_socket_send_buffer_size(&a, A_SNDBUF)?;
     Ok((a.into(), d.into()))
+}
+
+/// [`pair`] with the descriptor flags the program asked for (`SOCK_CLOEXEC`,
+/// `SOCK_NONBLOCK` of `socket`/`accept4`) set at creation, so none needs a `fcntl` after.
+/// Both ends get them; D is sent to the daemon and closed by the caller right away, and the
+/// daemon's I/O on D never blocks, so only A's flags matter (`O_NONBLOCK` belongs to the
+/// open file description: every dup of A shares it, as the program expects).
+pub fn pair_with(cloexec: bool, nonblock: bool) -> io::Result<(OwnedFd, OwnedFd)> {
+    use rustix::net::{socketpair, AddressFamily, SocketFlags, SocketType};
+    let mut fl = SocketFlags::empty();
+    if cloexec {
+        fl |= SocketFlags::CLOEXEC;
+    }
+    if nonblock {
+        fl |= SocketFlags::NONBLOCK;
+    }
+    Ok(socketpair(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        fl,
+        None,
+    )?)
+}
+
+/// The program's descriptor for a placeholder A the library keeps (a pooled one): a
+/// duplicate at the lowest free number, as the kernel numbers a new socket, close-on-exec
+/// if asked; `O_NONBLOCK` is set on the shared open file description if asked (a pooled A
+/// is blocking).
+pub fn dup_for_program(a: BorrowedFd<'_>, cloexec: bool, nonblock: bool) -> io::Result<OwnedFd> {
+    let p = if cloexec {
+        rustix::io::fcntl_dupfd_cloexec(a, 0)?
+    } else {
+        rustix::io::dup(a)?
+    };
+    if nonblock {
+        rustix::fs::fcntl_setfl(&p, rustix::fs::OFlags::NONBLOCK)?;
+    }
+    Ok(p)
 }
 
 /// The identity of a placeholder across processes: (device, inode) of the socket.
@@ -100,13 +140,23 @@ pub fn take_tokens(a: BorrowedFd<'_>) -> io::Result<Tokens> {
 ///
 /// One write of [`FILL_CHUNK`] bytes (more than A's send buffer holds) usually does it: a
 /// non-blocking stream write that stops short has filled the buffer, so no second write is
-/// needed to see `EAGAIN` (a connect used to cost eight writes here).
+/// needed to see `EAGAIN` (a connect used to cost eight writes here). A's first fill finds
+/// the kernel's default send buffer (see [`pair`]): its first write goes through whole, A's
+/// send buffer is then shrunk to [`A_SNDBUF`] — below what is queued, so A is unwritable —
+/// and the next write answers `EAGAIN`. The buffer stays small for later fills (also in
+/// other processes holding a copy: it belongs to the socket).
 pub fn fill(a: BorrowedFd<'_>) -> io::Result<usize> {
     static JUNK: [u8; FILL_CHUNK] = [0; FILL_CHUNK];
     let mut n = 0;
+    let mut shrunk = false;
     for _ in 0..FILL_WRITES {
         match send(a, &JUNK, SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
             Ok(k) if k < JUNK.len() => return Ok(n + k),
+            Ok(k) if !shrunk => {
+                shrunk = true;
+                n += k;
+                sockopt::set_socket_send_buffer_size(a, A_SNDBUF)?;
+            }
             Ok(k) => n += k,
             Err(rustix::io::Errno::AGAIN) => return Ok(n),
             Err(rustix::io::Errno::INTR) => continue,
@@ -288,6 +338,45 @@ mod tests {
         drop(a2);
         assert_eq!(poll_sets(&[], &[d.as_fd()], z).unwrap().1, vec![true]);
         assert!(!drain(d.as_fd()).unwrap());
+    }
+
+    /// A fresh pair costs no `setsockopt`: A keeps the default send buffer until its first
+    /// fill shrinks it; every fill (first, after a drain, through a dup) leaves A unwritable
+    /// with a bounded amount queued.
+    #[test]
+    fn send_buffer_is_shrunk_by_the_first_fill_only() {
+        let (a, d) = pair().unwrap();
+        let small = 2 * A_SNDBUF; // as the kernel reports it (doubled)
+        let before = sockopt::socket_send_buffer_size(&a).unwrap();
+        assert!(before > small, "untouched at creation: {before}");
+        let n = fill(a.as_fd()).unwrap();
+        assert!((1..=2 * FILL_CHUNK).contains(&n), "first fill wrote {n}");
+        assert_eq!(sockopt::socket_send_buffer_size(&a).unwrap(), small);
+        assert!(!wait_a(a.as_fd(), false, true, Duration::ZERO).unwrap().1);
+        assert!(drain(d.as_fd()).unwrap());
+        assert!(wait_a(a.as_fd(), false, true, Duration::ZERO).unwrap().1);
+        let a2 = a.try_clone().unwrap();
+        let n = fill(a2.as_fd()).unwrap();
+        assert!((1..=FILL_CHUNK).contains(&n), "later fill wrote {n}");
+        assert!(!wait_a(a.as_fd(), false, true, Duration::ZERO).unwrap().1);
+    }
+
+    #[test]
+    fn pair_with_sets_the_asked_flags_on_a() {
+        use rustix::fs::{fcntl_getfl, OFlags};
+        use rustix::io::{fcntl_getfd, FdFlags};
+        for (cloexec, nonblock) in [(true, false), (false, true), (false, false), (true, true)] {
+            let (a, d) = pair_with(cloexec, nonblock).unwrap();
+            let fd = fcntl_getfd(&a).unwrap();
+            assert_eq!(fd.contains(FdFlags::CLOEXEC), cloexec);
+            assert_eq!(
+                fcntl_getfl(&a).unwrap().contains(OFlags::NONBLOCK),
+                nonblock
+            );
+            // Still a working pair.
+            assert!(put_token(d.as_fd()).unwrap());
+            assert_eq!(take_tokens(a.as_fd()).unwrap(), Tokens::Read(1));
+        }
     }
 
     #[test]

@@ -331,9 +331,14 @@ fn file_sends_are_versioned_and_their_ranges_checked() {
 #[test]
 fn notify_modes_are_versioned_and_strict() {
     assert_eq!(
-        VERSION, 5,
-        "SetNotify and AttachOp::Wake came with version 4, TcpInfo with 5"
+        VERSION, 6,
+        "SetNotify and AttachOp::Wake came with version 4, TcpInfo with 5, pools with 6"
     );
+    for op in [AttachOp::Pool, AttachOp::NewPooled, AttachOp::PlacePooled] {
+        assert_eq!(AttachOp::from_code(op.code()), Some(op));
+    }
+    assert_eq!(AttachOp::NewPooled.fds(), 0);
+    assert_eq!(AttachOp::from_code(10), None);
     assert_eq!(AttachOp::from_code(6), Some(AttachOp::Wake));
     assert_eq!(AttachOp::Wake.fds(), 1);
     let mut b = [0; RECORD_LEN];

@@ -18,7 +18,8 @@ pub(super) fn finish(c: &mut Client, id: u32) -> Result<u64, Errno> {
 
 /// Sends `fds` on the registration stream (one byte, the op) and posts the `Attach` record
 /// (sync mode) without waiting: returns the call's id for [`finish`]. The daemon reads the
-/// descriptors when it takes the record, so both arrive in order.
+/// descriptors when it takes the record, so both arrive in order. No descriptors (the pooled
+/// ops, see `pool`): no message on the stream either.
 pub(super) fn post_attach(
     c: &mut Client,
     h: u32,
@@ -29,7 +30,10 @@ pub(super) fn post_attach(
     if c.dead {
         return Err(Errno::ECONNRESET);
     }
-    flowstack_sys::fdpass::send_fds(&c.stream, &[op.code()], fds).map_err(|_| Errno::ECONNRESET)?;
+    if !fds.is_empty() {
+        flowstack_sys::fdpass::send_fds(&c.stream, &[op.code()], fds)
+            .map_err(|_| Errno::ECONNRESET)?;
+    }
     c.post(Mode::Sync, Command::Attach { handle: h, op, ty })
         .map_err(Errno::from)
 }

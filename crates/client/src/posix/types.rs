@@ -66,6 +66,27 @@ pub enum Type {
     Dgram,
 }
 
+/// Descriptor flags a new placeholder is created with (`SOCK_CLOEXEC`, `SOCK_NONBLOCK` of
+/// `socket(2)`/`accept4(2)`): set by the `socketpair` itself, no `fcntl` after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FdFlags {
+    /// Close-on-exec.
+    pub cloexec: bool,
+    /// `O_NONBLOCK` (on the open file description: shared with every dup).
+    pub nonblock: bool,
+}
+
+impl Default for FdFlags {
+    /// Close-on-exec and blocking: what [`Posix::socket`](super::Posix::socket) and
+    /// [`Posix::accept`](super::Posix::accept) give.
+    fn default() -> Self {
+        Self {
+            cloexec: true,
+            nonblock: false,
+        }
+    }
+}
+
 /// Which path an accepted connection took.
 #[derive(Debug)]
 pub enum Path {

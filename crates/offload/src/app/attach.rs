@@ -12,12 +12,31 @@ impl App {
         op: AttachOp,
         ty: SockType,
     ) -> Result<u64, SocketError> {
-        let mut byte = [0u8; 1];
+        // A pooled op takes the oldest pooled pair first, whatever follows, so the two sides'
+        // pools stay in step; it comes with no message on the stream.
+        let pooled = match op {
+            AttachOp::NewPooled | AttachOp::PlacePooled => {
+                Some(self.pool.pop_front().ok_or(SocketError::InvalidArgument)?)
+            }
+            _ => None,
+        };
         let mut fds = Vec::new();
-        let n = flowstack_sys::fdpass::recv_fds(&self.stream, &mut byte, &mut fds)
-            .map_err(|_| SocketError::InvalidArgument)?;
-        if n != 1 || byte[0] != op.code() || fds.len() != op.fds() {
-            return Err(SocketError::InvalidArgument);
+        if pooled.is_none() {
+            let mut byte = [0u8; 1];
+            let n = flowstack_sys::fdpass::recv_fds(&self.stream, &mut byte, &mut fds)
+                .map_err(|_| SocketError::InvalidArgument)?;
+            let want = match op {
+                // `handle` pairs: the count is the application's word, checked here.
+                AttachOp::Pool if (1..=POOL_BATCH).contains(&handle) => 2 * handle as usize,
+                AttachOp::Pool => usize::MAX,
+                _ => op.fds(),
+            };
+            if n != 1 || byte[0] != op.code() || fds.len() != want {
+                return Err(SocketError::InvalidArgument);
+            }
+        }
+        if op == AttachOp::Pool {
+            return self.fill_pool(sh, fds);
         }
         if op == AttachOp::File {
             let f = fds.pop().expect("one descriptor");
@@ -26,7 +45,8 @@ impl App {
         if op == AttachOp::Wake {
             return notify::attach_wake(self, fds.pop().expect("one descriptor"));
         }
-        if matches!(op, AttachOp::New | AttachOp::Adopt) && self.at_limit(sh) {
+        if matches!(op, AttachOp::New | AttachOp::NewPooled | AttachOp::Adopt) && self.at_limit(sh)
+        {
             return Err(SocketError::LimitReached);
         }
         let fresh_handle = |app: &App| {
@@ -37,12 +57,15 @@ impl App {
             }
         };
         match op {
-            AttachOp::New | AttachOp::Place => {
-                let a = fds.pop().expect("two descriptors");
-                let d = fds.pop().expect("two descriptors");
-                let ident =
-                    placeholder::identity(a.as_fd()).map_err(|_| SocketError::InvalidArgument)?;
-                drop(a);
+            AttachOp::New | AttachOp::Place | AttachOp::NewPooled | AttachOp::PlacePooled => {
+                let (ident, d) = match pooled {
+                    Some(p) => p,
+                    None => {
+                        let a = fds.pop().expect("two descriptors");
+                        let d = fds.pop().expect("two descriptors");
+                        (pair_ident(a)?, d)
+                    }
+                };
                 if sh.by_ident.contains_key(&ident) || sh.ports.ident_engine(ident).is_some() {
                     return Err(SocketError::InvalidArgument);
                 }
@@ -55,7 +78,8 @@ impl App {
                     quiet_for: None,
                     handed: false,
                 };
-                let gid = if op == AttachOp::New {
+                let new = matches!(op, AttachOp::New | AttachOp::NewPooled);
+                let gid = if new {
                     fresh_handle(self)?;
                     self.new_sock(sh, handle, Kind::Fresh { ty, bound: None })
                 } else {
@@ -76,7 +100,7 @@ impl App {
                 // — then blocks in read for good). Every wait on A in the kernel asks for
                 // tokens first (`Posix::tokens_on`) and looks at its view, which has those
                 // bytes, so nothing is missed.
-                if op == AttachOp::New && readable_now(&sh.lo, &g.kind) {
+                if new && readable_now(&sh.lo, &g.kind) {
                     sh.ph_actions.push((gid, true, false));
                 }
                 Ok(handle as u64)
@@ -123,7 +147,8 @@ impl App {
                 notify::on_new_holder(sh, gid);
                 Ok((kind as u64) << 32 | handle as u64)
             }
-            AttachOp::File | AttachOp::Wake => Err(SocketError::InvalidArgument), // taken above
+            // Taken above.
+            AttachOp::File | AttachOp::Wake | AttachOp::Pool => Err(SocketError::InvalidArgument),
             AttachOp::KernelListener => {
                 let k = fds.pop().expect("one descriptor");
                 let gid = self.gid(handle)?;
@@ -137,4 +162,46 @@ impl App {
             }
         }
     }
+}
+
+impl App {
+    /// `Attach{Pool}`: D then A of each pair; keeps (A's identity, D) in order, or none of
+    /// them if any pair is refused (not a socket pair, a known identity) or the pool would
+    /// pass [`POOL_MAX`]. A pooled pair is no socket yet: it is not polled for its last
+    /// close, not counted against the socket limit, and its D is closed with the
+    /// application (a forked child's copies of the pooled A's change nothing here).
+    fn fill_pool(&mut self, sh: &mut Shared, fds: Vec<OwnedFd>) -> Result<u64, SocketError> {
+        if self.pool.len() + fds.len() / 2 > POOL_MAX {
+            return Err(SocketError::InvalidArgument);
+        }
+        let before = self.pool.len();
+        let mut it = fds.into_iter();
+        while let (Some(d), Some(a)) = (it.next(), it.next()) {
+            let ok = pair_ident(a).ok().filter(|ident| {
+                !sh.by_ident.contains_key(ident)
+                    && sh.ports.ident_engine(*ident).is_none()
+                    && !self.pool.iter().any(|(i, _)| i == ident)
+            });
+            match ok {
+                Some(ident) => self.pool.push_back((ident, d)),
+                None => {
+                    self.pool.truncate(before);
+                    return Err(SocketError::InvalidArgument);
+                }
+            }
+        }
+        sh.counters.pool_batches += 1;
+        sh.counters.pool_pairs += (self.pool.len() - before) as u64;
+        Ok(0)
+    }
+
+    /// Placeholder pairs pooled and not taken yet (`FlowstackdPlaceholdersWaiting`).
+    pub(crate) fn pool_len(&self) -> usize {
+        self.pool.len()
+    }
+}
+
+/// A placeholder's identity from the copy of A the application sent (closed here).
+fn pair_ident(a: OwnedFd) -> Result<(u64, u64), SocketError> {
+    placeholder::identity(a.as_fd()).map_err(|_| SocketError::InvalidArgument)
 }

@@ -41,6 +41,10 @@ pub struct DaemonCounters {
     pub tx_zc_bytes: u64,
     /// Bytes of such sends copied back out of a transmit area under pressure (`txzc`).
     pub tx_rehomed_bytes: u64,
+    /// `Attach{Pool}` batches taken (`FlowstackdPlaceholderBatches`).
+    pub pool_batches: u64,
+    /// Placeholder pairs in them (`FlowstackdPlaceholdersPooled`).
+    pub pool_pairs: u64,
 }
 
 impl DaemonCounters {
@@ -63,5 +67,7 @@ impl DaemonCounters {
         self.sweep_found += o.sweep_found;
         self.tx_zc_bytes += o.tx_zc_bytes;
         self.tx_rehomed_bytes += o.tx_rehomed_bytes;
+        self.pool_batches += o.pool_batches;
+        self.pool_pairs += o.pool_pairs;
     }
 }

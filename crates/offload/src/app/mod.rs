@@ -40,7 +40,7 @@ use crate::loopback::{is_loopback, Loopback};
 use crate::ports::{BindOpts, PortTable};
 use flowstack_api::record::{
     check_span, AttachOp, Command, CommandRecord, EventKind, EventRecord, Mode, SockType,
-    RECORD_LEN,
+    POOL_BATCH, POOL_MAX, RECORD_LEN,
 };
 use flowstack_api::SocketError;
 use flowstack_stack::{TcpConfig, TcpHandle};
@@ -469,6 +469,9 @@ pub(crate) struct App {
     files: HashMap<u32, std::fs::File>,
     /// The wake-up channel of the shim's fast path (`Attach{Wake}`, see `notify`).
     wake: notify::Wake,
+    /// Placeholder pairs handed over ahead (`Attach{Pool}`), oldest first: A's identity and
+    /// D. Taken by `Attach{NewPooled, PlacePooled}`; closed with the application.
+    pool: VecDeque<((u64, u64), OwnedFd)>,
     /// Bytes its sockets hold in the daemon, as of the last count (`memory`).
     pub memory: u64,
     /// Over `--max-app-memory`: new sockets refused, sends stalled (`memory`).
@@ -511,6 +514,7 @@ impl App {
             tx_scratch: Vec::new(),
             files: HashMap::new(),
             wake: notify::Wake::default(),
+            pool: VecDeque::new(),
             memory: 0,
             mem_limited: false,
             credit_wake: false,

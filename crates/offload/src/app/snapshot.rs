@@ -177,6 +177,12 @@ pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
         ("FlowstackdBadRecords", d.bad_records),
         ("FlowstackdLimitsHit", d.limits_hit),
         ("FlowstackdLastCloses", d.last_closes),
+        ("FlowstackdPlaceholderBatches", d.pool_batches),
+        ("FlowstackdPlaceholdersPooled", d.pool_pairs),
+        (
+            "FlowstackdPlaceholdersWaiting",
+            apps.iter().map(|a| a.pool_len() as u64).sum(),
+        ),
         ("FlowstackdSendFileBytes", d.sendfile_bytes),
         ("FlowstackdSendFileCalls", d.sendfile_calls),
         ("FlowstackdCrossEngineAttach", d.cross_engine_attach),

@@ -8,7 +8,7 @@
 //! `confirm_readable` answers from a flag the test sets — the view.
 
 use super::*;
-use crate::backend::{Accepted, Backend, Errno, FastReady};
+use crate::backend::{Accepted, Backend, Errno, FastReady, FdFlags};
 use crate::table::{Entry, SockId};
 use std::collections::HashMap;
 use std::net::SocketAddrV4;
@@ -87,7 +87,7 @@ impl Backend for Fake {
         out.extend(ids.iter().map(|_| None));
         Ok(0)
     }
-    fn socket(&self, _: bool) -> Result<(OwnedFd, SockId), Errno> {
+    fn socket(&self, _: bool, _: FdFlags) -> Result<(OwnedFd, SockId), Errno> {
         unreachable!()
     }
     fn adopt(&self, _: i32) -> Option<SockId> {
@@ -102,7 +102,7 @@ impl Backend for Fake {
     fn listen(&self, _: SockId, _: i32, _: Option<OwnedFd>) -> Result<(), Errno> {
         unreachable!()
     }
-    fn accept(&self, _: SockId) -> Result<Accepted, Errno> {
+    fn accept(&self, _: SockId, _: FdFlags) -> Result<Accepted, Errno> {
         unreachable!()
     }
     fn connect(&self, _: SockId, _: SocketAddrV4) -> Result<(), Errno> {

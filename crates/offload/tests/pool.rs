@@ -1,0 +1,151 @@
+//! Placeholder pairs handed to the daemon in batches (`flowstack_client::posix`'s `pool`,
+//! `Attach{Pool}`): a process's sockets take pooled pairs, the pool refills a batch at a
+//! time, a pooled placeholder's last close still reaches the daemon, and a forked child's
+//! copies of pooled pairs leave nothing behind in the daemon. Every wait is bounded.
+
+use flowstack_api::record::POOL_BATCH;
+use flowstack_client::posix::{Errno, Posix, RecvFlags, Type};
+use flowstack_offload::{Daemon, DaemonConfig, DaemonHandle};
+use flowstack_sys::process::{exit_now, fork, wait_exit, Forked};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+const T: Option<Duration> = Some(Duration::from_secs(20));
+
+fn daemon(name: &str) -> DaemonHandle {
+    let dir = std::env::temp_dir().join(format!("flowstack-pool-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    Daemon::spawn(&DaemonConfig {
+        socket: dir.join("d.sock"),
+        ..DaemonConfig::default()
+    })
+    .unwrap()
+}
+
+fn counter(d: &DaemonHandle, k: &str) -> u64 {
+    flowstack_offload::stats::query(&d.path).unwrap().counters[k]
+}
+
+/// Queries the daemon's counters until `k` is `want` (bounded: 20 s).
+fn until(d: &DaemonHandle, k: &str, want: u64) {
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        let v = counter(d, k);
+        if v == want {
+            return;
+        }
+        assert!(Instant::now() < end, "{k} is {v}, want {want}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sockets_take_pooled_pairs_refilled_a_batch_at_a_time() {
+    let d = daemon("batches");
+    let app = Posix::attach(&d.path).unwrap();
+    let b = POOL_BATCH as usize;
+    let socks: Vec<_> = (0..2 * b + 1)
+        .map(|_| app.socket(Type::Stream).unwrap())
+        .collect();
+    // A sync call behind the posted attaches: the daemon has taken them all.
+    assert!(!app
+        .carries(SocketAddrV4::new(Ipv4Addr::new(10, 9, 9, 9), 1))
+        .unwrap());
+    let s = flowstack_offload::stats::query(&d.path).unwrap();
+    assert_eq!(
+        s.counters["FlowstackdPlaceholderBatches"], 3,
+        "{:?}",
+        s.counters
+    );
+    assert_eq!(s.counters["FlowstackdPlaceholdersPooled"], 3 * b as u64);
+    assert_eq!(s.counters["FlowstackdPlaceholdersWaiting"], b as u64 - 1);
+    assert_eq!(s.counters["FlowstackdTableSockets"], 2 * b as u64 + 1);
+    assert_eq!(s.counters["FlowstackdTableIdents"], 2 * b as u64 + 1);
+    // Every socket's placeholder is its own (one identity each, above) and usable.
+    for (_, id) in &socks {
+        assert_eq!(
+            app.bind(*id, SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
+                .err(),
+            None
+        );
+    }
+    // The last close of a pooled placeholder (the program's number and the library's copy)
+    // reaches the daemon, which closes the socket.
+    let (a, id) = socks.into_iter().next().unwrap();
+    app.forget(id).unwrap();
+    drop(a);
+    until(&d, "FlowstackdLastCloses", 1);
+    until(&d, "FlowstackdTableSockets", 2 * b as u64);
+}
+
+#[test]
+fn a_pooled_connection_carries_bytes_and_its_last_close_is_a_fin() {
+    let d = daemon("conn");
+    let server = Posix::attach(&d.path).unwrap();
+    let client = Posix::attach(&d.path).unwrap();
+    let (_la, l) = server.socket(Type::Stream).unwrap();
+    let port = server
+        .bind(l, SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
+        .unwrap();
+    server.listen(l, 16, None).unwrap();
+    let (ca, c) = client.socket(Type::Stream).unwrap();
+    client
+        .connect(c, SocketAddrV4::new(Ipv4Addr::LOCALHOST, port), false, T)
+        .unwrap();
+    // The accepted connection's placeholder is pooled too (`PlacePooled`).
+    let (_sa, s, _, _) = server.accept(l, false, T).unwrap();
+    assert_eq!(client.send(c, b"pooled", false, T).unwrap(), 6);
+    let mut buf = [0u8; 16];
+    let n = server.recv(s, &mut buf, RecvFlags::BLOCK, T).unwrap();
+    assert_eq!(&buf[..n], b"pooled");
+    assert!(
+        counter(&d, "FlowstackdPlaceholderBatches") >= 2,
+        "both processes pooled"
+    );
+    client.forget(c).unwrap();
+    drop(ca);
+    assert_eq!(server.recv(s, &mut buf, RecvFlags::BLOCK, T), Ok(0), "FIN");
+}
+
+#[test]
+fn a_forked_child_with_pooled_pairs_leaves_nothing_in_the_daemon() {
+    let d = daemon("fork");
+    let app = Posix::attach(&d.path).unwrap();
+    let (a, id) = app.socket(Type::Stream).unwrap();
+    app.settle();
+    let b = POOL_BATCH as u64;
+    assert_eq!(counter(&d, "FlowstackdPlaceholdersWaiting"), b - 1);
+    match fork().unwrap() {
+        Forked::Child => {
+            // The child inherited the pooled A's: it closes its copies as it forgets its
+            // parent's client, registers anew and pools for itself.
+            let ok = app.socket(Type::Stream).is_ok() && app.socket(Type::Stream).is_ok();
+            exit_now(if ok { 0 } else { 1 });
+        }
+        Forked::Parent(pid) => {
+            assert_eq!(wait_exit(pid).unwrap(), 0, "child failed");
+            // The child's application is gone with its sockets and its pool; the parent's
+            // pool and socket are untouched (the child closed only its own copies).
+            until(&d, "FlowstackdApps", 1);
+            let s = flowstack_offload::stats::query(&d.path).unwrap();
+            assert_eq!(s.counters["FlowstackdPlaceholdersWaiting"], b - 1);
+            assert_eq!(s.counters["FlowstackdTableSockets"], 1, "{:#?}", s.sockets);
+            assert_eq!(s.counters["FlowstackdTableIdents"], 1);
+            // The parent goes on taking from its pool.
+            let more: Vec<_> = (0..b).map(|_| app.socket(Type::Stream).unwrap()).collect();
+            assert_eq!(
+                app.bind(more[0].1, SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
+                    .err(),
+                None
+            );
+            assert_eq!(counter(&d, "FlowstackdTableSockets"), 1 + b);
+            assert!(a.as_fd().try_clone_to_owned().is_ok());
+            assert_ne!(
+                app.bind(id, SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)),
+                Err(Errno::EBADF)
+            );
+        }
+    }
+}
