@@ -4,6 +4,12 @@
 //! copies of pooled pairs leave nothing behind in the daemon. Every wait is bounded.
 
 use flowstack_api::record::POOL_BATCH;
+
+/// Pooling is opt-in (`FLOWSTACK_PLACEHOLDER_POOL=1`); set before this process's first
+/// socket (read once), the same value in every test of this binary.
+fn pooling_on() {
+    std::env::set_var("FLOWSTACK_PLACEHOLDER_POOL", "1");
+}
 use flowstack_client::posix::{Errno, Posix, RecvFlags, Type};
 use flowstack_offload::{Daemon, DaemonConfig, DaemonHandle};
 use flowstack_sys::process::{exit_now, fork, wait_exit, Forked};
@@ -43,6 +49,7 @@ fn until(d: &DaemonHandle, k: &str, want: u64) {
 
 #[test]
 fn sockets_take_pooled_pairs_refilled_a_batch_at_a_time() {
+    pooling_on();
     let d = daemon("batches");
     let app = Posix::attach(&d.path).unwrap();
     let b = POOL_BATCH as usize;
@@ -82,6 +89,7 @@ fn sockets_take_pooled_pairs_refilled_a_batch_at_a_time() {
 
 #[test]
 fn a_pooled_connection_carries_bytes_and_its_last_close_is_a_fin() {
+    pooling_on();
     let d = daemon("conn");
     let server = Posix::attach(&d.path).unwrap();
     let client = Posix::attach(&d.path).unwrap();
@@ -111,6 +119,7 @@ fn a_pooled_connection_carries_bytes_and_its_last_close_is_a_fin() {
 
 #[test]
 fn a_forked_child_with_pooled_pairs_leaves_nothing_in_the_daemon() {
+    pooling_on();
     let d = daemon("fork");
     let app = Posix::attach(&d.path).unwrap();
     let (a, id) = app.socket(Type::Stream).unwrap();
