@@ -159,12 +159,8 @@ fn close_sync_waits_for_the_daemon_and_close_does_not() {
     let l = listen(&mut app, 7513).unwrap();
     let c = app.connect_to(lo(7513), T).unwrap();
     let s = app.accept(l, T).unwrap();
-    let pid = child.0.id() as i32;
-    let signal = |sig| {
-        // SAFETY: kill(2) on the child this test spawned and still holds (not reaped).
-        assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
-    };
-    signal(libc::SIGSTOP);
+    let pid = child.0.id();
+    flowstack_sys::process::pause(pid, true).unwrap();
     // kill(2) returns before a running thread has stopped: wait until every thread is.
     let stopped = || {
         std::fs::read_dir(format!("/proc/{pid}/task"))
@@ -189,7 +185,7 @@ fn close_sync_waits_for_the_daemon_and_close_does_not() {
         Err(SocketError::TimedOut),
         "sync: waits for a completion a stopped daemon cannot post"
     );
-    signal(libc::SIGCONT);
+    flowstack_sys::process::pause(pid, false).unwrap();
     assert_eq!(app.close_sync(l, T), Ok(()));
     let st = flowstack_offload::stats::query(&path).unwrap();
     let me = st.apps.iter().find(|a| a.id == app.app_id()).unwrap();
