@@ -144,6 +144,22 @@ pub fn wait_exit(pid: u32) -> std::io::Result<i32> {
     }
 }
 
+/// Stops (`stop`: SIGSTOP) or resumes (SIGCONT) process `pid`, for tests of a peer that does
+/// not run. `pid` 0 or beyond `pid_t` is refused (`EINVAL`) rather than read by kill(2) as a
+/// process group.
+pub fn pause(pid: u32, stop: bool) -> std::io::Result<()> {
+    let pid = i32::try_from(pid)
+        .ok()
+        .and_then(Pid::from_raw)
+        .ok_or_else(|| std::io::Error::from_raw_os_error(22))?;
+    let sig = if stop {
+        rustix::process::Signal::STOP
+    } else {
+        rustix::process::Signal::CONT
+    };
+    Ok(rustix::process::kill_process(pid, sig)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,20 +240,4 @@ mod tests {
         assert!(!is_alive(u32::MAX)); // -1: every process
         assert!(!is_alive(1 << 31));
     }
-}
-
-/// Stops (`stop`: SIGSTOP) or resumes (SIGCONT) process `pid`, for tests of a peer that does
-/// not run. `pid` 0 or beyond `pid_t` is refused (`EINVAL`) rather than read by kill(2) as a
-/// process group.
-pub fn pause(pid: u32, stop: bool) -> std::io::Result<()> {
-    let pid = i32::try_from(pid)
-        .ok()
-        .and_then(Pid::from_raw)
-        .ok_or_else(|| std::io::Error::from_raw_os_error(22))?;
-    let sig = if stop {
-        rustix::process::Signal::STOP
-    } else {
-        rustix::process::Signal::CONT
-    };
-    Ok(rustix::process::kill_process(pid, sig)?)
 }
