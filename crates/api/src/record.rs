@@ -45,7 +45,8 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 /// 5: `Command::TcpInfo` (an older daemon drops an unknown op without answering, so a
 /// sync call would hang: the version keeps the two apart instead).
 /// 6: `AttachOp::{Pool, NewPooled, PlacePooled}` (placeholder pairs handed over in batches).
-pub const VERSION: u16 = 6;
+/// 7: `Command::Forget { recycle }` and `AttachOp::Repool` (placeholder pairs reused).
+pub const VERSION: u16 = 7;
 /// Size of every record.
 pub const RECORD_LEN: usize = 64;
 /// Largest handle index a record may carry.
@@ -276,9 +277,20 @@ pub enum Command {
     /// This process dropped its last descriptor for the socket: the handle is released in
     /// this application only; the socket lives until its last placeholder copy anywhere is
     /// closed.
+    ///
+    /// With `recycle` (version 7) the application also says no other process holds the
+    /// placeholder and it keeps its own copy of A for a later socket: if no other
+    /// application names the socket either, the daemon closes it now (as at its last close)
+    /// and keeps D for the application, after its earlier recycled ones, until an
+    /// [`AttachOp::Repool`] moves it to the pool. Completion (the application posts it
+    /// sync and takes the answer when it comes): 0 = not kept (D closed; the application
+    /// closes A), 1 = kept and no token was ever written into D, 3 = kept, and tokens were
+    /// written into D (A may hold some: the application empties it before reuse).
     Forget {
         /// Socket.
         handle: u32,
+        /// Keep the placeholder pair for reuse.
+        recycle: bool,
     },
     /// Would flowstack carry a connect or sendto to `remote`? Completion: 1 or 0.
     Carries {
@@ -344,7 +356,11 @@ pub enum SockType {
 ///   [`POOL_MAX`] per application (completion 0, or an error and none kept);
 /// - `NewPooled`, `PlacePooled` (version 6): as `New` and `Place`, with no descriptors: the
 ///   oldest pair of the application's pool is taken (always, even when the call is then
-///   refused, so both sides stay in step).
+///   refused, so both sides stay in step);
+/// - `Repool` (version 7; `handle` = n, 1..=[`POOL_MAX`]; no descriptors): the n oldest pairs
+///   kept by `Forget { recycle }` go to the end of the pool, in order (the application
+///   sends it once their A's are empty; refused, with nothing moved, if fewer are kept or
+///   the pool would pass twice [`POOL_MAX`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttachOp {
     /// A new socket.
@@ -365,6 +381,8 @@ pub enum AttachOp {
     NewPooled,
     /// `Place` with the oldest pooled pair.
     PlacePooled,
+    /// Recycled pairs back into the pool.
+    Repool,
 }
 
 /// Most pairs in one `Attach{Pool}` (two descriptors each, one message).
@@ -386,6 +404,7 @@ impl AttachOp {
             AttachOp::Pool => 7,
             AttachOp::NewPooled => 8,
             AttachOp::PlacePooled => 9,
+            AttachOp::Repool => 10,
         }
     }
     /// From [`AttachOp::code`].
@@ -400,6 +419,7 @@ impl AttachOp {
             7 => AttachOp::Pool,
             8 => AttachOp::NewPooled,
             9 => AttachOp::PlacePooled,
+            10 => AttachOp::Repool,
             _ => return None,
         })
     }
@@ -410,7 +430,7 @@ impl AttachOp {
             AttachOp::New | AttachOp::Place => 2,
             AttachOp::Adopt | AttachOp::KernelListener | AttachOp::File | AttachOp::Wake => 1,
             AttachOp::Pool => 2 * POOL_BATCH as usize,
-            AttachOp::NewPooled | AttachOp::PlacePooled => 0,
+            AttachOp::NewPooled | AttachOp::PlacePooled | AttachOp::Repool => 0,
         }
     }
 }
@@ -604,7 +624,7 @@ impl CommandRecord {
             Command::SetNotify { handle, quiet } => {
                 (OP_SET_NOTIFY, handle, None, quiet as u32, 0, 0)
             }
-            Command::Forget { handle } => (OP_FORGET, handle, None, 0, 0, 0),
+            Command::Forget { handle, recycle } => (OP_FORGET, handle, None, recycle as u32, 0, 0),
             Command::Carries { remote } => {
                 (OP_CARRIES, 0, Some((*remote.ip(), remote.port())), 0, 0, 0)
             }
@@ -838,8 +858,14 @@ impl CommandRecord {
                 }
             }
             OP_FORGET => {
-                unused(true, true, true, true)?;
-                Command::Forget { handle }
+                unused(true, false, true, true)?;
+                if arg > 1 {
+                    return Err(RecordError::BadArgument);
+                }
+                Command::Forget {
+                    handle,
+                    recycle: arg == 1,
+                }
             }
             OP_CARRIES => {
                 no_handle()?;

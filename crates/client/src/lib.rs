@@ -219,8 +219,12 @@ pub struct Client {
     changes: changes::Changes,
     /// The POSIX layer's placeholders handed to the daemon ahead, oldest first (A's; see
     /// `posix::pool`). Dropped — closed in this process only — with the client, so a
-    /// forked child's copies go when it forgets its parent's client.
-    pooled: VecDeque<std::os::fd::OwnedFd>,
+    /// forked child's copies go when it forgets its parent's client. The flag: A's open
+    /// file description may be non-blocking (a recycled A).
+    pooled: VecDeque<(std::os::fd::OwnedFd, bool)>,
+    /// Recycled A's (`Forget { recycle }` posted, oldest first, with its call id) until the
+    /// daemon's answer lets them back into the pool (`posix::pool`).
+    recycling: VecDeque<(u32, std::os::fd::OwnedFd)>,
 }
 
 impl std::fmt::Debug for Client {
@@ -313,6 +317,7 @@ impl Client {
             spin: spin_from_env(),
             last_liveness: Instant::now(),
             pooled: VecDeque::new(),
+            recycling: VecDeque::new(),
             sleeps: 0,
             area_blocked: false,
             app_id,

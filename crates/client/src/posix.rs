@@ -108,6 +108,9 @@ struct PSock {
     dgram: bool,
     /// A datagram socket's last destination the daemon said it carries (`udp`).
     carried_dst: Option<SocketAddrV4>,
+    /// A may be held or watched outside this library (adopted, filled, waited on in the
+    /// kernel, alive at a fork or exec, sent away): never recycled (`pool`).
+    shared: bool,
 }
 
 struct Inner {
@@ -209,6 +212,8 @@ impl Posix {
     /// non-blocking connects left out (another process may wait on A in the kernel).
     pub fn settle(&self) {
         let Ok(mut g) = self.lock() else { return };
+        // The child or new image holds every A now: none is recycled (`pool`).
+        g.socks.values_mut().for_each(|s| s.shared = true);
         let pending: Vec<u32> = g
             .socks
             .iter()
@@ -317,6 +322,7 @@ impl Posix {
         let mine = fd.try_clone_to_owned().map_err(|_| Errno(24))?;
         let mut ps = PSock::new(mine, state);
         ps.dgram = v >> 32 == 6;
+        ps.shared = true;
         g.socks.insert(h, ps);
         Ok(Some(SockId(h)))
     }
@@ -856,25 +862,6 @@ impl Posix {
         })
     }
 
-    /// This process dropped its last descriptor number for the socket: forget it here (the
-    /// daemon closes the socket when the last copy anywhere is closed).
-    pub fn forget(&self, id: SockId) -> Result<(), Errno> {
-        let mut g = self.lock()?;
-        let ps = g.socks.remove(&id.0).ok_or(Errno::EBADF)?;
-        let c = g.client.as_mut().expect("registered");
-        if let Some(call) = ps.attach {
-            // Its answer is nobody's now (the daemon takes the Forget after the Attach).
-            c.waiting.remove(&call);
-            c.done.remove(&call);
-        }
-        c.socks.remove(&id.0);
-        // Its bytes still in the receive area are released with it.
-        c.evict_sock(id.0, false);
-        c.post(Mode::Async, Command::Forget { handle: id.0 })
-            .map_err(Errno::from)?;
-        Ok(())
-    }
-
     /// Tells the daemon this process sent a socket to the kernel instead (`flowstack stats`).
     pub fn report(&self, kind: ReportKind, dst: Option<SocketAddrV4>) -> Result<(), Errno> {
         let mut g = self.lock()?;
@@ -912,6 +899,7 @@ impl PSock {
             ahead_ok: false,
             dgram: false,
             carried_dst: None,
+            shared: false,
         }
     }
 }

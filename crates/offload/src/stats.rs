@@ -21,10 +21,12 @@
 //! queue received for another engine and passed to it, dropped at a full ring), `FlowstackdMeshFrames` and
 //! `FlowstackdMeshDrops` (frames sent to other engines, dropped at a full ring),
 //! `FlowstackdPlaceholderBatches` and `FlowstackdPlaceholdersPooled` (placeholder pairs
-//! handed over ahead in batches, `Attach{Pool}`), `FlowstackdSendFileBytes` and `FlowstackdSendFileCalls` (bytes
+//! handed over ahead in batches, `Attach{Pool}`), `FlowstackdPlaceholdersRecycled` (pairs
+//! kept for reuse when their socket's last descriptor closed, `Forget { recycle }`), `FlowstackdSendFileBytes` and `FlowstackdSendFileCalls` (bytes
 //! and calls of applications' `sendfile` sent from their files by the daemon), and the fallbacks shims reported (`Command::Report`):
 //! `FlowstackdFallbackNotCarried`, `…Unsupported`, `…NoDaemon`, `…Ipv6`, `…Other`.
 //! Gauges in the same map: `FlowstackdPlaceholdersWaiting` (pooled pairs not taken yet),
+//! `FlowstackdPlaceholdersKept` (recycled pairs not back in the pool yet),
 //! `FlowstackdTableSockets`, `FlowstackdTableHandles`,
 //! `FlowstackdTableIdents`, `FlowstackdTablePorts` (the sizes of the daemon's per-socket
 //! tables: what a daemon at rest returns to), `FlowstackdTcpConnections` (the engines'

@@ -87,6 +87,9 @@ pub trait Backend: Sync {
     fn unsent_bytes(&self, id: SockId) -> usize;
     /// The last descriptor of this socket in this process is closed.
     fn forget(&self, id: SockId);
+    /// The socket's descriptor may now be held outside this process (sent with
+    /// `SCM_RIGHTS`): its placeholder is never reused.
+    fn pin(&self, _id: SockId) {}
     /// In the child of a fork, before anything else.
     fn after_fork(&self);
     /// Before fork or exec: waits for the daemon's answers to placeholders posted and not
@@ -405,6 +408,9 @@ impl Backend for PosixBackend {
     }
     fn forget(&self, id: SockId) {
         let _ = self.p.forget(posix::SockId(id));
+    }
+    fn pin(&self, id: SockId) {
+        self.p.pin(posix::SockId(id));
     }
     fn settle(&self) {
         self.p.settle();

@@ -438,6 +438,33 @@ unsafe fn adopt_received(m: *const msghdr) {
     }
 }
 
+/// Descriptors sent with SCM_RIGHTS: a flowstack socket's placeholder may now live in
+/// another process, so it is never reused (`Backend::pin`).
+///
+/// # Safety
+/// `m` points to a `msghdr` (the C contract of sendmsg).
+unsafe fn pin_sent(m: *const msghdr) {
+    let m = &*m;
+    if m.msg_control.is_null() || (m.msg_controllen as usize) < libc::CMSG_LEN(0) as usize {
+        return;
+    }
+    let Some(st) = state::get() else { return };
+    let Some(b) = st.connected() else { return };
+    let mut c = libc::CMSG_FIRSTHDR(m);
+    while !c.is_null() {
+        if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+            let data = libc::CMSG_DATA(c) as *const c_int;
+            let n = ((*c).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize) / 4;
+            for i in 0..n {
+                if let Some(e) = st.table.get(data.add(i).read_unaligned()) {
+                    inside(|| b.pin(e.id));
+                }
+            }
+        }
+        c = libc::CMSG_NXTHDR(m, c);
+    }
+}
+
 unsafe fn recvmsg_ours(
     st: &State,
     b: &dyn Backend,
@@ -591,6 +618,10 @@ pub unsafe extern "C" fn sendto(
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn sendmsg(fd: c_int, m: *const msghdr, flags: c_int) -> ssize_t {
     let Some((st, b, e)) = placeholder(fd) else {
+        if !m.is_null() && !is_inside() {
+            // SAFETY: `m` is the caller's non-null msghdr (sendmsg's contract).
+            pin_sent(m);
+        }
         return real::sendmsg(fd, m, flags);
     };
     if m.is_null() {

@@ -59,9 +59,15 @@ pub fn pair_with(cloexec: bool, nonblock: bool) -> io::Result<(OwnedFd, OwnedFd)
 
 /// The program's descriptor for a placeholder A the library keeps (a pooled one): a
 /// duplicate at the lowest free number, as the kernel numbers a new socket, close-on-exec
-/// if asked; `O_NONBLOCK` is set on the shared open file description if asked (a pooled A
-/// is blocking).
-pub fn dup_for_program(a: BorrowedFd<'_>, cloexec: bool, nonblock: bool) -> io::Result<OwnedFd> {
+/// if asked; `O_NONBLOCK` is set on the shared open file description if asked, and cleared
+/// if not asked and `maybe_nonblock` (a recycled A may keep its last socket's flag; a fresh
+/// pooled A is blocking).
+pub fn dup_for_program(
+    a: BorrowedFd<'_>,
+    cloexec: bool,
+    nonblock: bool,
+    maybe_nonblock: bool,
+) -> io::Result<OwnedFd> {
     let p = if cloexec {
         rustix::io::fcntl_dupfd_cloexec(a, 0)?
     } else {
@@ -69,6 +75,8 @@ pub fn dup_for_program(a: BorrowedFd<'_>, cloexec: bool, nonblock: bool) -> io::
     };
     if nonblock {
         rustix::fs::fcntl_setfl(&p, rustix::fs::OFlags::NONBLOCK)?;
+    } else if maybe_nonblock {
+        rustix::fs::fcntl_setfl(&p, rustix::fs::OFlags::empty())?;
     }
     Ok(p)
 }

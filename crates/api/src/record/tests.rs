@@ -89,7 +89,14 @@ fn all_commands() -> Vec<Command> {
             op: AttachOp::Wake,
             ty: SockType::Stream,
         },
-        Command::Forget { handle: 9 },
+        Command::Forget {
+            handle: 9,
+            recycle: false,
+        },
+        Command::Forget {
+            handle: 9,
+            recycle: true,
+        },
         Command::Carries {
             remote: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 6379),
         },
@@ -331,14 +338,21 @@ fn file_sends_are_versioned_and_their_ranges_checked() {
 #[test]
 fn notify_modes_are_versioned_and_strict() {
     assert_eq!(
-        VERSION, 6,
-        "SetNotify and AttachOp::Wake came with version 4, TcpInfo with 5, pools with 6"
+        VERSION, 7,
+        "SetNotify and AttachOp::Wake came with version 4, TcpInfo with 5, pools with 6, \
+         recycling with 7"
     );
-    for op in [AttachOp::Pool, AttachOp::NewPooled, AttachOp::PlacePooled] {
+    for op in [
+        AttachOp::Pool,
+        AttachOp::NewPooled,
+        AttachOp::PlacePooled,
+        AttachOp::Repool,
+    ] {
         assert_eq!(AttachOp::from_code(op.code()), Some(op));
     }
     assert_eq!(AttachOp::NewPooled.fds(), 0);
-    assert_eq!(AttachOp::from_code(10), None);
+    assert_eq!(AttachOp::Repool.fds(), 0);
+    assert_eq!(AttachOp::from_code(11), None);
     assert_eq!(AttachOp::from_code(6), Some(AttachOp::Wake));
     assert_eq!(AttachOp::Wake.fds(), 1);
     let mut b = [0; RECORD_LEN];

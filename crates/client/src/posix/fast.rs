@@ -66,6 +66,7 @@ impl Posix {
             State::Connected | State::Connecting | State::Failed
         ) {
             ps.in_kernel = true;
+            ps.shared = true;
             return Ok(false);
         }
         if ps.quiet {
@@ -111,6 +112,7 @@ impl Posix {
         let mut g = self.lock()?;
         let ps = g.sock_as_is(id)?;
         ps.in_kernel = true;
+        ps.shared = true;
         if ps.fill_later {
             fill_now(&mut g, id)?;
         }

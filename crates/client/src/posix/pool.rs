@@ -1,4 +1,5 @@
-//! Placeholder pairs handed to the daemon in batches (`Attach{Pool}`, record version 6).
+//! Placeholder pairs handed to the daemon in batches (`Attach{Pool}`, record version 6) and
+//! reused when their socket closes (`Forget { recycle }`, `Attach{Repool}`, version 7).
 //!
 //! Each flowstack socket needs a placeholder pair (the module docs of `posix`). Passing each
 //! pair on its own cost the application a `sendmsg` and the daemon a `recvmsg` per socket,
@@ -10,18 +11,34 @@
 //! from the front of their pools in ring order, under the client's lock, so they stay in
 //! step (the daemon takes its front even when it then refuses the call).
 //!
+//! **Recycling.** Making a pair and, at the socket's end, closing both ends (the daemon's
+//! close of D frees the kernel's socket, inode and dentry) were the largest system-call
+//! costs left per short connection. So when the program closes its last descriptor of a
+//! connection that no other process can hold, this process keeps its copy of A and asks the
+//! daemon to keep D ([`recycle`]): `Forget { recycle }`, answered but not waited for. A
+//! recycled A waits in `Client::recycling` until the daemon's answer says D is kept and
+//! whether a token was ever written into it (then A is emptied: after the answer the daemon
+//! writes nothing more for the old socket); [`take`] then moves the answered ones to the
+//! end of the pool with one `Attach{Repool}` — both sides append in ring order, so the pools
+//! stay in step. A connection may be recycled only if nothing else can hold or watch A:
+//! created or accepted here (not adopted), never filled (`fill`, a connect's filler), never
+//! waited on in the kernel (`in_kernel`: a kernel epoll set would keep the registration on
+//! the open file description), not alive at a `fork`/`exec`/`posix_spawn` ([`Posix::settle`]),
+//! never sent with `SCM_RIGHTS` ([`Posix::pin`]); and the daemon keeps D only if no other
+//! application named the socket.
+//!
 //! What the program sees is unchanged: its descriptor is a duplicate of the pooled A at the
 //! lowest free number ([`placeholder::dup_for_program`]), with the flags it asked for; the
 //! pooled A itself is the library's copy, which every socket had anyway. The pooled A's are
 //! close-on-exec (gone at `exec`) and a forked child closes its copies when it forgets its
 //! parent's client; the daemon never sees them as sockets (no last-close polling, no socket
-//! limit) and closes its D's with the application. The price: up to `POOL_BATCH` pooled
-//! A's hold descriptor numbers the kernel would have given to the program's next files
-//! (see README, "Unmodified programs"). Pooling is off unless `FLOWSTACK_PLACEHOLDER_POOL=1`
-//! (see [`enabled`]): without it, a pair per socket, as before.
+//! limit) and closes its D's with the application. The price: the pooled and recycled A's
+//! (at most [`POOL_MAX`]) hold descriptor numbers the kernel would have given to the
+//! program's next files (see README, "Unmodified programs"). Pooling is on unless
+//! `FLOWSTACK_PLACEHOLDER_POOL=0` (see [`enabled`]): with it off, a pair per socket.
 
 use super::*;
-use flowstack_api::record::POOL_BATCH;
+use flowstack_api::record::{POOL_BATCH, POOL_MAX};
 
 /// A new socket's placeholder.
 pub(super) struct NewPlaceholder {
@@ -33,32 +50,33 @@ pub(super) struct NewPlaceholder {
     pub d: Option<OwnedFd>,
 }
 
-/// Whether pooling is on (`FLOWSTACK_PLACEHOLDER_POOL=1`; default off; read once). Off by
-/// default: with it on, an iperf3 server under `flowstack run` was seen, about once in 30-90
-/// runs on a daemon that had served nginx+ab first, to sleep for good in the blocking read of
-/// a connection accepted on a pooled pair with the bytes waiting in the daemon (never seen
-/// in 180 runs with it off); not yet understood.
+/// Whether pooling (and recycling) is on (`FLOWSTACK_PLACEHOLDER_POOL=1`; default off; read
+/// once).
 fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var_os("FLOWSTACK_PLACEHOLDER_POOL").is_some_and(|v| v == "1"))
 }
 
-/// A placeholder for a new socket: the oldest pooled pair (refilling the pool first when it
-/// is empty), or a pair of its own if pooling is off or the refill failed.
+/// A placeholder for a new socket: the oldest pooled pair (the answered recycled ones
+/// joining first, then refilling the pool if it is still empty), or a pair of its own if
+/// pooling is off or the refill failed.
 pub(super) fn take(c: &mut Client, fl: FdFlags) -> Result<NewPlaceholder, Errno> {
+    if !c.recycling.is_empty() {
+        repool(c);
+    }
     if c.pooled.is_empty() && enabled() {
         // A failed refill leaves the pool empty: this socket gets a pair of its own.
         let _ = refill(c);
     }
-    if let Some(a) = c.pooled.pop_front() {
-        return match placeholder::dup_for_program(a.as_fd(), fl.cloexec, fl.nonblock) {
+    if let Some((a, maybe_nb)) = c.pooled.pop_front() {
+        return match placeholder::dup_for_program(a.as_fd(), fl.cloexec, fl.nonblock, maybe_nb) {
             Ok(prog) => Ok(NewPlaceholder {
                 prog,
                 mine: a,
                 d: None,
             }),
             Err(_) => {
-                c.pooled.push_front(a); // not taken: the daemon's pool still has it first
+                c.pooled.push_front((a, maybe_nb)); // not taken: the daemon's pool has it first
                 Err(Errno(24))
             }
         };
@@ -70,6 +88,77 @@ pub(super) fn take(c: &mut Client, fl: FdFlags) -> Result<NewPlaceholder, Errno>
         mine,
         d: Some(d),
     })
+}
+
+/// Whether a closing socket's pair may be kept: pooling on and room left (the daemon allows
+/// twice [`POOL_MAX`], so this side's count, which can only run ahead of the daemon's, never
+/// makes it refuse a `Repool`).
+pub(super) fn may_recycle(c: &Client) -> bool {
+    enabled() && !c.dead && c.pooled.len() + c.recycling.len() < POOL_MAX
+}
+
+/// The program closed its last descriptor of socket `h`, which nothing else can hold (see
+/// the module docs): posts `Forget { recycle }` and keeps `a`, this process's copy of A,
+/// until the answer. `Err` (not posted): the caller forgets the socket as usual.
+pub(super) fn recycle(c: &mut Client, h: u32, a: OwnedFd) -> Result<(), (Errno, OwnedFd)> {
+    match c.post(
+        Mode::Sync,
+        Command::Forget {
+            handle: h,
+            recycle: true,
+        },
+    ) {
+        Ok(id) => {
+            c.recycling.push_back((id, a));
+            Ok(())
+        }
+        Err(e) => Err((Errno::from(e), a)),
+    }
+}
+
+/// Moves the recycled A's the daemon answered, oldest first, to the end of the pool, and
+/// tells the daemon with one `Attach{Repool}` to do the same with their D's. An A the
+/// daemon did not keep is closed; one that may hold a token is emptied first (the daemon
+/// writes nothing for the old socket after its answer). Stops at the first unanswered one
+/// (the order is the daemon's), or at one that cannot be emptied (it stays; recycling then
+/// stops at [`POOL_MAX`] and batches take over).
+fn repool(c: &mut Client) {
+    c.pump();
+    let mut n = 0u32;
+    while let Some((id, _)) = c.recycling.front() {
+        let Some((_, r)) = c.done.remove(id) else {
+            break;
+        };
+        let kept = match r {
+            Ok(1) => true,
+            Ok(3) => {
+                let a = &c.recycling.front().expect("just seen").1;
+                if !matches!(placeholder::drain(a.as_fd()), Ok(true)) {
+                    // Put the answer back: the pair stays first, waiting.
+                    c.done.insert(*id, (0, r));
+                    break;
+                }
+                true
+            }
+            _ => false,
+        };
+        let (_, a) = c.recycling.pop_front().expect("just seen");
+        if kept {
+            c.pooled.push_back((a, true));
+            n += 1;
+        }
+    }
+    if n > 0 {
+        // Async: refused only if the two sides disagree, which no honest client makes.
+        let _ = c.post(
+            Mode::Async,
+            Command::Attach {
+                handle: n,
+                op: AttachOp::Repool,
+                ty: SockType::Stream,
+            },
+        );
+    }
 }
 
 /// Posts the attach of `p` for handle `h`: `New`/`Place` with its pair, or the pooled op.
@@ -103,7 +192,8 @@ pub(super) fn post(
         Ok(id) => Ok((id, p.prog, p.mine)),
         Err(e) => {
             if p.d.is_none() {
-                c.pooled.push_front(p.mine);
+                // It may have been a recycled one: let the next taker set its flags.
+                c.pooled.push_front((p.mine, true));
             }
             Err(e)
         }
@@ -125,8 +215,53 @@ fn refill(c: &mut Client) -> Result<(), Errno> {
     let id = post_attach(c, POOL_BATCH, AttachOp::Pool, SockType::Stream, &fds)?;
     c.waiting.remove(&id);
     // Our D's close here: the daemon holds its copies.
-    c.pooled.extend(pairs.into_iter().map(|(a, _)| a));
+    c.pooled.extend(pairs.into_iter().map(|(a, _)| (a, false)));
     Ok(())
+}
+
+impl Posix {
+    /// This process dropped its last descriptor number for the socket: forget it here (the
+    /// daemon closes the socket when the last copy anywhere is closed), or, for a connection
+    /// nothing else can hold, close it in the daemon and keep its pair ([`recycle`]).
+    pub fn forget(&self, id: SockId) -> Result<(), Errno> {
+        let mut g = self.lock()?;
+        let ps = g.socks.remove(&id.0).ok_or(Errno::EBADF)?;
+        let c = g.client.as_mut().expect("registered");
+        if let Some(call) = ps.attach {
+            // Its answer is nobody's now (the daemon takes the Forget after the Attach).
+            c.waiting.remove(&call);
+            c.done.remove(&call);
+        }
+        c.socks.remove(&id.0);
+        // Its bytes still in the receive area are released with it.
+        c.evict_sock(id.0, false);
+        let recyclable = !ps.shared && !ps.dgram && ps.state != State::Listening;
+        if recyclable && may_recycle(c) {
+            match recycle(c, id.0, ps.a) {
+                Ok(()) => return Ok(()),
+                Err((e, _a)) => return Err(e), // not posted: `_a` closes here
+            }
+        }
+        c.post(
+            Mode::Async,
+            Command::Forget {
+                handle: id.0,
+                recycle: false,
+            },
+        )
+        .map_err(Errno::from)?;
+        Ok(())
+    }
+
+    /// A of socket `id` may now be held or watched outside this library (sent with
+    /// `SCM_RIGHTS`, put in a kernel epoll set by the shim): it is never recycled.
+    pub fn pin(&self, id: SockId) {
+        if let Ok(mut g) = self.lock() {
+            if let Some(s) = g.socks.get_mut(&id.0) {
+                s.shared = true;
+            }
+        }
+    }
 }
 
 #[cfg(test)]

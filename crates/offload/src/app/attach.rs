@@ -12,6 +12,9 @@ impl App {
         op: AttachOp,
         ty: SockType,
     ) -> Result<u64, SocketError> {
+        if op == AttachOp::Repool {
+            return self.repool(handle as usize);
+        }
         // A pooled op takes the oldest pooled pair first, whatever follows, so the two sides'
         // pools stay in step; it comes with no message on the stream.
         let pooled = match op {
@@ -77,6 +80,7 @@ impl App {
                     want_writable: false,
                     quiet_for: None,
                     handed: false,
+                    tokens: false,
                 };
                 let new = matches!(op, AttachOp::New | AttachOp::NewPooled);
                 let gid = if new {
@@ -148,7 +152,9 @@ impl App {
                 Ok((kind as u64) << 32 | handle as u64)
             }
             // Taken above.
-            AttachOp::File | AttachOp::Wake | AttachOp::Pool => Err(SocketError::InvalidArgument),
+            AttachOp::File | AttachOp::Wake | AttachOp::Pool | AttachOp::Repool => {
+                Err(SocketError::InvalidArgument)
+            }
             AttachOp::KernelListener => {
                 let k = fds.pop().expect("one descriptor");
                 let gid = self.gid(handle)?;
@@ -198,6 +204,77 @@ impl App {
     /// Placeholder pairs pooled and not taken yet (`FlowstackdPlaceholdersWaiting`).
     pub(crate) fn pool_len(&self) -> usize {
         self.pool.len()
+    }
+
+    /// Recycled pairs not back in the pool yet (`FlowstackdPlaceholdersKept`).
+    pub(crate) fn recycled_len(&self) -> usize {
+        self.recycled.len()
+    }
+
+    /// `Forget { handle, recycle: true }`: the application's last descriptor is gone and it
+    /// says no other process has one. If this application alone names the socket (no other
+    /// one adopted it) and it is a TCP connection or a socket never connected, the socket is
+    /// closed now as at its last close (`Shared::release`: queued bytes still go out, then
+    /// FIN), and its pair is kept for the application's next sockets (1, or 3 if a token was
+    /// ever written into D: A may hold it); otherwise this is a plain `Forget` (0; the pair
+    /// lives until its last close). Listeners and datagram sockets are never kept.
+    pub(super) fn forget_recycle(
+        &mut self,
+        sh: &mut Shared,
+        handle: u32,
+    ) -> Result<u64, SocketError> {
+        let gid = self
+            .handles
+            .remove(&handle)
+            .ok_or(SocketError::InvalidHandle)?;
+        let room = self.pool.len() + self.recycled.len() < 2 * POOL_MAX;
+        let kept = match sh.socks.get_mut(&gid) {
+            Some(g)
+                if room
+                    && g.owners.as_slice() == [(self.id, handle)]
+                    && matches!(
+                        g.kind,
+                        Kind::Conn(_)
+                            | Kind::Fresh {
+                                ty: SockType::Stream,
+                                ..
+                            }
+                            | Kind::Failed(_)
+                    ) =>
+            {
+                g.ph.take()
+            }
+            _ => None,
+        };
+        if let Some(ph) = &kept {
+            sh.by_ident.remove(&ph.ident);
+            sh.ports.forget_ident(ph.ident);
+        }
+        // No placeholder left (kept) and no owner: released at once; else as any Forget.
+        detach(sh, gid, self.id, handle, false);
+        Ok(match kept {
+            Some(ph) => {
+                sh.counters.pool_recycled += 1;
+                let dirty = ph.tokens;
+                self.recycled.push_back((ph.ident, ph.d));
+                if dirty {
+                    3
+                } else {
+                    1
+                }
+            }
+            None => 0,
+        })
+    }
+
+    /// `Attach{Repool}`: the `n` oldest recycled pairs to the end of the pool.
+    fn repool(&mut self, n: usize) -> Result<u64, SocketError> {
+        if n == 0 || n > self.recycled.len() || self.pool.len() + n > 2 * POOL_MAX {
+            return Err(SocketError::InvalidArgument);
+        }
+        let moved = self.recycled.drain(..n);
+        self.pool.extend(moved);
+        Ok(0)
     }
 }
 

@@ -180,7 +180,15 @@ impl App {
                 };
                 self.complete(id, mode, handle, r);
             }
-            Command::TcpClose { handle } | Command::Forget { handle } => {
+            Command::Forget {
+                handle,
+                recycle: true,
+            } => {
+                self.files.remove(&handle);
+                let r = self.forget_recycle(sh, handle);
+                self.complete(id, mode, handle, r);
+            }
+            Command::TcpClose { handle } | Command::Forget { handle, .. } => {
                 self.files.remove(&handle);
                 let r = match self.handles.remove(&handle) {
                     Some(gid) => {

@@ -45,6 +45,8 @@ pub struct DaemonCounters {
     pub pool_batches: u64,
     /// Placeholder pairs in them (`FlowstackdPlaceholdersPooled`).
     pub pool_pairs: u64,
+    /// Placeholder pairs kept by `Forget { recycle }` for reuse (`FlowstackdPlaceholdersRecycled`).
+    pub pool_recycled: u64,
 }
 
 impl DaemonCounters {
@@ -69,5 +71,6 @@ impl DaemonCounters {
         self.tx_rehomed_bytes += o.tx_rehomed_bytes;
         self.pool_batches += o.pool_batches;
         self.pool_pairs += o.pool_pairs;
+        self.pool_recycled += o.pool_recycled;
     }
 }

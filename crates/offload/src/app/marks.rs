@@ -49,7 +49,7 @@ pub(super) fn named(cmd: &Command) -> Option<u32> {
         | TokenCleared { handle, .. }
         | WantWritable { handle }
         | SetNotify { handle, .. }
-        | Forget { handle }
+        | Forget { handle, .. }
         | GetAddr { handle, .. }
         | TcpInfo { handle, .. } => Some(handle),
         TcpListen { .. }

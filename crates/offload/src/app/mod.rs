@@ -208,6 +208,9 @@ pub(crate) struct Placeholder {
     /// A listener handed a connection to an accept asked ahead since its last token was
     /// written (`notify::handed`): `TokenCleared` writes another.
     handed: bool,
+    /// A token was written into D at some point (A may still hold it): a recycled pair's
+    /// application empties A before reuse (`Forget { recycle }`).
+    tokens: bool,
 }
 
 impl Placeholder {
@@ -216,6 +219,7 @@ impl Placeholder {
     fn readable(&mut self, quiet: bool) {
         self.seq = self.seq.wrapping_add(1);
         if !self.token_out && !quiet {
+            self.tokens = true;
             self.token_out = placeholder::put_token(self.d.as_fd()).unwrap_or(false);
             self.handed &= !self.token_out;
         }
@@ -472,6 +476,9 @@ pub(crate) struct App {
     /// Placeholder pairs handed over ahead (`Attach{Pool}`), oldest first: A's identity and
     /// D. Taken by `Attach{NewPooled, PlacePooled}`; closed with the application.
     pool: VecDeque<((u64, u64), OwnedFd)>,
+    /// Pairs kept by `Forget { recycle }`, oldest first, until `Attach{Repool}` moves them
+    /// to the pool; closed with the application.
+    recycled: VecDeque<((u64, u64), OwnedFd)>,
     /// Bytes its sockets hold in the daemon, as of the last count (`memory`).
     pub memory: u64,
     /// Over `--max-app-memory`: new sockets refused, sends stalled (`memory`).
@@ -515,6 +522,7 @@ impl App {
             files: HashMap::new(),
             wake: notify::Wake::default(),
             pool: VecDeque::new(),
+            recycled: VecDeque::new(),
             memory: 0,
             mem_limited: false,
             credit_wake: false,

@@ -179,9 +179,14 @@ pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
         ("FlowstackdLastCloses", d.last_closes),
         ("FlowstackdPlaceholderBatches", d.pool_batches),
         ("FlowstackdPlaceholdersPooled", d.pool_pairs),
+        ("FlowstackdPlaceholdersRecycled", d.pool_recycled),
         (
             "FlowstackdPlaceholdersWaiting",
             apps.iter().map(|a| a.pool_len() as u64).sum(),
+        ),
+        (
+            "FlowstackdPlaceholdersKept",
+            apps.iter().map(|a| a.recycled_len() as u64).sum(),
         ),
         ("FlowstackdSendFileBytes", d.sendfile_bytes),
         ("FlowstackdSendFileCalls", d.sendfile_calls),
