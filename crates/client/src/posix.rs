@@ -111,6 +111,9 @@ struct PSock {
     /// A may be held or watched outside this library (adopted, filled, waited on in the
     /// kernel, alive at a fork or exec, sent away): never recycled (`pool`).
     shared: bool,
+    /// An accepted connection whose `Place` was posted unanswered: events the daemon
+    /// published before taking it wrote no token (`Posix::tokens_on` asks for one).
+    placed: bool,
 }
 
 struct Inner {
@@ -433,7 +436,9 @@ impl Posix {
                     } else {
                         get_addr(c, h, true).unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))
                     };
-                    g.socks.insert(h, PSock::new(mine, State::Connected));
+                    let mut ps = PSock::new(mine, State::Connected);
+                    ps.placed = true;
+                    g.socks.insert(h, ps);
                     g.placed = true;
                     let c = g.client.as_mut().expect("registered");
                     if ahead_ok && c.socks.get(&id.0).is_some_and(|s| s.ahead.is_none()) {
@@ -900,6 +905,7 @@ impl PSock {
             dgram: false,
             carried_dst: None,
             shared: false,
+            placed: false,
         }
     }
 }

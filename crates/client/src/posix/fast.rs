@@ -117,6 +117,23 @@ impl Posix {
             fill_now(&mut g, id)?;
         }
         let ps = g.sock_as_is(id)?;
+        if std::mem::take(&mut ps.placed) {
+            // Bytes may have reached this accepted connection (its event published, no
+            // token: the daemon had not taken its `Place` yet) after this process last
+            // looked: as if a token were handed back, the daemon writes one if it is
+            // readable (ring order puts this after the `Place`). Stale at worst, which
+            // every kernel wait's caller checks (`Posix::confirm_readable`).
+            let c = g.client.as_mut().expect("registered");
+            c.post(
+                Mode::Async,
+                Command::TokenCleared {
+                    handle: id.0,
+                    seen: 0,
+                },
+            )
+            .map_err(Errno::from)?;
+        }
+        let ps = g.sock_as_is(id)?;
         if !ps.quiet {
             return Ok(());
         }
