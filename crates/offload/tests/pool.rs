@@ -1,12 +1,14 @@
 //! Placeholder pairs handed to the daemon in batches (`flowstack_client::posix`'s `pool`,
-//! `Attach{Pool}`): a process's sockets take pooled pairs, the pool refills a batch at a
-//! time, a pooled placeholder's last close still reaches the daemon, and a forked child's
-//! copies of pooled pairs leave nothing behind in the daemon. Every wait is bounded.
+//! `Attach{Pool}`) and recycled (`Forget { recycle }`, `Attach{Repool}`): a process's
+//! sockets take pooled pairs, the pool refills a batch at a time, a pooled placeholder's
+//! last close still reaches the daemon, a forked child's copies of pooled pairs leave
+//! nothing behind in the daemon, and a closed connection's pair comes back, empty, for a
+//! later socket unless another process may hold it. Every wait is bounded.
 
 use flowstack_api::record::POOL_BATCH;
 
-/// Pooling is opt-in (`FLOWSTACK_PLACEHOLDER_POOL=1`); set before this process's first
-/// socket (read once), the same value in every test of this binary.
+/// Pooling is on unless `FLOWSTACK_PLACEHOLDER_POOL=0`; made sure of before this process's
+/// first socket (read once), the same value in every test of this binary.
 fn pooling_on() {
     std::env::set_var("FLOWSTACK_PLACEHOLDER_POOL", "1");
 }
@@ -78,13 +80,132 @@ fn sockets_take_pooled_pairs_refilled_a_batch_at_a_time() {
             None
         );
     }
-    // The last close of a pooled placeholder (the program's number and the library's copy)
-    // reaches the daemon, which closes the socket.
-    let (a, id) = socks.into_iter().next().unwrap();
+    // The last close of a pooled placeholder another process may hold (pinned, as one sent
+    // with SCM_RIGHTS) reaches the daemon when the program's number and the library's copy
+    // are closed: the daemon closes the socket, and the pair is not recycled.
+    let mut socks = socks.into_iter();
+    let (a, id) = socks.next().unwrap();
+    app.pin(id);
     app.forget(id).unwrap();
     drop(a);
     until(&d, "FlowstackdLastCloses", 1);
     until(&d, "FlowstackdTableSockets", 2 * b as u64);
+    assert_eq!(counter(&d, "FlowstackdPlaceholdersRecycled"), 0);
+    // One nothing else holds is closed at once and its pair kept (the program's number
+    // closes after the library forgot it, as the shim's close does).
+    let (a, id) = socks.next().unwrap();
+    app.forget(id).unwrap();
+    drop(a);
+    until(&d, "FlowstackdPlaceholdersRecycled", 1);
+    until(&d, "FlowstackdTableSockets", 2 * b as u64 - 1);
+    assert_eq!(counter(&d, "FlowstackdLastCloses"), 1);
+}
+
+/// Sockets until one's placeholder is the pair with identity `ident` (bounded: two
+/// batches' worth); returns it and the sockets made before it.
+fn socket_on_pair(
+    app: &Posix,
+    ident: (u64, u64),
+) -> (
+    (std::os::fd::OwnedFd, flowstack_client::posix::SockId),
+    Vec<(std::os::fd::OwnedFd, flowstack_client::posix::SockId)>,
+) {
+    let mut before = Vec::new();
+    for _ in 0..2 * POOL_BATCH {
+        let s = app.socket(Type::Stream).unwrap();
+        if identity(&s.0) == ident {
+            return (s, before);
+        }
+        before.push(s);
+    }
+    panic!("no socket got the recycled pair {ident:?}");
+}
+
+fn identity(fd: &std::os::fd::OwnedFd) -> (u64, u64) {
+    flowstack_sys::placeholder::identity(fd.as_fd()).unwrap()
+}
+
+#[test]
+fn a_closed_connections_pair_carries_the_next_connection() {
+    pooling_on();
+    let d = daemon("recycle");
+    let server = Posix::attach(&d.path).unwrap();
+    let client = Posix::attach(&d.path).unwrap();
+    let (_la, l) = server.socket(Type::Stream).unwrap();
+    let port = server
+        .bind(l, SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
+        .unwrap();
+    server.listen(l, 16, None).unwrap();
+    let to = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
+    let (ca, c) = client.socket(Type::Stream).unwrap();
+    let ident = identity(&ca);
+    client.connect(c, to, false, T).unwrap();
+    let (_sa, s, _, _) = server.accept(l, false, T).unwrap();
+    assert_eq!(client.send(c, b"first", false, T).unwrap(), 5);
+    let mut buf = [0u8; 16];
+    let n = server.recv(s, &mut buf, RecvFlags::BLOCK, T).unwrap();
+    assert_eq!(&buf[..n], b"first");
+    // The client closes: the daemon closes the connection at once (FIN) and keeps the pair.
+    client.forget(c).unwrap();
+    drop(ca);
+    assert_eq!(server.recv(s, &mut buf, RecvFlags::BLOCK, T), Ok(0), "FIN");
+    until(&d, "FlowstackdPlaceholdersRecycled", 1);
+    // A later socket of the client gets the same pair back (after the rest of its batch)
+    // and carries a new connection both ways; nothing stale makes it readable early.
+    let ((ra, r), _before) = socket_on_pair(&client, ident);
+    assert_eq!(counter(&d, "FlowstackdPlaceholdersKept"), 0, "repooled");
+    client.connect(r, to, false, T).unwrap();
+    let (_sb, s2, _, _) = server.accept(l, false, T).unwrap();
+    assert!(!flowstack_sys::poll::wait_readable(&ra, Duration::ZERO).unwrap());
+    assert_eq!(server.send(s2, b"second", false, T).unwrap(), 6);
+    let n = client.recv(r, &mut buf, RecvFlags::BLOCK, T).unwrap();
+    assert_eq!(&buf[..n], b"second");
+    assert_eq!(client.send(r, b"back", false, T).unwrap(), 4);
+    let n = server.recv(s2, &mut buf, RecvFlags::BLOCK, T).unwrap();
+    assert_eq!(&buf[..n], b"back");
+}
+
+#[test]
+fn a_recycled_pair_that_held_a_token_comes_back_empty() {
+    pooling_on();
+    let d = daemon("token");
+    let server = Posix::attach(&d.path).unwrap();
+    let client = Posix::attach(&d.path).unwrap();
+    let (_la, l) = server.socket(Type::Stream).unwrap();
+    let port = server
+        .bind(l, SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
+        .unwrap();
+    server.listen(l, 16, None).unwrap();
+    let (_ca, c) = client.socket(Type::Stream).unwrap();
+    client
+        .connect(c, SocketAddrV4::new(Ipv4Addr::LOCALHOST, port), false, T)
+        .unwrap();
+    let (sa, s, _, _) = server.accept(l, false, T).unwrap();
+    let ident = identity(&sa);
+    assert_eq!(client.send(c, b"unread", false, T).unwrap(), 6);
+    // Bytes the server never reads: the daemon writes a token into its placeholder.
+    assert!(flowstack_sys::poll::wait_readable(&sa, Duration::from_secs(20)).unwrap());
+    server.forget(s).unwrap();
+    drop(sa);
+    until(&d, "FlowstackdPlaceholdersRecycled", 1);
+    // The server's next sockets: the pair comes back with its token taken out.
+    let ((ra, _r), _before) = socket_on_pair(&server, ident);
+    assert!(!flowstack_sys::poll::wait_readable(&ra, Duration::ZERO).unwrap());
+}
+
+#[test]
+fn sockets_alive_at_a_fork_are_not_recycled() {
+    pooling_on();
+    let d = daemon("settled");
+    let app = Posix::attach(&d.path).unwrap();
+    let (a, id) = app.socket(Type::Stream).unwrap();
+    // What the shim's fork and exec call first: a child may hold A now.
+    app.settle();
+    app.forget(id).unwrap();
+    drop(a);
+    until(&d, "FlowstackdLastCloses", 1);
+    assert_eq!(counter(&d, "FlowstackdPlaceholdersRecycled"), 0);
+    assert_eq!(counter(&d, "FlowstackdTableSockets"), 0);
 }
 
 #[test]

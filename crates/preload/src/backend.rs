@@ -87,8 +87,8 @@ pub trait Backend: Sync {
     fn unsent_bytes(&self, id: SockId) -> usize;
     /// The last descriptor of this socket in this process is closed.
     fn forget(&self, id: SockId);
-    /// The socket's descriptor may now be held outside this process (sent with
-    /// `SCM_RIGHTS`): its placeholder is never reused.
+    /// The socket's placeholder may now be held or watched outside this library (sent with
+    /// `SCM_RIGHTS`, added to a kernel epoll set): it is never reused.
     fn pin(&self, _id: SockId) {}
     /// In the child of a fork, before anything else.
     fn after_fork(&self);

@@ -236,6 +236,7 @@ pub unsafe fn ctl(
         None => match create(b, epfd) {
             Err(NESTED) => {
                 b.tokens_on(id);
+                b.pin(id); // the kernel's set keeps the registration on A's description
                 return kernel();
             }
             r => r?,
@@ -426,7 +427,12 @@ fn scan(
     out: &mut [epoll_event],
 ) -> Result<(usize, u64, bool), Errno> {
     let Ep { fast, lst, .. } = g;
-    let sc = fast.scan(b, lst.iter().map(|x| x.id), out, |x| arm_out(epfd, x))?;
+    let sc = fast.scan(b, lst.iter().map(|x| x.id), out, |x| {
+        arm_out(epfd, x);
+        if x.out_armed {
+            b.pin(x.id); // in the kernel's set now: A is never reused
+        }
+    })?;
     // Listeners: every time (few), from the answers after the interests'.
     let mut n = sc.n;
     for (x, r) in lst.iter().zip(fast.extra_ready()) {

@@ -353,6 +353,19 @@ fn notify_modes_are_versioned_and_strict() {
     assert_eq!(AttachOp::NewPooled.fds(), 0);
     assert_eq!(AttachOp::Repool.fds(), 0);
     assert_eq!(AttachOp::from_code(11), None);
+    // Forget's argument is the recycle flag: 0 or 1, nothing else.
+    let mut f = [0; RECORD_LEN];
+    CommandRecord {
+        id: 1,
+        mode: Mode::Sync,
+        cmd: Command::Forget {
+            handle: 3,
+            recycle: true,
+        },
+    }
+    .encode(&mut f);
+    f[field::ARG.start] = 2;
+    assert_eq!(CommandRecord::decode(&f), Err(RecordError::BadArgument));
     assert_eq!(AttachOp::from_code(6), Some(AttachOp::Wake));
     assert_eq!(AttachOp::Wake.fds(), 1);
     let mut b = [0; RECORD_LEN];

@@ -60,9 +60,7 @@ pub(super) fn addr_of_value(v: u64) -> SocketAddrV4 {
 
 /// Fills A (unwritable) and asks the daemon to empty it when send space returns.
 pub(super) fn make_unwritable(g: &mut Inner, id: SockId) -> Result<(), Errno> {
-    let ps = g.sock_as_is(id)?;
-    ps.shared = true; // filler in D: never recycled
-    placeholder::fill(ps.a.as_fd()).map_err(|_| Errno::ECONNRESET)?;
+    placeholder::fill(g.sock_as_is(id)?.a.as_fd()).map_err(|_| Errno::ECONNRESET)?;
     let c = g.client.as_mut().expect("registered");
     if let Some(s) = c.socks.get_mut(&id.0) {
         s.blocked = true; // unwritable in the fast path's view too, until `Posix::unblock`

@@ -112,7 +112,6 @@ impl Posix {
         let mut g = self.lock()?;
         let ps = g.sock_as_is(id)?;
         ps.in_kernel = true;
-        ps.shared = true;
         if ps.fill_later {
             fill_now(&mut g, id)?;
         }

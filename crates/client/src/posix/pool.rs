@@ -21,11 +21,14 @@
 //! writes nothing more for the old socket); [`take`] then moves the answered ones to the
 //! end of the pool with one `Attach{Repool}` — both sides append in ring order, so the pools
 //! stay in step. A connection may be recycled only if nothing else can hold or watch A:
-//! created or accepted here (not adopted), never filled (`fill`, a connect's filler), never
-//! waited on in the kernel (`in_kernel`: a kernel epoll set would keep the registration on
-//! the open file description), not alive at a `fork`/`exec`/`posix_spawn` ([`Posix::settle`]),
-//! never sent with `SCM_RIGHTS` ([`Posix::pin`]); and the daemon keeps D only if no other
-//! application named the socket.
+//! created or accepted here (not adopted), never in a kernel epoll set (its registration stays on A's open file description while this
+//! process holds A: [`Posix::watch`] said no, or the shim's nested-set fallback,
+//! [`Posix::pin`]), not alive at a `fork`/`exec`/`posix_spawn` ([`Posix::settle`]), never
+//! sent with `SCM_RIGHTS` ([`Posix::pin`]); and the daemon keeps D only if no other
+//! application named the socket. (A `poll`/`select` or a blocking call's wait on A leaves
+//! nothing behind; a token it asked for is emptied before reuse, and filler A wrote into D
+//! — a full send buffer, a connect in progress — is emptied by the daemon when it keeps
+//! D.)
 //!
 //! What the program sees is unchanged: its descriptor is a duplicate of the pooled A at the
 //! lowest free number ([`placeholder::dup_for_program`]), with the flags it asked for; the
@@ -50,11 +53,10 @@ pub(super) struct NewPlaceholder {
     pub d: Option<OwnedFd>,
 }
 
-/// Whether pooling (and recycling) is on (`FLOWSTACK_PLACEHOLDER_POOL=1`; default off; read
-/// once).
+/// Whether pooling (and recycling) is on (unless `FLOWSTACK_PLACEHOLDER_POOL=0`; read once).
 fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("FLOWSTACK_PLACEHOLDER_POOL").is_some_and(|v| v == "1"))
+    *ON.get_or_init(|| std::env::var_os("FLOWSTACK_PLACEHOLDER_POOL").is_none_or(|v| v != "0"))
 }
 
 /// A placeholder for a new socket: the oldest pooled pair (the answered recycled ones

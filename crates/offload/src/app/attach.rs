@@ -216,8 +216,9 @@ impl App {
     /// one adopted it) and it is a TCP connection or a socket never connected, the socket is
     /// closed now as at its last close (`Shared::release`: queued bytes still go out, then
     /// FIN), and its pair is kept for the application's next sockets (1, or 3 if a token was
-    /// ever written into D: A may hold it); otherwise this is a plain `Forget` (0; the pair
-    /// lives until its last close). Listeners and datagram sockets are never kept.
+    /// ever written into D: A may hold it; filler in D is emptied here); otherwise this is a
+    /// plain `Forget` (0; the pair lives until its last close). Listeners and datagram
+    /// sockets are never kept.
     pub(super) fn forget_recycle(
         &mut self,
         sh: &mut Shared,
@@ -254,6 +255,11 @@ impl App {
         detach(sh, gid, self.id, handle, false);
         Ok(match kept {
             Some(ph) => {
+                if ph.want_writable {
+                    // Filler the application wrote into D (send buffer full, connect in
+                    // progress) is still there: emptied before reuse.
+                    let _ = placeholder::drain(ph.d.as_fd());
+                }
                 sh.counters.pool_recycled += 1;
                 let dirty = ph.tokens;
                 self.recycled.push_back((ph.ident, ph.d));
