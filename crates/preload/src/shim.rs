@@ -445,7 +445,7 @@ unsafe fn adopt_received(m: *const msghdr) {
 /// `m` points to a `msghdr` (the C contract of sendmsg).
 unsafe fn pin_sent(m: *const msghdr) {
     let m = &*m;
-    if m.msg_control.is_null() || (m.msg_controllen as usize) < libc::CMSG_LEN(0) as usize {
+    if m.msg_control.is_null() || m.msg_controllen < libc::CMSG_LEN(0) as usize {
         return;
     }
     let Some(st) = state::get() else { return };
