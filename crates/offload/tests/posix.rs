@@ -273,6 +273,9 @@ fn last_close_across_a_dup() {
 fn a_forked_child_adopts_the_socket_and_last_close_waits_for_it() {
     let d = daemon("fork");
     let p = connected(&d.path);
+    // What the shim's fork does first: the child may hold every A now, so none is recycled
+    // at the parent's last close (without it, the parent's close would end the connection).
+    p.client.settle();
     match fork().unwrap() {
         Forked::Child => {
             // The child's Posix sees the pid change and registers anew; it attaches the
