@@ -12,7 +12,7 @@ use flowstack_api::record::POOL_BATCH;
 fn pooling_on() {
     std::env::set_var("FLOWSTACK_PLACEHOLDER_POOL", "1");
 }
-use flowstack_client::posix::{Errno, Posix, RecvFlags, Type};
+use flowstack_client::posix::{Errno, Posix, RecvFlags, SockId, Type};
 use flowstack_offload::{Daemon, DaemonConfig, DaemonHandle};
 use flowstack_sys::process::{exit_now, fork, wait_exit, Forked};
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -30,6 +30,19 @@ fn daemon(name: &str) -> DaemonHandle {
         ..DaemonConfig::default()
     })
     .unwrap()
+}
+
+/// A server process listening on the loopback and a client process: (server, client, the
+/// listener's placeholder, its id, its port).
+fn listening(d: &DaemonHandle) -> (Posix, Posix, std::os::fd::OwnedFd, SockId, u16) {
+    let server = Posix::attach(&d.path).unwrap();
+    let client = Posix::attach(&d.path).unwrap();
+    let (la, l) = server.socket(Type::Stream).unwrap();
+    let port = server
+        .bind(l, SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
+        .unwrap();
+    server.listen(l, 16, None).unwrap();
+    (server, client, la, l, port)
 }
 
 fn counter(d: &DaemonHandle, k: &str) -> u64 {
@@ -107,8 +120,8 @@ fn socket_on_pair(
     app: &Posix,
     ident: (u64, u64),
 ) -> (
-    (std::os::fd::OwnedFd, flowstack_client::posix::SockId),
-    Vec<(std::os::fd::OwnedFd, flowstack_client::posix::SockId)>,
+    (std::os::fd::OwnedFd, SockId),
+    Vec<(std::os::fd::OwnedFd, SockId)>,
 ) {
     let mut before = Vec::new();
     for _ in 0..2 * POOL_BATCH {
@@ -129,13 +142,7 @@ fn identity(fd: &std::os::fd::OwnedFd) -> (u64, u64) {
 fn a_closed_connections_pair_carries_the_next_connection() {
     pooling_on();
     let d = daemon("recycle");
-    let server = Posix::attach(&d.path).unwrap();
-    let client = Posix::attach(&d.path).unwrap();
-    let (_la, l) = server.socket(Type::Stream).unwrap();
-    let port = server
-        .bind(l, SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
-        .unwrap();
-    server.listen(l, 16, None).unwrap();
+    let (server, client, _la, l, port) = listening(&d);
     let to = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
     let (ca, c) = client.socket(Type::Stream).unwrap();
     let ident = identity(&ca);
@@ -169,13 +176,7 @@ fn a_closed_connections_pair_carries_the_next_connection() {
 fn a_recycled_pair_that_held_a_token_comes_back_empty() {
     pooling_on();
     let d = daemon("token");
-    let server = Posix::attach(&d.path).unwrap();
-    let client = Posix::attach(&d.path).unwrap();
-    let (_la, l) = server.socket(Type::Stream).unwrap();
-    let port = server
-        .bind(l, SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
-        .unwrap();
-    server.listen(l, 16, None).unwrap();
+    let (server, client, _la, l, port) = listening(&d);
     let (_ca, c) = client.socket(Type::Stream).unwrap();
     client
         .connect(c, SocketAddrV4::new(Ipv4Addr::LOCALHOST, port), false, T)
@@ -212,13 +213,7 @@ fn sockets_alive_at_a_fork_are_not_recycled() {
 fn a_pooled_connection_carries_bytes_and_its_last_close_is_a_fin() {
     pooling_on();
     let d = daemon("conn");
-    let server = Posix::attach(&d.path).unwrap();
-    let client = Posix::attach(&d.path).unwrap();
-    let (_la, l) = server.socket(Type::Stream).unwrap();
-    let port = server
-        .bind(l, SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
-        .unwrap();
-    server.listen(l, 16, None).unwrap();
+    let (server, client, _la, l, port) = listening(&d);
     let (ca, c) = client.socket(Type::Stream).unwrap();
     client
         .connect(c, SocketAddrV4::new(Ipv4Addr::LOCALHOST, port), false, T)

@@ -122,15 +122,7 @@ impl Posix {
             // looked: as if a token were handed back, the daemon writes one if it is
             // readable (ring order puts this after the `Place`). Stale at worst, which
             // every kernel wait's caller checks (`Posix::confirm_readable`).
-            let c = g.client.as_mut().expect("registered");
-            c.post(
-                Mode::Async,
-                Command::TokenCleared {
-                    handle: id.0,
-                    seen: 0,
-                },
-            )
-            .map_err(Errno::from)?;
+            token_cleared(g.client.as_mut().expect("registered"), id)?;
         }
         let ps = g.sock_as_is(id)?;
         if !ps.quiet {
@@ -317,6 +309,20 @@ pub(super) fn conn_readable(ps: &super::PSock, s: &crate::Sock) -> bool {
 }
 
 /// The socket's view here is unreadable: read the tokens back and tell the daemon.
+/// Tells the daemon `id`'s tokens are taken (`TokenCleared`): it writes one at once if the
+/// socket is readable.
+fn token_cleared(c: &mut Client, id: SockId) -> Result<(), Errno> {
+    c.post(
+        Mode::Async,
+        Command::TokenCleared {
+            handle: id.0,
+            seen: 0,
+        },
+    )
+    .map(|_| ())
+    .map_err(Errno::from)
+}
+
 pub(super) fn clear_tokens(g: &mut Inner, id: SockId) -> Result<(), Errno> {
     let ps = g.sock(id)?;
     if ps.quiet {
@@ -325,18 +331,7 @@ pub(super) fn clear_tokens(g: &mut Inner, id: SockId) -> Result<(), Errno> {
     let taken = placeholder::take_tokens(ps.a.as_fd());
     match taken {
         Ok(Tokens::Read(0)) => Ok(()), // none outstanding: nothing to tell
-        Ok(Tokens::Read(_)) => {
-            let c = g.client.as_mut().expect("registered");
-            c.post(
-                Mode::Async,
-                Command::TokenCleared {
-                    handle: id.0,
-                    seen: 0,
-                },
-            )
-            .map(|_| ())
-            .map_err(Errno::from)
-        }
+        Ok(Tokens::Read(_)) => token_cleared(g.client.as_mut().expect("registered"), id),
         Ok(Tokens::Closed) => {
             g.client.as_mut().expect("registered").dead = true;
             Err(Errno::ECONNRESET)
