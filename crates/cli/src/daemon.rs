@@ -44,12 +44,27 @@ pub struct DaemonArgs {
     /// ENOBUFS and its sends stall (counted as FlowstackdAppMemLimited).
     #[arg(long, value_name = "BYTES", default_value = "256M", value_parser = crate::demo::parse_size)]
     pub max_app_memory: u64,
+    /// Permission bits of the registration socket, in octal: who may connect (0666: every
+    /// local user, as for the kernel's loopback — a server's workers often run as another
+    /// user; 0660 with the socket's group, 0600 its owner only).
+    #[arg(long, value_name = "OCTAL", default_value = "666", value_parser = parse_mode)]
+    pub socket_mode: u32,
     /// A real link the daemon owns beside its loopback (the link flags of `serve`).
     #[command(flatten)]
     pub link: Option<LinkArgs>,
     /// The daemon's address on the link (required with a link).
     #[command(flatten)]
     pub addr: Option<AddrArgs>,
+}
+
+/// `--socket-mode`: permission bits in octal (at most 0777).
+fn parse_mode(s: &str) -> Result<u32, String> {
+    let m = u32::from_str_radix(s.trim_start_matches("0o"), 8)
+        .map_err(|_| format!("not an octal mode: {s}"))?;
+    if m > 0o777 {
+        return Err(format!("mode {s} has bits beyond 0777"));
+    }
+    Ok(m)
 }
 
 /// Runs the daemon until it is killed (`flowstack daemon`).
@@ -65,6 +80,7 @@ pub fn run_as(a: DaemonArgs, who: &str) -> ExitCode {
         cfg.socket = p;
     }
     cfg.max_sockets_per_app = a.max_sockets_per_app as usize;
+    cfg.socket_mode = a.socket_mode;
     cfg.spin = std::time::Duration::from_micros(a.spin_us);
     cfg.cpu = a.cpu;
     if let Some(list) = &a.cores {

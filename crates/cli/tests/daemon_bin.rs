@@ -8,6 +8,8 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+
 const FLOWSTACKD: &str = env!("CARGO_BIN_EXE_flowstackd");
 const T: Duration = Duration::from_secs(20);
 
@@ -26,6 +28,8 @@ fn misuse_exits_2_with_one_line() {
         &["--engines", "0"][..],
         &["--max-app-memory", "lots"][..],
         &["--cores", "0", "--engines", "2"][..],
+        &["--socket-mode", "8"][..],
+        &["--socket-mode", "1777"][..],
         &["--bogus"][..],
     ] {
         let out = Command::new(FLOWSTACKD).args(args).output().unwrap();
@@ -49,6 +53,53 @@ fn a_missing_device_exits_1() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.starts_with("flowstackd: "), "{err}");
+}
+
+/// Another user (nobody, as a server's workers run) reaches the daemon through its socket by
+/// default (mode 0666); `--socket-mode 600` keeps it to the daemon's user.
+#[test]
+fn another_user_connects_unless_the_socket_mode_forbids_it() {
+    if !common::have_root() {
+        return;
+    }
+    for (mode, reachable) in [(None, true), (Some("600"), false)] {
+        let path = sock_path(&format!("mode-{}", mode.unwrap_or("default")));
+        let mut cmd = Command::new(FLOWSTACKD);
+        cmd.arg("--socket").arg(&path);
+        if let Some(m) = mode {
+            cmd.args(["--socket-mode", m]);
+        }
+        let mut d = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while !path.exists() {
+            assert!(
+                start.elapsed() < T,
+                "the daemon never bound {}",
+                path.display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let bits = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(bits, if reachable { 0o666 } else { 0o600 });
+        // `flowstack stats` connects to the socket as nobody.
+        let out = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_flowstack"))
+            .arg("stats")
+            .arg("--socket")
+            .arg(&path)
+            .output()
+            .unwrap();
+        let _ = d.kill();
+        let _ = d.wait();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.success(), reachable, "mode {mode:?}: {err}");
+    }
 }
 
 #[test]

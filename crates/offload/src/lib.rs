@@ -131,7 +131,15 @@ pub struct DaemonConfig {
     /// `FlowstackdTxRehomedBytes`); default [`TX_HOLD_LIMIT`]. Not a command-line option:
     /// tests set it to `u64::MAX` to keep spans pinned.
     pub tx_hold_limit: u64,
+    /// Permission bits of the registration socket (`--socket-mode`), set right after bind;
+    /// default [`DEFAULT_SOCKET_MODE`]: every local user may connect, as every user may use
+    /// the kernel's loopback (a server's workers often run as another user than the master
+    /// that started them). The directory's own permissions still apply.
+    pub socket_mode: u32,
 }
+
+/// Default of [`DaemonConfig::socket_mode`]: `0o666`.
+pub const DEFAULT_SOCKET_MODE: u32 = 0o666;
 
 pub use app::TX_HOLD_LIMIT;
 
@@ -222,6 +230,7 @@ impl Default for DaemonConfig {
             link: None,
             max_app_memory: DEFAULT_MAX_APP_MEMORY,
             tx_hold_limit: TX_HOLD_LIMIT,
+            socket_mode: DEFAULT_SOCKET_MODE,
         }
     }
 }
@@ -338,6 +347,13 @@ impl Daemon {
             .map(|_| EventFd::new().map(Arc::new))
             .collect::<io::Result<Vec<_>>>()?;
         let listener = UnixListener::bind(&path)?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(
+                &path,
+                std::fs::Permissions::from_mode(cfg.socket_mode & 0o777),
+            )?;
+        }
         listener.set_nonblocking(true)?;
         Ok(Self {
             listener,
