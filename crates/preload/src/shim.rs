@@ -408,34 +408,45 @@ pub unsafe extern "C" fn __recvfrom_chk(
     recvfrom(fd, p, n, flags, a, l)
 }
 
-/// Descriptors received with SCM_RIGHTS: placeholders of another process become ours.
-unsafe fn adopt_received(m: *const msghdr) {
-    let Some(st) = state::get() else { return };
-    let Some(b) = st.connected() else { return };
+/// Calls `f` with each descriptor an `SCM_RIGHTS` control message of `m` carries.
+///
+/// # Safety
+/// `m` points to a `msghdr` whose control buffer, if any, is valid (sendmsg's and
+/// recvmsg's contract).
+unsafe fn each_passed_fd(m: *const msghdr, mut f: impl FnMut(c_int)) {
     let m = &*m;
-    if m.msg_control.is_null() || m.msg_controllen == 0 {
+    if m.msg_control.is_null() || m.msg_controllen < libc::CMSG_LEN(0) as usize {
         return;
     }
     let mut c = libc::CMSG_FIRSTHDR(m);
     while !c.is_null() {
         if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
             let data = libc::CMSG_DATA(c) as *const c_int;
-            let n = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / 4;
+            let n = ((*c).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize) / 4;
             for i in 0..n {
-                let fd = data.add(i).read_unaligned();
-                st.table.clear(fd);
-                if let Some(id) = inside(|| b.adopt(fd)) {
-                    let fl = real::fcntl(fd, libc::F_GETFL, 0);
-                    let nb = fl >= 0 && fl & libc::O_NONBLOCK != 0;
-                    if st.table.set(fd, Entry::new(id, false, false, nb)) {
-                        st.hold(id);
-                        inside(|| st.note_flowstack(fd, "received"));
-                    }
-                }
+                f(data.add(i).read_unaligned());
             }
         }
         c = libc::CMSG_NXTHDR(m, c);
     }
+}
+
+/// Descriptors received with SCM_RIGHTS: placeholders of another process become ours.
+unsafe fn adopt_received(m: *const msghdr) {
+    let Some(st) = state::get() else { return };
+    let Some(b) = st.connected() else { return };
+    each_passed_fd(m, |fd| {
+        st.table.clear(fd);
+        if let Some(id) = inside(|| b.adopt(fd)) {
+            // SAFETY: F_GETFL on a descriptor number; no memory is passed.
+            let fl = unsafe { real::fcntl(fd, libc::F_GETFL, 0) };
+            let nb = fl >= 0 && fl & libc::O_NONBLOCK != 0;
+            if st.table.set(fd, Entry::new(id, false, false, nb)) {
+                st.hold(id);
+                inside(|| st.note_flowstack(fd, "received"));
+            }
+        }
+    });
 }
 
 /// Descriptors sent with SCM_RIGHTS: a flowstack socket's placeholder may now live in
@@ -444,25 +455,13 @@ unsafe fn adopt_received(m: *const msghdr) {
 /// # Safety
 /// `m` points to a `msghdr` (the C contract of sendmsg).
 unsafe fn pin_sent(m: *const msghdr) {
-    let m = &*m;
-    if m.msg_control.is_null() || m.msg_controllen < libc::CMSG_LEN(0) as usize {
-        return;
-    }
     let Some(st) = state::get() else { return };
     let Some(b) = st.connected() else { return };
-    let mut c = libc::CMSG_FIRSTHDR(m);
-    while !c.is_null() {
-        if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-            let data = libc::CMSG_DATA(c) as *const c_int;
-            let n = ((*c).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize) / 4;
-            for i in 0..n {
-                if let Some(e) = st.table.get(data.add(i).read_unaligned()) {
-                    inside(|| b.pin(e.id));
-                }
-            }
+    each_passed_fd(m, |fd| {
+        if let Some(e) = st.table.get(fd) {
+            inside(|| b.pin(e.id));
         }
-        c = libc::CMSG_NXTHDR(m, c);
-    }
+    });
 }
 
 unsafe fn recvmsg_ours(

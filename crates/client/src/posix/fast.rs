@@ -308,7 +308,6 @@ pub(super) fn conn_readable(ps: &super::PSock, s: &crate::Sock) -> bool {
     s.unread() > 0 || s.eof || s.error.is_some() || ps.shut_rd
 }
 
-/// The socket's view here is unreadable: read the tokens back and tell the daemon.
 /// Tells the daemon `id`'s tokens are taken (`TokenCleared`): it writes one at once if the
 /// socket is readable.
 fn token_cleared(c: &mut Client, id: SockId) -> Result<(), Errno> {
@@ -323,6 +322,7 @@ fn token_cleared(c: &mut Client, id: SockId) -> Result<(), Errno> {
     .map_err(Errno::from)
 }
 
+/// The socket's view here is unreadable: read the tokens back and tell the daemon.
 pub(super) fn clear_tokens(g: &mut Inner, id: SockId) -> Result<(), Errno> {
     let ps = g.sock(id)?;
     if ps.quiet {

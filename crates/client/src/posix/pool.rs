@@ -21,9 +21,9 @@
 //! writes nothing more for the old socket); [`take`] then moves the answered ones to the
 //! end of the pool with one `Attach{Repool}` — both sides append in ring order, so the pools
 //! stay in step. A connection may be recycled only if nothing else can hold or watch A:
-//! created or accepted here (not adopted), never in a kernel epoll set (its registration stays on A's open file description while this
-//! process holds A: [`Posix::watch`] said no, or the shim's nested-set fallback,
-//! [`Posix::pin`]), not alive at a `fork`/`exec`/`posix_spawn` ([`Posix::settle`]), never
+//! created or accepted here (not adopted), never in a kernel epoll set (its registration
+//! stays on A's open file description while this process holds A: [`Posix::watch`] said
+//! no, or the shim's nested-set fallback, [`Posix::pin`]), not alive at a `fork`/`exec`/`posix_spawn` ([`Posix::settle`]), never
 //! sent with `SCM_RIGHTS` ([`Posix::pin`]); and the daemon keeps D only if no other
 //! application named the socket. (A `poll`/`select` or a blocking call's wait on A leaves
 //! nothing behind; a token it asked for is emptied before reuse, and filler A wrote into D
@@ -101,21 +101,17 @@ pub(super) fn may_recycle(c: &Client) -> bool {
 
 /// The program closed its last descriptor of socket `h`, which nothing else can hold (see
 /// the module docs): posts `Forget { recycle }` and keeps `a`, this process's copy of A,
-/// until the answer. `Err` (not posted): the caller forgets the socket as usual.
-pub(super) fn recycle(c: &mut Client, h: u32, a: OwnedFd) -> Result<(), (Errno, OwnedFd)> {
-    match c.post(
+/// until the answer. `Err` (not posted, the daemon is gone): `a` is closed here.
+pub(super) fn recycle(c: &mut Client, h: u32, a: OwnedFd) -> Result<(), Errno> {
+    let id = c.post(
         Mode::Sync,
         Command::Forget {
             handle: h,
             recycle: true,
         },
-    ) {
-        Ok(id) => {
-            c.recycling.push_back((id, a));
-            Ok(())
-        }
-        Err(e) => Err((Errno::from(e), a)),
-    }
+    )?;
+    c.recycling.push_back((id, a));
+    Ok(())
 }
 
 /// Moves the recycled A's the daemon answered, oldest first, to the end of the pool, and
@@ -239,10 +235,7 @@ impl Posix {
         c.evict_sock(id.0, false);
         let recyclable = !ps.shared && !ps.dgram && ps.state != State::Listening;
         if recyclable && may_recycle(c) {
-            match recycle(c, id.0, ps.a) {
-                Ok(()) => return Ok(()),
-                Err((e, _a)) => return Err(e), // not posted: `_a` closes here
-            }
+            return recycle(c, id.0, ps.a);
         }
         c.post(
             Mode::Async,
