@@ -125,7 +125,7 @@ struct Inner {
     not_ours: HashSet<(u64, u64)>,
     /// Destinations the daemon carries (`Posix::carries`).
     carried: carried::Carried,
-    /// This process's end of its wake-up pair (the daemon has the other), see `fast`.
+    /// This process's end of its wake-up channel (the daemon has the write end), see `fast`.
     wake: Option<OwnedFd>,
     /// An accept's `Attach{Place}` was posted since the last [`Posix::settle`] (its answer
     /// is never waited for).

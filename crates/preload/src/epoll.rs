@@ -552,7 +552,7 @@ pub unsafe fn wait(
             let sleep = if n == 0 && ms != 0 && !g.gone {
                 let t = register_wake(b, epfd, &mut g).and_then(|()| b.sleep_begin(gen, want_w));
                 t.unwrap_or_else(|_| {
-                    // The daemon is gone (or the wake-up pair could not be made): wait in the
+                    // The daemon is gone (or the wake-up channel could not be made): wait in the
                     // kernel from now on; the interests report error and hang-up.
                     set_gone(epfd, &mut g);
                     None

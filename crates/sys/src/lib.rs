@@ -14,6 +14,7 @@
 //! | [`fdpass`] | send and receive file descriptors over a unix socket (`SCM_RIGHTS`) |
 //! | [`socket`] | socket options the tools set on kernel sockets (`TCP_QUICKACK`) |
 //! | [`placeholder`] | the socket pair that stands for an offloaded socket: tokens, filler, last close, inode |
+//! | [`wake`] | an application's wake-up channel: a pipe whose write end the daemon opens again as its own |
 //! | [`process`] | is a process (the peer of a shared region) still alive? |
 //! | [`bpf`] | the `bpf(2)` commands of the AF_XDP driver: an `XSKMAP`, the built-in redirect program, its attachment through a BPF link |
 //! | [`perf`] | hardware counters of the calling thread (`perf_event_open(2)`, their RDPMC metadata page) and its context switches and CPU, for the profiler |
@@ -52,5 +53,6 @@ pub mod region;
 pub mod ring;
 pub mod socket;
 mod sync;
+pub mod wake;
 
 pub use region::SharedRegion;

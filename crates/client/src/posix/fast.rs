@@ -8,14 +8,14 @@
 //! - [`Posix::ready_many`] drains the event ring once and answers for many sockets under one
 //!   lock, with per-socket event counts for edge-triggered waits.
 //! - Sleeping: the caller sleeps in the kernel on its own descriptors plus this process's end
-//!   of its *wake-up pair* ([`Posix::wake_fd`]; the daemon holds the other end, handed over
-//!   with `Attach{Wake}`). [`Posix::sleep_begin`] counts the caller in the header's
+//!   of its *wake-up channel* ([`Posix::wake_fd`], a pipe; the daemon holds the write end,
+//!   handed over with `Attach{Wake}`). [`Posix::sleep_begin`] counts the caller in the header's
 //!   `APP_SLEEPERS`, fences (SeqCst) and checks once more that nothing arrived since the view
 //!   it computed — the ring's `head`, and [`Client`]'s pump count for events another thread
 //!   took meanwhile; the daemon stores `head`, fences, reads `APP_SLEEPERS` and writes a
 //!   byte into its end: one side sees the other (no lost wake-up). [`Posix::sleep_end`]
-//!   uncounts the caller; the last sleeper out drains the pair, so every thread asleep on it
-//!   (level-triggered) wakes for the same byte. When the daemon dies its end closes: every
+//!   uncounts the caller; the last sleeper out drains the channel, so every thread asleep on
+//!   it (level-triggered) wakes for the same byte. When the daemon dies its end closes: every
 //!   sleeper wakes at once and finds the client dead (sockets report error and hang-up).
 //!
 //! The lock is never held while the caller sleeps.
@@ -24,6 +24,7 @@ use super::{placeholder, Errno, Inner, Posix, Readiness, SockId, State, Tokens};
 use crate::Client;
 use flowstack_api::record::{AttachOp, Command, Mode};
 use flowstack_api::region::at;
+use flowstack_sys::wake;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::atomic::{fence, Ordering};
 
@@ -91,7 +92,7 @@ impl Posix {
     /// from the view with no round trip (nginx's worker spent a quarter of its CPU waiting
     /// for that answer). For a caller whose readiness of the listener comes from the view
     /// ([`Posix::ready_many`] answers for listeners: the shim's epoll), which wakes on the
-    /// wake-up pair when the answer lands; the daemon also writes a token into the
+    /// wake-up channel when the answer lands; the daemon also writes a token into the
     /// placeholder for such an answer (`offload::app::notify::handed`), so a later `poll`
     /// or blocking accept on A sees it. Not asked for a listener used by several processes
     /// through `poll`: one could take the token of a connection handed to the other.
@@ -214,15 +215,25 @@ impl Posix {
         Ok(())
     }
 
-    /// This process's end of its wake-up pair, created and handed to the daemon on first use.
+    /// This process's end of its wake-up channel, created and handed to the daemon on first
+    /// use: a pipe (`flowstack_sys::wake`), or a unix socket pair if the daemon refuses the
+    /// pipe (it cannot open it again without `/proc`).
     pub fn wake_fd(&self) -> Result<RawFd, Errno> {
         let mut g = self.lock()?;
         if let Some(w) = &g.wake {
             return Ok(w.as_raw_fd());
         }
-        let (mine, theirs) = placeholder::pair().map_err(|_| Errno(24))?;
         let c = g.client.as_mut().expect("registered");
-        super::attach_fds(c, 0, AttachOp::Wake, &[theirs.as_fd()])?;
+        let (mine, theirs) = wake::pipe().map_err(|_| Errno(24))?;
+        let mine = match super::attach_fds(c, 0, AttachOp::Wake, &[theirs.as_fd()]) {
+            Ok(_) => mine,
+            Err(Errno::EINVAL) => {
+                let (mine, theirs) = wake::socket_pair().map_err(|_| Errno(24))?;
+                super::attach_fds(c, 0, AttachOp::Wake, &[theirs.as_fd()])?;
+                mine
+            }
+            Err(e) => return Err(e),
+        };
         let fd = mine.as_raw_fd();
         g.wake = Some(mine);
         Ok(fd)
@@ -253,7 +264,7 @@ impl Posix {
     }
 
     /// The caller woke (or gave up sleeping): uncounts it; the last sleeper drains the
-    /// wake-up pair if its wait saw the pair readable (`pair_ready`; a byte written after
+    /// wake-up channel if its wait saw it readable (`pair_ready`; a byte written after
     /// its wait returned is drained by the next sleeper, which it wakes at once: one
     /// spurious wake-up at worst, and no `recv` answering `EAGAIN` per sleep). A hung-up
     /// pair means the daemon is gone. Returns true if the daemon is gone.
@@ -271,7 +282,7 @@ impl Posix {
         let before = a.fetch_sub(t.0, Ordering::SeqCst);
         if before & 0xffff == 1 && pair_ready {
             if let Some(w) = &g.wake {
-                if let Ok(Tokens::Closed) = placeholder::take_tokens(w.as_fd()) {
+                if let Ok(wake::Drained::Closed) = wake::drain(w.as_fd()) {
                     c.dead = true;
                 }
             }

@@ -17,7 +17,7 @@ pub(super) fn noted(g: &mut Inner, id: SockId) {
 }
 
 /// Drains the event ring, and checks now and then that the daemon lives (a busy loop never
-/// sleeps on the wake-up pair, whose hang-up tells of a dead daemon).
+/// sleeps on the wake-up channel, whose hang-up tells of a dead daemon).
 pub(super) fn pump_checked(c: &mut Client) {
     c.pump();
     if !c.dead && c.last_liveness.elapsed() >= crate::LIVENESS_CHECK {

@@ -4,9 +4,10 @@
 //! An application that computes readiness from its own view of the event ring (the shim's
 //! interposed `epoll_wait`/`poll`) does not need a token in a socket's placeholder per
 //! readiness change; it needs to be woken when it sleeps. So:
-//! - **Wake-up channel.** The application hands the daemon one end of a unix socket pair
-//!   (`Attach{Wake}`); it sleeps in the kernel (`epoll_wait`/`poll` on its own descriptors
-//!   plus the other end). Before sleeping it counts itself in its header's `APP_SLEEPERS`
+//! - **Wake-up channel.** The application hands the daemon the write end of a pipe, or one
+//!   end of a unix socket pair (`Attach{Wake}`; `flowstack_sys::wake` says why a pipe, and
+//!   why the daemon opens the pipe again as its own); it sleeps in the kernel
+//!   (`epoll_wait`/`poll` on its own descriptors plus its end). Before sleeping it counts itself in its header's `APP_SLEEPERS`
 //!   (bits 16.. too if it waits for send space), issues a sequentially consistent fence and
 //!   checks the event ring once more. After publishing events the daemon (whose publish
 //!   fenced after storing `head`) reads `APP_SLEEPERS` and, if a sleeper could want them,
@@ -22,14 +23,14 @@
 use super::{App, GSock, Shared};
 use crate::layout::at;
 use flowstack_api::SocketError;
-use flowstack_sys::placeholder;
-use std::os::fd::{AsFd, OwnedFd};
+use flowstack_sys::wake::DaemonEnd;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
 
 /// An application's wake-up channel.
 #[derive(Debug, Default)]
 pub(crate) struct Wake {
-    fd: Option<OwnedFd>,
+    end: Option<DaemonEnd>,
     /// Wake-ups written (a system call each).
     pub signals: u64,
 }
@@ -37,7 +38,7 @@ pub(crate) struct Wake {
 /// After events were published (the publish fenced after storing `head`): wakes a sleeper
 /// that may want them. `loud`: events other than send credit.
 pub(super) fn after_publish(app: &mut App, loud: bool) {
-    let Some(fd) = &app.wake.fd else {
+    let Some(end) = &app.wake.end else {
         return;
     };
     let v = app
@@ -46,18 +47,17 @@ pub(super) fn after_publish(app: &mut App, loud: bool) {
         .map(|a| a.load(Ordering::SeqCst))
         .unwrap_or(0);
     let want = if loud { v != 0 } else { v >> 16 != 0 };
-    if want && placeholder::put_token(fd.as_fd()).unwrap_or(false) {
+    if want && end.signal().unwrap_or(false) {
         app.wake.signals += 1;
     }
 }
 
-/// `Attach{Wake}`: the daemon's end of the application's wake-up pair (a unix stream
-/// socket; anything else is refused).
+/// `Attach{Wake}`: the daemon's end of the application's wake-up channel (a pipe's write
+/// end, opened again as the daemon's own, or a unix stream socket; anything else is
+/// refused, and the application falls back to a socket pair).
 pub(super) fn attach_wake(app: &mut App, fd: OwnedFd) -> Result<u64, SocketError> {
-    if !placeholder::is_unix_stream(fd.as_fd()) {
-        return Err(SocketError::InvalidArgument);
-    }
-    app.wake.fd = Some(fd);
+    let end = DaemonEnd::accept(fd).map_err(|_| SocketError::InvalidArgument)?;
+    app.wake.end = Some(end);
     Ok(0)
 }
 
@@ -107,7 +107,7 @@ pub(super) fn set_notify(sh: &mut Shared, gid: Result<u32, SocketError>, app: u6
 /// Listener `gid` handed a connection to a sync accept — from the POSIX layer, only an
 /// accept asked ahead (`Posix::accept_ahead`), which nobody waits for: a token for its
 /// placeholder, so a program that polls it or blocks in accept on it is woken (one reading
-/// its view in the shim's epoll is woken by its wake-up pair). If a token is already out,
+/// its view in the shim's epoll is woken by its wake-up channel). If a token is already out,
 /// `TokenCleared` writes a new one (the application may have taken the old one before this
 /// connection reached its view). Native listeners (no placeholder) get nothing.
 pub(super) fn handed(sh: &mut Shared, gid: u32) {
