@@ -7,7 +7,8 @@
 //!   makes, implemented by the engine today and by the offload client later ([`socket`]);
 //! - the [`App`] trait: a step-driven application that any drive loop can run ([`app`]);
 //! - the fixed-layout records of the rings between the daemon and its clients ([`record`]) and
-//!   the header of the region that holds them ([`region`]).
+//!   the header of the region that holds them ([`region`]);
+//! - maps keyed by locally chosen integer ids with a cheap hasher ([`ids`]).
 //!
 //! Safe, I/O-free, clock-free: nothing here reads time or touches the OS.
 #![forbid(unsafe_code)]
@@ -16,6 +17,7 @@
 pub mod app;
 pub mod counters;
 pub mod error;
+pub mod ids;
 pub mod record;
 pub mod region;
 pub mod socket;

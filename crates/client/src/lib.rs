@@ -34,6 +34,7 @@ pub mod layout;
 pub mod posix;
 mod sockets;
 
+use flowstack_api::ids::{IdMap, IdSet};
 use flowstack_api::record::{
     check_span, Command, CommandRecord, EventKind, EventRecord, Mode, RECORD_LEN,
 };
@@ -42,7 +43,7 @@ use flowstack_sys::eventfd::EventFd;
 use flowstack_sys::ring::{Consumer, Producer, RingLayout};
 use flowstack_sys::SharedRegion;
 use layout::SOCK_RCVBUF;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::io::{self, Read};
 use std::net::SocketAddrV4;
 use std::os::unix::net::UnixStream;
@@ -179,16 +180,16 @@ pub struct Client {
     rx_freed: u64,
     next_id: u32,
     next_handle: u32,
-    socks: HashMap<u32, Sock>,
+    socks: IdMap<u32, Sock>,
     /// Ids of sync calls waiting for their completion.
-    waiting: HashSet<u32>,
+    waiting: IdSet<u32>,
     /// Completions of sync calls, by id.
-    done: HashMap<u32, (u32, Result<u64, SocketError>)>,
+    done: IdMap<u32, (u32, Result<u64, SocketError>)>,
     /// Sync accepts given up by their caller: the listener that gets the connection.
-    orphan_accepts: HashMap<u32, u32>,
+    orphan_accepts: IdMap<u32, u32>,
     /// Accept calls in flight: their connection's socket must exist before the events that
     /// follow the completion in the same batch (data already received) are handled.
-    accept_ids: HashSet<u32>,
+    accept_ids: IdSet<u32>,
     dead: bool,
     /// Bounded spin on the event ring before a waiting call sleeps on its futex.
     spin: Duration,
@@ -200,7 +201,7 @@ pub struct Client {
     /// `TX_FREED` after announcing it (`wait_wanting_writable`), as the daemon reads the
     /// announcement after publishing it.
     area_blocked: bool,
-    zc_tokens: HashMap<u32, VecDeque<u64>>,
+    zc_tokens: IdMap<u32, VecDeque<u64>>,
     /// Posts leave the doorbell to the caller (several records, one doorbell).
     hold_bell: bool,
     next_token: u64,
@@ -329,13 +330,13 @@ impl Client {
             rx_freed: 0,
             next_id: 1,
             next_handle: 1,
-            socks: HashMap::new(),
-            waiting: HashSet::new(),
-            done: HashMap::new(),
-            orphan_accepts: HashMap::new(),
-            accept_ids: HashSet::new(),
+            socks: IdMap::default(),
+            waiting: IdSet::default(),
+            done: IdMap::default(),
+            orphan_accepts: IdMap::default(),
+            accept_ids: IdSet::default(),
             dead: false,
-            zc_tokens: HashMap::new(),
+            zc_tokens: IdMap::default(),
             hold_bell: false,
             next_token: 1,
             gen: 0,

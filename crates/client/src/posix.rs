@@ -43,11 +43,12 @@
 //! reported back but not applied.
 
 use crate::{Client, Sock, LIVENESS_CHECK};
+use flowstack_api::ids::{IdMap, IdSet};
 use flowstack_api::record::{AttachOp, Command, Mode, ReportKind, SockType};
 use flowstack_api::region::{POSIX_BASE, SOCK_RCVBUF, SOCK_SNDBUF};
 use flowstack_api::SocketError;
 use flowstack_sys::placeholder::{self, Tokens};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path as FsPath, PathBuf};
@@ -119,10 +120,10 @@ struct PSock {
 struct Inner {
     client: Option<Client>,
     pid: u32,
-    socks: HashMap<u32, PSock>,
+    socks: IdMap<u32, PSock>,
     next: u32,
     /// Inodes known not to be placeholders of this daemon.
-    not_ours: HashSet<(u64, u64)>,
+    not_ours: IdSet<(u64, u64)>,
     /// Destinations the daemon carries (`Posix::carries`).
     carried: carried::Carried,
     /// This process's end of its wake-up channel (the daemon has the write end), see `fast`.
@@ -176,9 +177,9 @@ impl Posix {
             inner: Mutex::new(Inner {
                 client: Some(client),
                 pid: std::process::id(),
-                socks: HashMap::new(),
+                socks: IdMap::default(),
                 next: POSIX_BASE,
-                not_ours: HashSet::new(),
+                not_ours: IdSet::default(),
                 carried: carried::Carried::default(),
                 wake: None,
                 placed: false,

@@ -41,8 +41,8 @@ use crate::interest::{Interest, Interests, EPOLLET, EPOLLONESHOT};
 use crate::real;
 use crate::state::{self, inside, outside};
 use crate::table::SockId;
+use flowstack_api::ids::IdMap;
 use libc::{c_int, epoll_event};
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -102,10 +102,10 @@ pub struct Ep {
 type Shared = Arc<Mutex<Ep>>;
 
 /// Epoll descriptors with state here; `ACTIVE` is their count (0: nothing to look up).
-static SETS: Mutex<Option<HashMap<c_int, Shared>>> = Mutex::new(None);
+static SETS: Mutex<Option<IdMap<c_int, Shared>>> = Mutex::new(None);
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 
-fn sets() -> MutexGuard<'static, Option<HashMap<c_int, Shared>>> {
+fn sets() -> MutexGuard<'static, Option<IdMap<c_int, Shared>>> {
     SETS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -310,7 +310,7 @@ fn create(b: &dyn Backend, epfd: c_int) -> Result<Shared, Errno> {
     }));
     register_wake(b, epfd, &mut lock(&ep))?;
     let mut s = sets();
-    let m = s.get_or_insert_with(HashMap::new);
+    let m = s.get_or_insert_with(IdMap::default);
     if m.insert(epfd, ep.clone()).is_none() {
         ACTIVE.fetch_add(1, Ordering::AcqRel);
     }
@@ -391,7 +391,10 @@ pub fn on_dup(old: c_int, new: c_int) {
     on_close(new);
     if let Some(ep) = find(old) {
         let mut s = sets();
-        if s.get_or_insert_with(HashMap::new).insert(new, ep).is_none() {
+        if s.get_or_insert_with(IdMap::default)
+            .insert(new, ep)
+            .is_none()
+        {
             ACTIVE.fetch_add(1, Ordering::AcqRel);
         }
     }

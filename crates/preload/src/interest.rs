@@ -18,8 +18,8 @@
 
 use crate::backend::{Backend, Cursor, Errno, FastReady};
 use crate::table::SockId;
+use flowstack_api::ids::IdMap;
 use libc::{c_int, epoll_event};
-use std::collections::HashMap;
 
 pub const EPOLLONESHOT: u32 = 1 << 30;
 pub const EPOLLET: u32 = 1 << 31;
@@ -61,9 +61,9 @@ impl Interest {
 /// One set's interests, by descriptor, with what the next scan must look at.
 #[derive(Debug, Default)]
 pub struct Interests {
-    by_fd: HashMap<c_int, Interest>,
+    by_fd: IdMap<c_int, Interest>,
     /// The descriptors of each socket's interests (a socket added under several numbers).
-    by_id: HashMap<SockId, Vec<c_int>>,
+    by_id: IdMap<SockId, Vec<c_int>>,
     /// Where the last scan left the change log.
     cur: Cursor,
     /// Look at these next time (see the module docs).

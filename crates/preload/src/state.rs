@@ -5,6 +5,7 @@ use crate::addr::Reason;
 use crate::backend::{self, Backend};
 use crate::real;
 use crate::table::{SockId, Table};
+use flowstack_api::ids::IdMap;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -73,7 +74,7 @@ pub struct State {
     /// Descriptor → placeholder.
     pub table: Table,
     /// Descriptors per socket in this process (dup): `forget` at the last close.
-    refs: Mutex<HashMap<SockId, u32>>,
+    refs: Mutex<IdMap<SockId, u32>>,
     backend: OnceLock<Result<&'static dyn Backend, String>>,
     /// The environment's settings.
     pub cfg: Config,
@@ -104,7 +105,7 @@ pub fn state() -> &'static State {
     STATE.get_or_init(|| {
         inside(|| State {
             table: Table::new(),
-            refs: Mutex::new(HashMap::new()),
+            refs: Mutex::new(IdMap::default()),
             backend: OnceLock::new(),
             cfg: Config::from_env(),
             said_no_daemon: AtomicBool::new(false),
