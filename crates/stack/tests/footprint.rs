@@ -325,8 +325,15 @@ fn untaken_zero_copy_completions_hold_no_memory_at_rest() {
             k.heap_bytes(),
             busy[i]
         );
-        // The tokens were not lost: a late taker gets each, in order, then none.
+        // The completions were not lost (they cost nothing): a late taker gets each token,
+        // in order, and then none is pending.
+        assert_eq!(
+            k.zc_completions_pending(),
+            tokens as usize,
+            "connection {i}"
+        );
         let taken: Vec<u64> = std::iter::from_fn(|| net.a.tcp_zc_completion(c)).collect();
         assert_eq!(taken, (0..tokens).collect::<Vec<_>>(), "connection {i}");
+        assert_eq!(net.a.tcp_conn(c).unwrap().zc_completions_pending(), 0);
     }
 }
