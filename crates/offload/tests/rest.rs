@@ -50,8 +50,12 @@ fn a_keep_alive_connection_that_sent_a_file_gives_its_buffers_back() {
     let len = (2 << 20) + 4321;
     let path = sock_path("rest-file-data").with_file_name("f");
     let data: Vec<u8> = (0..len).map(pattern).collect();
-    std::fs::File::create(&path).unwrap().write_all(&data).unwrap();
+    std::fs::File::create(&path)
+        .unwrap()
+        .write_all(&data)
+        .unwrap();
     let f = std::fs::File::open(&path).unwrap();
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
     let got = std::thread::scope(|s| {
         let r = s.spawn(|| {
             let mut out = vec![0u8; len];
