@@ -2,7 +2,8 @@
 //! (`sendfile`, the engine's zero-copy chunks) or bulk zero-copy spans from the transmit
 //! area gives its send buffers back once quiet (`REST_AFTER`), although the daemon never
 //! takes those sends' completion tokens. Seen through the `FlowstackdTcpAccountedBytes`
-//! gauge of `flowstack stats`. Private socket paths, bounded waits.
+//! gauge of `flowstack stats`. And the client's own zero-copy tokens, counted the same way.
+//! Private socket paths, bounded waits.
 
 mod common;
 use common::*;
@@ -117,4 +118,29 @@ fn a_keep_alive_connection_that_sent_zero_copy_spans_gives_its_buffers_back() {
         "the connections kept {} B over their opened size",
         rest - opened
     );
+}
+
+/// The client's `Sockets::tcp_send_zc` copies into the transmit area, so its tokens are done
+/// at once; like the engine's, they count from 0 per connection and are reported in order,
+/// and not taking them costs nothing (two counters per connection, not a list).
+#[test]
+fn the_clients_zero_copy_tokens_count_per_connection_like_the_engines() {
+    use flowstack_api::Sockets;
+    let d = daemon("rest-tokens", 1, false);
+    let mut srv = Client::connect(&d.path).unwrap();
+    let mut cli = Client::connect(&d.path).unwrap();
+    let l = listen(&mut srv, 7592).unwrap();
+    let c = cli.connect_to(lo(7592), T).unwrap();
+    let a = srv.accept(l, T).unwrap();
+    let buf: std::sync::Arc<[u8]> = (0..1000).map(pattern).collect();
+    let tokens: Vec<u64> = (0..3)
+        .map(|_| cli.tcp_send_zc(c, buf.clone()).unwrap())
+        .collect();
+    assert_eq!(tokens, [0, 1, 2]);
+    assert_eq!(cli.tcp_zc_completion(c), Some(0));
+    assert_eq!(cli.tcp_send_zc(c, buf.clone()), Ok(3));
+    let done: Vec<u64> = std::iter::from_fn(|| cli.tcp_zc_completion(c)).collect();
+    assert_eq!(done, [1, 2, 3]);
+    let got = recv_exact(&mut srv, a, 4 * buf.len());
+    assert!(got.chunks(buf.len()).all(|k| *k == *buf), "bytes differ");
 }
