@@ -82,7 +82,8 @@ pub trait Sockets {
     /// (`WouldBlock` if it does not fit). Returns a token that [`Sockets::tcp_zc_completion`]
     /// reports once the peer acknowledged every byte.
     fn tcp_send_zc(&mut self, h: TcpHandle, buf: Arc<[u8]>) -> Result<u64, SocketError>;
-    /// The token of a zero-copy send that has completed, if any (oldest first).
+    /// The token of a zero-copy send that has completed, if any (oldest first). Taking
+    /// them is optional: the buffer is let go of when acknowledged either way.
     fn tcp_zc_completion(&mut self, h: TcpHandle) -> Option<u64>;
     /// Reads received bytes; `Ok(0)` is end of stream, `WouldBlock` means none yet.
     fn tcp_recv(&mut self, h: TcpHandle, buf: &mut [u8]) -> Result<usize, SocketError>;

@@ -201,10 +201,12 @@ pub struct Client {
     /// `TX_FREED` after announcing it (`wait_wanting_writable`), as the daemon reads the
     /// announcement after publishing it.
     area_blocked: bool,
-    zc_tokens: IdMap<u32, VecDeque<u64>>,
+    /// Per connection, zero-copy send tokens as the engine numbers them (from 0, completing
+    /// in order): the next to report and the next to issue. Two counters, so completions
+    /// nobody takes cost nothing.
+    zc_tokens: IdMap<u32, (u64, u64)>,
     /// Posts leave the doorbell to the caller (several records, one doorbell).
     hold_bell: bool,
-    next_token: u64,
     /// Passes of [`Client::pump`] that took at least one event (a waiter that saw the same
     /// value before announcing sleep missed nothing, see `posix::fast`).
     gen: u64,
@@ -338,7 +340,6 @@ impl Client {
             dead: false,
             zc_tokens: IdMap::default(),
             hold_bell: false,
-            next_token: 1,
             gen: 0,
             evs: Vec::new(),
             spans: VecDeque::new(),

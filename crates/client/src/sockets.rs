@@ -98,17 +98,18 @@ impl Sockets for Client {
         }
         let deadline = Duration::from_secs(5);
         self.send_all(h, &buf, deadline)?;
-        let t = self.next_token;
-        self.next_token += 1;
-        self.zc_tokens
-            .entry(h.index() as u32)
-            .or_default()
-            .push_back(t);
+        let (_, next) = self.zc_tokens.entry(h.index() as u32).or_default();
+        let t = *next;
+        *next += 1;
         Ok(t)
     }
 
     fn tcp_zc_completion(&mut self, h: TcpHandle) -> Option<u64> {
-        self.zc_tokens.get_mut(&(h.index() as u32))?.pop_front()
+        let (reported, next) = self.zc_tokens.get_mut(&(h.index() as u32))?;
+        (*reported < *next).then(|| {
+            *reported += 1;
+            *reported - 1
+        })
     }
 
     fn tcp_recv(&mut self, h: TcpHandle, buf: &mut [u8]) -> Result<usize, SocketError> {

@@ -256,3 +256,84 @@ fn keepalive_fires_after_the_busy_state_was_freed() {
     assert!(net.a.tcp_conn(c).unwrap().heap_bytes() <= rested);
     assert!(net.b.tcp_conn(s).unwrap().is_open());
 }
+
+/// Zero-copy sends whose completion tokens nobody takes (the daemon's `send_file` chunks,
+/// an application that only cares that its buffers come back): the connection still gives
+/// its buffers back at rest, and the tokens are still reported, in order, to a late taker.
+#[test]
+fn untaken_zero_copy_completions_hold_no_memory_at_rest() {
+    let src = std::env::temp_dir().join(format!("fs-footprint-zc-{}", std::process::id()));
+    let len = 2 * flowstack_stack::FILE_CHUNK + 1000;
+    let bytes: Vec<u8> = (0..len).map(|i| (i * 31) as u8).collect();
+    std::fs::write(&src, &bytes).unwrap();
+    let file = std::fs::File::open(&src).unwrap();
+    std::fs::remove_file(&src).unwrap();
+    let mut net = Net::new(NetConfig::default(), None).unwrap();
+    let (client, server) = open(&mut net, 2);
+    let zc: std::sync::Arc<[u8]> = bytes[..64 * 1024].into();
+    let (mut filed, mut spans, mut got) = (0usize, 0usize, [0usize; 2]);
+    let mut buf = vec![0u8; 64 * 1024];
+    assert!(
+        net.run_until(Duration::from_secs(60), |k| {
+            // Connection 0 sends the file, connection 1 four zero-copy buffers; neither side
+            // ever calls `tcp_zc_completion`.
+            while filed < len {
+                match k
+                    .a
+                    .send_file(client[0], &file, filed as u64, (len - filed) as u64)
+                {
+                    Ok(n) => filed += n,
+                    Err(_) => break,
+                }
+            }
+            while spans < 4 && k.a.tcp_send_zc(client[1], zc.clone()).is_ok() {
+                spans += 1;
+            }
+            for (i, &s) in server.iter().enumerate() {
+                while let Ok(n) = k.b.tcp_recv(s, &mut buf) {
+                    got[i] += n;
+                }
+            }
+            got == [len, 4 * zc.len()]
+                && client
+                    .iter()
+                    .all(|&c| k.a.tcp_conn(c).unwrap().send_queue() == 0)
+        }),
+        "transfers did not finish: {got:?}"
+    );
+    let busy: Vec<usize> = client
+        .iter()
+        .map(|&c| net.a.tcp_conn(c).unwrap().heap_bytes())
+        .collect();
+    // Quiet for longer than REST_AFTER: given back, with no call from the application.
+    net.run_until(flowstack_tcp::REST_AFTER * 2, |_| false);
+    // Connection 0: two whole chunks went zero-copy (tokens 0 and 1), the tail was copied;
+    // connection 1: four buffers.
+    for (i, &c) in client.iter().enumerate() {
+        let rest = net.a.tcp_conn(c).unwrap().heap_bytes();
+        eprintln!(
+            "connection {i}: heap {} B after the transfer, {rest} B at rest",
+            busy[i]
+        );
+    }
+    for (i, (&c, tokens)) in client.iter().zip([2u64, 4]).enumerate() {
+        let k = net.a.tcp_conn(c).unwrap();
+        assert!(k.is_open());
+        assert!(
+            k.heap_bytes() < 1024,
+            "connection {i} still holds {} (held {} after the transfer)",
+            k.heap_bytes(),
+            busy[i]
+        );
+        // The completions were not lost (they cost nothing): a late taker gets each token,
+        // in order, and then none is pending.
+        assert_eq!(
+            k.zc_completions_pending(),
+            tokens as usize,
+            "connection {i}"
+        );
+        let taken: Vec<u64> = std::iter::from_fn(|| net.a.tcp_zc_completion(c)).collect();
+        assert_eq!(taken, (0..tokens).collect::<Vec<_>>(), "connection {i}");
+        assert_eq!(net.a.tcp_conn(c).unwrap().zc_completions_pending(), 0);
+    }
+}

@@ -1,8 +1,11 @@
 //! The send queue: bytes copied into a ring, and application-owned buffers sent without a copy
 //! (seed 002's user buffers handed to the stack), in one ordered stream.
 //!
-//! A zero-copy buffer stays referenced until every byte of it is acknowledged; then its token
-//! is reported as completed and the application may reuse the memory.
+//! A zero-copy buffer stays referenced until every byte of it is acknowledged; then the queue
+//! drops it and counts it done. Buffers complete in the order they were queued, so the queue
+//! keeps no list of completions: [`SendQueue::zc_pending`] (how many are still queued) is
+//! all the connection needs to tell which of its tokens are done (`Connection::send_zc`).
+//! A completion nobody asks about therefore holds no memory.
 
 use crate::buffer::RingBuffer;
 use std::collections::VecDeque;
@@ -86,8 +89,13 @@ fn same_owner(a: &SharedOwner, b: &SharedOwner) -> bool {
 enum Chunk {
     /// The next `n` bytes of the ring.
     Ring(usize),
-    /// An application buffer, `off` bytes of it already acknowledged.
-    Ext { buf: ExtBuf, off: usize, token: u64 },
+    /// An application buffer, `off` bytes of it already acknowledged; it completes
+    /// `sends` zero-copy sends (itself and empty ones queued after it, which carry no bytes).
+    Ext {
+        buf: ExtBuf,
+        off: usize,
+        sends: usize,
+    },
 }
 
 /// Ordered bytes waiting to be sent or acknowledged.
@@ -97,11 +105,8 @@ pub struct SendQueue {
     chunks: VecDeque<Chunk>,
     len: usize,
     cap: usize,
-    /// Tokens of fully acknowledged zero-copy buffers; allocated by the first zero-copy
-    /// send (most connections never make one) and kept. Boxed on purpose: one pointer in
-    /// every connection instead of an empty `VecDeque`'s 32 bytes.
-    #[allow(clippy::box_collection)]
-    completed: Option<Box<VecDeque<u64>>>,
+    /// Zero-copy sends queued and not yet completed (the `sends` of the `Ext` chunks).
+    zc_pending: usize,
 }
 
 impl SendQueue {
@@ -112,7 +117,7 @@ impl SendQueue {
             chunks: VecDeque::new(),
             len: 0,
             cap,
-            completed: None,
+            zc_pending: 0,
         }
     }
     /// Bytes queued (unsent and unacknowledged).
@@ -149,18 +154,33 @@ impl SendQueue {
         n
     }
 
-    /// Queues an application buffer without copying it, if it fits whole.
-    pub fn enqueue_ext(&mut self, buf: impl Into<ExtBuf>, token: u64) -> bool {
+    /// Queues an application buffer without copying it, if it fits whole. It completes
+    /// once every byte of it is acknowledged, after every buffer queued before it; an empty
+    /// one completes with the last buffer queued before it (at once if none is pending).
+    pub fn enqueue_ext(&mut self, buf: impl Into<ExtBuf>) -> bool {
         let buf = buf.into();
         if buf.len() > self.window() {
             return false;
         }
         if buf.len() == 0 {
-            self.complete(token);
+            // No bytes to wait for: done when the buffers before it are. Rare: a scan.
+            let last = self.chunks.iter_mut().rev().find_map(|c| match c {
+                Chunk::Ext { sends, .. } => Some(sends),
+                Chunk::Ring(_) => None,
+            });
+            if let Some(sends) = last {
+                *sends += 1;
+                self.zc_pending += 1;
+            }
             return true;
         }
         self.len += buf.len();
-        self.chunks.push_back(Chunk::Ext { buf, off: 0, token });
+        self.zc_pending += 1;
+        self.chunks.push_back(Chunk::Ext {
+            buf,
+            off: 0,
+            sends: 1,
+        });
         true
     }
 
@@ -179,14 +199,13 @@ impl SendQueue {
                         self.chunks.pop_front();
                     }
                 }
-                Some(Chunk::Ext { buf, off, token }) => {
+                Some(Chunk::Ext { buf, off, sends }) => {
                     let m = (buf.len() - *off).min(n);
                     *off += m;
                     n -= m;
                     if *off == buf.len() {
-                        let t = *token;
+                        self.zc_pending -= *sends;
                         self.chunks.pop_front();
-                        self.complete(t);
                     }
                 }
                 None => break,
@@ -326,8 +345,8 @@ impl SendQueue {
     /// heap copy of its bytes not yet acknowledged, and drops the queue's references to it
     /// (the owner is released once nothing else holds it, e.g. frames still in a device's
     /// queue). For a lender that needs its memory back before the peer acknowledges it (the
-    /// offload daemon's transmit area under pressure). The stream and the tokens are
-    /// unchanged. Returns the bytes copied (0: nothing of `owner` is queued). Allocates:
+    /// offload daemon's transmit area under pressure). The stream and the order in which
+    /// buffers complete are unchanged. Returns the bytes copied (0: nothing of `owner` is queued). Allocates:
     /// meant for the rare case, never per packet.
     pub fn rehome(&mut self, owner: &SharedOwner) -> usize {
         let mut n = 0;
@@ -346,27 +365,15 @@ impl SendQueue {
         n
     }
 
-    /// Takes the token of a zero-copy buffer whose bytes are all acknowledged.
-    pub fn take_completed(&mut self) -> Option<u64> {
-        self.completed.as_mut()?.pop_front()
+    /// Zero-copy sends queued and not yet completed: the most recent this many (they
+    /// complete in order).
+    pub fn zc_pending(&self) -> usize {
+        self.zc_pending
     }
 
-    fn complete(&mut self, token: u64) {
-        self.completed.get_or_insert_default().push_back(token);
-    }
-
-    /// Heap bytes held now: the ring's allocation and the chunk and completion lists.
+    /// Heap bytes held now: the ring's allocation and the chunk list.
     pub fn heap_bytes(&self) -> usize {
-        self.ring.allocated()
-            + self.chunks.capacity() * std::mem::size_of::<Chunk>()
-            + self.completed.as_ref().map_or(0, |q| {
-                std::mem::size_of::<VecDeque<u64>>() + q.capacity() * std::mem::size_of::<u64>()
-            })
-    }
-
-    /// Completed zero-copy tokens not yet taken.
-    pub fn completions_pending(&self) -> usize {
-        self.completed.as_ref().map_or(0, |q| q.len())
+        self.ring.allocated() + self.chunks.capacity() * std::mem::size_of::<Chunk>()
     }
 
     /// Frees the ring's memory when nothing is queued.
@@ -386,7 +393,7 @@ mod tests {
         let mut q = SendQueue::new(100);
         assert_eq!(q.enqueue(b"abc"), 3);
         let ext: Arc<[u8]> = Arc::from(&b"DEFG"[..]);
-        assert!(q.enqueue_ext(ext.clone(), 7));
+        assert!(q.enqueue_ext(ext.clone()));
         assert_eq!(q.enqueue(b"hi"), 2);
         assert_eq!(q.len(), 9);
         let mut s = Vec::new();
@@ -395,12 +402,33 @@ mod tests {
         assert_eq!(q.gather(2, 3, &mut s), b"cDE");
         // Acknowledge into the middle of the borrowed buffer: not complete yet.
         q.consume(5);
-        assert_eq!(q.take_completed(), None);
+        assert_eq!(q.zc_pending(), 1);
         assert_eq!(q.gather(0, 4, &mut s), b"FGhi");
         q.consume(2);
-        assert_eq!(q.take_completed(), Some(7));
+        assert_eq!(q.zc_pending(), 0);
         assert_eq!(q.gather(0, 2, &mut s), b"hi");
         q.consume(2);
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn buffers_complete_in_order_and_an_empty_one_with_the_one_before() {
+        let mut q = SendQueue::new(100);
+        let ext = |b: &[u8]| -> Arc<[u8]> { Arc::from(b) };
+        assert!(q.enqueue_ext(ext(b"")));
+        assert_eq!(q.zc_pending(), 0, "nothing before it: done at once");
+        assert!(q.enqueue_ext(ext(b"ab")));
+        assert_eq!(q.enqueue(b"cd"), 2);
+        assert!(q.enqueue_ext(ext(b"")));
+        assert!(q.enqueue_ext(ext(b"ef")));
+        assert_eq!((q.zc_pending(), q.len()), (3, 6));
+        // The empty one rides on "ab", not on the copied bytes after it.
+        q.consume(2);
+        assert_eq!(q.zc_pending(), 1);
+        q.consume(3);
+        assert_eq!(q.zc_pending(), 1);
+        q.consume(1);
+        assert_eq!(q.zc_pending(), 0);
         assert!(q.is_empty());
     }
 
@@ -408,8 +436,9 @@ mod tests {
     fn borrowed_buffer_must_fit_whole() {
         let mut q = SendQueue::new(10);
         q.enqueue(b"12345678");
-        assert!(!q.enqueue_ext(Arc::from(&b"abc"[..]), 1));
-        assert!(q.enqueue_ext(Arc::from(&b"ab"[..]), 2));
+        assert!(!q.enqueue_ext(Arc::from(&b"abc"[..])));
+        assert_eq!(q.zc_pending(), 0, "a refused buffer is not pending");
+        assert!(q.enqueue_ext(Arc::from(&b"ab"[..])));
         assert_eq!(q.window(), 0);
         assert_eq!(q.enqueue(b"x"), 0);
     }
@@ -421,11 +450,11 @@ mod tests {
         let other: SharedOwner = Arc::new(b"XY".to_vec());
         let mut q = SendQueue::new(100);
         assert_eq!(q.enqueue(b"ab"), 2);
-        assert!(q.enqueue_ext(ExtBuf::shared(o.clone(), 2, 4).unwrap(), 5));
-        assert!(q.enqueue_ext(ExtBuf::shared(other.clone(), 0, 2).unwrap(), 6));
-        assert!(q.enqueue_ext(ExtBuf::shared(o.clone(), 6, 2).unwrap(), 7));
+        assert!(q.enqueue_ext(ExtBuf::shared(o.clone(), 2, 4).unwrap()));
+        assert!(q.enqueue_ext(ExtBuf::shared(other.clone(), 0, 2).unwrap()));
+        assert!(q.enqueue_ext(ExtBuf::shared(o.clone(), 6, 2).unwrap()));
         assert_eq!(q.enqueue(b"z"), 1);
-        // Acknowledge the ring bytes and two of token 5's.
+        // Acknowledge the ring bytes and two of the first buffer's.
         q.consume(4);
         assert_eq!(Arc::strong_count(&owner), 4);
         assert_eq!(
@@ -448,16 +477,11 @@ mod tests {
         assert!(src.is_none(), "a heap copy is not a shared range");
         assert!(q.gather_src(2, 2, &mut s).1.is_some());
         q.consume(1);
-        assert_eq!(q.take_completed(), None);
+        assert_eq!(q.zc_pending(), 3);
         q.consume(1);
-        assert_eq!(
-            q.take_completed(),
-            Some(5),
-            "same token, completed as before"
-        );
+        assert_eq!(q.zc_pending(), 2, "the first buffer completed as before");
         q.consume(5);
-        assert_eq!(q.take_completed(), Some(6));
-        assert_eq!(q.take_completed(), Some(7));
+        assert_eq!(q.zc_pending(), 0);
         assert!(q.is_empty());
         drop(o);
         assert_eq!(Arc::strong_count(&owner), 1);
@@ -469,8 +493,8 @@ mod tests {
         let dyn_owner: Arc<dyn AsRef<[u8]> + Send + Sync> = owner.clone();
         assert!(ExtBuf::shared(dyn_owner.clone(), 8, 3).is_none());
         let mut q = SendQueue::new(100);
-        assert!(q.enqueue_ext(ExtBuf::shared(dyn_owner.clone(), 2, 5).unwrap(), 1));
-        assert!(q.enqueue_ext(ExtBuf::shared(dyn_owner, 9, 1).unwrap(), 2));
+        assert!(q.enqueue_ext(ExtBuf::shared(dyn_owner.clone(), 2, 5).unwrap()));
+        assert!(q.enqueue_ext(ExtBuf::shared(dyn_owner, 9, 1).unwrap()));
         assert_eq!(q.enqueue(b"x"), 1);
         let mut s = Vec::new();
         assert_eq!(q.gather(0, 7, &mut s), b"234569x");
@@ -478,8 +502,8 @@ mod tests {
         // 2..7 and 9..10 are not contiguous: gathered. Contiguous ranges are one slice.
         let mut c = SendQueue::new(100);
         let o: Arc<dyn AsRef<[u8]> + Send + Sync> = owner.clone();
-        assert!(c.enqueue_ext(ExtBuf::shared(o.clone(), 1, 3).unwrap(), 1));
-        assert!(c.enqueue_ext(ExtBuf::shared(o.clone(), 4, 4).unwrap(), 2));
+        assert!(c.enqueue_ext(ExtBuf::shared(o.clone(), 1, 3).unwrap()));
+        assert!(c.enqueue_ext(ExtBuf::shared(o.clone(), 4, 4).unwrap()));
         let mut s2 = Vec::new();
         let g = c.gather(1, 5, &mut s2);
         assert_eq!(g, b"23456");
@@ -491,8 +515,7 @@ mod tests {
         drop((c, o));
         assert_eq!(Arc::strong_count(&owner), 3);
         q.consume(6);
-        assert_eq!(q.take_completed(), Some(1));
-        assert_eq!(q.take_completed(), Some(2));
+        assert_eq!(q.zc_pending(), 0);
         assert_eq!(
             Arc::strong_count(&owner),
             1,

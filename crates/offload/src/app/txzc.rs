@@ -40,7 +40,7 @@ use std::sync::Weak;
 use std::time::{Duration, Instant};
 
 /// Smallest `TcpSend` span sent from the transmit area without a copy. Below it the copy
-/// path is cheaper than a span's bookkeeping (an `Arc`, a slot, a completion) and frees the
+/// path is cheaper than a span's bookkeeping (an `Arc`, a slot) and frees the
 /// area at once; iperf3 and bulk writers post 128 KiB, requests and replies stay below.
 pub const ZC_MIN: usize = 16 << 10;
 /// Spans pinned at most at once (a span that finds them all taken goes the copy path). A
@@ -135,7 +135,8 @@ impl ConnSpans {
 
 /// Moves a connection's waiting spans into the engine, as its send buffer takes them (whole
 /// spans, or pieces of at least [`ZC_MIN`]); returns the bytes taken. Completions carry
-/// nothing for the daemon (a span's release is its drop): they are dropped here.
+/// nothing for the daemon (a span's release is its drop) and are never taken: a completion
+/// not taken holds no memory in the connection (it is a count), so it is left there.
 pub(super) fn push_spans(e: &mut Engine, c: &mut Conn) -> u64 {
     let mut taken = 0u64;
     while let Some((owner, off, len)) = c.zc.q.front_mut() {
@@ -155,7 +156,6 @@ pub(super) fn push_spans(e: &mut Engine, c: &mut Conn) -> u64 {
             c.zc.q.pop_front();
         }
     }
-    while e.tcp_zc_completion(c.h).is_some() {}
     taken
 }
 

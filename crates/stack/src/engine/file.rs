@@ -173,7 +173,8 @@ impl Engine {
     ///
     /// Whole [`FILE_CHUNK`]s go out without a copy into the send buffer (see the module docs)
     /// and each reports a zero-copy token through [`Engine::tcp_zc_completion`] when
-    /// acknowledged; every byte is acknowledged once the connection's send queue is empty.
+    /// acknowledged (taking them is optional: one not taken holds no memory); every byte is
+    /// acknowledged once the connection's send queue is empty.
     /// A file ending before `offset + len` ends the transfer short: the bytes before its end
     /// are queued, and the call that starts at the end fails with [`FileError::ShortFile`].
     /// A range whose end is not a file offset is [`FileError::BadRange`].

@@ -169,7 +169,10 @@ impl Engine {
         r
     }
 
-    /// The token of a zero-copy send whose bytes are all acknowledged, if any.
+    /// The token of a zero-copy send whose bytes are all acknowledged, if any (oldest
+    /// first). Optional: the buffer is released when acknowledged whether or not its token
+    /// is taken, and a token not taken costs the connection nothing (a count, not a list),
+    /// so it never keeps the connection's memory from being released at rest.
     pub fn tcp_zc_completion(&mut self, h: TcpHandle) -> Option<u64> {
         self.tcp.conn_mut(h).ok()?.take_zc_completion()
     }

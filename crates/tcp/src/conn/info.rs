@@ -106,13 +106,14 @@ impl Connection {
     }
 
     /// Returns the data path's memory once the connection is at rest (issue 19): the send
-    /// queue (empty, every zero-copy completion taken), the send path's gather space, the
-    /// receive ring (empty, no out-of-order bytes parked past its end), the busy part of
-    /// the timers (every data-path timer stopped, retry and probe counters zero), the
-    /// challenge-ACK limiter and RACK's empty record list. They come
-    /// back on the next send, arriving data or armed timer; behaviour is unchanged. Freeing is the owner's call, not done per packet:
-    /// an engine does it for connections quiet for [`REST_AFTER`], so a busy connection
-    /// keeps its buffers between bursts. Returns the heap bytes freed.
+    /// queue (empty; zero-copy completions not yet taken are counters and stay), the send
+    /// path's gather space, the receive ring (empty, no out-of-order bytes parked past its
+    /// end), the busy part of the timers (every data-path timer stopped, retry and probe
+    /// counters zero), the challenge-ACK limiter and RACK's empty record list. They come
+    /// back on the next send, arriving data or armed timer; behaviour is unchanged.
+    /// Freeing is the owner's call, not done per packet: an engine does it for connections
+    /// quiet for [`REST_AFTER`], so a busy connection keeps its buffers between bursts.
+    /// Returns the heap bytes freed.
     pub fn release_at_rest(&mut self, now: Instant) -> usize {
         if now.saturating_since(self.timers.last_activity) < REST_AFTER {
             return 0;
@@ -162,7 +163,7 @@ impl Connection {
             || self.challenge.is_allocated()
             || self.rack_records_idle()
             || self.rcv.buf.allocated() > 0;
-        if !holds || self.snd.queue.completions_pending() > 0 || !self.timers.is_at_rest() {
+        if !holds || !self.timers.is_at_rest() {
             return None;
         }
         Some(self.timers.last_activity + REST_AFTER)

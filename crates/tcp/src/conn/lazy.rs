@@ -86,9 +86,10 @@ impl AtRest for SendQueue {
     fn idle() -> &'static Self {
         &IDLE_SENDQ
     }
-    /// Empty, with no completion waiting to be taken (its ring is freed with it).
+    /// Empty (its ring is freed with it). Completions are the connection's counters, not
+    /// the queue's: one nobody took does not keep the queue.
     fn at_rest(&self) -> bool {
-        self.is_empty() && self.completions_pending() == 0
+        self.is_empty()
     }
 }
 
@@ -115,10 +116,10 @@ impl Lazy<SendQueue> {
             q.consume(n);
         }
     }
-    /// The token of a completed zero-copy buffer.
+    /// Zero-copy sends queued and not yet completed ([`SendQueue::zc_pending`]).
     #[inline]
-    pub(crate) fn take_completed(&mut self) -> Option<u64> {
-        self.b.as_mut()?.take_completed()
+    pub(crate) fn zc_pending(&self) -> usize {
+        self.b.as_ref().map_or(0, |q| q.zc_pending())
     }
     /// Zero-copy buffers' borrowed memory replaced by heap copies ([`SendQueue::rehome`]).
     pub(crate) fn rehome(&mut self, owner: &crate::sendq::SharedOwner) -> usize {

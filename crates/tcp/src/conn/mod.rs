@@ -381,22 +381,39 @@ impl Connection {
     /// Zero-copy send: queues an application-owned buffer without copying it. Returns its
     /// token, later reported by [`Connection::take_zc_completion`] once every byte is
     /// acknowledged, or `Ok(None)` if the buffer does not fit in the send window now.
+    /// Tokens count up from 0 and complete in that order (an empty buffer with the one
+    /// before it). Taking completions is optional: the queue lets go of each buffer when it
+    /// is acknowledged, and a completion not taken is a count, not memory (at most
+    /// `u32::MAX` are remembered; beyond that the oldest untaken is forgotten).
     pub fn send_zc(
         &mut self,
         buf: impl Into<crate::sendq::ExtBuf>,
     ) -> Result<Option<u64>, TcpError> {
         self.may_send()?;
         let token = self.snd.zc_token;
-        if !self.snd.queue.enqueue_ext(buf, token) {
+        if !self.snd.queue.enqueue_ext(buf) {
             return Ok(None);
         }
         self.snd.zc_token += 1;
+        self.snd.zc_unreported = self.snd.zc_unreported.saturating_add(1);
         Ok(Some(token))
     }
 
-    /// The token of a zero-copy buffer that has been fully acknowledged (its memory is free).
+    /// The token of a zero-copy buffer that has been fully acknowledged (its memory is
+    /// free), oldest first; each is reported once.
     pub fn take_zc_completion(&mut self) -> Option<u64> {
-        self.snd.queue.take_completed()
+        if self.zc_completions_pending() == 0 {
+            return None;
+        }
+        let token = self.snd.zc_token - u64::from(self.snd.zc_unreported);
+        self.snd.zc_unreported -= 1;
+        Some(token)
+    }
+
+    /// Zero-copy buffers completed and not yet reported by
+    /// [`Connection::take_zc_completion`] (nothing is held for them).
+    pub fn zc_completions_pending(&self) -> usize {
+        (self.snd.zc_unreported as usize).saturating_sub(self.snd.queue.zc_pending())
     }
 
     /// Replaces the borrowed memory of the queued zero-copy buffers lent by `owner` by heap

@@ -37,6 +37,11 @@ pub(crate) struct Sender {
     pub(crate) queue: super::lazy::Lazy<SendQueue>,
     /// Next zero-copy buffer token.
     pub(crate) zc_token: u64,
+    /// Zero-copy tokens issued and not yet reported by `take_zc_completion`: the queued
+    /// ones and the completed ones nobody took. The next token reported is `zc_token` less
+    /// this; buffers complete in order, so those below `zc_token - queue.zc_pending()` are
+    /// done. Two counters instead of a list: a completion nobody takes costs nothing.
+    pub(crate) zc_unreported: u32,
     /// Holds a segment's payload when it straddles the send ring's wrap point.
     pub(crate) scratch: super::lazy::Lazy0<Vec<u8>>,
     /// Sequence number of our FIN once the application closed the sending side.
@@ -62,6 +67,7 @@ impl Sender {
             mss: cfg.mss as usize,
             queue: super::lazy::Lazy::new(cfg.send_buffer),
             zc_token: 0,
+            zc_unreported: 0,
             scratch: super::lazy::Lazy0::new(),
             fin_seq: None,
             rtt: RttEstimator::new(cfg.rto_initial, cfg.rto_min, cfg.rto_max),
