@@ -513,22 +513,39 @@ fn killing_the_daemon_mid_transfer_errors_every_client_within_10_s() {
 /// An event loop (as nginx's workers) on a flowstack listener when the daemon is SIGKILLed:
 /// its placeholder must not stay readable forever with every accept failing (the loop then
 /// spins). The listener falls back to its kernel listener under the same number: the loop is
-/// not woken for nothing, and a blocking select + accept on the number takes the kernel path.
+/// not woken for nothing, is woken when a kernel client connects, and the accept takes the
+/// kernel path.
 #[test]
 fn an_epoll_loop_on_a_listener_does_not_spin_after_the_daemon_died() {
+    epoll_loop_after_daemon_death(false);
+}
+
+/// The same with the listener shared with another process (nginx's master holds it while
+/// its workers wait): replacing the number in the waiting process does not end the epoll
+/// registration of the placeholder, whose description the other process keeps alive.
+#[test]
+fn an_epoll_loop_on_a_shared_listener_does_not_spin_after_the_daemon_died() {
+    epoll_loop_after_daemon_death(true);
+}
+
+fn epoll_loop_after_daemon_death(shared: bool) {
     use std::io::{BufRead, BufReader};
     use std::os::unix::process::CommandExt;
     if !have("python3") {
         return;
     }
-    let mut w = World::new("epoll-death");
+    let mut w = World::new(if shared {
+        "epoll-death-shared"
+    } else {
+        "epoll-death"
+    });
     let ip = Ipv4Addr::new(127, 0, 0, 1);
     let port = free_port(ip);
     let ps = port.to_string();
     // 50 waits of at most 20 ms: a spinning loop is woken 50 times, a quiet one not at all
     // (or once, for the wake-up that finds the daemon gone).
     let script = r#"
-import select, socket, sys
+import os, select, socket, sys, time
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("127.0.0.1", int(sys.argv[1])))
@@ -536,6 +553,9 @@ s.listen(16)
 s.setblocking(False)
 ep = select.epoll()
 ep.register(s.fileno(), select.EPOLLIN)
+if sys.argv[2] == "shared" and os.fork() == 0:
+    time.sleep(60)  # holds the listener, as nginx's master does
+    os._exit(0)
 print("ready", flush=True)
 sys.stdin.readline()
 wakeups, errors = 0, set()
@@ -553,22 +573,31 @@ r = select.select([s], [], [], 0)[0]
 print("wakeups", wakeups, "readable", bool(r), "errors", sorted(errors), flush=True)
 sys.stdin.readline()
 s.setblocking(True)
+woken = bool(ep.poll(10))
 if select.select([s], [], [], 10)[0]:
     c = s.accept()[0]
-    print("accepted", c.recv(16).decode(), flush=True)
+    print("woken", woken, "accepted", c.recv(16).decode(), flush=True)
 else:
     print("nothing to accept", flush=True)
 "#;
     let mut child = Proc(
-        w.run(&["timeout", "60", "python3", "-c", script, &ps])
-            .process_group(0)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(
-                std::fs::File::create(w.dir.join("python.err")).unwrap(),
-            ))
-            .spawn()
-            .unwrap(),
+        w.run(&[
+            "timeout",
+            "60",
+            "python3",
+            "-c",
+            script,
+            &ps,
+            if shared { "shared" } else { "alone" },
+        ])
+        .process_group(0)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(
+            std::fs::File::create(w.dir.join("python.err")).unwrap(),
+        ))
+        .spawn()
+        .unwrap(),
     );
     let mut stdin = child.0.stdin.take().unwrap();
     let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
@@ -597,7 +626,7 @@ else:
     let mut s = TcpStream::connect((ip, port)).unwrap();
     s.write_all(b"hello").unwrap();
     stdin.write_all(b"go\n").unwrap();
-    assert_eq!(line(), "accepted hello");
+    assert_eq!(line(), "woken True accepted hello");
     drop(stdin);
     let _ = child.0.wait();
 }

@@ -97,6 +97,10 @@ pub struct Ep {
     wake: Option<c_int>,
     /// The daemon is gone: nothing to sleep for.
     gone: bool,
+    /// Listeners taken out of the kernel's set when the daemon went, to be given their
+    /// kernel listener ([`retire_listeners`]); those left out for good.
+    retiring: Vec<Listen>,
+    silenced: Vec<Listen>,
 }
 
 type Shared = Arc<Mutex<Ep>>;
@@ -173,6 +177,18 @@ pub unsafe fn ctl(
             drop(g);
             to_kernel(epfd, ep);
             return kernel();
+        }
+        if let Some(i) = g.silenced.iter().position(|x| x.fd == fd) {
+            match op {
+                libc::EPOLL_CTL_MOD => return Ok(0),
+                libc::EPOLL_CTL_DEL => {
+                    g.silenced.swap_remove(i);
+                    return Ok(0);
+                }
+                _ => {
+                    g.silenced.swap_remove(i);
+                }
+            }
         }
         if let Some(i) = g.lst.iter().position(|x| x.fd == fd) {
             let r = kernel()?;
@@ -413,6 +429,8 @@ pub fn forget_sock(id: SockId) {
         let mut g = lock(&ep);
         g.fast.remove_sock(id);
         g.lst.retain(|x| x.id != id);
+        g.retiring.retain(|x| x.id != id);
+        g.silenced.retain(|x| x.id != id);
     }
 }
 
@@ -459,11 +477,48 @@ fn scan(
 }
 
 /// The daemon is gone: no more sleeping on the wake-up descriptor (it would stay readable).
+/// The daemon is gone: the wake-up descriptor leaves the kernel's set, and so do the
+/// placeholders of the level-triggered listeners (their hang-up would otherwise be reported
+/// for as long as the set lives); [`retire_listeners`] then finishes their move.
 fn set_gone(epfd: c_int, g: &mut Ep) {
     g.gone = true;
     if let Some(w) = g.wake.take() {
         // SAFETY: removes a descriptor from a set; no memory is passed.
         unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, w, std::ptr::null_mut()) };
+    }
+    for x in std::mem::take(&mut g.lst) {
+        // SAFETY: as above.
+        unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_DEL, x.fd, std::ptr::null_mut()) };
+        g.retiring.push(x);
+    }
+}
+
+/// After [`set_gone`], with the set unlocked: each listener taken out gets its kernel
+/// listener (the shim's, of the same port) under the program's number
+/// (`ops::retire_gone_listener`), registered with the program's events and data, so the loop
+/// is woken when a kernel client connects and its accept takes the kernel path. A listener
+/// without one is left out: it can never accept again.
+///
+/// Why not leave this to the program's next accept (which retires the listener too): the
+/// registration names the placeholder's open file description, which lives on in every
+/// process that shares the listener (nginx's master and other workers), so replacing the
+/// number in one process does not end it, and the loop would spin on reports of a hung-up
+/// placeholder answered by `EAGAIN`s. `EPOLL_CTL_MOD`/`DEL` of a listener left out succeed;
+/// an `EPOLL_CTL_ADD` of its number goes to the kernel again.
+fn retire_listeners(epfd: c_int, ep: &Shared) {
+    let list = std::mem::take(&mut lock(ep).retiring);
+    for x in list {
+        if crate::ops::retire_gone_listener(x.fd, x.id) {
+            let mut ev = epoll_event {
+                events: x.events,
+                u64: x.data,
+            };
+            // SAFETY: a valid epoll_event on the stack.
+            if unsafe { real::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, x.fd, &mut ev) } == 0 {
+                continue;
+            }
+        }
+        lock(ep).silenced.push(x);
     }
 }
 
@@ -565,6 +620,7 @@ pub unsafe fn wait(
             };
             Ok::<_, Errno>((n, sleep))
         });
+        retire_listeners(epfd, ep);
         let (n, ticket) = match r {
             Ok(v) => v,
             Err(e) => {
@@ -610,6 +666,7 @@ pub unsafe fn wait(
         let gone = inside(|| b.sleep_end(t, pair_ready));
         if gone {
             set_gone(epfd, &mut lock(ep));
+            retire_listeners(epfd, ep);
         }
         if k < 0 {
             real::set_errno(err);

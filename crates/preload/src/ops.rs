@@ -7,8 +7,8 @@
 use crate::addr::{self, Addr, Reason};
 use crate::backend::{Accepted, Backend, Errno, FdFlags};
 use crate::real;
-use crate::state::State;
-use crate::table::{opt, Entry, MAX_FDS};
+use crate::state::{inside, State};
+use crate::table::{opt, Entry, SockId, MAX_FDS};
 use std::net::SocketAddrV4;
 use std::os::fd::{AsRawFd, IntoRawFd};
 use std::time::{Duration, Instant};
@@ -364,6 +364,20 @@ fn daemon_gone(fd: i32) -> bool {
     // SAFETY: one pollfd on the stack, no waiting.
     let n = unsafe { libc::poll(&mut p, 1, 0) };
     n == 1 && p.revents & libc::POLLHUP != 0
+}
+
+/// The epoll layer saw the daemon go: retires listener `fd` (still socket `id`) as its next
+/// accept would; true if `fd` is now the kernel listener.
+pub(crate) fn retire_gone_listener(fd: i32, id: SockId) -> bool {
+    let Some(st) = crate::state::get() else {
+        return false;
+    };
+    match st.table.get(fd) {
+        Some(e) if e.id == id && e.listening => {
+            inside(|| retire_listener(st, fd, &e)).unwrap_or(false)
+        }
+        _ => false,
+    }
 }
 
 /// Replaces listening placeholder `fd`, whose daemon died, by a kernel description under the
