@@ -43,9 +43,16 @@ impl Demux {
         }
     }
 
+    /// The key's hash: the 4-tuple packed into one 96-bit value, hashed with one write (the
+    /// derived `Hash` made six small writes, each a pass through SipHash's buffering: the
+    /// lookup was 2–3% of the daemon's CPU under `wrk`). Same keyed SipHash, same spread.
     #[inline]
     fn tag(&self, t: &FourTuple) -> u32 {
-        (self.hasher.hash_one(t) >> 32) as u32
+        let k = (t.local_ip.to_u32() as u128) << 64
+            | (t.remote_ip.to_u32() as u128) << 32
+            | (t.local_port as u128) << 16
+            | t.remote_port as u128;
+        (self.hasher.hash_one(k) >> 32) as u32
     }
 
     #[inline]

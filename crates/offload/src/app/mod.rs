@@ -38,6 +38,7 @@
 use crate::layout::{self, at, LAYOUT, RX_SIZE, SOCK_RCVBUF, SOCK_SNDBUF, TX_SIZE};
 use crate::loopback::{is_loopback, Loopback};
 use crate::ports::{BindOpts, PortTable};
+use flowstack_api::ids::IdMap;
 use flowstack_api::record::{
     check_span, AttachOp, Command, CommandRecord, EventKind, EventRecord, Mode, SockType,
     POOL_BATCH, POOL_MAX, RECORD_LEN,
@@ -280,7 +281,9 @@ pub(crate) struct Shared {
     /// This engine's index.
     pub me: usize,
     pub lo: Loopback,
-    pub socks: HashMap<u32, GSock>,
+    /// Keyed by the daemon's own socket ids (`next_gid`), never by a value an application
+    /// chooses: a cheap hash is safe here (`flowstack_api::ids`).
+    pub socks: IdMap<u32, GSock>,
     next_gid: u32,
     /// Placeholder identity (device, inode of A) → socket.
     by_ident: HashMap<(u64, u64), u32>,
@@ -316,7 +319,7 @@ impl Shared {
         Self {
             me,
             lo,
-            socks: HashMap::new(),
+            socks: IdMap::default(),
             next_gid: 1,
             by_ident: HashMap::new(),
             ports,
@@ -659,11 +662,7 @@ impl App {
         gid
     }
 
-    fn sock_kind<'a>(
-        &self,
-        socks: &'a mut HashMap<u32, GSock>,
-        handle: u32,
-    ) -> Option<&'a mut Kind> {
+    fn sock_kind<'a>(&self, socks: &'a mut IdMap<u32, GSock>, handle: u32) -> Option<&'a mut Kind> {
         let gid = self.gid(handle).ok()?;
         socks.get_mut(&gid).map(|g| &mut g.kind)
     }
