@@ -10,10 +10,15 @@
 //! odd constant is a bijection on the low bits, which pick the bucket, and mixes the high
 //! bits, which the table compares first.
 //!
-//! Not for keys a network peer chooses (4-tuples, addresses): those keep a keyed hash.
+//! Not for keys another party chooses: for those (the daemon's tables keyed by an
+//! application's handles or by placeholder inodes), [`KeyedMap`] hashes with a secret key
+//! and a folded multiplication (the full 128-bit product, its halves xored), so the bucket
+//! bits depend on every key bit and on the secret: an application cannot aim its handles at
+//! one bucket without knowing the key. It costs about what [`IdHasher`] does. Keys a network
+//! peer chooses (4-tuples) keep SipHash.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 
 /// A map keyed by small integer identifiers chosen locally (see the module docs).
 pub type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
@@ -79,6 +84,84 @@ impl Hasher for IdHasher {
     }
 }
 
+/// A map keyed by values another party picks (an application's handles), hashed with a
+/// secret key (see the module docs); make it with [`keyed_map`].
+pub type KeyedMap<K, V> = HashMap<K, V, Keys>;
+
+/// A [`KeyedMap`] with the secret key `keys` (the caller draws it at random: this crate
+/// touches no source of randomness).
+pub fn keyed_map<K, V>(keys: Keys) -> KeyedMap<K, V> {
+    HashMap::with_hasher(keys)
+}
+
+/// The secret key of a [`KeyedMap`] (the second word is made odd when used).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keys(pub u64, pub u64);
+
+impl BuildHasher for Keys {
+    type Hasher = KeyedHasher;
+    #[inline]
+    fn build_hasher(&self) -> KeyedHasher {
+        KeyedHasher {
+            h: self.0,
+            k: self.1 | 1,
+        }
+    }
+}
+
+/// The hasher of [`KeyedMap`]: a folded multiplication by a secret odd key per word.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyedHasher {
+    h: u64,
+    k: u64,
+}
+
+#[inline]
+fn fold_mul(a: u64, b: u64) -> u64 {
+    let p = (a as u128) * (b as u128);
+    (p as u64) ^ ((p >> 64) as u64)
+}
+
+impl KeyedHasher {
+    #[inline]
+    fn add(&mut self, w: u64) {
+        self.h = fold_mul(self.h ^ w, self.k);
+    }
+}
+
+impl Hasher for KeyedHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        // One more round, so the last word is mixed into the low bits too.
+        fold_mul(self.h, self.k ^ 0x9e37_79b9_7f4a_7c15).rotate_left(23)
+    }
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes(c.try_into().expect("8 bytes")));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut w = [0u8; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(w));
+        }
+    }
+    #[inline]
+    fn write_u32(&mut self, i: u32) {
+        self.add(i as u64);
+    }
+    #[inline]
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
+    }
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,6 +179,30 @@ mod tests {
         // The top 7 bits are the table's tag: sequential ids must not share one.
         let top: HashSet<u64> = (0u32..1024).map(|i| h(i) >> 57).collect();
         assert!(top.len() > 100, "only {} distinct tags", top.len());
+    }
+
+    #[test]
+    fn keyed_hashes_spread_keys_aimed_at_one_bucket() {
+        // Handles that share their low 20 bits: a plain multiplication maps them all to one
+        // bucket of any table up to 2^20; the folded product with a key must not.
+        let keys = Keys(0x0123_4567_89ab_cdef, 0xfedc_ba98_7654_3211);
+        let aimed: Vec<u32> = (1u32..=1024).map(|i| i << 20).collect();
+        let plain: HashSet<u64> = aimed.iter().map(|&x| h(x) & 1023).collect();
+        assert_eq!(
+            plain.len(),
+            1,
+            "the unkeyed hasher is aimable (why KeyedMap exists)"
+        );
+        let keyed: HashSet<u64> = aimed.iter().map(|&x| keys.hash_one(x) & 1023).collect();
+        assert!(keyed.len() > 500, "only {} buckets used", keyed.len());
+        // Another key, other buckets.
+        let other = Keys(keys.0 ^ 1, keys.1 ^ 2);
+        assert_ne!(keys.hash_one(7u32), other.hash_one(7u32));
+        let mut m: KeyedMap<u32, u32> = keyed_map(keys);
+        for &x in &aimed {
+            m.insert(x, x / 2);
+        }
+        assert!(aimed.iter().all(|x| m[x] == x / 2));
     }
 
     #[test]

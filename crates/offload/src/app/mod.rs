@@ -38,7 +38,7 @@
 use crate::layout::{self, at, LAYOUT, RX_SIZE, SOCK_RCVBUF, SOCK_SNDBUF, TX_SIZE};
 use crate::loopback::{is_loopback, Loopback};
 use crate::ports::{BindOpts, PortTable};
-use flowstack_api::ids::IdMap;
+use flowstack_api::ids::{keyed_map, IdMap, KeyedMap, Keys};
 use flowstack_api::record::{
     check_span, AttachOp, Command, CommandRecord, EventKind, EventRecord, Mode, SockType,
     POOL_BATCH, POOL_MAX, RECORD_LEN,
@@ -275,6 +275,15 @@ impl GSock {
     }
 }
 
+/// A secret key for a table keyed by values an application picks (its handles) or can
+/// steer (placeholder inodes), from `std`'s per-process random keys (no system call per
+/// table): see `flowstack_api::ids`.
+fn secret() -> Keys {
+    use std::hash::BuildHasher;
+    let r = std::hash::RandomState::new();
+    Keys(r.hash_one(0x5eed_u64), r.hash_one(0xfeed_u64))
+}
+
 /// One engine thread's state, shared by its applications: its engine, its sockets, and the
 /// daemon-wide port namespace.
 pub(crate) struct Shared {
@@ -286,7 +295,7 @@ pub(crate) struct Shared {
     pub socks: IdMap<u32, GSock>,
     next_gid: u32,
     /// Placeholder identity (device, inode of A) → socket.
-    by_ident: HashMap<(u64, u64), u32>,
+    by_ident: KeyedMap<(u64, u64), u32>,
     /// TCP ports bound, listening or accepted on, daemon-wide.
     pub ports: Arc<PortTable>,
     /// This engine's `SO_REUSEPORT` groups (`reuse`).
@@ -321,7 +330,7 @@ impl Shared {
             lo,
             socks: IdMap::default(),
             next_gid: 1,
-            by_ident: HashMap::new(),
+            by_ident: keyed_map(secret()),
             ports,
             groups: HashMap::new(),
             evs: Vec::new(),
@@ -458,7 +467,7 @@ pub(crate) struct App {
     /// Events the ring had no room for yet.
     backlog: VecDeque<EventRecord>,
     /// This application's handles → socket ids.
-    pub handles: HashMap<u32, u32>,
+    pub handles: KeyedMap<u32, u32>,
     next_local: u32,
     next_accepted: u32,
     tx_freed: u64,
@@ -512,7 +521,7 @@ impl App {
             cmd,
             evt,
             backlog: VecDeque::new(),
-            handles: HashMap::new(),
+            handles: keyed_map(secret()),
             next_local: 1,
             next_accepted: layout::ACCEPTED_BASE,
             tx_freed: 0,
@@ -670,7 +679,8 @@ impl App {
     /// Leaves every socket: native ones are closed (FIN, or RST where received bytes were
     /// left unread, as the kernel does on exit); placeholder ones only lose this holder.
     pub fn release_all(&mut self, sh: &mut Shared) {
-        for (h, gid) in std::mem::take(&mut self.handles) {
+        let keys = *self.handles.hasher();
+        for (h, gid) in std::mem::replace(&mut self.handles, keyed_map(keys)) {
             detach(sh, gid, self.id, h, true);
         }
         for g in sh.socks.values_mut() {
