@@ -31,6 +31,21 @@ pub struct IdHasher(u64);
 
 const K: u64 = 0x517c_c1b7_2722_0a95;
 
+/// `bytes` as little-endian 64-bit words, the last one zero-padded.
+#[inline]
+fn words(bytes: &[u8], mut f: impl FnMut(u64)) {
+    let mut chunks = bytes.chunks_exact(8);
+    for c in &mut chunks {
+        f(u64::from_le_bytes(c.try_into().expect("8 bytes")));
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let mut w = [0u8; 8];
+        w[..rest.len()].copy_from_slice(rest);
+        f(u64::from_le_bytes(w));
+    }
+}
+
 impl IdHasher {
     #[inline]
     fn add(&mut self, w: u64) {
@@ -46,16 +61,7 @@ impl Hasher for IdHasher {
 
     #[inline]
     fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            self.add(u64::from_le_bytes(c.try_into().expect("8 bytes")));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut w = [0u8; 8];
-            w[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(w));
-        }
+        words(bytes, |w| self.add(w));
     }
 
     #[inline]
@@ -137,16 +143,7 @@ impl Hasher for KeyedHasher {
     }
     #[inline]
     fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            self.add(u64::from_le_bytes(c.try_into().expect("8 bytes")));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut w = [0u8; 8];
-            w[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(w));
-        }
+        words(bytes, |w| self.add(w));
     }
     #[inline]
     fn write_u32(&mut self, i: u32) {
