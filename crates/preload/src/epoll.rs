@@ -476,7 +476,6 @@ fn scan(
     Ok((n, sc.gen, sc.want_w))
 }
 
-/// The daemon is gone: no more sleeping on the wake-up descriptor (it would stay readable).
 /// The daemon is gone: the wake-up descriptor leaves the kernel's set, and so do the
 /// placeholders of the level-triggered listeners (their hang-up would otherwise be reported
 /// for as long as the set lives); [`retire_listeners`] then finishes their move.
@@ -618,11 +617,14 @@ pub unsafe fn wait(
             } else {
                 None
             };
-            Ok::<_, Errno>((n, sleep))
+            // Listeners to move to the kernel only right after `set_gone` (not a lock per pass).
+            Ok::<_, Errno>((n, sleep, !g.retiring.is_empty()))
         });
-        retire_listeners(epfd, ep);
+        if matches!(r, Ok((_, _, true))) {
+            retire_listeners(epfd, ep);
+        }
         let (n, ticket) = match r {
-            Ok(v) => v,
+            Ok((n, t, _)) => (n, t),
             Err(e) => {
                 real::set_errno(e);
                 return -1;

@@ -735,8 +735,9 @@ impl TcpSockets {
             return;
         };
         let t = c.conn.tuple();
+        let gathers = iface.gathers();
         c.conn
-            .poll_transmit_gather(now, &mut self.counters, &mut |r, at| {
+            .poll_transmit_gather(now, &mut self.counters, gathers, &mut |r, at| {
                 send_seg(now, iface, &t, r, at)
             });
         let closed = c.conn.state() == State::Closed;

@@ -251,6 +251,17 @@ impl SendQueue {
         }
     }
 
+    /// How many of the `n` bytes at `off` lie in the shared range the first of them is in
+    /// (consecutive ranges of one owner count as one, as in a segment's payload); 0 when
+    /// the byte at `off` is not in shared memory.
+    pub fn shared_run(&self, off: usize, n: usize) -> usize {
+        let mut first = None;
+        self.pieces(off, n, |p, s| {
+            first.get_or_insert(if s.is_some() { p.len() } else { 0 });
+        });
+        first.unwrap_or(0)
+    }
+
     /// Calls `f` with the contiguous pieces making up `n` bytes at `off`, and for a piece of
     /// shared memory where it lies.
     /// Consecutive shared ranges that continue each other in one owner (a mapped window

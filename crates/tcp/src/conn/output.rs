@@ -22,17 +22,31 @@ impl Connection {
         c: &mut Counters,
         emit: &mut dyn FnMut(&TcpRepr),
     ) -> usize {
-        self.poll_transmit_gather(now, c, &mut |r, _| emit(r))
+        self.transmit(now, c, &mut |r, _| emit(r))
     }
 
     /// [`Connection::poll_transmit`], telling the emitter where each payload lies when it is
-    /// one range of shared memory ([`Emit`]).
+    /// one range of shared memory ([`Emit`]). With `gathers` (the emitter hands such a
+    /// payload to a device by reference) segments are also cut to suit it: a segment that
+    /// starts in a zero-copy send's range ends where the range does instead of running into
+    /// the next buffer (which would gather both into a scratch copy and then copy that into
+    /// the frame: two copies of every straddling segment, about half of a bulk sender's
+    /// 128 KiB sends at a 64 KiB MSS); a range between one and two segments long is cut in
+    /// two halves rather than a full segment and a runt.
     pub fn poll_transmit_gather(
         &mut self,
         now: Instant,
         c: &mut Counters,
+        gathers: bool,
         emit: &mut Emit,
     ) -> usize {
+        self.snd.gathering = gathers;
+        let n = self.transmit(now, c, emit);
+        self.snd.gathering = false;
+        n
+    }
+
+    fn transmit(&mut self, now: Instant, c: &mut Counters, emit: &mut Emit) -> usize {
         let _p = flowstack_prof::enter(flowstack_prof::Layer::TcpOutput);
         let mut n = 0;
         if let Some((seq, ack)) = self.pending_rst.take() {
@@ -238,7 +252,11 @@ impl Connection {
         self.with_options(now, &mut r);
         // RFC 6691: the MSS counts data only; options in this segment take from it.
         let room = max - r.options.buffer_len();
-        let data_len = self.snd.queue.len().saturating_sub(off).min(len).min(room);
+        let queued = self.snd.queue.len().saturating_sub(off);
+        let mut data_len = queued.min(len).min(room);
+        if self.snd.gathering && data_len > 0 {
+            data_len = cut_at_shared_end(&self.snd.queue, off, data_len, queued, room);
+        }
         // A segment is never cut short at the ring's wrap point (that would make needless
         // small segments): a straddling payload is gathered into a scratch buffer.
         let (payload, src) = self
@@ -278,5 +296,29 @@ impl Connection {
         self.timers
             .set_if_idle(Timer::Rto, now + self.snd.rtt.rto());
         occupied
+    }
+}
+
+/// The payload length for a segment of at most `data_len` bytes at `off` (`queued` bytes
+/// from there, segments of at most `room`) when the emitter gathers: up to the end of a
+/// zero-copy range the segment starts in, and half of a range that a full segment would
+/// leave a runt of (a range of 1–2 segments' worth makes two halves).
+fn cut_at_shared_end(
+    q: &crate::sendq::SendQueue,
+    off: usize,
+    data_len: usize,
+    queued: usize,
+    room: usize,
+) -> usize {
+    let ahead = queued.min(2 * room);
+    let run = q.shared_run(off, ahead);
+    if run == 0 {
+        data_len
+    } else if run < data_len {
+        run
+    } else if data_len == room && run > room && run < ahead {
+        run.div_ceil(2)
+    } else {
+        data_len
     }
 }

@@ -42,6 +42,9 @@ pub(crate) struct Sender {
     /// this; buffers complete in order, so those below `zc_token - queue.zc_pending()` are
     /// done. Two counters instead of a list: a completion nobody takes costs nothing.
     pub(crate) zc_unreported: u32,
+    /// Set for one `poll_transmit_gather` whose emitter gathers: a segment is then cut where
+    /// a zero-copy send's shared range ends, so that it leaves as a reference, not a copy.
+    pub(crate) gathering: bool,
     /// Holds a segment's payload when it straddles the send ring's wrap point.
     pub(crate) scratch: super::lazy::Lazy0<Vec<u8>>,
     /// Sequence number of our FIN once the application closed the sending side.
@@ -68,6 +71,7 @@ impl Sender {
             queue: super::lazy::Lazy::new(cfg.send_buffer),
             zc_token: 0,
             zc_unreported: 0,
+            gathering: false,
             scratch: super::lazy::Lazy0::new(),
             fin_seq: None,
             rtt: RttEstimator::new(cfg.rto_initial, cfg.rto_min, cfg.rto_max),
@@ -324,7 +328,10 @@ impl Connection {
             };
             let used = match probe {
                 Some(size) => {
+                    // A probe is one segment of its size: never cut at a zero-copy range.
+                    let gathering = std::mem::replace(&mut self.snd.gathering, false);
                     let used = self.emit_range_max(now, seq, avail, size, c, emit);
+                    self.snd.gathering = gathering;
                     self.plp_probe_sent(size, seq, seq + used);
                     used
                 }
@@ -333,7 +340,9 @@ impl Connection {
             if used == 0 {
                 break;
             }
-            if used < full {
+            // A segment cut short where a zero-copy range ends (`used < len`) is not a small
+            // send of the application's: Nagle must not hold the next one behind it.
+            if used < full && used == len {
                 self.snd.sml = seq + used;
             }
             self.snd.nxt = seq + used;
