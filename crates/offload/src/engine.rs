@@ -90,7 +90,7 @@ impl EngineLoop {
                 busy |= a.drain_commands(sh) > 0;
             }
             sh.lo.set_now(now);
-            busy |= sh.lo.poll(now);
+            busy |= sh.poll_engines(apps, now);
             app::account(sh, apps);
             busy |= app::service(sh, apps, sweep);
             for a in apps.iter_mut() {
@@ -100,7 +100,7 @@ impl EngineLoop {
             // Tokens and filler after the events that explain them are published.
             busy |= sh.placeholder_actions();
             // Output the socket calls above produced.
-            busy |= sh.lo.poll(now);
+            busy |= sh.poll_engines(apps, now);
             if t.saturating_duration_since(last_check) >= IDLE_CHECK {
                 last_check = t;
                 reap(apps, sh, &self.registry, true);

@@ -447,11 +447,22 @@ impl Loopback {
 
     /// One turn of every engine; true if frames moved.
     pub fn poll(&mut self, now: Instant) -> bool {
+        self.poll_to(now, &mut |_, _, _| 0)
+    }
+
+    /// [`Loopback::poll`], offering received in-order data to `deliver(engine, connection,
+    /// bytes)` first (`Engine::poll_to`).
+    pub fn poll_to(
+        &mut self,
+        now: Instant,
+        deliver: &mut dyn FnMut(usize, TcpHandle, &[u8]) -> usize,
+    ) -> bool {
         let mut moved = false;
         // Twice, so frames an engine sent to itself are taken in the same turn.
         for _ in 0..2 {
-            for (e, d) in self.engines.iter_mut().zip(self.devs.iter_mut()) {
-                moved |= e.poll(now, d);
+            let engines = self.engines.iter_mut().zip(self.devs.iter_mut());
+            for (i, (e, d)) in engines.enumerate() {
+                moved |= e.poll_to(now, d, &mut |h, data| deliver(i, h, data));
             }
         }
         moved

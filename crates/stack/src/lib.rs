@@ -22,7 +22,8 @@ mod udp;
 pub use arp_cache::ArpConfig;
 pub use counters::{Counter, Counters};
 pub use engine::{
-    Engine, EngineConfig, FileSendMode, PingReply, Steering, FILE_CHUNK, MAP_WINDOW, MAX_WINDOWS,
+    Deliver, Engine, EngineConfig, FileSendMode, PingReply, Steering, FILE_CHUNK, MAP_WINDOW,
+    MAX_WINDOWS,
 };
 pub use flowstack_api::FileError;
 pub use flowstack_api::{Readiness, SocketError, Sockets};

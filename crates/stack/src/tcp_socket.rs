@@ -475,6 +475,19 @@ impl TcpSockets {
     // ---- segment input -----------------------------------------------------------------
 
     pub fn input(&mut self, now: Instant, iface: &mut Iface, ip: &Ipv4Repr, seg: &TcpRepr) {
+        self.input_to(now, iface, ip, seg, &mut |_, _| 0)
+    }
+
+    /// [`TcpSockets::input`], offering in-order data of a connection to `deliver`
+    /// ([`crate::Engine::poll_to`]).
+    pub fn input_to(
+        &mut self,
+        now: Instant,
+        iface: &mut Iface,
+        ip: &Ipv4Repr,
+        seg: &TcpRepr,
+        deliver: &mut crate::engine::Deliver,
+    ) {
         if ip.src == ip.dst && seg.src_port == seg.dst_port {
             // A "land" segment (RFC 4987 §3.5 lists it among old attacks): it would match a
             // connection with itself. Linux drops it in the same way.
@@ -506,7 +519,9 @@ impl TcpSockets {
                     self.counters.inc(Counter::TcpExtTCPNoSocket);
                     return self.reset_for(now, iface, &tuple, seg);
                 }
-                c.conn.on_segment(now, seg, &mut self.counters);
+                let h = TcpHandle::from_raw(i);
+                c.conn
+                    .on_segment_to(now, seg, &mut self.counters, &mut |d| deliver(h, d));
             }
             self.after_input(i);
             return;

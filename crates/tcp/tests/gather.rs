@@ -2,7 +2,7 @@
 //! segment that starts in a zero-copy send's shared range never runs into the next buffer,
 //! so it can leave as a reference instead of being gathered into a scratch copy.
 
-#![allow(dead_code)] // the shared fixture has more than these tests use
+#![allow(dead_code, unused_imports)] // the shared fixture has more than these tests use
 
 include!("fixture/mod.rs");
 

@@ -41,6 +41,9 @@ pub struct DaemonCounters {
     pub tx_zc_bytes: u64,
     /// Bytes of such sends copied back out of a transmit area under pressure (`txzc`).
     pub tx_rehomed_bytes: u64,
+    /// Received bytes written straight from a frame into an application's area, not
+    /// through the connection's receive buffer (`rxdirect`; `FlowstackdRxDirectBytes`).
+    pub rx_direct_bytes: u64,
     /// `Attach{Pool}` batches taken (`FlowstackdPlaceholderBatches`).
     pub pool_batches: u64,
     /// Placeholder pairs in them (`FlowstackdPlaceholdersPooled`).
@@ -69,6 +72,7 @@ impl DaemonCounters {
         self.sweep_found += o.sweep_found;
         self.tx_zc_bytes += o.tx_zc_bytes;
         self.tx_rehomed_bytes += o.tx_rehomed_bytes;
+        self.rx_direct_bytes += o.rx_direct_bytes;
         self.pool_batches += o.pool_batches;
         self.pool_pairs += o.pool_pairs;
         self.pool_recycled += o.pool_recycled;

@@ -70,6 +70,7 @@ mod memory;
 mod notify;
 mod open;
 mod reuse;
+mod rxdirect;
 mod service;
 mod snapshot;
 mod txzc;
@@ -117,6 +118,9 @@ pub(crate) struct Conn {
     /// Bytes a `TcpSend` gave the engine directly (nothing was queued here before them):
     /// their credit is told by the connection's next turn, as for queued bytes.
     direct_taken: u64,
+    /// Bytes were written into the holder's area during the engine's poll (`rxdirect`):
+    /// the next turn reports the connection readable.
+    direct_rx: bool,
     /// Bytes the application posted whose credit was not told yet: what its client counts
     /// as unflushed (see `service::credit_wakes`).
     uncredited: u64,
@@ -140,6 +144,7 @@ impl Conn {
             file_want: None,
             early_credit: 0,
             direct_taken: 0,
+            direct_rx: false,
             uncredited: 0,
             zc: txzc::ConnSpans::default(),
         }

@@ -409,6 +409,11 @@ fn service_conn(
     let Some(app) = app else {
         return out;
     };
+    // Bytes the engine's poll wrote into the area itself (`rxdirect`): `Data` was posted.
+    if std::mem::take(&mut c.direct_rx) {
+        out.busy = true;
+        out.readable = true;
+    }
     // Urgent delivery: received bytes straight into the application's receive area.
     while !c.eof_told {
         let area_free = RX_SIZE as u64 - (app.rx_head - app.rx_freed);

@@ -196,6 +196,7 @@ pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
         ("FlowstackdServiceSweeps", d.sweeps),
         ("FlowstackdServiceUnmarked", d.sweep_found),
         ("FlowstackdTxZcBytes", d.tx_zc_bytes),
+        ("FlowstackdRxDirectBytes", d.rx_direct_bytes),
         ("FlowstackdTxRehomedBytes", d.tx_rehomed_bytes),
         ("FlowstackdLinkSteered", steer.forwarded),
         (

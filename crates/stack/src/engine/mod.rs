@@ -46,6 +46,10 @@ pub use file::FILE_CHUNK;
 pub use file_map::{FileSendMode, MAP_WINDOW, MAX_WINDOWS};
 pub use ping::PingReply;
 
+/// Where [`Engine::poll_to`] offers received in-order data: `(connection, bytes)` answers
+/// how many leading bytes it took.
+pub type Deliver<'d> = dyn FnMut(crate::tcp_socket::TcpHandle, &[u8]) -> usize + 'd;
+
 use crate::counters::{Counter, Counters};
 use crate::iface::{Iface, IfaceConfig};
 use crate::reasm::{ReasmConfig, Reassembler};
@@ -274,6 +278,23 @@ impl Engine {
     /// One full turn: receive a batch from `dev`, run timers and socket output, transmit.
     /// Returns true if any frame moved.
     pub fn poll<D: Device + ?Sized>(&mut self, now: Instant, dev: &mut D) -> bool {
+        self.poll_to(now, dev, &mut |_, _| 0)
+    }
+
+    /// [`Engine::poll`], handing received in-order data to a reader before it enters a
+    /// connection's receive buffer: `deliver(h, bytes)` answers how many leading bytes it
+    /// took for connection `h` (they count as received and read: the offload daemon writes
+    /// them straight into the application's area, one copy instead of two). Offered for a
+    /// segment whose payload arrived apart from its headers (a device that gathers, e.g. a
+    /// zero-copy send over the in-process loopback), in order, on the header-prediction
+    /// path — first what the connection's buffer holds, then the payload
+    /// (`Connection::on_segment_to`); whatever is left is queued as usual.
+    pub fn poll_to<D: Device + ?Sized>(
+        &mut self,
+        now: Instant,
+        dev: &mut D,
+        deliver: &mut Deliver,
+    ) -> bool {
         use flowstack_prof::{enter, Layer};
         self.set_now(now);
         let _p = enter(Layer::Engine);
@@ -282,7 +303,9 @@ impl Engine {
         self.iface.set_gather(gather);
         let got = {
             let _p = enter(Layer::DevRx);
-            dev.recv_batch_parts(now, budget, &mut |f, t, m| self.receive_parts(now, f, t, m))
+            dev.recv_batch_parts(now, budget, &mut |f, t, m| {
+                self.receive_parts_to(now, f, t, m, deliver)
+            })
         };
         self.on_timers(now);
         self.dispatch(now);

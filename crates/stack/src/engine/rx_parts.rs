@@ -7,7 +7,7 @@
 //! checksum is not verified (a checksum would read the payload anyway). Every other frame is
 //! made whole and received as usual, so every check and drop counter of `input.rs` applies.
 
-use super::Engine;
+use super::{Deliver, Engine};
 use crate::counters::Counter;
 use flowstack_link::RxMeta;
 use flowstack_wire::ethernet::{self, EthernetRepr};
@@ -19,11 +19,24 @@ impl Engine {
     /// Processes one received frame given as `head` followed by `tail` (empty for a whole
     /// frame), with what its device knows of it ([`Engine::receive_meta`]).
     pub fn receive_parts(&mut self, now: Instant, head: &[u8], tail: &[u8], meta: RxMeta) {
+        self.receive_parts_to(now, head, tail, meta, &mut |_, _| 0)
+    }
+
+    /// [`Engine::receive_parts`], offering a two-part segment's in-order payload to
+    /// `deliver` (see [`Engine::poll_to`]).
+    pub fn receive_parts_to(
+        &mut self,
+        now: Instant,
+        head: &[u8],
+        tail: &[u8],
+        meta: RxMeta,
+        deliver: &mut Deliver,
+    ) {
         if tail.is_empty() {
             return self.receive_meta(now, head, meta);
         }
         self.rx_l4_csum_ok = meta.l4_csum_ok;
-        let done = self.receive_split_tcp(now, head, tail);
+        let done = self.receive_split_tcp(now, head, tail, deliver);
         self.rx_l4_csum_ok = false;
         if !done {
             let mut flat = std::mem::take(&mut self.rx_flat);
@@ -37,7 +50,13 @@ impl Engine {
 
     /// The short path; false (nothing done, nothing counted) if the frame has another shape
     /// or fails a check — the whole-frame path then checks and counts it.
-    fn receive_split_tcp(&mut self, now: Instant, head: &[u8], tail: &[u8]) -> bool {
+    fn receive_split_tcp(
+        &mut self,
+        now: Instant,
+        head: &[u8],
+        tail: &[u8],
+        deliver: &mut Deliver,
+    ) -> bool {
         let csum = self.l4_checksum();
         if csum.verify_rx {
             return false;
@@ -90,7 +109,8 @@ impl Engine {
             payload: tail,
             ..seg
         };
-        self.tcp.input(now, &mut self.iface, &repr, &seg);
+        self.tcp
+            .input_to(now, &mut self.iface, &repr, &seg, deliver);
         true
     }
 }

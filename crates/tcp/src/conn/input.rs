@@ -39,6 +39,23 @@ impl ChallengeAcks {
 impl Connection {
     /// Processes one arriving segment addressed to this connection.
     pub fn on_segment(&mut self, now: Instant, seg: &TcpRepr, c: &mut Counters) {
+        self.on_segment_to(now, seg, c, &mut |_| 0)
+    }
+
+    /// [`Connection::on_segment`], handing in-order data to a reader first: when a segment
+    /// takes the header-prediction path, `deliver(bytes)` is offered what the receive buffer
+    /// holds, then the segment's payload, in order, and answers how many leading bytes it
+    /// took. Those are read (as by [`Connection::consume`]); the payload it took never
+    /// enters the buffer — a reader with room elsewhere, such as the offload daemon's
+    /// application areas, saves a copy through it. What it leaves is queued as usual, so
+    /// the receive window still closes when the reader stops taking.
+    pub fn on_segment_to(
+        &mut self,
+        now: Instant,
+        seg: &TcpRepr,
+        c: &mut Counters,
+        deliver: &mut dyn FnMut(&[u8]) -> usize,
+    ) {
         self.stats.segs_in += 1;
         self.timers.last_activity = now;
         if self.timers.is_armed(Timer::Keepalive) {
@@ -49,7 +66,7 @@ impl Connection {
             State::Closed => {}
             State::SynSent => self.on_syn_sent(now, seg, c),
             _ => {
-                if self.fast_path(now, seg, c) {
+                if self.fast_path(now, seg, c, deliver) {
                     return;
                 }
                 self.on_synchronized(now, seg, c)
@@ -60,7 +77,13 @@ impl Connection {
     /// Header prediction (Van Jacobson, as in BSD and Linux): an in-order segment with only
     /// ACK (and maybe PSH) on an ESTABLISHED connection with nothing unusual pending takes a
     /// short path. Returns false to fall back to the full processing.
-    fn fast_path(&mut self, now: Instant, seg: &TcpRepr, c: &mut Counters) -> bool {
+    fn fast_path(
+        &mut self,
+        now: Instant,
+        seg: &TcpRepr,
+        c: &mut Counters,
+        deliver: &mut dyn FnMut(&[u8]) -> usize,
+    ) -> bool {
         let f = seg.flags.0 & !0x08; // ignore PSH
         if self.state != State::Established
             || f != 0x10
@@ -99,12 +122,40 @@ impl Connection {
         self.stats.fast_path += 1;
         let n = {
             let _p = flowstack_prof::enter(flowstack_prof::Layer::SockAppend);
-            self.rcv.buf.enqueue(seg.payload)
+            let taken = self.hand_over(seg.payload, deliver);
+            taken + self.rcv.buf.enqueue(&seg.payload[taken..])
         };
         self.rcv.nxt += n;
         self.stats.bytes_received += n as u64;
         self.schedule_ack(now, seg);
         true
+    }
+
+    /// Offers `deliver` the buffered bytes, then `data` (in order); returns how much of
+    /// `data` it took (nothing unless it took every buffered byte first).
+    fn hand_over(&mut self, data: &[u8], deliver: &mut dyn FnMut(&[u8]) -> usize) -> usize {
+        let mut read = false;
+        while !self.rcv.buf.is_empty() {
+            let (a, _) = self.rcv.buf.slices(0, self.rcv.buf.len());
+            let k = deliver(a).min(a.len());
+            if k == 0 {
+                break;
+            }
+            self.rcv.buf.consume(k);
+            read = true;
+        }
+        let mut taken = 0;
+        while self.rcv.buf.is_empty() && taken < data.len() {
+            let k = deliver(&data[taken..]).min(data.len() - taken);
+            if k == 0 {
+                break;
+            }
+            taken += k;
+        }
+        if read {
+            self.after_read();
+        }
+        taken
     }
 
     /// RFC 9293 §3.10.7.4: SEGMENT ARRIVES in a synchronized state or SYN-RECEIVED.

@@ -183,6 +183,9 @@ pub struct Connection {
     pub(crate) state: State,
     /// Opened by a listener (passive open).
     pub(crate) passive: bool,
+    /// Set for one `poll_transmit_gather` whose emitter gathers: a segment is then cut where
+    /// a zero-copy send's shared range ends, so that it leaves as a reference, not a copy.
+    pub(crate) gathering: bool,
     /// The send side: SND.* and the send queue.
     pub(crate) snd: Sender,
     /// The receive side: RCV.*, the receive buffer and reassembly.
@@ -224,6 +227,7 @@ impl Connection {
             tuple,
             state,
             passive: false,
+            gathering: false,
             pending_rst: None,
             error: None,
             soft_error: None,
@@ -437,7 +441,7 @@ impl Connection {
 
     /// RFC 9293 §3.8.6.2.2: after the application reads, announce the larger window once it
     /// has grown by min(buffer/2, MSS) — and at once if it had been closed.
-    fn after_read(&mut self) {
+    pub(crate) fn after_read(&mut self) {
         if !self.state.is_synchronized() {
             return;
         }

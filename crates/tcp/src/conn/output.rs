@@ -40,9 +40,9 @@ impl Connection {
         gathers: bool,
         emit: &mut Emit,
     ) -> usize {
-        self.snd.gathering = gathers;
+        self.gathering = gathers;
         let n = self.transmit(now, c, emit);
-        self.snd.gathering = false;
+        self.gathering = false;
         n
     }
 
@@ -254,7 +254,7 @@ impl Connection {
         let room = max - r.options.buffer_len();
         let queued = self.snd.queue.len().saturating_sub(off);
         let mut data_len = queued.min(len).min(room);
-        if self.snd.gathering && data_len > 0 {
+        if self.gathering && data_len > 0 {
             data_len = cut_at_shared_end(&self.snd.queue, off, data_len, queued, room);
         }
         // A segment is never cut short at the ring's wrap point (that would make needless

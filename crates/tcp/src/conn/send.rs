@@ -42,9 +42,6 @@ pub(crate) struct Sender {
     /// this; buffers complete in order, so those below `zc_token - queue.zc_pending()` are
     /// done. Two counters instead of a list: a completion nobody takes costs nothing.
     pub(crate) zc_unreported: u32,
-    /// Set for one `poll_transmit_gather` whose emitter gathers: a segment is then cut where
-    /// a zero-copy send's shared range ends, so that it leaves as a reference, not a copy.
-    pub(crate) gathering: bool,
     /// Holds a segment's payload when it straddles the send ring's wrap point.
     pub(crate) scratch: super::lazy::Lazy0<Vec<u8>>,
     /// Sequence number of our FIN once the application closed the sending side.
@@ -71,7 +68,6 @@ impl Sender {
             queue: super::lazy::Lazy::new(cfg.send_buffer),
             zc_token: 0,
             zc_unreported: 0,
-            gathering: false,
             scratch: super::lazy::Lazy0::new(),
             fin_seq: None,
             rtt: RttEstimator::new(cfg.rto_initial, cfg.rto_min, cfg.rto_max),
@@ -329,9 +325,9 @@ impl Connection {
             let used = match probe {
                 Some(size) => {
                     // A probe is one segment of its size: never cut at a zero-copy range.
-                    let gathering = std::mem::replace(&mut self.snd.gathering, false);
+                    let gathering = std::mem::replace(&mut self.gathering, false);
                     let used = self.emit_range_max(now, seq, avail, size, c, emit);
-                    self.snd.gathering = gathering;
+                    self.gathering = gathering;
                     self.plp_probe_sent(size, seq, seq + used);
                     used
                 }
