@@ -700,9 +700,8 @@ impl App {
         }
     }
 
-    /// Reads what the application released of its receive area (it only moves forward, up
-    /// to what was delivered).
     /// Reads how much of the receive area the application freed; true if more than before.
+    /// It only moves forward, up to what was delivered.
     fn read_rx_freed(&mut self) -> bool {
         let freed = self
             .region

@@ -55,14 +55,21 @@ pub(super) fn deliver(
     let Some(app) = apps.iter_mut().find(|a| a.id == app_id) else {
         return 0;
     };
-    // The room the connection's turn would use (`service_conn`).
-    let area_free = RX_SIZE as u64 - (app.rx_head - app.rx_freed);
+    // The room the connection's turn would use (`service_conn`); what the application
+    // released since the turn began is looked at when that is short.
+    let room = |app: &App| {
+        let area_free = RX_SIZE as u64 - (app.rx_head - app.rx_freed);
+        let pos = app.rx_head % RX_SIZE as u64;
+        SOCK_RCVBUF
+            .saturating_sub(c.outstanding)
+            .min(area_free)
+            .min(RX_SIZE as u64 - pos)
+    };
+    let mut n = (data.len() as u64).min(room(app));
+    if n < data.len() as u64 && app.read_rx_freed() {
+        n = (data.len() as u64).min(room(app));
+    }
     let pos = app.rx_head % RX_SIZE as u64;
-    let room = SOCK_RCVBUF
-        .saturating_sub(c.outstanding)
-        .min(area_free)
-        .min(RX_SIZE as u64 - pos);
-    let n = (data.len() as u64).min(room);
     if n == 0 {
         return 0;
     }
