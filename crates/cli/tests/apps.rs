@@ -517,7 +517,7 @@ fn killing_the_daemon_mid_transfer_errors_every_client_within_10_s() {
 /// kernel path.
 #[test]
 fn an_epoll_loop_on_a_listener_does_not_spin_after_the_daemon_died() {
-    epoll_loop_after_daemon_death(false);
+    loop_after_daemon_death(false, "epoll");
 }
 
 /// The same with the listener shared with another process (nginx's master holds it while
@@ -525,20 +525,29 @@ fn an_epoll_loop_on_a_listener_does_not_spin_after_the_daemon_died() {
 /// registration of the placeholder, whose description the other process keeps alive.
 #[test]
 fn an_epoll_loop_on_a_shared_listener_does_not_spin_after_the_daemon_died() {
-    epoll_loop_after_daemon_death(true);
+    loop_after_daemon_death(true, "epoll");
 }
 
-fn epoll_loop_after_daemon_death(shared: bool) {
+/// The same with `poll(2)` on a listener shared with another process: `poll` asks about
+/// the number, not a registration, so once the first accept has put the kernel listener
+/// under it the loop idles (the placeholder the other process keeps plays no part).
+#[test]
+fn a_poll_loop_on_a_shared_listener_does_not_spin_after_the_daemon_died() {
+    loop_after_daemon_death(true, "poll");
+}
+
+/// A Python loop waiting on a listener with `how` (`epoll` or `poll`), the listener `shared`
+/// with a forked process or not.
+fn loop_after_daemon_death(shared: bool, how: &str) {
     use std::io::{BufRead, BufReader};
     use std::os::unix::process::CommandExt;
     if !have("python3") {
         return;
     }
-    let mut w = World::new(if shared {
-        "epoll-death-shared"
-    } else {
-        "epoll-death"
-    });
+    let mut w = World::new(&format!(
+        "{how}-death{}",
+        if shared { "-shared" } else { "" }
+    ));
     let ip = Ipv4Addr::new(127, 0, 0, 1);
     let port = free_port(ip);
     let ps = port.to_string();
@@ -551,8 +560,14 @@ s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("127.0.0.1", int(sys.argv[1])))
 s.listen(16)
 s.setblocking(False)
-ep = select.epoll()
-ep.register(s.fileno(), select.EPOLLIN)
+if sys.argv[3] == "poll":
+    p = select.poll()
+    p.register(s.fileno(), select.POLLIN)
+    wait = lambda t: p.poll(t * 1000)
+else:
+    ep = select.epoll()
+    ep.register(s.fileno(), select.EPOLLIN)
+    wait = ep.poll
 if sys.argv[2] == "shared" and os.fork() == 0:
     time.sleep(60)  # holds the listener, as nginx's master does
     os._exit(0)
@@ -560,7 +575,7 @@ print("ready", flush=True)
 sys.stdin.readline()
 wakeups, errors = 0, set()
 for _ in range(50):
-    if not ep.poll(0.02):
+    if not wait(0.02):
         continue
     wakeups += 1
     try:
@@ -573,7 +588,7 @@ r = select.select([s], [], [], 0)[0]
 print("wakeups", wakeups, "readable", bool(r), "errors", sorted(errors), flush=True)
 sys.stdin.readline()
 s.setblocking(True)
-woken = bool(ep.poll(10))
+woken = bool(wait(10))
 if select.select([s], [], [], 10)[0]:
     c = s.accept()[0]
     print("woken", woken, "accepted", c.recv(16).decode(), flush=True)
@@ -589,6 +604,7 @@ else:
             script,
             &ps,
             if shared { "shared" } else { "alone" },
+            how,
         ])
         .process_group(0)
         .stdin(Stdio::piped())
