@@ -133,7 +133,12 @@ impl App {
                             let region = &self.region;
                             from = e
                                 .tcp_send_with(c.h, len, |dst, at| {
-                                    let _ = region.read_at(area + at, dst);
+                                    // Checked span: the read does not fail. If it did, the
+                                    // send buffer's memory may be a reused ring's (another
+                                    // connection's bytes): zeros go out instead.
+                                    if region.read_at(area + at, dst).is_none() {
+                                        dst.fill(0);
+                                    }
                                 })
                                 .unwrap_or(0);
                             c.direct_taken += from as u64;
