@@ -431,10 +431,36 @@ unsafe fn each_passed_fd(m: *const msghdr, mut f: impl FnMut(c_int)) {
     }
 }
 
-/// Descriptors received with SCM_RIGHTS: placeholders of another process become ours.
+/// Whether `fd` may be a placeholder: a unix socket (not a pipe, a file or an inet socket).
+fn maybe_placeholder(fd: c_int) -> bool {
+    let mut v: c_int = 0;
+    let mut l = std::mem::size_of::<c_int>() as socklen_t;
+    // SAFETY: an int and its length, on the stack, for the kernel to fill.
+    let r = unsafe {
+        real::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_DOMAIN,
+            (&mut v as *mut c_int).cast(),
+            &mut l,
+        )
+    };
+    r == 0 && v == libc::AF_UNIX
+}
+
+/// Descriptors received with SCM_RIGHTS: placeholders of another process become ours. A
+/// process that has made no socket of its own has not met the daemon yet: it does now if
+/// a descriptor may be a placeholder (a receiver that only ever uses sockets it is sent —
+/// a worker handed connections by its master — would otherwise write into the placeholder
+/// itself, and its bytes would be lost).
 unsafe fn adopt_received(m: *const msghdr) {
-    let Some(st) = state::get() else { return };
-    let Some(b) = st.connected() else { return };
+    let mut candidate = false;
+    each_passed_fd(m, |fd| candidate |= maybe_placeholder(fd));
+    if !candidate {
+        return;
+    }
+    let st = state::state();
+    let Ok(b) = st.backend() else { return };
     each_passed_fd(m, |fd| {
         st.table.clear(fd);
         if let Some(id) = inside(|| b.adopt(fd)) {
