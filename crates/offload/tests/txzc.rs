@@ -95,6 +95,9 @@ fn a_connection_whose_peer_does_not_read_does_not_stop_the_others() {
         counter(&d.path, "FlowstackdTxRehomedBytes") > 0,
         "the pinned spans were never copied out, yet B got through?"
     );
+    // Some of the received bytes went from the frame straight into the area (`rxdirect`),
+    // the rest through the receive ring (A's while its reader waited): both byte-exact.
+    assert!(counter(&d.path, "FlowstackdRxDirectBytes") > 0);
 }
 
 /// With spans never copied out (`tx_hold_limit` unbounded), a connection whose peer does
