@@ -55,21 +55,13 @@ pub(super) fn deliver(
     let Some(app) = apps.iter_mut().find(|a| a.id == app_id) else {
         return 0;
     };
-    // The room the connection's turn would use (`service_conn`); what the application
+    // The room the connection's turn would use (`service::rx_room`); what the application
     // released since the turn began is looked at when that is short.
-    let room = |app: &App| {
-        let area_free = RX_SIZE as u64 - (app.rx_head - app.rx_freed);
-        let pos = app.rx_head % RX_SIZE as u64;
-        SOCK_RCVBUF
-            .saturating_sub(c.outstanding)
-            .min(area_free)
-            .min(RX_SIZE as u64 - pos)
-    };
-    let mut n = (data.len() as u64).min(room(app));
-    if n < data.len() as u64 && app.read_rx_freed() {
-        n = (data.len() as u64).min(room(app));
+    let (mut pos, mut room, _) = service::rx_room(app, c);
+    if room < data.len() as u64 && app.read_rx_freed() {
+        (pos, room, _) = service::rx_room(app, c);
     }
-    let pos = app.rx_head % RX_SIZE as u64;
+    let n = (data.len() as u64).min(room);
     if n == 0 {
         return 0;
     }
@@ -77,17 +69,9 @@ pub(super) fn deliver(
     if app.region.write_at(at, &data[..n as usize]).is_none() {
         return 0;
     }
-    app.rx_head += n;
-    c.outstanding += n;
     c.direct_rx = true;
-    app.post(EventRecord {
-        kind: EventKind::Data,
-        id: 0,
-        handle,
-        result: n as i64,
-        offset: pos,
-        len: n,
-    });
+    let data_event = service::rx_written(app, c, handle, pos, n);
+    app.post(data_event);
     counters.rx_direct_bytes += n;
     if !g.dirty {
         g.dirty = true;

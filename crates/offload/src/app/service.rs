@@ -416,15 +416,9 @@ fn service_conn(
     }
     // Urgent delivery: received bytes straight into the application's receive area.
     while !c.eof_told {
-        let area_free = RX_SIZE as u64 - (app.rx_head - app.rx_freed);
-        let pos = app.rx_head % RX_SIZE as u64;
-        let to_end = RX_SIZE as u64 - pos;
-        let room = SOCK_RCVBUF
-            .saturating_sub(c.outstanding)
-            .min(area_free)
-            .min(to_end);
+        let (pos, room, area_full) = rx_room(app, c);
         if room == 0 {
-            out.area_full = area_free == 0;
+            out.area_full = area_full;
             break;
         }
         // Straight from the engine's receive ring into the application's area (one copy; the
@@ -455,20 +449,46 @@ fn service_conn(
             Ok(_) | Err(_) => break,
         };
         let _ = e.tcp_consume(c.h, n);
-        app.rx_head += n as u64;
-        c.outstanding += n as u64;
-        evs.push(EventRecord {
-            kind: EventKind::Data,
-            id: 0,
-            handle,
-            result: n as i64,
-            offset: pos,
-            len: n as u64,
-        });
+        evs.push(rx_written(app, c, handle, pos, n as u64));
         out.busy = true;
         out.readable = true;
     }
     out
+}
+
+/// Where connection `c`'s next received bytes go in `app`'s receive area and how many fit
+/// there at once: `(position, room, area full)`. The room is the least of the area's free
+/// space, the connection's receive credit (`SOCK_RCVBUF` outstanding) and the bytes left
+/// before the area wraps.
+pub(super) fn rx_room(app: &App, c: &Conn) -> (u64, u64, bool) {
+    let area_free = RX_SIZE as u64 - (app.rx_head - app.rx_freed);
+    let pos = app.rx_head % RX_SIZE as u64;
+    let room = SOCK_RCVBUF
+        .saturating_sub(c.outstanding)
+        .min(area_free)
+        .min(RX_SIZE as u64 - pos);
+    (pos, room, area_free == 0)
+}
+
+/// Accounts `n` bytes written for `c` at `pos` of `app`'s receive area (its head, the
+/// connection's outstanding credit); the `Data` event that tells the application.
+pub(super) fn rx_written(
+    app: &mut App,
+    c: &mut Conn,
+    handle: u32,
+    pos: u64,
+    n: u64,
+) -> EventRecord {
+    app.rx_head += n;
+    c.outstanding += n;
+    EventRecord {
+        kind: EventKind::Data,
+        id: 0,
+        handle,
+        result: n as i64,
+        offset: pos,
+        len: n,
+    }
 }
 
 /// Moves the daemon's queued bytes into the engine's send buffer; returns how many it took.
