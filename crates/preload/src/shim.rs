@@ -431,21 +431,12 @@ unsafe fn each_passed_fd(m: *const msghdr, mut f: impl FnMut(c_int)) {
     }
 }
 
-/// Whether `fd` may be a placeholder: a unix socket (not a pipe, a file or an inet socket).
+/// Whether `fd` may be a placeholder: a unix stream socket (not a pipe, a file or an inet
+/// socket).
 fn maybe_placeholder(fd: c_int) -> bool {
-    let mut v: c_int = 0;
-    let mut l = std::mem::size_of::<c_int>() as socklen_t;
-    // SAFETY: an int and its length, on the stack, for the kernel to fill.
-    let r = unsafe {
-        real::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_DOMAIN,
-            (&mut v as *mut c_int).cast(),
-            &mut l,
-        )
-    };
-    r == 0 && v == libc::AF_UNIX
+    // SAFETY: `fd` was just received and stays open for this call.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    flowstack_sys::placeholder::is_unix_stream(fd)
 }
 
 /// Descriptors received with SCM_RIGHTS: placeholders of another process become ours. A
