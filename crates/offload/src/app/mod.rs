@@ -506,6 +506,10 @@ pub(crate) struct App {
     /// Connections whose delivery stopped for want of room in the receive area: marked
     /// when the application frees some (`service`).
     area_wait: Vec<u32>,
+    /// The application freed room in its receive area since `service` last marked the
+    /// connections of `area_wait`: set by every [`App::read_rx_freed`] that saw news, so a
+    /// read elsewhere (`rxdirect`) does not swallow the news those connections wait for.
+    room_news: bool,
     /// Spans of the transmit area sent without a copy and not yet released (`txzc`).
     txzc: txzc::TxZc,
 }
@@ -544,6 +548,7 @@ impl App {
             mem_limited: false,
             credit_wake: false,
             area_wait: Vec::new(),
+            room_news: false,
             txzc: txzc::TxZc::default(),
         })
     }
@@ -700,8 +705,8 @@ impl App {
         }
     }
 
-    /// Reads how much of the receive area the application freed; true if more than before.
-    /// It only moves forward, up to what was delivered.
+    /// Reads how much of the receive area the application freed; true if more than before
+    /// (and `room_news` is set). It only moves forward, up to what was delivered.
     fn read_rx_freed(&mut self) -> bool {
         let freed = self
             .region
@@ -710,6 +715,7 @@ impl App {
             .unwrap_or(0);
         if freed > self.rx_freed && freed <= self.rx_head {
             self.rx_freed = freed;
+            self.room_news = true;
             return true;
         }
         false

@@ -13,7 +13,9 @@ type Accepted = Result<(usize, TcpHandle), SocketError>;
 /// `marks` for what marks a socket and why sweeps remain).
 pub(crate) fn service(sh: &mut Shared, apps: &mut [App], sweep: bool) -> bool {
     for a in apps.iter_mut() {
-        if a.read_rx_freed() {
+        a.read_rx_freed();
+        // News read here or during the engines' poll (`rxdirect::deliver`).
+        if std::mem::take(&mut a.room_news) {
             for gid in a.area_wait.drain(..) {
                 sh.mark(gid);
             }
