@@ -40,12 +40,14 @@ use flowstack_api::record::{
 };
 use flowstack_api::{Readiness, SocketError, Sockets, TcpHandle, UdpHandle};
 use flowstack_sys::eventfd::EventFd;
+use flowstack_sys::ownfd::Own;
 use flowstack_sys::ring::{Consumer, Producer, RingLayout};
 use flowstack_sys::SharedRegion;
 use layout::SOCK_RCVBUF;
 use std::collections::VecDeque;
 use std::io::{self, Read};
 use std::net::SocketAddrV4;
+use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::atomic::{fence, Ordering};
@@ -169,8 +171,10 @@ pub struct Client {
     region: Arc<SharedRegion>,
     cmd: Producer,
     evt: Consumer,
-    bell: EventFd,
-    stream: UnixStream,
+    /// The library's own descriptors (`flowstack_sys::ownfd`): moved out of the program's
+    /// way, noted until dropped.
+    bell: Own<EventFd>,
+    stream: Own<UnixStream>,
     app_id: u64,
     tx_off: usize,
     tx_size: u64,
@@ -224,10 +228,10 @@ pub struct Client {
     /// `posix::pool`). Dropped — closed in this process only — with the client, so a
     /// forked child's copies go when it forgets its parent's client. The flag: A's open
     /// file description may be non-blocking (a recycled A).
-    pooled: VecDeque<(std::os::fd::OwnedFd, bool)>,
+    pooled: VecDeque<(Own<OwnedFd>, bool)>,
     /// Recycled A's (`Forget { recycle }` posted, oldest first, with its call id) until the
     /// daemon's answer lets them back into the pool (`posix::pool`).
-    recycling: VecDeque<(u32, std::os::fd::OwnedFd)>,
+    recycling: VecDeque<(u32, Own<OwnedFd>)>,
 }
 
 impl std::fmt::Debug for Client {
@@ -271,8 +275,9 @@ impl Client {
         }
         let bell_fd = fds.pop().expect("two descriptors");
         let mem_fd = fds.pop().expect("two descriptors");
-        let region = Arc::new(SharedRegion::from_fd(mem_fd)?);
-        let bell = EventFd::from_fd(bell_fd);
+        // The mapping keeps the memfd: no descriptor of it stays in the process.
+        let region = Arc::new(SharedRegion::map_fd(mem_fd)?);
+        let bell: Own<EventFd> = Own::lift(bell_fd);
         if header_u64(&region, layout::at::MAGIC)? != layout::MAGIC {
             return Err(proto("bad region magic"));
         }
@@ -311,6 +316,7 @@ impl Client {
         )?;
         let app_id = header_u64(&region, layout::at::APP_ID)?;
         stream.set_nonblocking(true)?;
+        let stream: Own<UnixStream> = Own::lift(OwnedFd::from(stream));
         Ok(Self {
             region,
             cmd,
@@ -365,7 +371,7 @@ impl Client {
             return;
         }
         let mut b = [0u8; 16];
-        match (&self.stream).read(&mut b) {
+        match (&*self.stream).read(&mut b) {
             Ok(0) => self.dead = true,
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}

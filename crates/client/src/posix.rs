@@ -47,10 +47,11 @@ use flowstack_api::ids::{IdMap, IdSet};
 use flowstack_api::record::{AttachOp, Command, Mode, ReportKind, SockType};
 use flowstack_api::region::{POSIX_BASE, SOCK_RCVBUF, SOCK_SNDBUF};
 use flowstack_api::SocketError;
+use flowstack_sys::ownfd::Own;
 use flowstack_sys::placeholder::{self, Tokens};
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -59,6 +60,7 @@ mod calls;
 mod carried;
 mod fast;
 mod file;
+mod own;
 mod pool;
 mod ready;
 mod types;
@@ -84,8 +86,9 @@ enum State {
 
 #[derive(Debug)]
 struct PSock {
-    /// Our own copy of A (close-on-exec), for tokens and filler; dropped by `forget`.
-    a: OwnedFd,
+    /// Our own copy of A (close-on-exec, above the program's numbers: `ownfd`), for tokens
+    /// and filler; dropped by `forget`.
+    a: Own<OwnedFd>,
     state: State,
     shut_rd: bool,
     opts: HashMap<Opt, i64>,
@@ -127,7 +130,7 @@ struct Inner {
     /// Destinations the daemon carries (`Posix::carries`).
     carried: carried::Carried,
     /// This process's end of its wake-up channel (the daemon has the write end), see `fast`.
-    wake: Option<OwnedFd>,
+    wake: Option<Own<OwnedFd>>,
     /// An accept's `Attach{Place}` was posted since the last [`Posix::settle`] (its answer
     /// is never waited for).
     placed: bool,
@@ -323,7 +326,7 @@ impl Posix {
         let s = c.socks.get_mut(&h).expect("inserted");
         s.listener = state == State::Listening;
         s.open = state == State::Connected;
-        let mine = fd.try_clone_to_owned().map_err(|_| Errno(24))?;
+        let mine = Own::dup(fd).map_err(|_| Errno(24))?;
         let mut ps = PSock::new(mine, state);
         ps.dgram = v >> 32 == 6;
         ps.shared = true;
@@ -890,7 +893,7 @@ impl Posix {
 }
 
 impl PSock {
-    fn new(a: OwnedFd, state: State) -> Self {
+    fn new(a: Own<OwnedFd>, state: State) -> Self {
         Self {
             a,
             state,

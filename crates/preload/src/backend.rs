@@ -131,6 +131,11 @@ pub trait Backend: Sync {
     fn wake_fd(&self) -> Result<i32, Errno> {
         Err(libc::ENOSYS)
     }
+    /// Moves the library's own descriptor numbered `fd` elsewhere (the program is about to
+    /// `dup2` onto it, `flowstack_sys::ownfd`); false if it has none by that number.
+    fn move_own(&self, _fd: i32) -> bool {
+        false
+    }
     /// Announces a sleep; None: something arrived since pump count `gen`.
     fn sleep_begin(&self, _gen: u64, _writable: bool) -> Result<Option<SleepTicket>, Errno> {
         Err(libc::ENOSYS)
@@ -160,6 +165,7 @@ pub fn connect() -> Result<&'static dyn Backend, String> {
 }
 
 use flowstack_client::posix::{self, Opt, Posix, RecvFlags, Shutdown};
+use flowstack_sys::ownfd::Own;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 /// [`Backend`] over `flowstack_client::posix`, always non-blocking (the shim sleeps itself).
@@ -167,7 +173,8 @@ struct PosixBackend {
     p: &'static Posix,
     /// A kernel TCP socket that answers options flowstack does not know, as the kernel
     /// would (value checks, defaults, `ENOPROTOOPT`).
-    scratch: std::sync::Mutex<Option<OwnedFd>>,
+    /// The library's own (`ownfd`).
+    scratch: std::sync::Mutex<Option<Own<OwnedFd>>>,
 }
 
 fn opt_of(level: i32, name: i32) -> Option<Opt> {
@@ -202,7 +209,7 @@ impl PosixBackend {
                 return Err(crate::real::errno());
             }
             // SAFETY: `k` is ours and open.
-            *g = Some(unsafe { OwnedFd::from_raw_fd(k) });
+            *g = Some(Own::lift(unsafe { OwnedFd::from_raw_fd(k) }));
         }
         let fd = g.as_ref().map(|k| k.as_raw_fd()).unwrap_or(-1);
         if f(fd) < 0 {
@@ -440,6 +447,14 @@ impl Backend for PosixBackend {
     }
     fn wake_fd(&self) -> Result<i32, Errno> {
         self.p.wake_fd().map_err(e)
+    }
+    fn move_own(&self, fd: i32) -> bool {
+        let mut g = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(k) = g.as_mut().filter(|k| k.raw() == fd) {
+            return k.relocate().is_ok();
+        }
+        drop(g);
+        self.p.move_own(fd)
     }
     fn unblock(&self, id: SockId) {
         let _ = self.p.unblock(posix::SockId(id));

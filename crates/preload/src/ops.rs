@@ -10,7 +10,7 @@ use crate::real;
 use crate::state::{inside, State};
 use crate::table::{opt, Entry, SockId, MAX_FDS};
 use std::net::SocketAddrV4;
-use std::os::fd::{AsRawFd, IntoRawFd};
+use std::os::fd::{AsFd, IntoRawFd};
 use std::time::{Duration, Instant};
 
 /// Whether the placeholder is non-blocking: the cached flag, confirmed with the kernel (the
@@ -419,6 +419,7 @@ fn retire_listener(st: &State, fd: i32, e: &Entry) -> Result<bool, Errno> {
         let last = st.release(e.id);
         if let (true, Some(k)) = (last, kernel) {
             // The shim's own copy of the kernel listener (fd is a dup of it now).
+            flowstack_sys::ownfd::unnote(k);
             real::close(k);
         }
         // O_NONBLOCK belongs to the description: set it only once the shim's own copy (which
@@ -562,14 +563,19 @@ pub fn listen(b: &dyn Backend, st: &State, fd: i32, e: &Entry, backlog: i32) -> 
     } else {
         None
     };
-    // The shim keeps its own copy to accept ordinary clients from.
-    // SAFETY: F_DUPFD_CLOEXEC of a descriptor we own.
+    // The shim keeps its own copy to accept ordinary clients from, out of the program's way
+    // (`flowstack_sys::ownfd`; un-noted where it is closed).
     let mine = kernel
         .as_ref()
-        .map(|k| unsafe { real::fcntl(k.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) })
-        .filter(|&k| k >= 0);
+        .and_then(|k| flowstack_sys::ownfd::dup_above(k.as_fd()).ok())
+        .map(|k| {
+            let k = k.into_raw_fd();
+            flowstack_sys::ownfd::note(k);
+            k
+        });
     if let Err(err) = b.listen(e.id, backlog, kernel) {
         if let Some(k) = mine {
+            flowstack_sys::ownfd::unnote(k);
             // SAFETY: our copy, not handed out.
             unsafe { real::close(k) };
         }

@@ -13,12 +13,13 @@ use crate::ops;
 use crate::real;
 use crate::state::{self, inside, is_inside, State};
 use crate::table::{opt, Entry, MAX_FDS};
+use flowstack_sys::ownfd;
 use libc::{
     c_char, c_int, c_long, c_uint, c_ulong, c_void, iovec, mmsghdr, msghdr, off_t, pid_t, size_t,
     sockaddr, socklen_t, ssize_t,
 };
 use std::net::SocketAddrV4;
-use std::os::fd::IntoRawFd;
+use std::os::fd::{BorrowedFd, IntoRawFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// The failure value of a C return type.
@@ -725,6 +726,7 @@ fn forget_fd(fd: c_int) {
             if st.release(e.id) {
                 crate::epoll::forget_sock(e.id);
                 if let Some(k) = aux {
+                    ownfd::unnote(k);
                     // SAFETY: the shim's own copy of the kernel listener, closed once.
                     unsafe { real::close(k) };
                 }
@@ -736,6 +738,12 @@ fn forget_fd(fd: c_int) {
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     if !is_inside() {
+        if ownfd::is_own(fd) {
+            // One of the library's own (`flowstack_sys::ownfd`): the program never opened
+            // it, as far as it knows.
+            real::set_errno(libc::EBADF);
+            return -1;
+        }
         forget_fd(fd);
         crate::epoll::on_close(fd);
     }
@@ -744,15 +752,29 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn close_range(lo: c_uint, hi: c_uint, flags: c_int) -> c_int {
-    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
-        if let Some(st) = state::get() {
-            let fds: Vec<c_int> = st.table.in_range(lo, hi).map(|(fd, _)| fd).collect();
-            for fd in fds {
-                forget_fd(fd);
-            }
+    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int != 0 || is_inside() {
+        return real::close_range(lo, hi, flags);
+    }
+    if let Some(st) = state::get() {
+        let fds: Vec<c_int> = st.table.in_range(lo, hi).map(|(fd, _)| fd).collect();
+        for fd in fds {
+            forget_fd(fd);
         }
     }
-    real::close_range(lo, hi, flags)
+    // The library's own descriptors stay (`flowstack_sys::ownfd`): the range is closed in
+    // the pieces between them.
+    let mut from = lo as u64;
+    for own in ownfd::own_in(lo, hi) {
+        let own = own as u64;
+        if own > from && real::close_range(from as c_uint, (own - 1) as c_uint, flags) < 0 {
+            return -1;
+        }
+        from = own + 1;
+    }
+    if from > hi as u64 {
+        return 0; // the range ended on one of ours
+    }
+    real::close_range(from as c_uint, hi, flags)
 }
 
 #[cfg_attr(not(test), no_mangle)]
@@ -768,8 +790,37 @@ pub unsafe extern "C" fn closefrom(lo: c_int) {
     };
     libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl);
     for fd in lo..(rl.rlim_cur.min(1 << 20) as c_uint) {
+        if ownfd::is_own(fd as c_int) {
+            continue;
+        }
         real::close(fd as c_int);
     }
+}
+
+/// Moves the shim's copy of a kernel listener numbered `k` (the aux of the listener's
+/// numbers in the table) to another number: the program is about to `dup2` onto `k`.
+fn move_kernel_listener(st: &State, k: c_int) {
+    let holders: Vec<c_int> = st
+        .table
+        .in_range(0, c_uint::MAX)
+        .map(|(fd, _)| fd)
+        .filter(|&fd| st.table.aux(fd) == Some(k))
+        .collect();
+    if holders.is_empty() {
+        return;
+    }
+    // SAFETY: `k` is the shim's own open descriptor (noted, in the table).
+    let moved = flowstack_sys::ownfd::dup_above(unsafe { BorrowedFd::borrow_raw(k) });
+    let Ok(n) = moved.map(IntoRawFd::into_raw_fd) else {
+        return;
+    };
+    ownfd::note(n);
+    for fd in holders {
+        st.table.set_aux(fd, Some(n));
+    }
+    ownfd::unnote(k);
+    // SAFETY: the old number of the shim's copy; the table names `n` now.
+    unsafe { real::close(k) };
 }
 
 /// After the kernel made `new` a copy of `old`: the table follows.
@@ -788,6 +839,10 @@ fn dup_done(old: c_int, new: c_int) {
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    if !is_inside() && ownfd::is_own(fd) {
+        real::set_errno(libc::EBADF);
+        return -1;
+    }
     let n = real::dup(fd);
     if n >= 0 && !is_inside() {
         dup_done(fd, n);
@@ -810,6 +865,23 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    if !is_inside() {
+        if ownfd::is_own(old) {
+            real::set_errno(libc::EBADF);
+            return -1;
+        }
+        if ownfd::is_own(new) {
+            // The program takes a number the library holds: the library's file moves
+            // elsewhere first (`flowstack_sys::ownfd`).
+            if let Some(st) = state::get() {
+                if let Ok(b) = st.backend() {
+                    if !inside(|| b.move_own(new)) {
+                        move_kernel_listener(st, new);
+                    }
+                }
+            }
+        }
+    }
     let n = real::dup3(old, new, flags);
     if n >= 0 && !is_inside() {
         dup_done(old, n);
@@ -830,6 +902,10 @@ fn learn_nonblock(fd: c_int, on: bool) {
 // in the register a fixed third parameter is read from, so the fixed signature is the ABI.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+    if matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) && !is_inside() && ownfd::is_own(fd) {
+        real::set_errno(libc::EBADF);
+        return -1;
+    }
     let r = real::fcntl(fd, cmd, arg);
     if r < 0 || is_inside() {
         return r;

@@ -12,6 +12,12 @@ pub struct EventFd {
     fd: OwnedFd,
 }
 
+impl From<OwnedFd> for EventFd {
+    fn from(fd: OwnedFd) -> Self {
+        Self::from_fd(fd)
+    }
+}
+
 impl EventFd {
     /// Creates one with the counter at zero.
     pub fn new() -> io::Result<Self> {

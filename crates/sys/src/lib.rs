@@ -45,6 +45,7 @@ pub mod filemap;
 pub mod futex;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod ownfd;
 pub mod perf;
 pub mod placeholder;
 pub mod poll;

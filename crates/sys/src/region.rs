@@ -20,16 +20,17 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
-/// A shared mapping of a whole memfd, unmapped on drop; the descriptor stays open with it.
+/// A shared mapping of a whole memfd, unmapped on drop; the descriptor stays open with it
+/// (unless mapped with [`SharedRegion::map_fd`]).
 pub struct SharedRegion {
     map: MmapRaw,
-    fd: OwnedFd,
+    fd: Option<OwnedFd>,
 }
 
 impl std::fmt::Debug for SharedRegion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SharedRegion")
-            .field("fd", &self.fd.as_raw_fd())
+            .field("fd", &self.fd.as_ref().map(|f| f.as_raw_fd()))
             .field("len", &self.len())
             .finish()
     }
@@ -58,7 +59,23 @@ impl SharedRegion {
     /// process. The memfd must be sealed against shrinking (else the other process could
     /// truncate it and crash us on the next access): anything else is refused.
     pub fn from_fd(fd: OwnedFd) -> io::Result<Self> {
-        let seals = fcntl_get_seals(&fd).map_err(|e| {
+        let map = Self::map_sealed(&fd)?;
+        Ok(Self { map, fd: Some(fd) })
+    }
+
+    /// [`SharedRegion::from_fd`] that closes the descriptor once mapped (the mapping keeps
+    /// the file): for a process that never passes the region on, e.g. an application under
+    /// the preload shim, whose descriptors the program could otherwise hit (`ownfd`).
+    /// [`SharedRegion::fd`], [`SharedRegion::raw_fd`] and
+    /// [`SharedRegion::set_inheritable`] must not be called on it.
+    pub fn map_fd(fd: OwnedFd) -> io::Result<Self> {
+        let map = Self::map_sealed(&fd)?;
+        Ok(Self { map, fd: None })
+    }
+
+    /// Checks that `fd` is a memfd sealed against shrinking, and maps all of it.
+    fn map_sealed(fd: &OwnedFd) -> io::Result<MmapRaw> {
+        let seals = fcntl_get_seals(fd).map_err(|e| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("not a sealable memfd ({e})"),
@@ -69,17 +86,23 @@ impl SharedRegion {
                 "memfd not sealed against shrinking: refusing to map it".into(),
             ));
         }
-        let size = fstat(&fd)?.st_size;
+        let size = fstat(fd)?.st_size;
         let len = usize::try_from(size)
             .ok()
             .filter(|&l| l > 0)
             .ok_or_else(|| invalid(format!("cannot map a memfd of {size} bytes")))?;
-        Self::map(fd, len)
+        MmapOptions::new().len(len).map_raw(fd)
     }
 
     fn map(fd: OwnedFd, len: usize) -> io::Result<Self> {
         let map = MmapOptions::new().len(len).map_raw(&fd)?;
-        Ok(Self { map, fd })
+        Ok(Self { map, fd: Some(fd) })
+    }
+
+    fn kept(&self) -> &OwnedFd {
+        self.fd
+            .as_ref()
+            .expect("a region mapped with `map_fd` keeps no descriptor")
     }
 
     /// Length in bytes.
@@ -100,12 +123,12 @@ impl SharedRegion {
 
     /// The memfd, e.g. to pass to another process with [`fdpass`](crate::fdpass).
     pub fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+        self.kept().as_fd()
     }
 
     /// The memfd's number, e.g. to name on a child's command line.
     pub fn raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+        self.kept().as_raw_fd()
     }
 
     /// Lets child processes inherit the descriptor across `exec` (clears close-on-exec), or
@@ -116,7 +139,7 @@ impl SharedRegion {
         } else {
             rustix::io::FdFlags::CLOEXEC
         };
-        rustix::io::fcntl_setfd(&self.fd, flags)?;
+        rustix::io::fcntl_setfd(self.kept(), flags)?;
         Ok(())
     }
 
@@ -201,7 +224,7 @@ impl SharedRegion {
 
 impl AsFd for SharedRegion {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+        self.kept().as_fd()
     }
 }
 
@@ -226,6 +249,20 @@ mod tests {
             0x1122_3344_5566_7788
         );
         assert_eq!(b.atomic_u32(8).unwrap().load(Ordering::SeqCst), 0x5566_7788);
+    }
+
+    #[test]
+    fn map_fd_closes_the_descriptor_and_keeps_the_shared_mapping() {
+        let a = SharedRegion::create("region-test", 4096).unwrap();
+        let dup = a.fd().try_clone_to_owned().unwrap();
+        let n = dup.as_raw_fd();
+        let b = SharedRegion::map_fd(dup).unwrap();
+        assert!(!std::path::Path::new(&format!("/proc/self/fd/{n}")).exists());
+        a.atomic_u64(16).unwrap().store(42, Ordering::SeqCst);
+        assert_eq!(b.atomic_u64(16).unwrap().load(Ordering::SeqCst), 42);
+        // The same checks as `from_fd`: an unsealed file is refused.
+        let (s, _) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert!(SharedRegion::map_fd(s.into()).is_err());
     }
 
     #[test]

@@ -24,8 +24,9 @@ use super::{placeholder, Errno, Inner, Posix, Readiness, SockId, State, Tokens};
 use crate::Client;
 use flowstack_api::record::{AttachOp, Command, Mode};
 use flowstack_api::region::at;
+use flowstack_sys::ownfd::Own;
 use flowstack_sys::wake;
-use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{fence, Ordering};
 
 /// One socket's readiness and event counts (edge-triggered waits compare them).
@@ -234,7 +235,8 @@ impl Posix {
             }
             Err(e) => return Err(e),
         };
-        let fd = mine.as_raw_fd();
+        let mine: Own<OwnedFd> = Own::lift(mine);
+        let fd = mine.raw();
         g.wake = Some(mine);
         Ok(fd)
     }

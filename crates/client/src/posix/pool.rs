@@ -47,8 +47,8 @@ use flowstack_api::record::{POOL_BATCH, POOL_MAX};
 pub(super) struct NewPlaceholder {
     /// The program's descriptor (A, or a duplicate of it), with the flags asked for.
     pub prog: OwnedFd,
-    /// The library's own copy of A.
-    pub mine: OwnedFd,
+    /// The library's own copy of A (above the program's numbers, `ownfd`).
+    pub mine: Own<OwnedFd>,
     /// D, to send with the attach; `None` for a pooled pair (the daemon has it).
     pub d: Option<OwnedFd>,
 }
@@ -84,7 +84,7 @@ pub(super) fn take(c: &mut Client, fl: FdFlags) -> Result<NewPlaceholder, Errno>
         };
     }
     let (a, d) = placeholder::pair_with(fl.cloexec, fl.nonblock).map_err(|_| Errno(24))?;
-    let mine = a.try_clone().map_err(|_| Errno(24))?;
+    let mine = Own::dup(a.as_fd()).map_err(|_| Errno(24))?;
     Ok(NewPlaceholder {
         prog: a,
         mine,
@@ -102,7 +102,7 @@ pub(super) fn may_recycle(c: &Client) -> bool {
 /// The program closed its last descriptor of socket `h`, which nothing else can hold (see
 /// the module docs): posts `Forget { recycle }` and keeps `a`, this process's copy of A,
 /// until the answer. `Err` (not posted, the daemon is gone): `a` is closed here.
-pub(super) fn recycle(c: &mut Client, h: u32, a: OwnedFd) -> Result<(), Errno> {
+pub(super) fn recycle(c: &mut Client, h: u32, a: Own<OwnedFd>) -> Result<(), Errno> {
     let id = c.post(
         Mode::Sync,
         Command::Forget {
@@ -167,7 +167,7 @@ pub(super) fn post(
     place: bool,
     ty: SockType,
     p: NewPlaceholder,
-) -> Result<(u32, OwnedFd, OwnedFd), Errno> {
+) -> Result<(u32, OwnedFd, Own<OwnedFd>), Errno> {
     let r = match &p.d {
         Some(d) => {
             let op = if place {
@@ -213,7 +213,8 @@ fn refill(c: &mut Client) -> Result<(), Errno> {
     let id = post_attach(c, POOL_BATCH, AttachOp::Pool, SockType::Stream, &fds)?;
     c.waiting.remove(&id);
     // Our D's close here: the daemon holds its copies.
-    c.pooled.extend(pairs.into_iter().map(|(a, _)| (a, false)));
+    c.pooled
+        .extend(pairs.into_iter().map(|(a, _)| (Own::lift(a), false)));
     Ok(())
 }
 
