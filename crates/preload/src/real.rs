@@ -212,6 +212,8 @@ real! {
     posix_spawnp(pid: *mut pid_t, p: *const c_char, fa: *const posix_spawn_file_actions_t,
                  at: *const posix_spawnattr_t, a: *const *mut c_char,
                  e: *const *mut c_char) -> c_int = libc::ENOSYS;
+    system(c: *const c_char) -> c_int = -1;
+    popen(c: *const c_char, m: *const c_char) -> *mut libc::FILE = std::ptr::null_mut();
 }
 
 /// `syscall(2)` with all six arguments, for numbers the shim does not route.

@@ -158,6 +158,23 @@ pub unsafe extern "C" fn posix_spawnp(
     real::posix_spawnp(pid, p, fa, at, a, env.as_ptr().cast())
 }
 
+/// glibc's `system` and `popen` start their child with its internal spawn, which the
+/// wrappers above never see: the sockets alive now are settled here (answered, and never
+/// recycled: the child may hold a copy of a placeholder made without `SOCK_CLOEXEC`).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn system(cmd: *const c_char) -> c_int {
+    if !cmd.is_null() {
+        settle();
+    }
+    real::system(cmd)
+}
+
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn popen(cmd: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    settle();
+    real::popen(cmd, mode)
+}
+
 // ---- signals -------------------------------------------------------------------------------
 
 #[cfg_attr(not(test), no_mangle)]
