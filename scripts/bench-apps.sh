@@ -12,7 +12,8 @@
 # usage: scripts/bench-apps.sh [RUNS] [WHICH]   (WHICH: comma-separated subset of
 #        redis,nginx,iperf3; default all. Needs a release build: cargo build --release -p
 #        flowstack-cli -p flowstack-preload; and redis-server, redis-benchmark, nginx, wrk,
-#        ab, iperf3 — missing programs are skipped)
+#        ab, iperf3 — missing programs are skipped). BENCH_DAEMON_ARGS: extra arguments
+#        for the daemon (e.g. "--spin-us 0").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-3}
@@ -40,7 +41,8 @@ cleanup() {
   rm -rf "$TMP"
 }
 trap cleanup EXIT
-"$FS" daemon --socket "$SOCK" >"$TMP/daemon.log" 2>&1 &
+# shellcheck disable=SC2086 # word splitting intended
+"$FS" daemon --socket "$SOCK" ${BENCH_DAEMON_ARGS:-} >"$TMP/daemon.log" 2>&1 &
 DAEMON=$!
 PIDS+=("$DAEMON")
 for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.05; done

@@ -21,9 +21,10 @@ pub struct DaemonArgs {
     #[arg(long, value_name = "N", default_value_t = 65536, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_sockets_per_app: u32,
     /// Microseconds the daemon keeps polling after a turn found nothing, before it sleeps
-    /// (0: sleep at once; it owns its core in offload mode).
-    #[arg(long, value_name = "N", default_value_t = 50)]
-    pub spin_us: u64,
+    /// (0: sleep at once) [default: 50 if its engines have CPUs of their own — pinned, or
+    /// more CPUs than engines plus one — else 0].
+    #[arg(long, value_name = "N")]
+    pub spin_us: Option<u64>,
     /// Pin the daemon to this CPU (its "network processor" core); the same as `--cores CPU`.
     #[arg(long, value_name = "CPU", conflicts_with_all = ["cores", "engines"])]
     pub cpu: Option<usize>,
@@ -81,7 +82,6 @@ pub fn run_as(a: DaemonArgs, who: &str) -> ExitCode {
     }
     cfg.max_sockets_per_app = a.max_sockets_per_app as usize;
     cfg.socket_mode = a.socket_mode;
-    cfg.spin = std::time::Duration::from_micros(a.spin_us);
     cfg.cpu = a.cpu;
     if let Some(list) = &a.cores {
         match flowstack_runtime::parse_cores(list) {
@@ -111,6 +111,14 @@ pub fn run_as(a: DaemonArgs, who: &str) -> ExitCode {
         _ => 1,
     };
     cfg.spread = a.spread;
+    cfg.spin = match a.spin_us {
+        Some(us) => std::time::Duration::from_micros(us),
+        None => cfg.auto_spin(
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
+        ),
+    };
     cfg.max_app_memory = a.max_app_memory.max(1);
     match (&a.link, &a.addr) {
         (Some(l), Some(ad)) => match l.spec(ad) {
@@ -162,10 +170,11 @@ pub fn run_as(a: DaemonArgs, who: &str) -> ExitCode {
         format!(" and {}{gw} on {}", l.addr.ip, l.link)
     });
     println!(
-        "flowstackd: serving 127.0.0.0/8 (its own loopback interface){link} for applications on {}; {} engine(s), cpus {}",
+        "flowstackd: serving 127.0.0.0/8 (its own loopback interface){link} for applications on {}; {} engine(s), cpus {}, spin {} us",
         d.path().display(),
         engines.len(),
-        engines.join(",")
+        engines.join(","),
+        cfg.spin.as_micros()
     );
     let stop = AtomicBool::new(false);
     match d.run(&stop) {

@@ -204,6 +204,23 @@ impl DaemonConfig {
         p[0] = self.cpu;
         p
     }
+
+    /// The spin to use when none is asked for (`--spin-us` not given): [`DEFAULT_SPIN`]
+    /// when the engines have CPUs of their own — pinned (`--cpu`, `--cores`), or more
+    /// CPUs available to the process (`sched_getaffinity`) than engine threads plus one —
+    /// else zero. On a host with no CPU to spare the daemon and the applications take turns
+    /// on the same CPUs, and a spinning daemon takes the time the application it waits for
+    /// needs: on 2 vCPUs, wrk against nginx (both under `flowstack run`) made 72–76 k
+    /// requests/s with a 50 µs spin and 95–111 k with none (`scripts/bench-apps.sh`, README).
+    pub fn auto_spin(&self, available_cpus: usize) -> Duration {
+        let placement = self.placement();
+        let pinned = placement.iter().all(|c| c.is_some());
+        if pinned || available_cpus > placement.len() + 1 {
+            DEFAULT_SPIN
+        } else {
+            Duration::ZERO
+        }
+    }
 }
 
 /// Bytes of frame data in each ring between two engines (up to four engines): a window's
@@ -214,7 +231,8 @@ pub const MESH_RING_BYTES: usize = 8 << 20;
 /// Bytes of each ring between engines with more than four engines.
 pub const MESH_RING_BYTES_MANY: usize = 2 << 20;
 
-/// Default of [`DaemonConfig::spin`].
+/// Default of [`DaemonConfig::spin`], and the daemon's spin when its engines have CPUs of
+/// their own ([`DaemonConfig::auto_spin`]).
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 
 impl Default for DaemonConfig {
@@ -589,3 +607,27 @@ pub const PENDING_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often a busy daemon looks for placeholders closed everywhere (an idle one is woken
 /// by them).
 pub const LAST_CLOSE_CHECK: Duration = Duration::from_millis(5);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_spin_is_on_only_when_the_engines_have_cpus_of_their_own() {
+        let mut c = DaemonConfig::default();
+        // One engine: a spare CPU takes three.
+        assert_eq!(c.auto_spin(1), Duration::ZERO);
+        assert_eq!(c.auto_spin(2), Duration::ZERO);
+        assert_eq!(c.auto_spin(3), DEFAULT_SPIN);
+        c.engines = 2;
+        assert_eq!(c.auto_spin(3), Duration::ZERO);
+        assert_eq!(c.auto_spin(4), DEFAULT_SPIN);
+        // Pinned: the operator gave the engines their CPUs.
+        c.engines = 1;
+        c.cpu = Some(1);
+        assert_eq!(c.auto_spin(2), DEFAULT_SPIN);
+        c.cpu = None;
+        c.cores = vec![0, 1];
+        assert_eq!(c.auto_spin(2), DEFAULT_SPIN);
+    }
+}
