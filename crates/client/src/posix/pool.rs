@@ -35,9 +35,9 @@
 //! pooled A itself is the library's copy, which every socket had anyway. The pooled A's are
 //! close-on-exec (gone at `exec`) and a forked child closes its copies when it forgets its
 //! parent's client; the daemon never sees them as sockets (no last-close polling, no socket
-//! limit) and closes its D's with the application. The price: the pooled and recycled A's
-//! (at most [`POOL_MAX`]) hold descriptor numbers the kernel would have given to the
-//! program's next files (see README, "Unmodified programs"). Pooling is on unless
+//! limit) and closes its D's with the application. The pooled and recycled A's (at most [`POOL_MAX`])
+//! are the library's own descriptors, moved above the program's numbers as they join the
+//! pool (`flowstack_sys::ownfd`; see README, "Unmodified programs"). Pooling is on unless
 //! `FLOWSTACK_PLACEHOLDER_POOL=0` (see [`enabled`]): with it off, a pair per socket.
 
 use super::*;
