@@ -60,6 +60,7 @@ mod calls;
 mod carried;
 mod fast;
 mod file;
+mod fork;
 mod own;
 mod pool;
 mod ready;
@@ -71,6 +72,7 @@ use calls::{
 use fast::clear_tokens;
 pub use fast::{FastReady, SleepTicket};
 pub use file::MAX_SENDFILE;
+pub use fork::ForkHold;
 pub use ready::Cursor;
 
 pub use types::*;
@@ -210,42 +212,6 @@ impl Posix {
             g.client = Some(Client::connect(&self.path).map_err(|_| Errno::ECONNRESET)?);
         }
         Ok(g)
-    }
-
-    /// Takes the daemon's answers to every `Attach` posted and not answered yet (see
-    /// [`Posix::socket`]; for accepts' `Place`s, whose answers are dropped, one sync call
-    /// behind them); call before `fork` or `exec`, after which another process may adopt
-    /// these placeholders, which needs the daemon to know them first. Also writes the filler
-    /// non-blocking connects left out (another process may wait on A in the kernel).
-    pub fn settle(&self) {
-        let Ok(mut g) = self.lock() else { return };
-        // The child or new image holds every A now: none is recycled (`pool`).
-        g.socks.values_mut().for_each(|s| s.shared = true);
-        let pending: Vec<u32> = g
-            .socks
-            .iter()
-            .filter(|(_, s)| s.attach.is_some())
-            .map(|(&h, _)| h)
-            .collect();
-        for h in pending {
-            let _ = g.sock(SockId(h));
-        }
-        if std::mem::take(&mut g.placed) {
-            // Any sync call answered means the accepts' `Place`s before it were taken.
-            let c = g.client.as_mut().expect("registered");
-            let any = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
-            let _ = sync(c, Command::Carries { remote: any });
-        }
-        // Another process may wait on these placeholders in the kernel.
-        let later: Vec<u32> = g
-            .socks
-            .iter()
-            .filter(|(_, s)| s.fill_later)
-            .map(|(&h, _)| h)
-            .collect();
-        for h in later {
-            let _ = fast::fill_now(&mut g, SockId(h));
-        }
     }
 
     /// Call in a child after `fork` (also detected on any call): forgets the parent's rings

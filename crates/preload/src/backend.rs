@@ -95,6 +95,12 @@ pub trait Backend: Sync {
     /// Before fork or exec: waits for the daemon's answers to placeholders posted and not
     /// yet answered (`socket()`, `accept()`), so another process can adopt them.
     fn settle(&self) {}
+    /// [`Backend::settle`], then the library's lock held until the result is dropped (the
+    /// shim's `fork`, `flowstack_client::posix::Posix::settle_for_fork`).
+    fn settle_for_fork(&self) -> Option<posix::ForkHold<'_>> {
+        self.settle();
+        None
+    }
     /// Tells the daemon a socket went to the kernel and why (`flowstack stats`).
     fn report(&self, why: crate::addr::Reason, dst: Option<SocketAddrV4>);
 
@@ -421,6 +427,9 @@ impl Backend for PosixBackend {
     }
     fn settle(&self) {
         self.p.settle();
+    }
+    fn settle_for_fork(&self) -> Option<posix::ForkHold<'_>> {
+        self.p.settle_for_fork()
     }
     fn after_fork(&self) {
         self.p.after_fork();

@@ -8,8 +8,18 @@ use super::*;
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn fork() -> pid_t {
-    settle();
+    // Settled, and the library's lock held across the fork: no other thread is half-way
+    // through making one of the library's descriptors (the wake-up pipe) as the child is
+    // copied. Released in both processes as `fork` returns.
+    let hold = if is_inside() {
+        None
+    } else {
+        state::get()
+            .and_then(|s| s.connected())
+            .and_then(|b| inside(|| b.settle_for_fork()))
+    };
     let pid = real::fork();
+    drop(hold);
     if pid == 0 {
         crate::epoll::after_fork();
     }
