@@ -68,21 +68,14 @@ assert child.wait(timeout=20) == 0
 
 #[test]
 fn a_socket_passed_with_scm_rights_works_in_the_receiver_and_closes_at_its_last_close() {
-    if !have("python3") {
-        eprintln!("skipped: python3 is not installed");
+    let Some(w) = python_world("fdpass", "parent.py", PARENT) else {
         return;
-    }
-    let w = World::new("fdpass");
+    };
     std::fs::write(w.dir.join("child.py"), CHILD).unwrap();
-    std::fs::write(w.dir.join("parent.py"), PARENT).unwrap();
     let port = free_port(Ipv4Addr::LOCALHOST).to_string();
-    let out = w.output(&["python3", "parent.py", &port], Duration::from_secs(60));
-    let said = String::from_utf8_lossy(&out.stdout).into_owned();
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{said}{err}");
-    if w.shim_without_daemon_api(&out.stderr) {
+    let Some((said, err)) = w.python(&["parent.py", &port], &[], Duration::from_secs(60)) else {
         return;
-    }
+    };
     assert!(
         said.contains("parent got from the other process\n"),
         "{said}{err}"

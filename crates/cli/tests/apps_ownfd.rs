@@ -92,23 +92,16 @@ print("done", flush=True)
 
 #[test]
 fn the_shims_descriptors_sit_above_the_floor_and_survive_dup2_close_and_close_range() {
-    if !have("python3") {
-        eprintln!("skipped: python3 is not installed");
+    let Some(w) = python_world("ownfd", "own.py", SCRIPT) else {
         return;
-    }
-    let w = World::new("ownfd");
-    std::fs::write(w.dir.join("own.py"), SCRIPT).unwrap();
+    };
     let port = free_port(Ipv4Addr::LOCALHOST).to_string();
     let floor = FLOOR.to_string();
-    let mut c = w.run(&["python3", "own.py", &port, &floor]);
-    c.env("FLOWSTACK_FD_FLOOR", &floor);
-    let out = output_within(&mut c, Duration::from_secs(60), "python3");
-    let said = String::from_utf8_lossy(&out.stdout).into_owned();
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{said}{err}");
-    if w.shim_without_daemon_api(&out.stderr) {
+    let env = [("FLOWSTACK_FD_FLOOR", floor.as_str())];
+    let Some((said, err)) = w.python(&["own.py", &port, &floor], &env, Duration::from_secs(60))
+    else {
         return;
-    }
+    };
     // The program's three sockets took the lowest numbers, as on the kernel.
     assert!(said.contains("low numbers [3, 4, 5]\n"), "{said}{err}");
     let shim = said

@@ -47,25 +47,16 @@ print("done", how, flush=True)
 
 #[test]
 fn sockets_alive_at_system_or_popen_are_not_recycled() {
-    if !have("python3") {
-        eprintln!("skipped: python3 is not installed");
+    let Some(w) = python_world("spawn", "spawn.py", SCRIPT) else {
         return;
-    }
-    let w = World::new("spawn");
-    std::fs::write(w.dir.join("spawn.py"), SCRIPT).unwrap();
+    };
     let mut recycled = Vec::new();
     for how in ["none", "system", "popen"] {
         let port = free_port(Ipv4Addr::LOCALHOST).to_string();
-        let out = w.output(
-            &["python3", "spawn.py", &port, how],
-            Duration::from_secs(60),
-        );
-        let said = String::from_utf8_lossy(&out.stdout).into_owned();
-        let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(out.status.success(), "{how}: {said}{err}");
-        if w.shim_without_daemon_api(&out.stderr) {
+        let args = ["spawn.py", &port, how];
+        let Some((said, err)) = w.python(&args, &[], Duration::from_secs(60)) else {
             return;
-        }
+        };
         assert!(said.contains(&format!("done {how}\n")), "{said}{err}");
         recycled.push(w.counter("FlowstackdPlaceholdersRecycled"));
     }

@@ -419,8 +419,7 @@ fn retire_listener(st: &State, fd: i32, e: &Entry) -> Result<bool, Errno> {
         let last = st.release(e.id);
         if let (true, Some(k)) = (last, kernel) {
             // The shim's own copy of the kernel listener (fd is a dup of it now).
-            flowstack_sys::ownfd::unnote(k);
-            real::close(k);
+            close_kernel_copy(k);
         }
         // O_NONBLOCK belongs to the description: set it only once the shim's own copy (which
         // other numbers of this listener still use, non-blocking) is gone.
@@ -567,17 +566,10 @@ pub fn listen(b: &dyn Backend, st: &State, fd: i32, e: &Entry, backlog: i32) -> 
     // (`flowstack_sys::ownfd`; un-noted where it is closed).
     let mine = kernel
         .as_ref()
-        .and_then(|k| flowstack_sys::ownfd::dup_above(k.as_fd()).ok())
-        .map(|k| {
-            let k = k.into_raw_fd();
-            flowstack_sys::ownfd::note(k);
-            k
-        });
+        .and_then(|k| flowstack_sys::ownfd::dup_noted(k.as_fd()).ok());
     if let Err(err) = b.listen(e.id, backlog, kernel) {
         if let Some(k) = mine {
-            flowstack_sys::ownfd::unnote(k);
-            // SAFETY: our copy, not handed out.
-            unsafe { real::close(k) };
+            close_kernel_copy(k);
         }
         return Err(err);
     }
@@ -586,6 +578,14 @@ pub fn listen(b: &dyn Backend, st: &State, fd: i32, e: &Entry, backlog: i32) -> 
         st.table.set_aux(fd, mine);
     }
     Ok(())
+}
+
+/// Closes the shim's copy of a kernel listener, kept by number and noted
+/// (`flowstack_sys::ownfd::dup_noted`), once nothing names it.
+pub(crate) fn close_kernel_copy(k: i32) {
+    flowstack_sys::ownfd::unnote(k);
+    // SAFETY: the shim's own descriptor, never handed out, closed once.
+    unsafe { real::close(k) };
 }
 
 fn kernel_listener(a: SocketAddrV4, inet6: bool, backlog: i32) -> Option<std::os::fd::OwnedFd> {

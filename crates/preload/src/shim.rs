@@ -726,9 +726,7 @@ fn forget_fd(fd: c_int) {
             if st.release(e.id) {
                 crate::epoll::forget_sock(e.id);
                 if let Some(k) = aux {
-                    ownfd::unnote(k);
-                    // SAFETY: the shim's own copy of the kernel listener, closed once.
-                    unsafe { real::close(k) };
+                    ops::close_kernel_copy(k);
                 }
             }
         }
@@ -737,13 +735,10 @@ fn forget_fd(fd: c_int) {
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    if refuse_own(fd) {
+        return -1; // left open: the library's
+    }
     if !is_inside() {
-        if ownfd::is_own(fd) {
-            // One of the library's own (`flowstack_sys::ownfd`): the program never opened
-            // it, as far as it knows.
-            real::set_errno(libc::EBADF);
-            return -1;
-        }
         forget_fd(fd);
         crate::epoll::on_close(fd);
     }
@@ -797,6 +792,16 @@ pub unsafe extern "C" fn closefrom(lo: c_int) {
     }
 }
 
+/// True (errno `EBADF`) if the program names one of the library's own descriptors
+/// (`flowstack_sys::ownfd`): it never opened it, as far as it knows.
+fn refuse_own(fd: c_int) -> bool {
+    let own = !is_inside() && ownfd::is_own(fd);
+    if own {
+        real::set_errno(libc::EBADF);
+    }
+    own
+}
+
 /// Moves the shim's copy of a kernel listener numbered `k` (the aux of the listener's
 /// numbers in the table) to another number: the program is about to `dup2` onto `k`.
 fn move_kernel_listener(st: &State, k: c_int) {
@@ -810,17 +815,13 @@ fn move_kernel_listener(st: &State, k: c_int) {
         return;
     }
     // SAFETY: `k` is the shim's own open descriptor (noted, in the table).
-    let moved = flowstack_sys::ownfd::dup_above(unsafe { BorrowedFd::borrow_raw(k) });
-    let Ok(n) = moved.map(IntoRawFd::into_raw_fd) else {
+    let Ok(n) = ownfd::dup_noted(unsafe { BorrowedFd::borrow_raw(k) }) else {
         return;
     };
-    ownfd::note(n);
     for fd in holders {
         st.table.set_aux(fd, Some(n));
     }
-    ownfd::unnote(k);
-    // SAFETY: the old number of the shim's copy; the table names `n` now.
-    unsafe { real::close(k) };
+    ops::close_kernel_copy(k); // the table names `n` now
 }
 
 /// After the kernel made `new` a copy of `old`: the table follows.
@@ -839,8 +840,7 @@ fn dup_done(old: c_int, new: c_int) {
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
-    if !is_inside() && ownfd::is_own(fd) {
-        real::set_errno(libc::EBADF);
+    if refuse_own(fd) {
         return -1;
     }
     let n = real::dup(fd);
@@ -865,19 +865,16 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
-    if !is_inside() {
-        if ownfd::is_own(old) {
-            real::set_errno(libc::EBADF);
-            return -1;
-        }
-        if ownfd::is_own(new) {
-            // The program takes a number the library holds: the library's file moves
-            // elsewhere first (`flowstack_sys::ownfd`).
-            if let Some(st) = state::get() {
-                if let Ok(b) = st.backend() {
-                    if !inside(|| b.move_own(new)) {
-                        move_kernel_listener(st, new);
-                    }
+    if refuse_own(old) {
+        return -1;
+    }
+    if !is_inside() && ownfd::is_own(new) {
+        // The program takes a number the library holds: the library's file moves elsewhere
+        // first (`flowstack_sys::ownfd`).
+        if let Some(st) = state::get() {
+            if let Ok(b) = st.backend() {
+                if !inside(|| b.move_own(new)) {
+                    move_kernel_listener(st, new);
                 }
             }
         }
@@ -902,8 +899,7 @@ fn learn_nonblock(fd: c_int, on: bool) {
 // in the register a fixed third parameter is read from, so the fixed signature is the ABI.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
-    if matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) && !is_inside() && ownfd::is_own(fd) {
-        real::set_errno(libc::EBADF);
+    if matches!(cmd, libc::F_DUPFD | libc::F_DUPFD_CLOEXEC) && refuse_own(fd) {
         return -1;
     }
     let r = real::fcntl(fd, cmd, arg);

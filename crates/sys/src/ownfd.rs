@@ -117,6 +117,15 @@ pub fn dup_above(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     }
 }
 
+/// A close-on-exec duplicate of `fd` above the floor, noted and kept by number (see
+/// [`note`]; the caller un-notes it before closing it): the shim's copies of its kernel
+/// listeners, which its descriptor table names by number.
+pub fn dup_noted(fd: BorrowedFd<'_>) -> io::Result<RawFd> {
+    let d = std::os::fd::IntoRawFd::into_raw_fd(dup_above(fd)?);
+    note(d);
+    Ok(d)
+}
+
 /// One of the library's own descriptors (see the module docs): `T` is the typed file over it
 /// (`OwnedFd`, a `UnixStream`, an `EventFd`). Noted in [`is_own`] while alive; dropping it
 /// un-notes the number, then closes the file.

@@ -120,6 +120,31 @@ impl World {
         w
     }
 
+    /// Runs `python3 ARGS…` under `flowstack run` with the extra environment `env`, within
+    /// `limit`, and asserts it exited 0. Its stdout and stderr, or `None` when the shim has
+    /// no daemon API (the path is then not checked).
+    pub fn python(
+        &self,
+        args: &[&str],
+        env: &[(&str, &str)],
+        limit: Duration,
+    ) -> Option<(String, String)> {
+        let mut argv = vec!["python3"];
+        argv.extend_from_slice(args);
+        let mut c = self.run(&argv);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let out = output_within(&mut c, limit, "python3");
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{args:?}: {said}{err}");
+        if self.shim_without_daemon_api(err.as_bytes()) {
+            return None;
+        }
+        Some((said, err))
+    }
+
     /// Kills this world's daemon with SIGKILL and reaps it.
     pub fn kill_daemon(&mut self) {
         let mut d = self.daemon.take().expect("the daemon runs");
@@ -226,6 +251,18 @@ impl Drop for World {
         self.daemon.take();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// A world for a python3 script test, with `script` written to `file` in its directory;
+/// `None` (the reason printed) when python3 is not installed.
+pub fn python_world(name: &str, file: &str, script: &str) -> Option<World> {
+    if !have("python3") {
+        eprintln!("skipped: python3 is not installed");
+        return None;
+    }
+    let w = World::new(name);
+    std::fs::write(w.dir.join(file), script).unwrap();
+    Some(w)
 }
 
 pub fn output_within(c: &mut Command, limit: Duration, what: &str) -> Output {
