@@ -74,3 +74,88 @@ fn sockets_alive_at_system_or_popen_are_not_recycled() {
     );
     w.assert_flowstack("python3", 8);
 }
+
+/// python3 copies itself with a raw system call (`syscall(SYS_fork)`, `SYS_vfork`, or
+/// `SYS_clone` with fork's flags and no stack) while a connection to a server (another
+/// python3 under the shim) is open: the child sends on the inherited socket and opens a new
+/// connection, then exits; the parent sends on the socket afterwards. The server gets every
+/// message on the right connection, in order. The shim treats the copy as a fork (the child
+/// adopts the sockets through its own registration); without that the child drives the
+/// parent's rings with its own copy of their cursors. `clone3` answers `ENOSYS`. (The
+/// parent does not read after the child used the socket: a child that uses an inherited
+/// socket becomes the holder of every inherited socket — README, limits.)
+const RAW_FORK: &str = r#"
+import ctypes, os, socket, subprocess, sys
+port, how = int(sys.argv[1]), sys.argv[2]
+SERVER = """
+import socket, sys
+def exactly(s, n):
+    got = b""
+    while len(got) < n:
+        k = s.recv(n - len(got))
+        assert k, got
+        got += k
+    return got
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("127.0.0.1", int(sys.argv[1])))
+l.listen(8)
+print("listening", flush=True)
+s, _ = l.accept()
+s.settimeout(20)
+assert exactly(s, 1) == b"a"
+assert exactly(s, 5) == b"child"
+e, _ = l.accept()
+e.settimeout(20)
+assert exactly(e, 3) == b"new"
+assert exactly(s, 6) == b"parent"
+print("server ok", flush=True)
+"""
+srv = subprocess.Popen([sys.executable, "-c", SERVER, str(port)], stdout=subprocess.PIPE)
+assert srv.stdout.readline() == b"listening\n"
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+assert libc.syscall(435, 0, 0) == -1 and ctypes.get_errno() == 38, "clone3"
+c = socket.create_connection(("127.0.0.1", port), timeout=20)
+c.sendall(b"a")
+if how == "fork":
+    pid = libc.syscall(57)
+elif how == "vfork":
+    pid = libc.syscall(58)
+else:
+    pid = libc.syscall(56, 17, 0, 0, 0, 0)  # clone(SIGCHLD, no stack)
+if pid == 0:
+    try:
+        c.sendall(b"child")
+        d = socket.create_connection(("127.0.0.1", port), timeout=20)
+        d.sendall(b"new")
+        d.close()
+        os._exit(0)
+    except BaseException as e:
+        os.write(2, repr(e).encode() + b"\n")
+        os._exit(3)
+assert pid > 0, pid
+_, st = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(st) == 0, st
+c.sendall(b"parent")
+assert srv.stdout.readline() == b"server ok\n"
+assert srv.wait(timeout=20) == 0
+print("done", how, flush=True)
+"#;
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn a_raw_fork_is_a_fork() {
+    let Some(w) = python_world("rawfork", "rawfork.py", RAW_FORK) else {
+        return;
+    };
+    for how in ["fork", "vfork", "clone"] {
+        let port = free_port(Ipv4Addr::LOCALHOST).to_string();
+        let args = ["rawfork.py", &port, how];
+        let Some((said, err)) = w.python(&args, &[], Duration::from_secs(60)) else {
+            return;
+        };
+        assert!(said.contains(&format!("done {how}\n")), "{said}{err}");
+    }
+    w.assert_flowstack("python3", 4);
+}

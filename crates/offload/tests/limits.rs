@@ -44,19 +44,17 @@ fn memory(path: &Path, id: u64) -> u64 {
         .memory
 }
 
-/// The engine's receive buffer: a receiver that reads nothing holds this much once its
-/// window is closed.
-const RCVBUF: u64 = 1 << 20;
+/// The engine's send buffer: a sender whose peer reads nothing holds this much once the
+/// peer's window is closed.
+const SNDBUF: u64 = 1 << 20;
 
-/// Sends from `a` until `b` (which reads nothing) has closed its window and the daemon
-/// counts `a` over its limit: nothing moves any more, both stay over. Returns the bytes `a`
-/// got taken.
-fn send_until_stuck(a: &mut Client, b: &Client, h: TcpHandle, data: &[u8], path: &Path) -> usize {
+/// Sends from `a` to a peer that reads nothing until the daemon counts `a` over its limit
+/// (its engine send queue filled once the peer's window closed) and nothing moves any more.
+/// Returns the bytes `a` got taken.
+fn send_until_stuck(a: &mut Client, h: TcpHandle, data: &[u8], path: &Path) -> usize {
     let end = Instant::now() + T;
     let mut at = 0;
-    // (A window closed by window-scale units may leave a few bytes of the buffer unused:
-    // 24 with 1 MiB of send credit.)
-    while memory(path, b.app_id()) + 1024 < RCVBUF || memory(path, a.app_id()) <= LIMIT {
+    while memory(path, a.app_id()) <= LIMIT {
         assert!(Instant::now() < end, "never limited after {at} bytes");
         assert!(at < data.len(), "all {at} bytes taken without a limit");
         match a.tcp_send(h, &data[at..]) {
@@ -67,7 +65,40 @@ fn send_until_stuck(a: &mut Client, b: &Client, h: TcpHandle, data: &[u8], path:
             Err(e) => panic!("send: {e:?}"),
         }
     }
+    // Stuck for good: more tries take nothing (without the stall they would take the rest
+    // of the engine's send buffer).
+    for _ in 0..100 {
+        match a.tcp_send(h, &data[at..]) {
+            Ok(n) => at += n,
+            Err(SocketError::WouldBlock) => {
+                let _ = a.wait(Duration::from_millis(2));
+            }
+            Err(e) => panic!("send: {e:?}"),
+        }
+    }
+    // Without the limit the queues hold the peer's receive credit (its window is that
+    // credit: the engine's receive buffer stays empty), the engine's send buffer and the
+    // sender's send credit.
+    let unlimited = SOCK_RCVBUF + SNDBUF + SOCK_SNDBUF;
+    assert!(
+        (at as u64) < unlimited,
+        "{at} bytes taken despite the limit"
+    );
     at
+}
+
+/// Receives `TOTAL` bytes of the pattern on `s`, checking each.
+fn recv_pattern(b: &mut Client, s: TcpHandle) {
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 64 * 1024];
+    while got < TOTAL {
+        let n = b.recv(s, &mut buf, T).unwrap();
+        assert!(n > 0, "early end at {got}");
+        for (i, &x) in buf[..n].iter().enumerate() {
+            assert_eq!(x, pattern(got + i), "byte {}", got + i);
+        }
+        got += n;
+    }
 }
 
 #[test]
@@ -87,52 +118,35 @@ fn app_over_its_memory_limit_stalls_and_gets_enobufs_then_recovers() {
     let s = b.accept(l, T).unwrap();
     let data: Vec<u8> = (0..TOTAL).map(pattern).collect();
 
-    // B reads nothing: its receive queue and A's send queue fill past the limit. A's sends
-    // stalled: it got less taken than the queues hold without the limit (B's area and
-    // receive buffer, A's send buffer and credit, see the next test).
-    let mut at = send_until_stuck(&mut a, &b, h, &data, &path);
-    // Stuck for good: more tries take nothing (without the stall they would take another
-    // 768 KiB as the engine's send buffer fills).
-    for _ in 0..100 {
-        match a.tcp_send(h, &data[at..]) {
-            Ok(n) => at += n,
-            Err(SocketError::WouldBlock) => {
-                let _ = a.wait(Duration::from_millis(2));
-            }
-            Err(e) => panic!("send: {e:?}"),
-        }
-    }
-    // Without the limit the queues hold B's receive credit and buffer, A's send buffer and
-    // its send credit.
-    let unlimited = SOCK_RCVBUF + 2 * RCVBUF + SOCK_SNDBUF;
-    assert!(
-        (at as u64) < unlimited,
-        "{at} bytes taken despite the limit"
-    );
-    // Both are over the limit now (B's receive queue, A's send queue; neither drains while
-    // B does not read): new sockets are refused with ENOBUFS, as the counters say.
+    // A and B both send and neither reads: each one's send queue fills past the limit once
+    // the other's window is closed, and its sends stall: it got less taken than the queues
+    // hold without the limit.
+    let at_a = send_until_stuck(&mut a, h, &data, &path);
+    let at_b = send_until_stuck(&mut b, s, &data, &path);
+    // Both are over the limit now: new sockets are refused with ENOBUFS, as the counters say.
     assert!(counter(&path, "FlowstackdAppMemLimited") >= 2);
     let hit = counter(&path, "FlowstackdLimitsHit");
     assert_eq!(a.connect_to(lo(7100), T), Err(SocketError::LimitReached));
     assert_eq!(b.connect_to(lo(7100), T), Err(SocketError::LimitReached));
     assert_eq!(counter(&path, "FlowstackdLimitsHit"), hit + 2);
 
-    // B reads: the queues drain, A's stalled sends go on, every byte arrives in order.
+    // B reads: A's queue drains, its stalled sends go on, every byte arrives in order (B
+    // stays limited by its own queue: reading is never stalled). Then A reads B's.
+    let data = std::sync::Arc::new(data);
+    let d = data.clone();
     let sender = std::thread::spawn(move || {
-        a.send_all(h, &data[at..], T).unwrap();
-        (a, h)
+        a.send_all(h, &d[at_a..], T).unwrap();
+        a
     });
-    let mut got = 0usize;
-    let mut buf = vec![0u8; 64 * 1024];
-    while got < TOTAL {
-        let n = b.recv(s, &mut buf, T).unwrap();
-        assert!(n > 0, "early end at {got}");
-        for (i, &x) in buf[..n].iter().enumerate() {
-            assert_eq!(x, pattern(got + i), "byte {}", got + i);
-        }
-        got += n;
-    }
-    let (mut a, h) = sender.join().unwrap();
+    recv_pattern(&mut b, s);
+    let mut a = sender.join().unwrap();
+    let d = data.clone();
+    let sender = std::thread::spawn(move || {
+        b.send_all(s, &d[at_b..], T).unwrap();
+        b
+    });
+    recv_pattern(&mut a, h);
+    let _b = sender.join().unwrap();
     // Drained, A may open sockets again (once the daemon has counted the empty queues).
     let end = Instant::now() + T;
     let again = loop {

@@ -108,10 +108,10 @@ fn a_connection_whose_peer_does_not_read_does_not_stop_the_others() {
 /// arrive byte-exact.
 #[test]
 fn a_sender_waiting_for_area_room_is_woken_when_it_is_released() {
-    // The peer takes 1.5 MiB unread (receive area share and receive buffer), the engine's
-    // send buffer 1 MiB more, and 768 KiB wait in the daemon: about 1.75 MiB of the 2 MiB
-    // area stays pinned, less than the other connection's credit (1 MiB).
-    const A: usize = (3 << 20) + (256 << 10);
+    // The peer takes 512 KiB unread (its receive credit: the window it offers), the
+    // engine's send buffer 1 MiB more, and 768 KiB wait in the daemon: about 1.75 MiB of
+    // the 2 MiB area stays pinned, less than the other connection's credit (1 MiB).
+    const A: usize = (2 << 20) + (256 << 10);
     const C: usize = 2 << 20;
     let dir = sock_path("txzc-wake");
     let d = Daemon::spawn(&DaemonConfig {

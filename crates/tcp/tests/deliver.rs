@@ -1,5 +1,6 @@
 //! In-order data handed to a reader before the receive buffer (`on_segment_to`): what the
-//! buffer holds goes first, then the payload, and only what the reader leaves is queued.
+//! buffer holds goes first, then the payload, and only what the reader leaves is queued; a
+//! reader's limit (`set_read_limit`) bounds the window offered.
 
 #![allow(dead_code, unused_imports)] // the shared fixture has more than these tests use
 
@@ -54,4 +55,46 @@ fn a_reader_that_takes_nothing_leaves_the_usual_path() {
     let mut out = [0u8; 600];
     assert_eq!(f.c.recv(&mut out), Ok(600));
     assert!(out[..500].iter().all(|&b| b == 1) && out[500..].iter().all(|&b| b == 2));
+}
+
+/// The peer's next in-order segments, `total` bytes in 1000-byte pieces, all taken by the
+/// reader; returns the window of the ACK that follows.
+fn take_all(f: &mut Fx, total: usize) -> u16 {
+    for _ in 0..total / 1000 {
+        f.deliver(&[5u8; 1000], usize::MAX);
+    }
+    let out = f.poll();
+    let last = out.last().expect("an ACK");
+    assert_eq!(last.ack, f.peer);
+    last.window
+}
+
+/// A reader that can take 10,000 more bytes: what it takes counts against that, so the
+/// window's right edge stays where it was offered (it never moves left) instead of moving
+/// on as the emptied buffer would let it; raising the limit announces the larger window at
+/// once. Without a limit the same bytes leave the full window offered.
+#[test]
+fn the_readers_limit_bounds_the_window() {
+    let mut free = Fx::established();
+    assert_eq!(
+        take_all(&mut free, 30_000),
+        65535,
+        "no limit: the buffer is empty"
+    );
+
+    let mut f = Fx::established();
+    assert!(f.c.set_read_limit(10_000));
+    assert!(!f.c.set_read_limit(10_000), "unchanged");
+    assert!(f.poll().is_empty(), "a smaller limit is not announced");
+    assert_eq!(
+        take_all(&mut f, 30_000),
+        65535 - 30_000,
+        "the edge stayed put"
+    );
+    assert_eq!(f.c.recv_queue(), 0, "the reader took every byte");
+    // Room again: announced at once, up to the buffer.
+    assert!(f.c.set_read_limit(1 << 20));
+    let out = f.poll();
+    assert_eq!(out.len(), 1, "one window update");
+    assert_eq!(out[0].window, 65535);
 }

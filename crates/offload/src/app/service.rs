@@ -409,6 +409,8 @@ fn service_conn(
         out.busy = true;
     }
     let Some(app) = app else {
+        // Nobody to deliver to: the engine's buffer alone bounds the window.
+        let _ = e.tcp_set_read_limit(c.h, usize::MAX);
         return out;
     };
     // Bytes the engine's poll wrote into the area itself (`rxdirect`): `Data` was posted.
@@ -455,6 +457,10 @@ fn service_conn(
         out.busy = true;
         out.readable = true;
     }
+    // The window offered is the holder's remaining credit: the peer sends what fits in the
+    // area at once, so the engine's poll writes it there directly (`rxdirect`) instead of
+    // into the engine's buffer and then, here, into the area (two copies).
+    let _ = e.tcp_set_read_limit(c.h, SOCK_RCVBUF.saturating_sub(c.outstanding) as usize);
     out
 }
 

@@ -8,9 +8,14 @@ use super::*;
 
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn fork() -> pid_t {
-    // Settled, and the library's lock held across the fork: no other thread is half-way
-    // through making one of the library's descriptors (the wake-up pipe) as the child is
-    // copied. Released in both processes as `fork` returns.
+    around_fork(|| real::fork())
+}
+
+/// A fork made by `make` (libc's, or a raw system call): settled first, and the library's
+/// lock held across it, so no other thread is half-way through making one of the library's
+/// descriptors (the wake-up pipe) as the child is copied; released in both processes as it
+/// returns. The child then knows it is one.
+unsafe fn around_fork(make: impl FnOnce() -> pid_t) -> pid_t {
     let hold = if is_inside() {
         None
     } else {
@@ -18,7 +23,7 @@ pub unsafe extern "C" fn fork() -> pid_t {
             .and_then(|s| s.connected())
             .and_then(|b| inside(|| b.settle_for_fork()))
     };
-    let pid = real::fork();
+    let pid = make();
     drop(hold);
     if pid == 0 {
         crate::epoll::after_fork();
@@ -218,6 +223,23 @@ pub unsafe extern "C" fn syscall(
 ) -> c_long {
     let (i, p) = (a1 as c_int, a2 as *mut c_void);
     match n {
+        // A process copied by a raw system call is a fork like libc's (the child's sockets
+        // are adopted, not driven through the parent's rings); `vfork` is one too, as the
+        // wrapper above makes it.
+        #[cfg(target_arch = "x86_64")]
+        libc::SYS_fork | libc::SYS_vfork => fork() as c_long,
+        // `clone` without a stack of its own and without sharing memory or the thread group
+        // is a fork with flags (glibc's own fork is `clone(CLONE_CHILD_SETTID |
+        // CLONE_CHILD_CLEARTID | SIGCHLD, 0, …)`); threads and `CLONE_VM` children go by.
+        libc::SYS_clone if a2 == 0 && a1 as c_int & (libc::CLONE_VM | libc::CLONE_THREAD) == 0 => {
+            around_fork(|| real::syscall6(n, [a1, a2, a3, a4, a5, a6]) as pid_t) as c_long
+        }
+        // `clone3` takes its arguments in a structure the shim does not read: callers fall
+        // back to `clone` (as glibc does on kernels before 5.3), which it understands.
+        libc::SYS_clone3 => {
+            real::set_errno(libc::ENOSYS);
+            -1
+        }
         libc::SYS_io_uring_setup => {
             real::set_errno(libc::ENOSYS);
             -1

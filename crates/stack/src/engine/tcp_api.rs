@@ -225,6 +225,15 @@ impl Engine {
         Ok(())
     }
 
+    /// Limits the receive window to what the reader beyond the buffer can take
+    /// ([`Connection::set_read_limit`]); a window it opens is announced.
+    pub fn tcp_set_read_limit(&mut self, h: TcpHandle, limit: usize) -> Result<(), SocketError> {
+        if self.tcp.conn_mut(h)?.set_read_limit(limit) {
+            self.tcp.touch(h);
+        }
+        Ok(())
+    }
+
     /// True once the peer's FIN has been received and every byte before it read.
     pub fn tcp_at_eof(&self, h: TcpHandle) -> bool {
         self.tcp

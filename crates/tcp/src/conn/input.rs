@@ -135,6 +135,7 @@ impl Connection {
     /// `data` it took (nothing unless it took every buffered byte first).
     fn hand_over(&mut self, data: &[u8], deliver: &mut dyn FnMut(&[u8]) -> usize) -> usize {
         let mut read = false;
+        let mut delivered = 0;
         while !self.rcv.buf.is_empty() {
             let (a, _) = self.rcv.buf.slices(0, self.rcv.buf.len());
             let k = deliver(a).min(a.len());
@@ -142,6 +143,7 @@ impl Connection {
                 break;
             }
             self.rcv.buf.consume(k);
+            delivered += k;
             read = true;
         }
         let mut taken = 0;
@@ -151,6 +153,10 @@ impl Connection {
                 break;
             }
             taken += k;
+        }
+        if self.rcv.limit != u32::MAX {
+            let used = (delivered + taken).min(u32::MAX as usize) as u32;
+            self.rcv.limit = self.rcv.limit.saturating_sub(used);
         }
         if read {
             self.after_read();

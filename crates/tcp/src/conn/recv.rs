@@ -35,6 +35,10 @@ pub(crate) struct Receiver {
     pub(crate) unacked_bytes: usize,
     /// Segments still to be acknowledged at once (quick-ACK mode at the start).
     pub(crate) quickack: u32,
+    /// Bytes the reader beyond the buffer can take, the buffered ones included
+    /// ([`Connection::set_read_limit`]; `u32::MAX`: no limit but the buffer's; 32 bits,
+    /// as windows are, keeps the TCB from growing).
+    pub(crate) limit: u32,
 }
 
 impl Receiver {
@@ -55,6 +59,7 @@ impl Receiver {
             ack_now: false,
             unacked_bytes: 0,
             quickack: cfg.quickack_segments,
+            limit: u32::MAX,
         }
     }
 
@@ -83,10 +88,18 @@ impl Receiver {
         }
     }
 
+    /// The receive window we could offer: the buffer's free space, no more than the reader's
+    /// limit leaves once the buffered bytes are counted.
+    pub(crate) fn room(&self) -> usize {
+        self.buf
+            .window()
+            .min((self.limit as usize).saturating_sub(self.buf.len()))
+    }
+
     /// The window to advertise, with receiver-side SWS avoidance (RFC 9293 §3.8.6.2.2): the
     /// right edge moves only by at least min(buffer/2, MSS), and never moves left.
     pub(crate) fn advertise(&mut self, mss: usize, wscale: u8) -> u16 {
-        let free = self.buf.window();
+        let free = self.room();
         let right = self.nxt + free;
         let grow = right - self.adv;
         let thresh = (self.buf.capacity() / 2).min(mss);
@@ -102,7 +115,7 @@ impl Receiver {
     /// min(buffer/2, MSS) past the advertised edge, or at all if the advertised window was
     /// closed (RFC 9293 §3.8.6.2.2).
     pub(crate) fn read_opens_window(&self, mss: usize) -> bool {
-        let right = self.nxt + self.buf.window();
+        let right = self.nxt + self.room();
         let grow = right - self.adv;
         let adv_wnd = self.adv - self.nxt;
         let thresh = (self.buf.capacity() / 2).min(mss);
