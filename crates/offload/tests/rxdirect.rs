@@ -8,17 +8,6 @@
 mod common;
 use common::*;
 use flowstack_client::Client;
-use flowstack_offload::stats;
-use std::path::Path;
-
-fn counter(path: &Path, name: &str) -> u64 {
-    stats::query(path)
-        .unwrap()
-        .counters
-        .into_iter()
-        .find(|(k, _)| k == name)
-        .map_or(0, |(_, v)| v)
-}
 
 #[test]
 fn bulk_receive_goes_straight_into_the_area() {

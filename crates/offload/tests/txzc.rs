@@ -9,24 +9,14 @@ use common::*;
 use flowstack_api::{Sockets, TcpHandle};
 use flowstack_client::posix::{Errno, Posix, RecvFlags, Type};
 use flowstack_client::Client;
-use flowstack_offload::{stats, Daemon, DaemonConfig};
+use flowstack_offload::{Daemon, DaemonConfig};
 use flowstack_sys::placeholder::wait_a;
 use std::os::fd::AsFd;
-use std::path::Path;
 use std::sync::mpsc;
 
 /// Byte `i` of stream `s` (streams differ, so a byte of one in another shows).
 fn pat(s: usize, i: usize) -> u8 {
     pattern(i.wrapping_add(s * 7919))
-}
-
-fn counter(path: &Path, name: &str) -> u64 {
-    stats::query(path)
-        .unwrap()
-        .counters
-        .into_iter()
-        .find(|(k, _)| k == name)
-        .map_or(0, |(_, v)| v)
 }
 
 /// Receives exactly `len` bytes of stream `s` on `c`, checking every byte.

@@ -6,7 +6,7 @@ use flowstack_api::{SocketError, Sockets, TcpHandle};
 use flowstack_client::Client;
 use flowstack_offload::{Daemon, DaemonConfig, DaemonHandle};
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The bound on every wait.
@@ -143,4 +143,14 @@ pub fn recv_exact(app: &mut Client, c: TcpHandle, n: usize) -> Vec<u8> {
         got += k;
     }
     b
+}
+
+/// The daemon's counter `name` (0 if it has none), from `flowstack stats`.
+pub fn counter(path: &Path, name: &str) -> u64 {
+    flowstack_offload::stats::query(path)
+        .unwrap()
+        .counters
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .map_or(0, |(_, v)| v)
 }
