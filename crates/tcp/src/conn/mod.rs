@@ -291,14 +291,6 @@ impl Connection {
     pub fn send_room(&self) -> usize {
         self.snd.queue.window()
     }
-    /// The reader's limit ([`Connection::set_read_limit`]).
-    pub fn read_limit(&self) -> usize {
-        if self.rcv.limit == u32::MAX {
-            usize::MAX
-        } else {
-            self.rcv.limit as usize
-        }
-    }
     /// Bytes received and not yet read.
     pub fn recv_queue(&self) -> usize {
         self.rcv.buf.len()
@@ -448,16 +440,14 @@ impl Connection {
     }
 
     /// Limits the window offered to what a reader beyond the receive buffer can take:
-    /// `limit` bytes, the buffered ones included (`usize::MAX`, or anything from
-    /// `u32::MAX` up: the buffer alone). Bytes
-    /// handed over during input (`Connection::on_segment_to`) count against it until the
-    /// next call. A daemon that delivers received bytes straight into an application's
+    /// `limit` bytes, the buffered ones included (`usize::MAX`, or anything from `u32::MAX`
+    /// up: the buffer alone). Bytes handed over during input (`Connection::on_segment_to`)
+    /// count against it until the next call. A daemon that delivers received bytes straight into an application's
     /// memory sets the application's remaining credit, so the peer sends what the
     /// application can take at once and the buffer stays a fallback (one copy instead of
     /// two). The right edge still never moves left (RFC 9293 §3.8.6.2.2): a shrunken limit
     /// closes the window only as the peer fills what was offered. A limit that grows is
-    /// announced as a read is ([`Connection::consume`]).
-    /// Returns whether the limit changed.
+    /// announced as a read is ([`Connection::consume`]). Returns whether the limit changed.
     pub fn set_read_limit(&mut self, limit: usize) -> bool {
         // Above 4 GiB no window can tell the difference (RFC 7323 §2.3: at most 2^30).
         let limit = limit.min(u32::MAX as usize) as u32;
