@@ -46,7 +46,9 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 /// sync call would hang: the version keeps the two apart instead).
 /// 6: `AttachOp::{Pool, NewPooled, PlacePooled}` (placeholder pairs handed over in batches).
 /// 7: `Command::Forget { recycle }` and `AttachOp::Repool` (placeholder pairs reused).
-pub const VERSION: u16 = 7;
+/// 8: `Command::Hold` and `EventKind::Unheld` (who receives a socket shared by processes);
+/// `AttachOp::Adopt` no longer makes the adopter the holder.
+pub const VERSION: u16 = 8;
 /// Size of every record.
 pub const RECORD_LEN: usize = 64;
 /// Largest handle index a record may carry.
@@ -317,6 +319,16 @@ pub enum Command {
         /// Below `tcpinfo::PARTS`.
         part: u32,
     },
+    /// (Version 8.) Which application receives a socket several processes share (its
+    /// *holder*: received bytes, end of stream and errors, send credit go there):
+    /// [`HoldHow`]. Completion: 1 if this application holds the socket afterwards, else 0.
+    /// The application that loses the socket gets [`EventKind::Unheld`].
+    Hold {
+        /// Socket.
+        handle: u32,
+        /// Take, take if nobody holds it, or give up.
+        how: HoldHow,
+    },
     /// A shim reports a socket it sent to the kernel instead (for `flowstack stats`).
     Report {
         /// Why ([`ReportKind`] code).
@@ -324,6 +336,27 @@ pub enum Command {
         /// The destination concerned, if any (else 0.0.0.0:0).
         dst: SocketAddrV4,
     },
+}
+
+/// What [`Command::Hold`] asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldHow {
+    /// Become the holder (a process that reads the socket, or waits to).
+    Take,
+    /// Become the holder if nobody is (a process that only sends on it).
+    IfFree,
+    /// Stop being the holder (before `fork`: the first process to read takes it).
+    Release,
+}
+
+impl HoldHow {
+    fn code(self) -> u32 {
+        match self {
+            HoldHow::Take => 0,
+            HoldHow::IfFree => 1,
+            HoldHow::Release => 2,
+        }
+    }
 }
 
 /// Socket type of `Attach{New}`.
@@ -341,7 +374,7 @@ pub enum SockType {
 /// - `Adopt`: a copy of A; the daemon finds the socket whose placeholder has A's inode and
 ///   names it `handle` in this application (completion: `kind << 32 | handle`, kind 1 =
 ///   fresh, 2 = listener, 3 = connection, 4 = datagram, 5 = failed), `ENOTSOCK` if A is no
-///   placeholder of ours;
+///   placeholder of ours; the socket's holder stays (version 8: [`Command::Hold`]);
 /// - `Place`: D then A for an existing handle without one (an accepted connection);
 /// - `KernelListener`: the kernel's listening socket of the same address, watched with the
 ///   flowstack listener (its readability makes the placeholder readable);
@@ -500,6 +533,7 @@ const OP_GET_ADDR: u16 = 38;
 const OP_REPORT: u16 = 39;
 const OP_FILE_RELEASE: u16 = 40;
 const OP_SET_NOTIFY: u16 = 41;
+const OP_HOLD: u16 = 42;
 // 50–59: UDP of the POSIX layer.
 const OP_UDP_CARRIES: u16 = 50;
 // 60–69: queries of the POSIX layer (version 5).
@@ -638,6 +672,7 @@ impl CommandRecord {
             ),
             Command::GetAddr { handle, peer } => (OP_GET_ADDR, handle, None, peer as u32, 0, 0),
             Command::TcpInfo { handle, part } => (OP_TCP_INFO, handle, None, part, 0, 0),
+            Command::Hold { handle, how } => (OP_HOLD, handle, None, how.code(), 0, 0),
             Command::Report { kind, dst } => {
                 (OP_REPORT, 0, Some((*dst.ip(), dst.port())), kind, 0, 0)
             }
@@ -894,6 +929,16 @@ impl CommandRecord {
             OP_TCP_INFO if arg < crate::tcpinfo::PARTS => {
                 unused(true, false, true, true)?;
                 Command::TcpInfo { handle, part: arg }
+            }
+            OP_HOLD => {
+                unused(true, false, true, true)?;
+                let how = match arg {
+                    0 => HoldHow::Take,
+                    1 => HoldHow::IfFree,
+                    2 => HoldHow::Release,
+                    _ => return Err(RecordError::BadArgument),
+                };
+                Command::Hold { handle, how }
             }
             OP_REPORT => {
                 no_handle()?;

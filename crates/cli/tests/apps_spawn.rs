@@ -81,9 +81,8 @@ fn sockets_alive_at_system_or_popen_are_not_recycled() {
 /// connection, then exits; the parent sends on the socket afterwards. The server gets every
 /// message on the right connection, in order. The shim treats the copy as a fork (the child
 /// adopts the sockets through its own registration); without that the child drives the
-/// parent's rings with its own copy of their cursors. `clone3` answers `ENOSYS`. (The
-/// parent does not read after the child used the socket: a child that uses an inherited
-/// socket becomes the holder of every inherited socket — README, limits.)
+/// parent's rings with its own copy of their cursors. `clone3` answers `ENOSYS`. (Reading
+/// after the child used a shared socket: `apps_fork.rs`.)
 const RAW_FORK: &str = r#"
 import ctypes, os, socket, subprocess, sys
 port, how = int(sys.argv[1]), sys.argv[2]

@@ -164,6 +164,11 @@ struct Sock {
     /// Datagram sockets (`posix::udp`): the datagrams in `rx`, oldest first (source,
     /// length).
     dgrams: VecDeque<(std::net::SocketAddrV4, usize)>,
+    /// Another process may hold it (adopted, given up before a fork, or `Unheld`): the
+    /// daemon delivers its bytes elsewhere until this process asks (`posix::hold`).
+    unheld: bool,
+    /// A `Hold{IfFree}` was asked since it was last unheld (asked once).
+    asked_free: bool,
 }
 
 /// A registered application: its rings, its data areas and its sockets.
@@ -527,6 +532,12 @@ impl Client {
             EventKind::Readable => {
                 if let Some(s) = self.socks.get_mut(&e.handle) {
                     s.rgen = s.rgen.wrapping_add(1);
+                }
+            }
+            EventKind::Unheld => {
+                if let Some(s) = self.socks.get_mut(&e.handle) {
+                    s.unheld = true;
+                    s.asked_free = false;
                 }
             }
             EventKind::Closed => {

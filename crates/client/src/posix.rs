@@ -61,6 +61,7 @@ mod carried;
 mod fast;
 mod file;
 mod fork;
+mod hold;
 mod own;
 mod pool;
 mod ready;
@@ -136,6 +137,10 @@ struct Inner {
     /// An accept's `Attach{Place}` was posted since the last [`Posix::settle`] (its answer
     /// is never waited for).
     placed: bool,
+    /// Unread bytes of the connections given up for a fork under way (`hold`).
+    carry: hold::Carries,
+    /// In a forked child: the parent's carry, taken by the adopts.
+    inherited: hold::Carries,
 }
 
 /// The process-wide POSIX layer (`Send + Sync`; one mutex inside, never held while a call
@@ -188,6 +193,8 @@ impl Posix {
                 carried: carried::Carried::default(),
                 wake: None,
                 placed: false,
+                carry: HashMap::new(),
+                inherited: HashMap::new(),
             }),
         })
     }
@@ -297,6 +304,7 @@ impl Posix {
         ps.dgram = v >> 32 == 6;
         ps.shared = true;
         g.socks.insert(h, ps);
+        hold::on_adopt(&mut g, ident, h);
         Ok(Some(SockId(h)))
     }
 
@@ -546,6 +554,7 @@ impl Posix {
                     _ => return Err(Errno::ENOTCONN),
                 }
                 let c = g.client.as_mut().expect("registered");
+                hold::take_if_free(c, id.0);
                 match crate::Sockets::tcp_send(c, tcp(id), data) {
                     Ok(n) => return Ok(n),
                     Err(SocketError::WouldBlock) => {}
@@ -596,6 +605,8 @@ impl Posix {
                 }
                 let c = g.client.as_mut().expect("registered");
                 c.pump();
+                // After the pump: an `Unheld` just published is seen.
+                hold::take(c, id.0);
                 let s = c.socks.get_mut(&id.0).ok_or(Errno::EBADF)?;
                 if s.unread() > 0 {
                     // One copy: from the queue, then from the receive area (`held`).
@@ -770,6 +781,7 @@ impl Posix {
         let dgram = g.sock(id)?.dgram;
         let c = g.client.as_mut().expect("registered");
         c.pump();
+        hold::take(c, id.0);
         let s = c.socks.get(&id.0);
         Ok(match dgram {
             // The size of the next datagram, as Linux's FIONREAD on UDP.
@@ -926,6 +938,10 @@ fn forked(g: &mut Inner, pid: u32) {
     g.socks.clear();
     g.wake = None;
     g.placed = false;
+    if !g.carry.is_empty() {
+        // (`after_fork` may run after the first call noticed the fork.)
+        g.inherited = std::mem::take(&mut g.carry);
+    }
     g.pid = pid;
 }
 

@@ -685,7 +685,9 @@ fn accepts_asked_ahead_are_seen_in_the_view_and_through_the_placeholder() {
         if round > 0 {
             // Handed ahead: the token follows the events, so the view has it now.
             let mut out = Vec::new();
-            server.ready_many([lid].into_iter(), &mut out).unwrap();
+            server
+                .ready_many([lid].into_iter(), &[true], &mut out)
+                .unwrap();
             assert!(out[0].is_some_and(|f| f.r.readable), "round {round}: view");
         }
         let (sa, sid, peer, _) = server.accept(lid, true, None).unwrap();

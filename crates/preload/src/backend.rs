@@ -112,6 +112,9 @@ pub trait Backend: Sync {
     }
     /// Tokens again for `id` (before anyone sleeps on its placeholder in the kernel).
     fn tokens_on(&self, _id: SockId) {}
+    /// A kernel epoll set waits for input on `id`: this process takes it from another that
+    /// may hold it (`flowstack_client::posix` `hold`).
+    fn want_read(&self, _id: SockId) {}
     /// The kernel said `id`'s placeholder is readable: false if this process's view says
     /// it is not (a stale token, now taken back: do not report it).
     fn confirm_readable(&self, _id: SockId) -> bool {
@@ -121,8 +124,14 @@ pub trait Backend: Sync {
     /// accepts on it are asked ahead (`Posix::accept_ahead`).
     fn accept_ahead(&self, _id: SockId) {}
     /// Drains the events and answers for `ids` (None: not computable here); returns the
-    /// pump count for [`Backend::sleep_begin`].
-    fn ready_many(&self, _ids: &[SockId], _out: &mut Vec<Option<FastReady>>) -> Result<u64, Errno> {
+    /// pump count for [`Backend::sleep_begin`]. `reads[i]`: the caller waits for input on
+    /// `ids[i]` (a socket shared with another process is taken for this one).
+    fn ready_many(
+        &self,
+        _ids: &[SockId],
+        _reads: &[bool],
+        _out: &mut Vec<Option<FastReady>>,
+    ) -> Result<u64, Errno> {
         Err(libc::ENOSYS)
     }
     /// Drains the events and appends to `out` the sockets that may have changed since `cur`
@@ -443,12 +452,20 @@ impl Backend for PosixBackend {
     fn tokens_on(&self, id: SockId) {
         let _ = self.p.tokens_on(posix::SockId(id));
     }
+    fn want_read(&self, id: SockId) {
+        let _ = self.p.want_read(posix::SockId(id));
+    }
     fn confirm_readable(&self, id: SockId) -> bool {
         self.p.confirm_readable(posix::SockId(id)).unwrap_or(true)
     }
-    fn ready_many(&self, ids: &[SockId], out: &mut Vec<Option<FastReady>>) -> Result<u64, Errno> {
+    fn ready_many(
+        &self,
+        ids: &[SockId],
+        reads: &[bool],
+        out: &mut Vec<Option<FastReady>>,
+    ) -> Result<u64, Errno> {
         self.p
-            .ready_many(ids.iter().map(|&i| posix::SockId(i)), out)
+            .ready_many(ids.iter().map(|&i| posix::SockId(i)), reads, out)
             .map_err(e)
     }
     fn changed(&self, cur: &mut Cursor, out: &mut Vec<SockId>) -> Result<(bool, u64), Errno> {

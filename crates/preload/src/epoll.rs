@@ -252,6 +252,9 @@ pub unsafe fn ctl(
         None => match create(b, epfd) {
             Err(NESTED) => {
                 b.tokens_on(id);
+                if (*ev).events & libc::EPOLLIN as u32 != 0 {
+                    b.want_read(id);
+                }
                 b.pin(id); // the kernel's set keeps the registration on A's description
                 return kernel();
             }
@@ -364,7 +367,12 @@ fn to_kernel(epfd: c_int, ep: &Shared) {
     for x in fast {
         if let (Some(st), true) = (st, st.is_some_and(|s| s.table.get(x.fd).is_some())) {
             if let (Some(b), Some(e)) = (st.connected(), st.table.get(x.fd)) {
-                inside(|| b.tokens_on(e.id));
+                inside(|| {
+                    b.tokens_on(e.id);
+                    if x.events & libc::EPOLLIN as u32 != 0 {
+                        b.want_read(e.id);
+                    }
+                });
             }
         }
         let mut ev = epoll_event {

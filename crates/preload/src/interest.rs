@@ -75,6 +75,8 @@ pub struct Interests {
     queue: Vec<c_int>,
     changed: Vec<SockId>,
     ids: Vec<SockId>,
+    /// Per id: the interest asks for input.
+    reads: Vec<bool>,
     ready: Vec<Option<FastReady>>,
 }
 
@@ -186,13 +188,18 @@ impl Interests {
         self.changed = changed;
         self.ids.clear();
         self.ids.extend(queue.iter().map(|fd| self.by_fd[fd].id));
+        self.reads.clear();
+        let input = (libc::EPOLLIN | libc::EPOLLPRI | libc::EPOLLRDHUP) as u32;
+        self.reads
+            .extend(queue.iter().map(|fd| self.by_fd[fd].events & input != 0));
         let n_fast = self.ids.len();
         self.ids.extend(extra);
+        self.reads.resize(self.ids.len(), true);
         let gen = if self.ids.is_empty() {
             self.ready.clear(); // nothing to look at: no second lock
             gen
         } else {
-            let g2 = b.ready_many(&self.ids, &mut self.ready)?;
+            let g2 = b.ready_many(&self.ids, &self.reads, &mut self.ready)?;
             if known {
                 gen
             } else {

@@ -23,6 +23,8 @@ use std::time::{Duration, Instant};
 struct Scratch {
     ours: Vec<(usize, SockId)>,
     ids: Vec<SockId>,
+    /// Per id: input is asked for.
+    reads: Vec<bool>,
     out: Vec<Option<FastReady>>,
     /// [`prepare`]'s answer.
     ready: Vec<(usize, bool)>,
@@ -47,10 +49,10 @@ fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
     }
 }
 
-/// Turns tokens on for the placeholders among `fds` (position, descriptor); leaves in
-/// `sc.ready` those readable (or in error) in this process's view, as (position, error or
-/// hang-up).
-fn prepare(fds: impl Iterator<Item = (usize, c_int)>, sc: &mut Scratch) {
+/// Turns tokens on for the placeholders among `fds` (position, descriptor, input asked
+/// for); leaves in `sc.ready` those readable (or in error) in this process's view, as
+/// (position, error or hang-up).
+fn prepare(fds: impl Iterator<Item = (usize, c_int, bool)>, sc: &mut Scratch) {
     sc.ready.clear();
     let Some(st) = state::get() else {
         return;
@@ -62,8 +64,13 @@ fn prepare(fds: impl Iterator<Item = (usize, c_int)>, sc: &mut Scratch) {
         return;
     };
     sc.ours.clear();
-    sc.ours
-        .extend(fds.filter_map(|(i, fd)| st.table.get(fd).map(|e| (i, e.id))));
+    sc.reads.clear();
+    for (i, fd, read) in fds {
+        if let Some(e) = st.table.get(fd) {
+            sc.ours.push((i, e.id));
+            sc.reads.push(read);
+        }
+    }
     if sc.ours.is_empty() {
         return;
     }
@@ -76,7 +83,7 @@ fn view(b: &dyn Backend, sc: &mut Scratch) {
     for &id in &sc.ids {
         b.tokens_on(id);
     }
-    if b.ready_many(&sc.ids, &mut sc.out).is_err() {
+    if b.ready_many(&sc.ids, &sc.reads, &mut sc.out).is_err() {
         return;
     }
     sc.ready
@@ -146,7 +153,13 @@ unsafe fn poll_with(
     let set = std::slice::from_raw_parts_mut(fds, n as usize);
     let deadline = timeout.map(|t| Instant::now() + t);
     with_scratch(|sc| loop {
-        prepare(set.iter().enumerate().map(|(i, p)| (i, p.fd)), sc);
+        let input = libc::POLLIN | libc::POLLRDNORM | libc::POLLPRI;
+        prepare(
+            set.iter()
+                .enumerate()
+                .map(|(i, p)| (i, p.fd, p.events & input != 0)),
+            sc,
+        );
         sc.ready.retain(|&(i, _)| set[i].events & libc::POLLIN != 0);
         let r = call(if sc.ready.is_empty() {
             left(deadline)
@@ -246,7 +259,10 @@ unsafe fn select_with(
                 || w0.as_ref().is_some_and(|w| libc::FD_ISSET(fd, w))
                 || e0.as_ref().is_some_and(|e| libc::FD_ISSET(fd, e))
         });
-        prepare(listed.map(|fd| (fd as usize, fd)), sc);
+        prepare(
+            listed.map(|fd| (fd as usize, fd, libc::FD_ISSET(fd, &r0))),
+            sc,
+        );
         sc.ready.retain(|&(fd, _)| libc::FD_ISSET(fd as c_int, &r0));
         let k = call(if sc.ready.is_empty() {
             left(deadline)

@@ -20,6 +20,9 @@ pub enum EventKind {
     /// One datagram was put at `offset..offset+len` of the receive area (a UDP socket of
     /// the POSIX layer); `result` is its source, `ip << 16 | port` as `GetAddr` answers.
     Datagram,
+    /// (Version 8.) This application no longer holds the socket (`Command::Hold`): another
+    /// one took it, or this one gave it up. Its next read or wait should take it again.
+    Unheld,
 }
 
 impl EventKind {
@@ -31,6 +34,7 @@ impl EventKind {
             EventKind::Writable => 4,
             EventKind::Closed => 5,
             EventKind::Datagram => 6,
+            EventKind::Unheld => 7,
         }
     }
     fn from_code(c: u16) -> Option<Self> {
@@ -41,6 +45,7 @@ impl EventKind {
             4 => EventKind::Writable,
             5 => EventKind::Closed,
             6 => EventKind::Datagram,
+            7 => EventKind::Unheld,
             _ => return None,
         })
     }

@@ -105,6 +105,18 @@ fn all_commands() -> Vec<Command> {
             peer: true,
         },
         Command::TcpInfo { handle: 9, part: 6 },
+        Command::Hold {
+            handle: 9,
+            how: HoldHow::Take,
+        },
+        Command::Hold {
+            handle: 9,
+            how: HoldHow::IfFree,
+        },
+        Command::Hold {
+            handle: 9,
+            how: HoldHow::Release,
+        },
         Command::Report {
             kind: ReportKind::NotCarried as u32,
             dst: SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 53), 53),
@@ -338,10 +350,24 @@ fn file_sends_are_versioned_and_their_ranges_checked() {
 #[test]
 fn notify_modes_are_versioned_and_strict() {
     assert_eq!(
-        VERSION, 7,
+        VERSION, 8,
         "SetNotify and AttachOp::Wake came with version 4, TcpInfo with 5, pools with 6, \
-         recycling with 7"
+         recycling with 7, Hold and Unheld with 8"
     );
+    // Hold's argument is one of three ways, nothing else.
+    let mut h = [0; RECORD_LEN];
+    CommandRecord {
+        id: 1,
+        mode: Mode::Async,
+        cmd: Command::Hold {
+            handle: 3,
+            how: HoldHow::Release,
+        },
+    }
+    .encode(&mut h);
+    assert!(CommandRecord::decode(&h).is_ok());
+    h[field::ARG.start] = 3;
+    assert_eq!(CommandRecord::decode(&h), Err(RecordError::BadArgument));
     for op in [
         AttachOp::Pool,
         AttachOp::NewPooled,

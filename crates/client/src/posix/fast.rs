@@ -146,10 +146,12 @@ impl Posix {
     /// Drains the event ring once and writes each socket's readiness into `out` (`None`:
     /// unknown here — closed, or a fresh socket; a listener is readable when a connection
     /// accepted ahead waits in the view). Returns the pump count to hand to
-    /// [`Posix::sleep_begin`].
+    /// [`Posix::sleep_begin`]. `reads`, one per id: the caller waits for input on it — a
+    /// socket another process may hold is taken (`hold`).
     pub fn ready_many(
         &self,
         ids: impl Iterator<Item = SockId>,
+        reads: &[bool],
         out: &mut Vec<Option<FastReady>>,
     ) -> Result<u64, Errno> {
         let mut g = self.lock()?;
@@ -157,7 +159,10 @@ impl Posix {
         let c = g.client.as_mut().expect("registered");
         super::ready::pump_checked(c);
         out.clear();
-        for id in ids {
+        for (i, id) in ids.enumerate() {
+            if reads.get(i) == Some(&true) {
+                super::hold::take(c, id.0);
+            }
             let r = match (g.socks.get(&id.0), c.socks.get(&id.0)) {
                 (Some(ps), Some(s)) => super::ready::one(ps, s, c.dead),
                 _ => None,
@@ -197,6 +202,9 @@ impl Posix {
         if !judged || conn_readable(ps, s) {
             return Ok(true);
         }
+        // The daemon writes a token when a socket is given up (`hold`): a kernel wait for
+        // input woke on it, so take it here.
+        super::hold::take(c, id.0);
         clear_tokens(g, id)?;
         Ok(false)
     }

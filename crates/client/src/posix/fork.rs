@@ -4,8 +4,17 @@
 use super::*;
 
 /// The POSIX layer's lock, held across a `fork` by the shim ([`Posix::settle_for_fork`]).
-/// Dropped in the parent and in the child right after `fork` returns.
-pub struct ForkHold<'a>(#[allow(dead_code)] Guard<'a>);
+/// Dropped in the parent and in the child right after `fork` returns; the parent then drops
+/// its copy of the carry (`hold`), which the child keeps.
+pub struct ForkHold<'a>(Guard<'a>);
+
+impl Drop for ForkHold<'_> {
+    fn drop(&mut self) {
+        if self.0.pid == std::process::id() {
+            self.0.carry = HashMap::new();
+        }
+    }
+}
 
 impl Posix {
     /// Takes the daemon's answers to every `Attach` posted and not answered yet (see
@@ -22,10 +31,13 @@ impl Posix {
     /// across `fork`, so no other thread is half-way through making one of the library's
     /// descriptors while the child is copied. (The wake-up pipe's write end exists in this
     /// process between `pipe2` and `Attach{Wake}`; a child copied then kept it, and this
-    /// process then could not see the daemon's death through the pipe.)
+    /// process then could not see the daemon's death through the pipe.) Also gives up the
+    /// connections either process may read next, and carries their unread bytes into the
+    /// child (`hold`).
     pub fn settle_for_fork(&self) -> Option<ForkHold<'_>> {
         let mut g = self.lock().ok()?;
         settle(&mut g);
+        super::hold::before_fork(&mut g);
         Some(ForkHold(g))
     }
 }

@@ -137,6 +137,7 @@ impl Posix {
                 g.sock(id)?;
                 let c = g.client.as_mut().expect("registered");
                 c.pump();
+                super::hold::take(c, id.0);
                 let s = c.socks.get_mut(&id.0).ok_or(Errno::EBADF)?;
                 if let Some(&(src, len)) = s.dgrams.front() {
                     let k = len.min(buf.len());

@@ -128,27 +128,18 @@ impl App {
                 let g = sh.socks.get_mut(&gid).ok_or(SocketError::InvalidHandle)?;
                 self.handles.insert(handle, gid);
                 g.owners.push((self.id, handle));
-                let kind = match &mut g.kind {
-                    // Datagram sockets, bound or not: their bytes come here from now on.
+                // The holder stays: this application receives once it asks (`hold`).
+                let kind = match &g.kind {
                     Kind::Fresh {
                         ty: SockType::Dgram,
                         ..
-                    } => 6,
-                    Kind::Udp(d) => {
-                        d.outstanding = 0;
-                        6
                     }
+                    | Kind::Udp(_) => 6,
                     Kind::Fresh { .. } => 1,
                     Kind::Listener { .. } => 2,
-                    Kind::Conn(c) => {
-                        // Its bytes and events come here from now on.
-                        c.outstanding = 0;
-                        3
-                    }
+                    Kind::Conn(_) => 3,
                     Kind::Failed(_) => 5,
                 };
-                g.holder = Some((self.id, handle));
-                notify::on_new_holder(sh, gid);
                 Ok((kind as u64) << 32 | handle as u64)
             }
             // Taken above.
@@ -171,6 +162,55 @@ impl App {
 }
 
 impl App {
+    /// `Hold`: which application receives socket `handle` (its bytes, end of stream,
+    /// errors and send credit; module docs of `app`). `Take` moves it here; `IfFree` only
+    /// if nobody holds it; `Release` leaves it to nobody if it is here — received bytes then
+    /// wait in the engine, the window as its buffer allows, until someone takes it. The
+    /// application that loses it is told `Unheld`. Answers 1 if this application holds
+    /// the socket afterwards.
+    pub(super) fn hold(
+        &mut self,
+        sh: &mut Shared,
+        handle: u32,
+        how: HoldHow,
+    ) -> Result<u64, SocketError> {
+        let gid = self.gid(handle)?;
+        let me = (self.id, handle);
+        let g = sh.socks.get_mut(&gid).ok_or(SocketError::InvalidHandle)?;
+        match how {
+            HoldHow::Release => {
+                if g.holder == Some(me) {
+                    g.holder = None;
+                    sh.counters.holds_released += 1;
+                    // Also wakes this application's threads sleeping on its wake-up
+                    // channel, so a wait on the socket takes it again. (The POSIX layer
+                    // gives up no socket that may be waited on in the kernel.)
+                    self.post(unheld(handle));
+                }
+                Ok(0)
+            }
+            _ if g.holder == Some(me) => Ok(1),
+            HoldHow::IfFree if g.holder.is_some() => Ok(0),
+            HoldHow::Take | HoldHow::IfFree => {
+                let old = g.holder.replace(me);
+                // What the previous holder has in its area is its own to read.
+                match &mut g.kind {
+                    Kind::Conn(c) => c.outstanding = 0,
+                    Kind::Udp(d) => d.outstanding = 0,
+                    _ => {}
+                }
+                sh.counters.holds_moved += 1;
+                match old {
+                    Some((app, h)) if app == self.id => self.post(unheld(h)),
+                    Some(other) => sh.unheld.push(other),
+                    None => {}
+                }
+                notify::on_new_holder(sh, gid, self.id);
+                Ok(1)
+            }
+        }
+    }
+
     /// `Attach{Pool}`: D then A of each pair; keeps (A's identity, D) in order, or none of
     /// them if any pair is refused (not a socket pair, a known identity) or the pool would
     /// pass [`POOL_MAX`]. A pooled pair is no socket yet: it is not polled for its last
@@ -281,6 +321,18 @@ impl App {
         let moved = self.recycled.drain(..n);
         self.pool.extend(moved);
         Ok(0)
+    }
+}
+
+/// The event telling an application it no longer holds socket `handle`.
+pub(super) fn unheld(handle: u32) -> EventRecord {
+    EventRecord {
+        kind: EventKind::Unheld,
+        id: 0,
+        handle,
+        result: 0,
+        offset: 0,
+        len: 0,
     }
 }
 

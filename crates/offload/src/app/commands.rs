@@ -118,6 +118,7 @@ impl App {
                         c.direct_taken += self.txzc.send(&self.region, e, g, c, area, pos, len);
                         sh.counters.tx_zc_bytes += len as u64;
                         c.uncredited += len as u64;
+                        c.sender = Some((self.id, handle));
                         overrun(&mut sh.lo, &mut sh.counters, c)
                     }
                     Ok(Some(Kind::Conn(c))) => {
@@ -155,6 +156,7 @@ impl App {
                             self.tx_scratch = scratch;
                         }
                         c.uncredited += len as u64;
+                        c.sender = Some((self.id, handle));
                         overrun(&mut sh.lo, &mut sh.counters, c)
                     }
                     Ok(Some(Kind::Failed(e))) => Err(*e),
@@ -167,9 +169,16 @@ impl App {
                 self.complete(id, mode, handle, r);
             }
             Command::TcpConsume { handle, len } => {
-                match self.sock_kind(&mut sh.socks, handle) {
-                    Some(Kind::Conn(c)) => c.outstanding = c.outstanding.saturating_sub(len),
-                    Some(k) => udp::consumed(k, len),
+                // Only the holder's consumption counts: bytes a previous holder reads from
+                // its own area were taken off the count when the socket moved (`hold`).
+                let g = self.gid(handle).ok().and_then(|g| sh.socks.get_mut(&g));
+                match g {
+                    Some(g) if g.holder != Some((self.id, handle)) => {}
+                    Some(GSock {
+                        kind: Kind::Conn(c),
+                        ..
+                    }) => c.outstanding = c.outstanding.saturating_sub(len),
+                    Some(g) => udp::consumed(&mut g.kind, len),
                     None => {}
                 }
                 self.complete(id, mode, handle, Ok(0));
@@ -320,6 +329,10 @@ impl App {
                         _ => Err(SocketError::InvalidState),
                     });
                 let r = r.map(|i| snapshot::linux_tcp_info(&i).part(part).unwrap_or(0));
+                self.complete(id, mode, handle, r);
+            }
+            Command::Hold { handle, how } => {
+                let r = self.hold(sh, handle, how);
                 self.complete(id, mode, handle, r);
             }
             Command::Report { kind, .. } => {

@@ -50,6 +50,10 @@ pub struct DaemonCounters {
     pub pool_pairs: u64,
     /// Placeholder pairs kept by `Forget { recycle }` for reuse (`FlowstackdPlaceholdersRecycled`).
     pub pool_recycled: u64,
+    /// Sockets shared by processes that changed holder by `Hold` (`FlowstackdHoldsMoved`).
+    pub holds_moved: u64,
+    /// Holders that gave a socket up, before a fork (`FlowstackdHoldsReleased`).
+    pub holds_released: u64,
 }
 
 impl DaemonCounters {
@@ -76,5 +80,7 @@ impl DaemonCounters {
         self.pool_batches += o.pool_batches;
         self.pool_pairs += o.pool_pairs;
         self.pool_recycled += o.pool_recycled;
+        self.holds_moved += o.holds_moved;
+        self.holds_released += o.holds_released;
     }
 }

@@ -51,7 +51,8 @@ pub(super) fn named(cmd: &Command) -> Option<u32> {
         | SetNotify { handle, .. }
         | Forget { handle, .. }
         | GetAddr { handle, .. }
-        | TcpInfo { handle, .. } => Some(handle),
+        | TcpInfo { handle, .. }
+        | Hold { handle, .. } => Some(handle),
         TcpListen { .. }
         | TcpConnect { .. }
         | UdpBind { .. }

@@ -9,10 +9,17 @@
 //! [`layout::ACCEPTED_BASE`] (accepted); the POSIX layer chooses its own from
 //! `flowstack_api::region::POSIX_BASE`.
 //!
-//! A socket's received bytes and events go to its *holder*: the application that created,
-//! accepted or last attached it. Bytes already delivered into a previous holder's receive
-//! area stay there (the first slice's limitation for a connection used by two processes at
-//! once; the usual case — fork, then one side closes — is exact).
+//! A socket's received bytes and events go to its *holder*: the application that created or
+//! accepted it, or the last one that asked with `Hold` (`attach::hold`). An application that
+//! adopts a socket (a forked child, a new program after exec, a receiver of a passed
+//! descriptor) is not its holder until it asks: the POSIX layer asks when the program first
+//! reads or waits to read, so a child that only sends on an inherited socket, or never
+//! touches it, takes nothing from its parent. Before a fork the parent gives up the
+//! connections nobody waits on (`HoldHow::Release`) and the child carries the bytes the
+//! parent had unread; whichever process reads first then takes the socket, as both would
+//! read one queue in the kernel. Bytes already delivered into a previous holder's receive
+//! area stay there, readable by it (two processes reading one connection at once is a race
+//! in the kernel too).
 //!
 //! # Placeholders (the process-shared model of `flowstack_client::posix`)
 //! A socket created through `Attach{New}` has a placeholder pair (A, D); the daemon keeps D.
@@ -40,7 +47,7 @@ use crate::loopback::{is_loopback, Loopback};
 use crate::ports::{BindOpts, PortTable};
 use flowstack_api::ids::{keyed_map, IdMap, KeyedMap, Keys};
 use flowstack_api::record::{
-    check_span, AttachOp, Command, CommandRecord, EventKind, EventRecord, Mode, SockType,
+    check_span, AttachOp, Command, CommandRecord, EventKind, EventRecord, HoldHow, Mode, SockType,
     POOL_BATCH, POOL_MAX, RECORD_LEN,
 };
 use flowstack_api::SocketError;
@@ -118,6 +125,12 @@ pub(crate) struct Conn {
     /// Bytes a `TcpSend` gave the engine directly (nothing was queued here before them):
     /// their credit is told by the connection's next turn, as for queued bytes.
     direct_taken: u64,
+    /// Credit of bytes the engine took while nobody held the connection (`attach::hold`):
+    /// told to the next holder.
+    unheld_credit: u64,
+    /// The application (and its handle) that sent last: send credit and errors go to it
+    /// when it is not the holder (a forked child that writes while its parent reads).
+    sender: Option<(u64, u32)>,
     /// Bytes were written into the holder's area during the engine's poll (`rxdirect`):
     /// the next turn reports the connection readable.
     direct_rx: bool,
@@ -144,6 +157,8 @@ impl Conn {
             file_want: None,
             early_credit: 0,
             direct_taken: 0,
+            unheld_credit: 0,
+            sender: None,
             direct_rx: false,
             uncredited: 0,
             zc: txzc::ConnSpans::default(),
@@ -326,6 +341,9 @@ pub(crate) struct Shared {
     by_slot: Vec<Vec<u32>>,
     /// Transmit-area bytes pinned spans may hold before they are copied out (`txzc`).
     pub tx_hold_limit: u64,
+    /// Applications that lost a socket to another one's `Hold` (application, its handle):
+    /// told `Unheld` by the next turn.
+    unheld: Vec<(u64, u32)>,
 }
 
 impl Shared {
@@ -348,6 +366,7 @@ impl Shared {
             changed: Vec::new(),
             by_slot: Vec::new(),
             tx_hold_limit: TX_HOLD_LIMIT,
+            unheld: Vec::new(),
         }
     }
 

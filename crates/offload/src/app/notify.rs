@@ -16,7 +16,7 @@
 //!   argument; `scripts/loom.sh` models it). When the daemon dies its end closes and every
 //!   sleeper wakes at once (hang-up).
 //! - **Quiet sockets.** `SetNotify{quiet}` stops token writes for a socket while the
-//!   application that asked is its holder; any other holder (an adopting child, a process
+//!   application that asked is its holder; any other holder (a child that took it, a process
 //!   without the shim's fast path) gets tokens as before, and turning tokens back on writes
 //!   one at once if the socket is readable (as `TokenCleared` does).
 
@@ -118,15 +118,19 @@ pub(super) fn handed(sh: &mut Shared, gid: u32) {
     sh.ph_actions.push((gid, true, false));
 }
 
-/// Another application became the holder: tokens again (one now if readable).
-pub(super) fn on_new_holder(sh: &mut Shared, gid: u32) {
+/// Application `app` became the holder: tokens again (one now if readable), unless it is
+/// the one that asked for quiet (a parent taking back a socket it gave up for a fork).
+pub(super) fn on_new_holder(sh: &mut Shared, gid: u32, app: u64) {
     let Some(g) = sh.socks.get_mut(&gid) else {
         return;
     };
     let again = super::control::readable_now(&sh.lo, &g.kind);
     if let Some(ph) = &mut g.ph {
-        if ph.quiet_for.take().is_some() && again {
-            sh.ph_actions.push((gid, true, false));
+        if ph.quiet_for.is_some_and(|q| q != app) {
+            ph.quiet_for = None;
+            if again {
+                sh.ph_actions.push((gid, true, false));
+            }
         }
     }
 }

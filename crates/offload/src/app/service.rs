@@ -23,6 +23,12 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App], sweep: bool) -> bool {
     }
     sh.collect_changes();
     let mut busy = reuse::dispatch(sh);
+    for (app, handle) in sh.unheld.drain(..) {
+        if let Some(a) = apps.iter_mut().find(|a| a.id == app) {
+            a.post(super::attach::unheld(handle));
+            busy = true;
+        }
+    }
     let mut accepts: Vec<(u64, u32, u32, Accepted)> = Vec::new();
     let mut done: Vec<u32> = Vec::new();
     // One event buffer for every connection of the turn (allocated once per turn at most).
@@ -77,7 +83,7 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App], sweep: bool) -> bool {
             }
             Kind::Conn(c) if g.closing => {
                 sticky = true;
-                let out = service_conn(lo, 0, c, &mut Vec::new(), None);
+                let out = service_conn(lo, 0, c, &mut Vec::new(), None, true);
                 did |= out.busy;
                 let e = &mut lo.engines[c.eng];
                 if c.queued_here() == 0 || e.tcp_error(c.h).is_some() {
@@ -90,19 +96,42 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App], sweep: bool) -> bool {
                 let holder = g
                     .holder
                     .and_then(|(app, h)| apps.iter().position(|a| a.id == app).map(|i| (i, h)));
+                // A sender that is not the holder gets its credit and errors itself.
+                let sender = c
+                    .sender
+                    .filter(|&s| Some(s) != g.holder)
+                    .and_then(|(app, h)| apps.iter().position(|a| a.id == app).map(|i| (i, h)));
+                let own = sender.is_none();
                 evs.clear();
                 let out = match holder {
                     Some((i, handle)) => {
                         let a = &mut apps[i];
-                        let out = service_conn(lo, handle, c, &mut evs, Some(&mut *a));
-                        a.credit_wake |= out.credit_wake;
+                        let out = service_conn(lo, handle, c, &mut evs, Some(&mut *a), own);
+                        a.credit_wake |= out.credit_wake && own;
                         if out.area_full && !a.area_wait.contains(&gid) {
                             a.area_wait.push(gid);
                         }
                         out
                     }
-                    None => service_conn(lo, 0, c, &mut evs, None),
+                    None => service_conn(lo, 0, c, &mut evs, None, own),
                 };
+                if let Some((j, h)) = sender {
+                    let s = &mut apps[j];
+                    if out.credit > 0 {
+                        s.post(writable(h, out.credit));
+                        s.credit_wake |= out.credit_wake;
+                    }
+                    if let Some(result) = out.failed {
+                        s.post(EventRecord {
+                            kind: EventKind::Closed,
+                            id: 0,
+                            handle: h,
+                            result,
+                            offset: 0,
+                            len: 0,
+                        });
+                    }
+                }
                 did |= out.busy;
                 if let Some((i, _)) = holder {
                     for e in evs.drain(..) {
@@ -225,7 +254,7 @@ pub(super) fn first_data(sh: &mut Shared, a: &mut App, h: u32) {
         return;
     };
     evs.clear();
-    let out = service_conn(lo, h, c, evs, Some(&mut *a));
+    let out = service_conn(lo, h, c, evs, Some(&mut *a), true);
     a.credit_wake |= out.credit_wake;
     for e in evs.drain(..) {
         a.post(e);
@@ -315,16 +344,22 @@ struct ConnOut {
     /// Delivery stopped because the holder's receive area is full (resumed when it frees
     /// room: `App::area_wait`).
     area_full: bool,
+    /// Send credit for a sender that is not the holder (`own` false).
+    credit: u64,
+    /// The connection failed (`-errno`): for a sender that is not the holder.
+    failed: Option<i64>,
 }
 
 /// One connection's turn. `app` is its holder (None: nobody holds it now — bytes still go
-/// out, received bytes wait in the engine).
+/// out, received bytes wait in the engine). `own`: the holder (or the next one) gets the
+/// send credit; else it is left in `ConnOut::credit` for the sender.
 fn service_conn(
     lo: &mut Loopback,
     handle: u32,
     c: &mut Conn,
     evs: &mut Vec<EventRecord>,
     app: Option<&mut App>,
+    own: bool,
 ) -> ConnOut {
     let mut out = ConnOut::default();
     let e = &mut lo.engines[c.eng];
@@ -333,6 +368,11 @@ fn service_conn(
     }
     let open = e.tcp_conn(c.h).map(|k| k.is_open()).unwrap_or(false);
     if let Some(err) = e.tcp_error(c.h) {
+        if !own && c.sender.take().is_some() {
+            out.failed = Some(-(err.errno() as i64));
+            out.busy = true;
+            out.writable = true;
+        }
         if app.is_none() {
             return out; // told to whoever attaches next (readable_now sees it then)
         }
@@ -384,6 +424,16 @@ fn service_conn(
     if !c.zc.is_empty() && !stalled {
         taken += super::txzc::push_spans(e, c);
     }
+    if c.open_told && own {
+        if app.is_none() {
+            // Nobody holds it (given up before a fork): the credit is told to the next
+            // holder, not lost.
+            out.busy |= taken > 0;
+            c.unheld_credit += std::mem::take(&mut taken);
+        } else {
+            taken += std::mem::take(&mut c.unheld_credit);
+        }
+    }
     if taken > 0 {
         out.busy = true;
         if c.open_told {
@@ -391,7 +441,11 @@ fn service_conn(
             let before = c.uncredited;
             c.uncredited = before.saturating_sub(taken);
             out.credit_wake = credit_wakes(before, c.uncredited);
-            evs.push(writable(handle, taken));
+            if own {
+                evs.push(writable(handle, taken));
+            } else {
+                out.credit = taken;
+            }
         } else {
             c.early_credit += taken;
         }

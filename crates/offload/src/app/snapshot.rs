@@ -191,6 +191,8 @@ pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
         ("FlowstackdSendFileBytes", d.sendfile_bytes),
         ("FlowstackdSendFileCalls", d.sendfile_calls),
         ("FlowstackdCrossEngineAttach", d.cross_engine_attach),
+        ("FlowstackdHoldsMoved", d.holds_moved),
+        ("FlowstackdHoldsReleased", d.holds_released),
         ("FlowstackdAppMemLimited", d.app_mem_limited),
         ("FlowstackdUdpPeerFiltered", d.udp_peer_filtered),
         ("FlowstackdServiceSweeps", d.sweeps),

@@ -81,7 +81,12 @@ impl Backend for Fake {
         }
         view
     }
-    fn ready_many(&self, ids: &[SockId], out: &mut Vec<Option<FastReady>>) -> Result<u64, Errno> {
+    fn ready_many(
+        &self,
+        ids: &[SockId],
+        _: &[bool],
+        out: &mut Vec<Option<FastReady>>,
+    ) -> Result<u64, Errno> {
         // Nothing computed here: the kernel's answer is judged by `confirm_readable`.
         out.clear();
         out.extend(ids.iter().map(|_| None));
