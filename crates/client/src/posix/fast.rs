@@ -202,8 +202,8 @@ impl Posix {
         if !judged || conn_readable(ps, s) {
             return Ok(true);
         }
-        // The daemon writes a token when a socket is given up (`hold`): a kernel wait for
-        // input woke on it, so take it here.
+        // A kernel wait for input woke on it (a token written while it was this process's,
+        // since taken by another, `hold`): this process wants it back.
         super::hold::take(c, id.0);
         clear_tokens(g, id)?;
         Ok(false)

@@ -62,13 +62,7 @@ pub(super) fn take(c: &mut Client, h: u32) {
     }
     s.unheld = false;
     s.asked_free = false;
-    let _ = c.post(
-        Mode::Async,
-        Command::Hold {
-            handle: h,
-            how: HoldHow::Take,
-        },
-    );
+    ask(c, h, HoldHow::Take);
 }
 
 /// The program sends on socket `h`: take it if nobody holds it (asked once until it is
@@ -79,13 +73,13 @@ pub(super) fn take_if_free(c: &mut Client, h: u32) {
         return;
     }
     s.asked_free = true;
-    let _ = c.post(
-        Mode::Async,
-        Command::Hold {
-            handle: h,
-            how: HoldHow::IfFree,
-        },
-    );
+    ask(c, h, HoldHow::IfFree);
+}
+
+/// Posts `Hold{how}` for `h` (async: nothing waits for the answer).
+fn ask(c: &mut Client, h: u32, how: HoldHow) -> bool {
+    c.post(Mode::Async, Command::Hold { handle: h, how })
+        .is_ok()
 }
 
 /// Before a fork, lock held: gives up the connections this process has no send credit
@@ -118,11 +112,7 @@ pub(super) fn before_fork(g: &mut Inner) {
             continue;
         }
         s.unheld = true;
-        let release = Command::Hold {
-            handle: h,
-            how: HoldHow::Release,
-        };
-        if c.post(Mode::Async, release).is_err() {
+        if !ask(c, h, HoldHow::Release) {
             return;
         }
         given.push(h);
