@@ -8,6 +8,9 @@
 //!   clients at once, then three one after another, all byte-exact.
 //! - `carry`: bytes the parent had received and not read when it forked are read by the
 //!   child, before the bytes that came after; the parent closes its copy unread.
+//! - `readfirst`: the parent reads a request's head (waiting in `poll(2)`, as python's
+//!   sockets with a timeout do), forks, and closes its copy; the child reads the body that
+//!   comes after the fork.
 //! - `split`: one connection used by two processes, as `netcat`-style programs do — the
 //!   child only writes on it (2 MB), the parent only reads from it (1 MB) and reads the
 //!   child's bytes at the other end; the child also makes a socket (which adopts every
@@ -140,6 +143,20 @@ elif how == "carry":
     c.sendall(b"world!")
     assert exactly(c, 2) == b"ok"
     reap(pid)
+elif how == "readfirst":
+    l = listener()
+    c, s = pair(l)
+    c.sendall(b"HEAD")
+    # A read with a timeout waits in poll(2) on the placeholder first.
+    assert exactly(s, 4) == b"HEAD"
+    def kid():
+        assert exactly(s, 4) == b"BODY"
+        s.sendall(b"ok")
+    pid = child(kid)
+    s.close()
+    c.sendall(b"BODY")
+    assert exactly(c, 2) == b"ok"
+    reap(pid)
 elif how == "split":
     l = listener()
     c, s = pair(l)
@@ -200,6 +217,11 @@ fn a_forking_server_serves_every_request() {
 #[test]
 fn a_child_reads_what_its_parent_left_unread_first() {
     mode("carry");
+}
+
+#[test]
+fn a_child_reads_the_rest_of_a_request_its_parent_began() {
+    mode("readfirst");
 }
 
 #[test]

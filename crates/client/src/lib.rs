@@ -167,8 +167,6 @@ struct Sock {
     /// Another process may hold it (adopted, given up before a fork, or `Unheld`): the
     /// daemon delivers its bytes elsewhere until this process asks (`posix::hold`).
     unheld: bool,
-    /// A `Hold{IfFree}` was asked since it was last unheld (asked once).
-    asked_free: bool,
 }
 
 /// A registered application: its rings, its data areas and its sockets.
@@ -537,7 +535,6 @@ impl Client {
             EventKind::Unheld => {
                 if let Some(s) = self.socks.get_mut(&e.handle) {
                     s.unheld = true;
-                    s.asked_free = false;
                 }
             }
             EventKind::Closed => {

@@ -121,6 +121,10 @@ struct PSock {
     /// An accepted connection whose `Place` was posted unanswered: events the daemon
     /// published before taking it wrote no token (`Posix::tokens_on` asks for one).
     placed: bool,
+    /// Threads of this process sleeping in the kernel on A now (`hold`: kept at a fork).
+    waiters: u32,
+    /// A is in an epoll set the kernel keeps (`hold`: kept at a fork).
+    kernel_set: bool,
 }
 
 struct Inner {
@@ -554,7 +558,6 @@ impl Posix {
                     _ => return Err(Errno::ENOTCONN),
                 }
                 let c = g.client.as_mut().expect("registered");
-                hold::take_if_free(c, id.0);
                 match crate::Sockets::tcp_send(c, tcp(id), data) {
                     Ok(n) => return Ok(n),
                     Err(SocketError::WouldBlock) => {}
@@ -888,6 +891,8 @@ impl PSock {
             carried_dst: None,
             shared: false,
             placed: false,
+            waiters: 0,
+            kernel_set: false,
         }
     }
 }

@@ -115,6 +115,10 @@ pub trait Backend: Sync {
     /// A kernel epoll set waits for input on `id`: this process takes it from another that
     /// may hold it (`flowstack_client::posix` `hold`).
     fn want_read(&self, _id: SockId) {}
+    /// A thread starts (`on`) or ends sleeping in the kernel on `ids`' placeholders.
+    fn waiting(&self, _ids: &[SockId], _on: bool) {}
+    /// `id`'s placeholder is in an epoll set the kernel keeps.
+    fn in_kernel_set(&self, _id: SockId) {}
     /// The kernel said `id`'s placeholder is readable: false if this process's view says
     /// it is not (a stale token, now taken back: do not report it).
     fn confirm_readable(&self, _id: SockId) -> bool {
@@ -454,6 +458,12 @@ impl Backend for PosixBackend {
     }
     fn want_read(&self, id: SockId) {
         let _ = self.p.want_read(posix::SockId(id));
+    }
+    fn waiting(&self, ids: &[SockId], on: bool) {
+        self.p.waiting(ids.iter().map(|&i| posix::SockId(i)), on);
+    }
+    fn in_kernel_set(&self, id: SockId) {
+        self.p.in_kernel_set(posix::SockId(id));
     }
     fn confirm_readable(&self, id: SockId) -> bool {
         self.p.confirm_readable(posix::SockId(id)).unwrap_or(true)

@@ -241,6 +241,7 @@ pub unsafe fn ctl(
     }
     if !b.watch(id)? {
         let r = kernel()?;
+        b.in_kernel_set(id);
         let e = *ev;
         if listening && e.events & (EPOLLET | EPOLLONESHOT) == 0 {
             watch_listener(b, epfd, ep, fd, id, e);
@@ -252,6 +253,7 @@ pub unsafe fn ctl(
         None => match create(b, epfd) {
             Err(NESTED) => {
                 b.tokens_on(id);
+                b.in_kernel_set(id);
                 if (*ev).events & libc::EPOLLIN as u32 != 0 {
                     b.want_read(id);
                 }
@@ -369,6 +371,7 @@ fn to_kernel(epfd: c_int, ep: &Shared) {
             if let (Some(b), Some(e)) = (st.connected(), st.table.get(x.fd)) {
                 inside(|| {
                     b.tokens_on(e.id);
+                    b.in_kernel_set(e.id);
                     if x.events & libc::EPOLLIN as u32 != 0 {
                         b.want_read(e.id);
                     }

@@ -84,10 +84,17 @@ pub(crate) fn blocking<T>(
             Err(libc::EAGAIN) if hup => return Err(libc::ECONNRESET),
             Err(libc::EAGAIN) if !nonblocking(fd, e, flags) => {
                 // A socket watched by the epoll fast path has no tokens: turn them on first.
-                if let Some(b) = crate::state::get().and_then(|s| s.connected()) {
+                // While this thread sleeps, a fork (another thread) leaves the socket here.
+                let b = crate::state::get().and_then(|s| s.connected());
+                if let Some(b) = b {
                     b.tokens_on(e.id);
+                    b.waiting(&[e.id], true);
                 }
-                hup = wait(fd, events, dl)?
+                let r = wait(fd, events, dl);
+                if let Some(b) = b {
+                    b.waiting(&[e.id], false);
+                }
+                hup = r?
             }
             r => return r,
         }

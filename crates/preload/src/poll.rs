@@ -54,12 +54,16 @@ fn with_scratch<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
 /// (position, error or hang-up).
 fn prepare(fds: impl Iterator<Item = (usize, c_int, bool)>, sc: &mut Scratch) {
     sc.ready.clear();
+    sc.ids.clear();
     let Some(st) = state::get() else {
         return;
     };
     if is_inside() {
         return;
     }
+    // In a forked child, the inherited sockets get this process's ids first (a child's
+    // first call may be this wait).
+    state::readopt_if_forked(st);
     let Some(b) = st.connected() else {
         return;
     };
@@ -91,6 +95,24 @@ fn view(b: &dyn Backend, sc: &mut Scratch) {
             let r = r.as_ref()?;
             r.r.readable.then_some((i, r.r.hup || r.r.error.is_some()))
         }));
+}
+
+/// Runs the kernel wait `f`; while it may sleep, the flowstack sockets `ids` in it count as
+/// waited on, so a `fork` meanwhile (another thread) leaves them with this process
+/// (`flowstack_client::posix` `hold`).
+fn marked<R>(ids: &[SockId], sleeps: bool, f: impl FnOnce() -> R) -> R {
+    let b = match sleeps && !ids.is_empty() {
+        true => state::get().and_then(|s| s.connected()),
+        false => None,
+    };
+    if let Some(b) = b {
+        inside(|| b.waiting(ids, true));
+    }
+    let r = f();
+    if let Some(b) = b {
+        inside(|| b.waiting(ids, false));
+    }
+    r
 }
 
 /// Of the placeholders the kernel reported readable (`(position, fd)`), those whose token
@@ -161,10 +183,13 @@ unsafe fn poll_with(
             sc,
         );
         sc.ready.retain(|&(i, _)| set[i].events & libc::POLLIN != 0);
-        let r = call(if sc.ready.is_empty() {
-            left(deadline)
-        } else {
-            Some(Duration::ZERO)
+        let sleeps = sc.ready.is_empty();
+        let r = marked(&sc.ids, sleeps, || {
+            call(if sleeps {
+                left(deadline)
+            } else {
+                Some(Duration::ZERO)
+            })
         });
         if r < 0 {
             return r;
@@ -264,10 +289,13 @@ unsafe fn select_with(
             sc,
         );
         sc.ready.retain(|&(fd, _)| libc::FD_ISSET(fd as c_int, &r0));
-        let k = call(if sc.ready.is_empty() {
-            left(deadline)
-        } else {
-            Some(Duration::ZERO)
+        let sleeps = sc.ready.is_empty();
+        let k = marked(&sc.ids, sleeps, || {
+            call(if sleeps {
+                left(deadline)
+            } else {
+                Some(Duration::ZERO)
+            })
         });
         if k < 0 {
             return k;

@@ -8,11 +8,14 @@
 //!   passed descriptor adopts its sockets without becoming their holder. It takes one
 //!   ([`take`]) when the program first reads it or waits to read it: `recv`, `FIONREAD`, a
 //!   `poll`/`select`/`epoll` wait asking for input, a kernel wait that woke on its
-//!   placeholder. A first send asks for it only if nobody holds it ([`take_if_free`]), so
-//!   a child that only writes takes nothing from a parent that reads.
+//!   placeholder. Sending does not take it (its send credit and errors come to the sender
+//!   anyway), so a child that only writes takes nothing from a parent that reads — not
+//!   even while nobody holds the socket, when the parent's bytes would then be delivered to
+//!   the child.
 //! - **Before a fork** ([`before_fork`]) the parent gives up each connection it has no send
-//!   credit outstanding on and that no wait in the kernel may be sleeping on (received bytes
-//!   then wait in the daemon), and copies the bytes it has not read into a carry the child
+//!   credit outstanding on and that nothing waits on in the kernel — no thread of it blocked
+//!   on it or in `poll`/`select` on it now, no kernel epoll set (received bytes then wait in
+//!   the daemon), and copies the bytes it has not read into a carry the child
 //!   inherits; the child's adopt serves them first.
 //!   Whichever process reads first then takes the connection. So a server that accepts,
 //!   forks a child for the connection and closes its copy (python's `ForkingTCPServer`, the
@@ -52,6 +55,28 @@ impl Posix {
         }
         Ok(())
     }
+
+    /// A thread starts (`on`) or ends sleeping in the kernel on these sockets' placeholders.
+    pub fn waiting(&self, ids: impl Iterator<Item = SockId>, on: bool) {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        for id in ids {
+            if let Some(ps) = g.socks.get_mut(&id.0) {
+                ps.waiters = if on {
+                    ps.waiters.saturating_add(1)
+                } else {
+                    ps.waiters.saturating_sub(1)
+                };
+            }
+        }
+    }
+
+    /// The socket's placeholder is in an epoll set the kernel keeps.
+    pub fn in_kernel_set(&self, id: SockId) {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(ps) = g.socks.get_mut(&id.0) {
+            ps.kernel_set = true;
+        }
+    }
 }
 
 /// The program reads, or waits to read, socket `h`: take it if another process may hold it.
@@ -61,19 +86,7 @@ pub(super) fn take(c: &mut Client, h: u32) {
         return;
     }
     s.unheld = false;
-    s.asked_free = false;
     ask(c, h, HoldHow::Take);
-}
-
-/// The program sends on socket `h`: take it if nobody holds it (asked once until it is
-/// unheld again), so that its send credit comes here.
-pub(super) fn take_if_free(c: &mut Client, h: u32) {
-    let Some(s) = c.socks.get_mut(&h) else { return };
-    if !s.unheld || s.asked_free {
-        return;
-    }
-    s.asked_free = true;
-    ask(c, h, HoldHow::IfFree);
 }
 
 /// Posts `Hold{how}` for `h` (async: nothing waits for the answer).
@@ -100,9 +113,13 @@ pub(super) fn before_fork(g: &mut Inner) {
     let mut given = Vec::new();
     for (&h, ps) in socks.iter() {
         // (A connect's state here is updated lazily: the client's view says it opened.)
-        // A socket that may be waited on in the kernel (a blocked call, poll/select, a
+        // A socket waited on in the kernel (a thread blocked on it, in poll/select, or a
         // kernel epoll set) is kept: such a wait would not wake to take it back.
-        if ps.dgram || ps.in_kernel || !matches!(ps.state, State::Connected | State::Connecting) {
+        if ps.dgram
+            || ps.waiters > 0
+            || ps.kernel_set
+            || !matches!(ps.state, State::Connected | State::Connecting)
+        {
             continue;
         }
         let Some(s) = c.socks.get_mut(&h) else {
