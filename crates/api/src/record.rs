@@ -48,7 +48,9 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 /// 7: `Command::Forget { recycle }` and `AttachOp::Repool` (placeholder pairs reused).
 /// 8: `Command::Hold` and `EventKind::Unheld` (who receives a socket shared by processes);
 /// `AttachOp::Adopt` no longer makes the adopter the holder.
-pub const VERSION: u16 = 8;
+/// 9: fused loopback connections: `Command::Pipe`, `EventKind::{Fused, PipeOpen, PipeNews}`
+/// and the pipe's descriptor on the registration stream; `HoldHow::IfFree` is gone.
+pub const VERSION: u16 = 9;
 /// Size of every record.
 pub const RECORD_LEN: usize = 64;
 /// Largest handle index a record may carry.
@@ -326,8 +328,16 @@ pub enum Command {
     Hold {
         /// Socket.
         handle: u32,
-        /// Take, take if nobody holds it, or give up.
+        /// Take, or give up.
         how: HoldHow,
+    },
+    /// (Version 9.) A fused connection's pipe (`flowstack_sys::pipe`, told by
+    /// [`EventKind::Fused`]): [`PipeOp`]. No completion.
+    Pipe {
+        /// Socket.
+        handle: u32,
+        /// Switch to the pipe, or wake the other end.
+        op: PipeOp,
     },
     /// A shim reports a socket it sent to the kernel instead (for `flowstack stats`).
     Report {
@@ -343,8 +353,6 @@ pub enum Command {
 pub enum HoldHow {
     /// Become the holder (a process that reads the socket, or waits to).
     Take,
-    /// Become the holder if nobody is (a process that only sends on it).
-    IfFree,
     /// Stop being the holder (before `fork`: the first process to read takes it).
     Release,
 }
@@ -353,10 +361,21 @@ impl HoldHow {
     fn code(self) -> u32 {
         match self {
             HoldHow::Take => 0,
-            HoldHow::IfFree => 1,
             HoldHow::Release => 2,
         }
     }
+}
+
+/// What [`Command::Pipe`] says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PipeOp {
+    /// This application sends on the pipe from now on; every byte it sent before is in the
+    /// rings ahead of this record. The daemon tells the other end [`EventKind::PipeOpen`]
+    /// once those bytes are all delivered.
+    Switch,
+    /// The other end asked for a wake-up (bytes written, or room freed): the daemon tells
+    /// it [`EventKind::PipeNews`].
+    Kick,
 }
 
 /// Socket type of `Attach{New}`.
@@ -534,6 +553,7 @@ const OP_REPORT: u16 = 39;
 const OP_FILE_RELEASE: u16 = 40;
 const OP_SET_NOTIFY: u16 = 41;
 const OP_HOLD: u16 = 42;
+const OP_PIPE: u16 = 43;
 // 50–59: UDP of the POSIX layer.
 const OP_UDP_CARRIES: u16 = 50;
 // 60–69: queries of the POSIX layer (version 5).
@@ -673,6 +693,7 @@ impl CommandRecord {
             Command::GetAddr { handle, peer } => (OP_GET_ADDR, handle, None, peer as u32, 0, 0),
             Command::TcpInfo { handle, part } => (OP_TCP_INFO, handle, None, part, 0, 0),
             Command::Hold { handle, how } => (OP_HOLD, handle, None, how.code(), 0, 0),
+            Command::Pipe { handle, op } => (OP_PIPE, handle, None, op as u32, 0, 0),
             Command::Report { kind, dst } => {
                 (OP_REPORT, 0, Some((*dst.ip(), dst.port())), kind, 0, 0)
             }
@@ -934,11 +955,19 @@ impl CommandRecord {
                 unused(true, false, true, true)?;
                 let how = match arg {
                     0 => HoldHow::Take,
-                    1 => HoldHow::IfFree,
                     2 => HoldHow::Release,
                     _ => return Err(RecordError::BadArgument),
                 };
                 Command::Hold { handle, how }
+            }
+            OP_PIPE => {
+                unused(true, false, true, true)?;
+                let op = match arg {
+                    0 => PipeOp::Switch,
+                    1 => PipeOp::Kick,
+                    _ => return Err(RecordError::BadArgument),
+                };
+                Command::Pipe { handle, op }
             }
             OP_REPORT => {
                 no_handle()?;
@@ -962,7 +991,7 @@ impl CommandRecord {
 }
 
 mod event;
-pub use event::{EventKind, EventRecord};
+pub use event::{EventKind, EventRecord, FUSED_OPEN, FUSED_SWITCHED, FUSED_WRITES_1, PIPE_TAG};
 
 #[cfg(test)]
 mod tests;

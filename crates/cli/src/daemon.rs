@@ -45,6 +45,14 @@ pub struct DaemonArgs {
     /// ENOBUFS and its sends stall (counted as FlowstackdAppMemLimited).
     #[arg(long, value_name = "BYTES", default_value = "256M", value_parser = crate::demo::parse_size)]
     pub max_app_memory: u64,
+    /// Bytes a loopback connection between two applications carries one way before it is
+    /// fused: its bytes then go program to program through a shared pipe, the daemon only
+    /// signalling (FlowstackdPipesFused).
+    #[arg(long, value_name = "BYTES", default_value = "1M", value_parser = crate::demo::parse_size)]
+    pub fuse_after: u64,
+    /// A fused connection's pipe, bytes per direction (4K to 64M); 0: never fuse.
+    #[arg(long, value_name = "BYTES", default_value = "512K", value_parser = crate::demo::parse_size)]
+    pub fuse_pipe: u64,
     /// Permission bits of the registration socket, in octal: who may connect (0666: every
     /// local user, as for the kernel's loopback — a server's workers often run as another
     /// user; 0660 with the socket's group, 0600 its owner only).
@@ -120,6 +128,14 @@ pub fn run_as(a: DaemonArgs, who: &str) -> ExitCode {
         ),
     };
     cfg.max_app_memory = a.max_app_memory.max(1);
+    if a.fuse_pipe != 0
+        && !(flowstack_sys::pipe::MIN_CAP..=flowstack_sys::pipe::MAX_CAP).contains(&a.fuse_pipe)
+    {
+        eprintln!("{who}: --fuse-pipe: 0, or 4K to 64M");
+        return ExitCode::from(2);
+    }
+    cfg.fuse_after = a.fuse_after;
+    cfg.fuse_pipe = a.fuse_pipe;
     match (&a.link, &a.addr) {
         (Some(l), Some(ad)) => match l.spec(ad) {
             Ok(s) => cfg.link = Some(s),

@@ -84,10 +84,12 @@ impl Client {
         };
         s.direct = true;
         if peek {
-            return copy_front(&s.rx, buf);
+            let n = copy_front(&s.rx, buf);
+            return n + self.pipe_read(raw, &mut buf[n..], true);
         }
         let n = take_front(&mut s.rx, buf);
-        n + self.read_held(raw, &mut buf[n..])
+        let n = n + self.read_held(raw, &mut buf[n..]);
+        n + self.pipe_read(raw, &mut buf[n..], false)
     }
 
     /// `len` bytes at `off` already copied out (a datagram): released at once, or in order

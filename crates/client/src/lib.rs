@@ -29,6 +29,7 @@
 
 mod changes;
 mod dgram;
+mod fused;
 mod held;
 pub mod layout;
 pub mod posix;
@@ -45,7 +46,7 @@ use flowstack_sys::ring::{Consumer, Producer, RingLayout};
 use flowstack_sys::SharedRegion;
 use layout::SOCK_RCVBUF;
 use std::collections::VecDeque;
-use std::io::{self, Read};
+use std::io;
 use std::net::SocketAddrV4;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
@@ -119,7 +120,7 @@ pub(crate) fn copy_front(rx: &VecDeque<u8>, buf: &mut [u8]) -> usize {
 impl Sock {
     /// Delivered bytes not yet read: copied out (`rx`) or still in the area (`held`).
     fn unread(&self) -> usize {
-        self.rx.len() + self.held
+        self.rx.len() + self.held + self.piped()
     }
 }
 
@@ -167,6 +168,8 @@ struct Sock {
     /// Another process may hold it (adopted, given up before a fork, or `Unheld`): the
     /// daemon delivers its bytes elsewhere until this process asks (`posix::hold`).
     unheld: bool,
+    /// A fused connection's pipe (`fused`).
+    pipe: Option<Box<fused::SockPipe>>,
 }
 
 /// A registered application: its rings, its data areas and its sockets.
@@ -235,6 +238,10 @@ pub struct Client {
     /// Recycled A's (`Forget { recycle }` posted, oldest first, with its call id) until the
     /// daemon's answer lets them back into the pool (`posix::pool`).
     recycling: VecDeque<(u32, Own<OwnedFd>)>,
+    /// Pipe descriptors the daemon sent, by token, until their `Fused` event (`fused`).
+    pipe_fds: VecDeque<(u64, Own<OwnedFd>)>,
+    /// Sockets told `Fused` (some may be gone).
+    fused: Vec<u32>,
 }
 
 impl std::fmt::Debug for Client {
@@ -330,6 +337,8 @@ impl Client {
             last_liveness: Instant::now(),
             pooled: VecDeque::new(),
             recycling: VecDeque::new(),
+            pipe_fds: VecDeque::new(),
+            fused: Vec::new(),
             sleeps: 0,
             area_blocked: false,
             app_id,
@@ -373,14 +382,7 @@ impl Client {
         if self.dead {
             return;
         }
-        let mut b = [0u8; 16];
-        match (&*self.stream).read(&mut b) {
-            Ok(0) => self.dead = true,
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => self.dead = true,
-        }
+        self.read_stream();
     }
 
     // ---- posting commands ---------------------------------------------------------------
@@ -479,6 +481,9 @@ impl Client {
         if n > 0 {
             self.relieve_rx();
         }
+        if !self.fused.is_empty() {
+            self.pull_pipes();
+        }
         n
     }
 
@@ -532,6 +537,7 @@ impl Client {
                     s.rgen = s.rgen.wrapping_add(1);
                 }
             }
+            EventKind::Fused | EventKind::PipeOpen | EventKind::PipeNews => self.on_pipe_event(&e),
             EventKind::Unheld => {
                 if let Some(s) = self.socks.get_mut(&e.handle) {
                     s.unheld = true;
@@ -925,6 +931,10 @@ impl Client {
         let Some(s) = self.socks.get_mut(&raw) else {
             return;
         };
+        // Bytes read from a pipe were never the daemon's.
+        if let Some(p) = &mut s.pipe {
+            s.unreported = s.unreported.saturating_sub(std::mem::take(&mut p.taken));
+        }
         let drained = s.unread() == 0;
         if s.unreported == 0 || !(force || drained || s.unreported >= SOCK_RCVBUF / 4) {
             return;

@@ -841,7 +841,10 @@ impl Posix {
             },
             State::Connected | State::Connecting | State::Failed => Readiness {
                 readable: s.unread() > 0 || s.eof || s.error.is_some(),
-                writable: (s.open && s.unflushed < SOCK_SNDBUF) || s.error.is_some(),
+                writable: s
+                    .pipe_writable()
+                    .unwrap_or(s.open && s.unflushed < SOCK_SNDBUF)
+                    || s.error.is_some(),
                 hup: s.eof || s.error.is_some(),
                 error,
             },

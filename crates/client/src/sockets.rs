@@ -58,6 +58,10 @@ impl Sockets for Client {
         if s.listener {
             return Err(SocketError::InvalidState);
         }
+        if let Some(r) = self.pipe_send(raw, data) {
+            return r;
+        }
+        let s = self.sock_mut(h)?;
         let n = (data.len() as u64)
             .min(SOCK_SNDBUF.saturating_sub(s.unflushed))
             .min(area_free) as usize;
@@ -196,7 +200,10 @@ impl Sockets for Client {
         let s = self.sock(h)?;
         Ok(Readiness {
             readable: s.unread() > 0 || s.eof || s.error.is_some() || !s.accepted.is_empty(),
-            writable: s.open && !s.listener && s.unflushed < SOCK_SNDBUF && s.error.is_none(),
+            writable: !s.listener
+                && s.error.is_none()
+                && s.pipe_writable()
+                    .unwrap_or(s.open && s.unflushed < SOCK_SNDBUF),
             error: s.error,
         })
     }

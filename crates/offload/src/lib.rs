@@ -131,6 +131,12 @@ pub struct DaemonConfig {
     /// `FlowstackdTxRehomedBytes`); default [`TX_HOLD_LIMIT`]. Not a command-line option:
     /// tests set it to `u64::MAX` to keep spans pinned.
     pub tx_hold_limit: u64,
+    /// Bytes one way before a connection between two applications is fused (`--fuse-after`;
+    /// `app::fuse`); default [`FUSE_AFTER`].
+    pub fuse_after: u64,
+    /// A fused connection's pipe bytes per direction (`--fuse-pipe`); 0: no fusing. Default
+    /// [`FUSE_CAP`].
+    pub fuse_pipe: u64,
     /// Permission bits of the registration socket (`--socket-mode`), set right after bind;
     /// default [`DEFAULT_SOCKET_MODE`]: every local user may connect, as every user may use
     /// the kernel's loopback (a server's workers often run as another user than the master
@@ -141,7 +147,7 @@ pub struct DaemonConfig {
 /// Default of [`DaemonConfig::socket_mode`]: `0o666`.
 pub const DEFAULT_SOCKET_MODE: u32 = 0o666;
 
-pub use app::TX_HOLD_LIMIT;
+pub use app::{FUSE_AFTER, FUSE_CAP, TX_HOLD_LIMIT};
 
 /// Default of [`DaemonConfig::max_app_memory`]: 256 MiB, the full send and receive buffers
 /// (1 MiB each) of 128 connections.
@@ -248,6 +254,8 @@ impl Default for DaemonConfig {
             link: None,
             max_app_memory: DEFAULT_MAX_APP_MEMORY,
             tx_hold_limit: TX_HOLD_LIMIT,
+            fuse_after: FUSE_AFTER,
+            fuse_pipe: FUSE_CAP,
             socket_mode: DEFAULT_SOCKET_MODE,
         }
     }
@@ -269,6 +277,8 @@ pub struct Daemon {
     link: Option<(Vec<Waitable>, AddrSpec)>,
     max_app_memory: u64,
     tx_hold_limit: u64,
+    fuse_after: u64,
+    fuse_pipe: u64,
 }
 
 /// A daemon running on its own thread ([`Daemon::spawn`]); stops and joins on drop.
@@ -385,6 +395,8 @@ impl Daemon {
             link,
             max_app_memory: cfg.max_app_memory,
             tx_hold_limit: cfg.tx_hold_limit,
+            fuse_after: cfg.fuse_after,
+            fuse_pipe: cfg.fuse_pipe,
         })
     }
 
@@ -456,6 +468,13 @@ impl Daemon {
             sh.max_sockets_per_app = self.max_sockets_per_app;
             sh.max_app_memory = self.max_app_memory;
             sh.tx_hold_limit = self.tx_hold_limit;
+            sh.fuse_cap = self
+                .fuse_pipe
+                .clamp(flowstack_sys::pipe::MIN_CAP, flowstack_sys::pipe::MAX_CAP);
+            sh.fuse_after = match self.fuse_pipe {
+                0 => u64::MAX,
+                _ => self.fuse_after,
+            };
             let inbox = if i == 0 {
                 None
             } else {

@@ -282,6 +282,16 @@ impl TcpSockets {
         }
     }
 
+    /// The application's handle of the connection with 4-tuple `t` (as this engine sees it:
+    /// local, then remote), if one is open and owned.
+    pub fn find(&self, t: &FourTuple) -> Option<TcpHandle> {
+        let i = self.conn_slot(t)?;
+        match self.slot(i) {
+            Some(Sock::Conn(c)) if c.owned => Some(TcpHandle::from_raw(i)),
+            _ => None,
+        }
+    }
+
     pub fn conn(&self, h: TcpHandle) -> Result<&Connection, SocketError> {
         match self.slot(h.index()) {
             Some(Sock::Conn(c)) if c.owned => Ok(&c.conn),

@@ -20,6 +20,21 @@ pub const MAX_FDS: usize = 16;
 /// Sends `data` (at least one byte) with `fds` attached; returns how many bytes of `data`
 /// were sent (the descriptors go with the first of them, all or none).
 pub fn send_fds(sock: &UnixStream, data: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<usize> {
+    send_fds_with(sock, data, fds, SendFlags::NOSIGNAL)
+}
+
+/// [`send_fds`] that never blocks (`MSG_DONTWAIT`): a peer that does not read its socket
+/// gets `WouldBlock` instead of stalling the sender.
+pub fn try_send_fds(sock: &UnixStream, data: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<usize> {
+    send_fds_with(sock, data, fds, SendFlags::NOSIGNAL | SendFlags::DONTWAIT)
+}
+
+fn send_fds_with(
+    sock: &UnixStream,
+    data: &[u8],
+    fds: &[BorrowedFd<'_>],
+    flags: SendFlags,
+) -> io::Result<usize> {
     if data.is_empty() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -38,12 +53,7 @@ pub fn send_fds(sock: &UnixStream, data: &[u8], fds: &[BorrowedFd<'_>]) -> io::R
         return Err(io::Error::other("control buffer too small"));
     }
     loop {
-        match sendmsg(
-            sock,
-            &[IoSlice::new(data)],
-            &mut control,
-            SendFlags::NOSIGNAL,
-        ) {
+        match sendmsg(sock, &[IoSlice::new(data)], &mut control, flags) {
             Ok(n) => return Ok(n),
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(e.into()),

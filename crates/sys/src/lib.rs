@@ -13,6 +13,7 @@
 //! | [`filemap`] | read-only shared windows of a file, and the process-wide `SIGBUS` guard that turns a truncated file's missing pages into zeros and a flag instead of a crash |
 //! | [`fdpass`] | send and receive file descriptors over a unix socket (`SCM_RIGHTS`) |
 //! | [`socket`] | socket options the tools set on kernel sockets (`TCP_QUICKACK`) |
+//! | [`pipe`] | a fused loopback connection's two byte rings in one memfd both applications map: copies in and out, wake-up flags, untrusted header |
 //! | [`placeholder`] | the socket pair that stands for an offloaded socket: tokens, filler, last close, inode |
 //! | [`wake`] | an application's wake-up channel: a pipe whose write end the daemon opens again as its own |
 //! | [`process`] | is a process (the peer of a shared region) still alive? |
@@ -47,6 +48,7 @@ pub mod futex;
 pub mod fuzzing;
 pub mod ownfd;
 pub mod perf;
+pub mod pipe;
 pub mod placeholder;
 pub mod poll;
 pub mod process;

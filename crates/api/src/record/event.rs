@@ -23,7 +23,29 @@ pub enum EventKind {
     /// (Version 8.) This application no longer holds the socket (`Command::Hold`): another
     /// one took it, or this one gave it up. Its next read or wait should take it again.
     Unheld,
+    /// (Version 9.) The connection is fused: its pipe's descriptor came on the registration
+    /// stream with the 16 bytes [`PIPE_TAG`] + `offset` (the token that names it here).
+    /// `len` is the pipe's capacity per direction; `result` holds [`FUSED_WRITES_1`] (this
+    /// end writes direction 1, else 0), [`FUSED_SWITCHED`] (this end's bytes already go on
+    /// the pipe: an application that adopted the socket) and [`FUSED_OPEN`] (the other end's
+    /// pipe bytes may be read).
+    Fused,
+    /// (Version 9.) Every byte the other end sent before its pipe bytes was delivered ahead
+    /// of this event: its pipe may be read from now on.
+    PipeOpen,
+    /// (Version 9.) The other end wrote into the pipe or freed room in it.
+    PipeNews,
 }
+
+/// The bytes in front of a pipe's token on the registration stream ([`EventKind::Fused`]).
+pub const PIPE_TAG: [u8; 8] = *b"FSPIPE\0\0";
+/// [`EventKind::Fused`]: this end writes direction 1 of the pipe (else 0) and reads the
+/// other.
+pub const FUSED_WRITES_1: i64 = 1;
+/// [`EventKind::Fused`]: this end's bytes already go on the pipe.
+pub const FUSED_SWITCHED: i64 = 2;
+/// [`EventKind::Fused`]: the other end's pipe bytes may be read already.
+pub const FUSED_OPEN: i64 = 4;
 
 impl EventKind {
     fn code(self) -> u16 {
@@ -35,6 +57,9 @@ impl EventKind {
             EventKind::Closed => 5,
             EventKind::Datagram => 6,
             EventKind::Unheld => 7,
+            EventKind::Fused => 8,
+            EventKind::PipeOpen => 9,
+            EventKind::PipeNews => 10,
         }
     }
     fn from_code(c: u16) -> Option<Self> {
@@ -46,6 +71,9 @@ impl EventKind {
             5 => EventKind::Closed,
             6 => EventKind::Datagram,
             7 => EventKind::Unheld,
+            8 => EventKind::Fused,
+            9 => EventKind::PipeOpen,
+            10 => EventKind::PipeNews,
             _ => return None,
         })
     }

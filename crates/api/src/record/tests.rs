@@ -109,9 +109,13 @@ fn all_commands() -> Vec<Command> {
             handle: 9,
             how: HoldHow::Take,
         },
-        Command::Hold {
+        Command::Pipe {
             handle: 9,
-            how: HoldHow::IfFree,
+            op: PipeOp::Switch,
+        },
+        Command::Pipe {
+            handle: 9,
+            op: PipeOp::Kick,
         },
         Command::Hold {
             handle: 9,
@@ -350,9 +354,9 @@ fn file_sends_are_versioned_and_their_ranges_checked() {
 #[test]
 fn notify_modes_are_versioned_and_strict() {
     assert_eq!(
-        VERSION, 8,
+        VERSION, 9,
         "SetNotify and AttachOp::Wake came with version 4, TcpInfo with 5, pools with 6, \
-         recycling with 7, Hold and Unheld with 8"
+         recycling with 7, Hold and Unheld with 8, pipes with 9"
     );
     // Hold's argument is one of three ways, nothing else.
     let mut h = [0; RECORD_LEN];
@@ -368,6 +372,33 @@ fn notify_modes_are_versioned_and_strict() {
     assert!(CommandRecord::decode(&h).is_ok());
     h[field::ARG.start] = 3;
     assert_eq!(CommandRecord::decode(&h), Err(RecordError::BadArgument));
+    h[field::ARG.start] = 1; // IfFree, gone with version 9
+    assert_eq!(CommandRecord::decode(&h), Err(RecordError::BadArgument));
+    // A pipe command is one of two, nothing else; the pipe's events round-trip.
+    CommandRecord {
+        id: 1,
+        mode: Mode::Async,
+        cmd: Command::Pipe {
+            handle: 3,
+            op: PipeOp::Kick,
+        },
+    }
+    .encode(&mut h);
+    h[field::ARG.start] = 2;
+    assert_eq!(CommandRecord::decode(&h), Err(RecordError::BadArgument));
+    for kind in [EventKind::Fused, EventKind::PipeOpen, EventKind::PipeNews] {
+        let e = EventRecord {
+            kind,
+            id: 0,
+            handle: 4,
+            result: FUSED_WRITES_1 | FUSED_OPEN,
+            offset: 77,
+            len: 1 << 20,
+        };
+        let mut b = [0; RECORD_LEN];
+        e.encode(&mut b);
+        assert_eq!(EventRecord::decode(&b), Ok(e));
+    }
     for op in [
         AttachOp::Pool,
         AttachOp::NewPooled,

@@ -146,7 +146,8 @@ pub(super) fn before_fork(g: &mut Inner) {
         // A wait of this process looks at it again (and takes it back if it reads it).
         c.changes.note(h);
         let Some(s) = c.socks.get(&h) else { continue };
-        let n = s.unread();
+        // Bytes in a fused connection's pipe are shared, not carried.
+        let n = s.rx.len() + s.held;
         if n == 0 && !s.eof && s.error.is_none() {
             continue;
         }

@@ -50,7 +50,10 @@ pub(super) fn one(ps: &PSock, s: &Sock, dead: bool) -> Option<super::FastReady> 
         },
         State::Connected | State::Connecting | State::Failed => Readiness {
             readable: super::fast::conn_readable(ps, s),
-            writable: (s.open && !s.blocked && s.unflushed < SOCK_SNDBUF) || s.error.is_some(),
+            writable: s
+                .pipe_writable()
+                .unwrap_or(s.open && !s.blocked && s.unflushed < SOCK_SNDBUF)
+                || s.error.is_some(),
             hup: s.error.is_some() || ps.state == State::Failed,
             error: s.error.map(Errno::from),
         },

@@ -140,6 +140,7 @@ impl App {
                     Kind::Conn(_) => 3,
                     Kind::Failed(_) => 5,
                 };
+                super::fuse::tell_adopter(sh, self, gid, handle);
                 Ok((kind as u64) << 32 | handle as u64)
             }
             // Taken above.
@@ -163,8 +164,7 @@ impl App {
 
 impl App {
     /// `Hold`: which application receives socket `handle` (its bytes, end of stream,
-    /// errors and send credit; module docs of `app`). `Take` moves it here; `IfFree` only
-    /// if nobody holds it; `Release` leaves it to nobody if it is here — received bytes then
+    /// errors and send credit; module docs of `app`). `Take` moves it here; `Release` leaves it to nobody if it is here — received bytes then
     /// wait in the engine, the window as its buffer allows, until someone takes it. The
     /// application that loses it is told `Unheld`. Answers 1 if this application holds
     /// the socket afterwards.
@@ -190,8 +190,7 @@ impl App {
                 Ok(0)
             }
             _ if g.holder == Some(me) => Ok(1),
-            HoldHow::IfFree if g.holder.is_some() => Ok(0),
-            HoldHow::Take | HoldHow::IfFree => {
+            HoldHow::Take => {
                 let old = g.holder.replace(me);
                 // What the previous holder has in its area is its own to read.
                 match &mut g.kind {
@@ -206,6 +205,7 @@ impl App {
                     None => {}
                 }
                 notify::on_new_holder(sh, gid, self.id);
+                super::fuse::tell_holder(sh, self, gid, handle);
                 Ok(1)
             }
         }

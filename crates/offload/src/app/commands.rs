@@ -335,6 +335,10 @@ impl App {
                 let r = self.hold(sh, handle, how);
                 self.complete(id, mode, handle, r);
             }
+            Command::Pipe { handle, op } => match self.gid(handle) {
+                Ok(gid) => super::fuse::on_command(sh, gid, op),
+                Err(e) => self.complete(id, mode, handle, Err(e)),
+            },
             Command::Report { kind, .. } => {
                 if let Some(c) = sh.counters.fallbacks.get_mut(kind as usize) {
                     *c += 1;

@@ -165,7 +165,12 @@ pub(super) fn addr_of(sh: &Shared, gid: u32, peer: bool) -> Result<SocketAddrV4,
 /// Readable from the daemon's view (see the module docs).
 pub(super) fn readable_now(lo: &Loopback, k: &Kind) -> bool {
     match k {
-        Kind::Conn(c) => c.outstanding > 0 || c.eof_told || c.closed_told,
+        Kind::Conn(c) => {
+            c.outstanding > 0
+                || c.eof_told
+                || c.closed_told
+                || c.fuse.as_ref().is_some_and(|f| f.readable())
+        }
         Kind::Listener {
             hs, kernel, queue, ..
         } => {
@@ -210,7 +215,12 @@ pub(super) fn want_writable(sh: &mut Shared, gid: u32, area_room: bool) {
         Kind::Conn(c) => {
             let e = &sh.lo.engines[c.eng];
             let file_ok = c.file_want.is_none() || super::file::file_room(e, c);
-            (c.open_told && (c.queued_here() as u64) < SOCK_SNDBUF && file_ok && area_room)
+            let room = match &c.fuse {
+                // Bytes go on the pipe: its room, not the send buffer's.
+                Some(f) if f.switched => f.writable(),
+                _ => (c.queued_here() as u64) < SOCK_SNDBUF && area_room,
+            };
+            (c.open_told && room && file_ok)
                 || c.closed_told
                 || sh.lo.engines[c.eng].tcp_error(c.h).is_some()
         }

@@ -54,6 +54,16 @@ pub struct DaemonCounters {
     pub holds_moved: u64,
     /// Holders that gave a socket up, before a fork (`FlowstackdHoldsReleased`).
     pub holds_released: u64,
+    /// Loopback connections fused: their bytes go app to app through a pipe
+    /// (`fuse`; `FlowstackdPipesFused`).
+    pub pipes_fused: u64,
+    /// Connections that could not be fused when asked (no pipe memory, the descriptor not
+    /// sent; `FlowstackdPipesRefused`).
+    pub pipes_refused: u64,
+    /// Pipe directions opened to their reader (`FlowstackdPipesOpened`).
+    pub pipes_opened: u64,
+    /// Wake-ups asked through a pipe (`FlowstackdPipeKicks`).
+    pub pipe_kicks: u64,
 }
 
 impl DaemonCounters {
@@ -82,5 +92,9 @@ impl DaemonCounters {
         self.pool_recycled += o.pool_recycled;
         self.holds_moved += o.holds_moved;
         self.holds_released += o.holds_released;
+        self.pipes_fused += o.pipes_fused;
+        self.pipes_refused += o.pipes_refused;
+        self.pipes_opened += o.pipes_opened;
+        self.pipe_kicks += o.pipe_kicks;
     }
 }

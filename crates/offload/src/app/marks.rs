@@ -52,7 +52,8 @@ pub(super) fn named(cmd: &Command) -> Option<u32> {
         | Forget { handle, .. }
         | GetAddr { handle, .. }
         | TcpInfo { handle, .. }
-        | Hold { handle, .. } => Some(handle),
+        | Hold { handle, .. }
+        | Pipe { handle, .. } => Some(handle),
         TcpListen { .. }
         | TcpConnect { .. }
         | UdpBind { .. }

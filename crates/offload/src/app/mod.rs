@@ -67,6 +67,7 @@ mod commands;
 mod control;
 mod counters;
 mod file;
+mod fuse;
 mod handles;
 mod marks;
 
@@ -86,6 +87,7 @@ use control::{
     addr_of, bind, detach, listen, readable_now, set_failed, token_cleared, want_writable,
 };
 pub use counters::DaemonCounters;
+pub use fuse::{FUSE_AFTER, FUSE_CAP};
 use handles::accepted_handle;
 pub(crate) use memory::account;
 pub(crate) use service::service;
@@ -140,6 +142,12 @@ pub(crate) struct Conn {
     /// Bulk spans of the transmit area waiting for the engine, sent without a copy (`txzc`);
     /// while any wait, `pending_tx` is empty.
     zc: txzc::ConnSpans,
+    /// Fused with its loopback peer (`fuse`).
+    fuse: Option<Box<fuse::ConnFuse>>,
+    /// Bytes delivered into its holders' areas, ever.
+    rx_total: u64,
+    /// `rx_total` at which fusing is (next) tried; 0: at `Shared::fuse_after`.
+    fuse_next: u64,
 }
 
 impl Conn {
@@ -162,6 +170,9 @@ impl Conn {
             direct_rx: false,
             uncredited: 0,
             zc: txzc::ConnSpans::default(),
+            fuse: None,
+            rx_total: 0,
+            fuse_next: 0,
         }
     }
 
@@ -344,6 +355,15 @@ pub(crate) struct Shared {
     /// Applications that lost a socket to another one's `Hold` (application, its handle):
     /// told `Unheld` by the next turn.
     unheld: Vec<(u64, u32)>,
+    /// Bytes one way before a loopback connection is fused (`--fuse-after`; `u64::MAX`:
+    /// never), and its pipe's bytes per direction (`--fuse-pipe`); see `fuse`.
+    pub fuse_after: u64,
+    pub fuse_cap: u64,
+    next_pipe_token: u64,
+    /// Fused sockets whose application asked for a wake-up of the other end (`fuse`).
+    kicks: Vec<u32>,
+    /// Fused sockets switched to the pipe whose peer was not told `PipeOpen` yet.
+    fusing: Vec<u32>,
 }
 
 impl Shared {
@@ -367,6 +387,11 @@ impl Shared {
             by_slot: Vec::new(),
             tx_hold_limit: TX_HOLD_LIMIT,
             unheld: Vec::new(),
+            fuse_after: fuse::FUSE_AFTER,
+            fuse_cap: fuse::FUSE_CAP,
+            next_pipe_token: 1,
+            kicks: Vec::new(),
+            fusing: Vec::new(),
         }
     }
 
@@ -428,9 +453,16 @@ impl Shared {
             reuse::leave(self, gid, (crate::ports::table_addr(*ip), *port));
         }
         if let Kind::Conn(c) = &mut g.kind {
+            let piped = fuse::closing(self, c);
             let e = &self.lo.engines[c.eng];
-            let unread =
-                c.outstanding > 0 || e.tcp_conn(c.h).map(|k| k.recv_queue() > 0).unwrap_or(false);
+            let unread = piped
+                || c.outstanding > 0
+                || e.tcp_conn(c.h).map(|k| k.recv_queue() > 0).unwrap_or(false);
+            if piped {
+                // RFC 2525 §2.17: closing with unread data resets the connection.
+                let _ = self.lo.engines[c.eng].tcp_abort(c.h);
+            }
+            let e = &self.lo.engines[c.eng];
             if !died && !unread && c.queued_here() > 0 && e.tcp_error(c.h).is_none() {
                 g.holder = None;
                 g.owners.clear();

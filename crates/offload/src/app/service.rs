@@ -23,6 +23,9 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App], sweep: bool) -> bool {
     }
     sh.collect_changes();
     let mut busy = reuse::dispatch(sh);
+    busy |= super::fuse::service(sh, apps);
+    let fuse_after = sh.fuse_after;
+    let mut fuse_asks: Vec<u32> = Vec::new();
     for (app, handle) in sh.unheld.drain(..) {
         if let Some(a) = apps.iter_mut().find(|a| a.id == app) {
             a.post(super::attach::unheld(handle));
@@ -122,17 +125,13 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App], sweep: bool) -> bool {
                         s.credit_wake |= out.credit_wake;
                     }
                     if let Some(result) = out.failed {
-                        s.post(EventRecord {
-                            kind: EventKind::Closed,
-                            id: 0,
-                            handle: h,
-                            result,
-                            offset: 0,
-                            len: 0,
-                        });
+                        s.post(closed(h, result));
                     }
                 }
                 did |= out.busy;
+                if c.fuse.is_none() && c.rx_total >= c.fuse_next.max(fuse_after) {
+                    fuse_asks.push(gid);
+                }
                 if let Some((i, _)) = holder {
                     for e in evs.drain(..) {
                         // A completion for a sync connect goes to the app that waited.
@@ -185,6 +184,9 @@ pub(crate) fn service(sh: &mut Shared, apps: &mut [App], sweep: bool) -> bool {
     sh.evs = evs;
     for gid in done {
         sh.socks.remove(&gid);
+    }
+    for gid in fuse_asks {
+        super::fuse::try_fuse(sh, apps, gid);
     }
     for (app, id, listener, r) in accepts {
         busy = true;
@@ -381,14 +383,7 @@ fn service_conn(
                 evs.push(EventRecord::completion(id, handle, Err(err)));
             }
         }
-        evs.push(EventRecord {
-            kind: EventKind::Closed,
-            id: 0,
-            handle,
-            result: -(err.errno() as i64),
-            offset: 0,
-            len: 0,
-        });
+        evs.push(closed(handle, -(err.errno() as i64)));
         c.closed_told = true;
         out.busy = true;
         out.readable = true;
@@ -491,14 +486,7 @@ fn service_conn(
                 a.len() + b.len()
             }
             Ok(_) if e.tcp_at_eof(c.h) => {
-                evs.push(EventRecord {
-                    kind: EventKind::Closed,
-                    id: 0,
-                    handle,
-                    result: 0,
-                    offset: 0,
-                    len: 0,
-                });
+                evs.push(closed(handle, 0));
                 c.eof_told = true;
                 out.busy = true;
                 out.readable = true;
@@ -543,6 +531,7 @@ pub(super) fn rx_written(
 ) -> EventRecord {
     app.rx_head += n;
     c.outstanding += n;
+    c.rx_total += n;
     EventRecord {
         kind: EventKind::Data,
         id: 0,
@@ -568,6 +557,18 @@ fn push_pending(e: &mut flowstack_stack::Engine, c: &mut Conn) -> u64 {
         }
     }
     taken
+}
+
+/// The connection ended: `result` is 0 (end of stream) or `-errno`.
+fn closed(handle: u32, result: i64) -> EventRecord {
+    EventRecord {
+        kind: EventKind::Closed,
+        id: 0,
+        handle,
+        result,
+        offset: 0,
+        len: 0,
+    }
 }
 
 pub(super) fn writable(handle: u32, len: u64) -> EventRecord {

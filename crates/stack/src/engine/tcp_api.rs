@@ -262,6 +262,12 @@ impl Engine {
         Ok(())
     }
 
+    /// The connection with 4-tuple `t` (local address and port first), if the application
+    /// owns one: how the offload daemon finds a loopback connection's other end.
+    pub fn tcp_find(&self, t: &FourTuple) -> Option<TcpHandle> {
+        self.tcp.find(t)
+    }
+
     /// The connection behind a handle (state, statistics, readiness).
     pub fn tcp_conn(&self, h: TcpHandle) -> Result<&Connection, SocketError> {
         self.tcp.conn(h)

@@ -1,0 +1,273 @@
+//! Fused connections: both ends are applications of one daemon engine, and once the
+//! connection carried enough bytes the daemon gives both one pipe (`flowstack_sys::pipe`;
+//! the daemon's `app::fuse` explains the switch). From then on a send writes into the pipe
+//! and a receive reads from it — two copies from program to program, none in the daemon.
+//!
+//! - **Sending:** the first send after `Fused` posts `Pipe{Switch}` (behind every byte this
+//!   process sent on the connection's rings), then writes into the pipe. A full pipe is
+//!   `WouldBlock`; the wait ends when the reader frees a quarter of it (`PipeNews`, and the
+//!   placeholder's filler emptied by the daemon). A pipe whose reader is gone fails the send
+//!   (`ConnectionReset`, as a reset connection).
+//! - **Receiving:** the pipe's bytes come after those delivered into the receive area:
+//!   they count as unread ([`Sock::unread`]) once the daemon said `PipeOpen` (every byte sent
+//!   before the switch was delivered ahead of it) or the end of stream came (which follows
+//!   every byte sent before the switch). End of stream is reported once the pipe is empty.
+//! - **Wake-ups:** a side that finds the pipe empty (full) flags it; the other side seeing
+//!   the flag posts `Pipe{Kick}` and the daemon wakes the first.
+//!
+//! The pipe's descriptor comes on the registration stream ([`Client::read_stream`]) ahead
+//! of the `Fused` event that names it by token.
+
+use super::*;
+use flowstack_api::record::{PipeOp, FUSED_OPEN, FUSED_SWITCHED, FUSED_WRITES_1, PIPE_TAG};
+use flowstack_sys::pipe::Pipe;
+
+/// Pipe descriptors kept waiting for their `Fused` event at most (older ones are closed).
+const MAX_WAITING_PIPES: usize = 64;
+
+/// A socket's end of its pipe.
+#[derive(Debug)]
+pub(crate) struct SockPipe {
+    pipe: Arc<Pipe>,
+    /// The direction this end writes; it reads the other.
+    wdir: usize,
+    /// This end's bytes go on the pipe.
+    switched: bool,
+    /// The other end's pipe bytes may be read (`PipeOpen`).
+    open: bool,
+    /// Bytes read from the pipe since the last `TcpConsume` (not the daemon's to count).
+    pub(crate) taken: u64,
+}
+
+impl Sock {
+    /// Pipe bytes this socket may read now; when none, the writer is asked for a wake-up.
+    pub(crate) fn piped(&self) -> usize {
+        match &self.pipe {
+            Some(p) if p.open || self.eof => p.pipe.readable_arm(1 - p.wdir).unwrap_or(0) as usize,
+            _ => 0,
+        }
+    }
+
+    /// A fused socket whose bytes go on the pipe: whether a send would take bytes now (a
+    /// quarter of the pipe free, or its reader gone); when not, the reader is asked for a
+    /// wake-up. `None`: not fused, the send buffer decides.
+    pub(crate) fn pipe_writable(&self) -> Option<bool> {
+        match &self.pipe {
+            Some(p) if p.switched => Some(
+                self.open
+                    && (p.pipe.reader_closed(p.wdir)
+                        || p.pipe.writable_arm(p.wdir).unwrap_or(true)),
+            ),
+            _ => None,
+        }
+    }
+}
+
+impl Client {
+    /// Reads what the daemon sent on the registration stream: pipe descriptors (kept for
+    /// their `Fused` event) and end of file (the daemon is gone).
+    pub(crate) fn read_stream(&mut self) {
+        loop {
+            let mut b = [0u8; 16];
+            let mut fds = Vec::new();
+            match flowstack_sys::fdpass::recv_fds(&self.stream, &mut b, &mut fds) {
+                Ok(0) => {
+                    self.dead = true;
+                    return;
+                }
+                Ok(n) => {
+                    if n == 16 && b[..8] == PIPE_TAG && fds.len() == 1 {
+                        let token = u64::from_le_bytes(b[8..].try_into().expect("8 bytes"));
+                        let fd = fds.pop().expect("one");
+                        if self.pipe_fds.len() >= MAX_WAITING_PIPES {
+                            self.pipe_fds.pop_front();
+                        }
+                        self.pipe_fds.push_back((token, Own::lift(fd)));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.dead = true;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// `Fused`, `PipeOpen` and `PipeNews`.
+    pub(crate) fn on_pipe_event(&mut self, e: &EventRecord) {
+        match e.kind {
+            EventKind::Fused => {
+                let pipe = self.take_pipe(e.offset).filter(|p| p.cap() == e.len);
+                let Some(s) = self.socks.get_mut(&e.handle) else {
+                    return;
+                };
+                match pipe {
+                    Some(pipe) => {
+                        s.pipe = Some(Box::new(SockPipe {
+                            pipe,
+                            wdir: (e.result & FUSED_WRITES_1 != 0) as usize,
+                            switched: e.result & FUSED_SWITCHED != 0,
+                            open: e.result & FUSED_OPEN != 0,
+                            taken: 0,
+                        }));
+                        s.rgen = s.rgen.wrapping_add(1);
+                        self.fused.push(e.handle);
+                    }
+                    None => {
+                        // The other end may write into a pipe nobody here reads: reset
+                        // the connection rather than lose its bytes.
+                        s.error = Some(SocketError::ConnectionReset);
+                        let _ = self.post(Mode::Async, Command::TcpAbort { handle: e.handle });
+                    }
+                }
+            }
+            EventKind::PipeOpen => {
+                if let Some(s) = self.socks.get_mut(&e.handle) {
+                    if let Some(p) = &mut s.pipe {
+                        p.open = true;
+                    }
+                    s.rgen = s.rgen.wrapping_add(1);
+                }
+            }
+            _ => {
+                if let Some(s) = self.socks.get_mut(&e.handle) {
+                    s.rgen = s.rgen.wrapping_add(1);
+                    s.wgen = s.wgen.wrapping_add(1);
+                    s.blocked = false;
+                }
+            }
+        }
+    }
+
+    /// The pipe the daemon sent with `token`, mapped.
+    fn take_pipe(&mut self, token: u64) -> Option<Arc<Pipe>> {
+        let find = |c: &Self| c.pipe_fds.iter().position(|(t, _)| *t == token);
+        let i = match find(self) {
+            Some(i) => i,
+            None => {
+                self.read_stream();
+                find(self)?
+            }
+        };
+        let (_, fd) = self.pipe_fds.remove(i)?;
+        Pipe::open(fd.try_clone().ok()?).ok()
+    }
+
+    /// A send on a fused socket: `None` if it is not fused (the send goes on the rings).
+    pub(crate) fn pipe_send(
+        &mut self,
+        raw: u32,
+        data: &[u8],
+    ) -> Option<Result<usize, SocketError>> {
+        let s = self.socks.get_mut(&raw)?;
+        let p = s.pipe.as_mut()?;
+        if !p.switched {
+            p.switched = true;
+            let _ = self.post(
+                Mode::Async,
+                Command::Pipe {
+                    handle: raw,
+                    op: PipeOp::Switch,
+                },
+            );
+        }
+        let p = self.socks.get(&raw)?.pipe.as_ref()?;
+        if p.pipe.reader_closed(p.wdir) {
+            return Some(Err(SocketError::ConnectionReset));
+        }
+        Some(match p.pipe.write(p.wdir, data) {
+            Ok((0, _)) if !data.is_empty() => Err(SocketError::WouldBlock),
+            Ok((n, kick)) => {
+                if kick {
+                    self.kick(raw);
+                }
+                Ok(n)
+            }
+            Err(_) => Err(SocketError::ConnectionReset),
+        })
+    }
+
+    /// Reads socket `raw`'s pipe into `buf` (after its other unread bytes); how many.
+    pub(crate) fn pipe_read(&mut self, raw: u32, buf: &mut [u8], peek: bool) -> usize {
+        let Some(s) = self.socks.get_mut(&raw) else {
+            return 0;
+        };
+        let eof = s.eof;
+        let Some(p) = s
+            .pipe
+            .as_mut()
+            .filter(|p| (p.open || eof) && !buf.is_empty())
+        else {
+            return 0;
+        };
+        match p.pipe.read(1 - p.wdir, buf, peek) {
+            Ok((n, kick)) => {
+                if !peek {
+                    p.taken += n as u64;
+                }
+                if kick {
+                    self.kick(raw);
+                }
+                n
+            }
+            Err(_) => {
+                s.error = Some(SocketError::ConnectionReset);
+                0
+            }
+        }
+    }
+
+    /// After a pump: the pipe bytes of fused sockets read in place ([`Sockets::tcp_peek`],
+    /// not `tcp_recv`) are moved into their queues, where `tcp_peek` borrows from. (Their
+    /// `TcpConsume` then counts them too; the daemon's count stops at zero.)
+    ///
+    /// [`Sockets::tcp_peek`]: flowstack_api::Sockets::tcp_peek
+    pub(crate) fn pull_pipes(&mut self) {
+        let mut kicks = Vec::new();
+        let socks = &mut self.socks;
+        self.fused.retain(|h| {
+            let Some(s) = socks.get_mut(h) else {
+                return false;
+            };
+            let eof = s.eof;
+            let Some(p) = s.pipe.as_ref().filter(|p| (p.open || eof) && !s.direct) else {
+                return true;
+            };
+            let mut buf = [0u8; 16 << 10];
+            let mut budget = p.pipe.cap(); // a writer refilling it does not keep us here
+            while budget > 0 {
+                match p.pipe.read(1 - p.wdir, &mut buf, false) {
+                    Ok((0, _)) => break,
+                    Ok((n, kick)) => {
+                        budget = budget.saturating_sub(n as u64);
+                        s.rx.extend(&buf[..n]);
+                        s.rgen = s.rgen.wrapping_add(1);
+                        if kick {
+                            kicks.push(*h);
+                        }
+                    }
+                    Err(_) => {
+                        s.error = Some(SocketError::ConnectionReset);
+                        break;
+                    }
+                }
+            }
+            true
+        });
+        for h in kicks {
+            self.kick(h);
+        }
+    }
+
+    fn kick(&mut self, raw: u32) {
+        let _ = self.post(
+            Mode::Async,
+            Command::Pipe {
+                handle: raw,
+                op: PipeOp::Kick,
+            },
+        );
+    }
+}

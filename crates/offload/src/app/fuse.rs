@@ -1,0 +1,343 @@
+//! Fused loopback connections: once a connection between two applications of this engine
+//! has carried [`Shared::fuse_after`] bytes one way, its two ends get one pipe
+//! (`flowstack_sys::pipe`, [`Shared::fuse_cap`] bytes each way) and their bytes go from one
+//! program to the other through it — two copies, as the kernel's loopback makes, instead of
+//! three (into the transmit area, into the receive area here, out of it) with a daemon
+//! between them. Solaris's TCP fusion and Onload's loopback acceleration do the same.
+//!
+//! # The switch, in order
+//! 1. The daemon sends the pipe's descriptor on each application's registration stream and
+//!    posts `Fused`. Nothing changes until the applications act.
+//! 2. A writer's first send after `Fused` posts `Pipe{Switch}` and writes into the pipe: every
+//!    byte it sent before is in its rings ahead of that record.
+//! 3. Once those bytes are all delivered into the reader's area (the writer's queues here
+//!    and in the engine empty, the reader's engine buffer empty), the reader is told
+//!    `PipeOpen`, behind their `Data` events: it reads its area first, then the pipe.
+//!    End of stream also comes behind every byte sent before the switch, so the reader
+//!    reads the pipe once it saw the end too, and reports the end when the pipe is empty.
+//!
+//! The TCP connection stays: the handshake, FIN, RST, errors and `TCP_INFO` keep going
+//! through the engine; only the payload moves. Wake-ups: a side that finds the pipe empty
+//! (full) sets a flag in it; the other side, seeing the flag after writing (reading), posts
+//! `Pipe{Kick}` and the daemon tells the first `PipeNews` and writes its placeholder's token
+//! (empties its filler) as the pipe says.
+//!
+//! # Limits
+//! Both ends on one engine; each held by one application that alone names it when fused
+//! (a socket adopted later, by a forked child or a program after exec, gets the pipe with
+//! its adoption). Pipe memory is not counted against `--max-app-memory`.
+
+use super::*;
+use flowstack_api::record::PipeOp;
+use flowstack_api::record::{FUSED_OPEN, FUSED_SWITCHED, FUSED_WRITES_1, PIPE_TAG};
+use flowstack_sys::pipe::Pipe;
+
+/// Default of `--fuse-after`: bytes one way before a loopback connection is fused.
+pub const FUSE_AFTER: u64 = 1 << 20;
+/// Default of `--fuse-pipe`: the pipe's bytes per direction.
+pub const FUSE_CAP: u64 = 512 << 10;
+
+/// A fused connection's end.
+#[derive(Debug)]
+pub(crate) struct ConnFuse {
+    pub pipe: Arc<Pipe>,
+    /// The other end's socket.
+    pub peer: u32,
+    /// The direction this end writes (it reads the other).
+    pub wdir: usize,
+    /// This end's bytes go on the pipe (`Pipe{Switch}` seen).
+    pub switched: bool,
+    /// `PipeOpen` was told for the direction this end reads.
+    pub rx_open: bool,
+}
+
+impl ConnFuse {
+    fn rdir(&self) -> usize {
+        1 - self.wdir
+    }
+    /// Pipe bytes this end may read now. When there are none the writer is asked for a
+    /// wake-up again: the kick that brought us here took the request.
+    pub fn readable(&self) -> bool {
+        self.rx_open && self.pipe.readable_arm(self.rdir()).map_or(true, |n| n > 0)
+    }
+    /// Room to write (a quarter of the pipe, as the client's readiness), or the reader gone.
+    /// When not, the reader is asked for a wake-up again (a read that freed less than a
+    /// quarter took the request; without asking again the next read would not tell).
+    pub fn writable(&self) -> bool {
+        self.pipe.reader_closed(self.wdir) || self.pipe.writable_arm(self.wdir).unwrap_or(true)
+    }
+    /// Bytes the other end wrote that this end never read.
+    pub fn unread(&self) -> bool {
+        self.pipe.readable(self.rdir()).is_ok_and(|n| n > 0)
+    }
+}
+
+/// The `Fused` event for `handle`.
+fn fused(handle: u32, token: u64, f: &ConnFuse) -> EventRecord {
+    let mut flags = 0;
+    if f.wdir == 1 {
+        flags |= FUSED_WRITES_1;
+    }
+    if f.switched {
+        flags |= FUSED_SWITCHED;
+    }
+    if f.rx_open {
+        flags |= FUSED_OPEN;
+    }
+    EventRecord {
+        kind: EventKind::Fused,
+        id: 0,
+        handle,
+        result: flags,
+        offset: token,
+        len: f.pipe.cap(),
+    }
+}
+
+fn note(kind: EventKind, handle: u32) -> EventRecord {
+    EventRecord {
+        kind,
+        id: 0,
+        handle,
+        result: 0,
+        offset: 0,
+        len: 0,
+    }
+}
+
+/// Sends `pipe`'s descriptor to `app` (the token names it); false if it could not go.
+fn send_pipe(app: &App, pipe: &Pipe, token: u64) -> bool {
+    let mut msg = [0u8; 16];
+    msg[..8].copy_from_slice(&PIPE_TAG);
+    msg[8..].copy_from_slice(&token.to_le_bytes());
+    flowstack_sys::fdpass::try_send_fds(&app.stream, &msg, &[pipe.fd()]).ok() == Some(16)
+}
+
+/// Tells `app`, which just adopted socket `gid` as `handle`, the pipe of a fused connection.
+pub(super) fn tell_adopter(sh: &mut Shared, app: &mut App, gid: u32, handle: u32) {
+    let Some(Kind::Conn(Conn { fuse: Some(f), .. })) = sh.socks.get(&gid).map(|g| &g.kind) else {
+        return;
+    };
+    let token = sh.next_pipe_token;
+    sh.next_pipe_token += 1;
+    if send_pipe(app, &f.pipe, token) {
+        let ev = fused(handle, token, f);
+        app.post(ev);
+    } else {
+        sh.counters.pipes_refused += 1;
+    }
+}
+
+/// A new holder of `gid`: told `PipeOpen` if the pipe it reads is open.
+pub(super) fn tell_holder(sh: &Shared, app: &mut App, gid: u32, handle: u32) {
+    if let Some(Kind::Conn(Conn { fuse: Some(f), .. })) = sh.socks.get(&gid).map(|g| &g.kind) {
+        if f.rx_open {
+            app.post(note(EventKind::PipeOpen, handle));
+        }
+    }
+}
+
+/// Connection `gid` whose holder's area got [`Shared::fuse_after`] bytes: both ends fused if
+/// they can be, else asked again after as many more.
+pub(super) fn try_fuse(sh: &mut Shared, apps: &mut [App], gid: u32) {
+    let fused = fuse_pair(sh, apps, gid);
+    if !fused {
+        let after = sh.fuse_after;
+        if let Some(Kind::Conn(c)) = sh.socks.get_mut(&gid).map(|g| &mut g.kind) {
+            c.fuse_next = c.rx_total.saturating_add(after);
+        }
+    }
+}
+
+/// The application (index) and handle that alone name and hold `gid`, if it is a
+/// connection that can be fused now.
+fn sole(sh: &Shared, apps: &[App], gid: u32) -> Option<(usize, u32, usize, TcpHandle)> {
+    let g = sh.socks.get(&gid)?;
+    let Kind::Conn(c) = &g.kind else {
+        return None;
+    };
+    let ok = !g.closing
+        && g.owners.len() == 1
+        && g.holder == g.owners.first().copied()
+        && c.fuse.is_none()
+        && c.open_told
+        && !c.eof_told
+        && !c.closed_told
+        && !c.shutdown_pending
+        && c.file_want.is_none();
+    let (app, h) = g.holder.filter(|_| ok)?;
+    let i = apps.iter().position(|a| a.id == app && !a.broken)?;
+    Some((i, h, c.eng, c.h))
+}
+
+fn fuse_pair(sh: &mut Shared, apps: &mut [App], gid: u32) -> bool {
+    let Some((ia, ha, eng, h)) = sole(sh, apps, gid) else {
+        return false;
+    };
+    let Ok(k) = sh.lo.engines[eng].tcp_conn(h) else {
+        return false;
+    };
+    let mut t = k.tuple();
+    std::mem::swap(&mut t.local_ip, &mut t.remote_ip);
+    std::mem::swap(&mut t.local_port, &mut t.remote_port);
+    let Some(ph) = sh.lo.engines[eng].tcp_find(&t) else {
+        return false; // not a connection of two applications of this engine
+    };
+    let Some(&pgid) = sh.by_slot.get(eng).and_then(|v| v.get(ph.index())) else {
+        return false;
+    };
+    let Some((ib, hb, peng, pc)) = sole(sh, apps, pgid) else {
+        return false;
+    };
+    if pgid == gid || peng != eng || pc != ph {
+        return false;
+    }
+    let Ok(pipe) = Pipe::create(sh.fuse_cap) else {
+        sh.counters.pipes_refused += 1;
+        sh.fuse_after = u64::MAX; // no memory for pipes: stop trying
+        return false;
+    };
+    let token = sh.next_pipe_token;
+    sh.next_pipe_token += 1;
+    if !send_pipe(&apps[ia], &pipe, token) || !send_pipe(&apps[ib], &pipe, token) {
+        sh.counters.pipes_refused += 1;
+        return false;
+    }
+    for (g, peer, wdir, i, handle) in [(gid, pgid, 0, ia, ha), (pgid, gid, 1, ib, hb)] {
+        let f = ConnFuse {
+            pipe: pipe.clone(),
+            peer,
+            wdir,
+            switched: false,
+            rx_open: false,
+        };
+        apps[i].post(fused(handle, token, &f));
+        if let Some(Kind::Conn(c)) = sh.socks.get_mut(&g).map(|g| &mut g.kind) {
+            c.fuse = Some(Box::new(f));
+        }
+    }
+    sh.counters.pipes_fused += 1;
+    true
+}
+
+/// `Pipe{op}` from an application on its socket `gid`.
+pub(super) fn on_command(sh: &mut Shared, gid: u32, op: PipeOp) {
+    let Some(Kind::Conn(Conn { fuse: Some(f), .. })) = sh.socks.get_mut(&gid).map(|g| &mut g.kind)
+    else {
+        return; // not fused (a late record): nothing to do
+    };
+    match op {
+        PipeOp::Switch => {
+            if !f.switched {
+                f.switched = true;
+                sh.fusing.push(gid);
+            }
+        }
+        PipeOp::Kick => {
+            sh.counters.pipe_kicks += 1;
+            let peer = f.peer;
+            sh.kicks.push(peer);
+        }
+    }
+}
+
+/// The turn's pipe work: wake-ups asked for, and directions whose bytes sent before the
+/// switch are all delivered (told `PipeOpen`).
+pub(super) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
+    let mut busy = false;
+    let kicks = std::mem::take(&mut sh.kicks);
+    for &gid in &kicks {
+        let Some(g) = sh.socks.get(&gid) else {
+            continue;
+        };
+        let Kind::Conn(Conn { fuse: Some(f), .. }) = &g.kind else {
+            continue;
+        };
+        let (r, w) = (f.readable(), f.switched && f.writable());
+        if let Some((app, h)) = g.holder {
+            if let Some(a) = apps.iter_mut().find(|a| a.id == app) {
+                a.post(note(EventKind::PipeNews, h));
+            }
+        }
+        if g.ph.is_some() && (r || w) {
+            sh.ph_actions.push((gid, r, w));
+        }
+        busy = true;
+    }
+    sh.kicks = kicks;
+    sh.kicks.clear();
+    let mut i = 0;
+    while i < sh.fusing.len() {
+        let gid = sh.fusing[i];
+        match drained(sh, gid) {
+            None => {
+                sh.fusing.swap_remove(i);
+            }
+            Some(false) => i += 1,
+            Some(true) => {
+                sh.fusing.swap_remove(i);
+                busy = true;
+                open(sh, apps, gid);
+            }
+        }
+    }
+    busy
+}
+
+/// Whether every byte `gid` sent before its switch reached its peer's holder (None: the
+/// connection or its peer is gone, or ended).
+fn drained(sh: &Shared, gid: u32) -> Option<bool> {
+    let Kind::Conn(c) = &sh.socks.get(&gid)?.kind else {
+        return None;
+    };
+    let f = c.fuse.as_ref()?;
+    let Kind::Conn(p) = &sh.socks.get(&f.peer)?.kind else {
+        return None;
+    };
+    if c.closed_told || p.closed_told {
+        return None;
+    }
+    let e = &sh.lo.engines[c.eng];
+    let sent = c.queued_here() == 0
+        && c.file_want.is_none()
+        && e.tcp_conn(c.h).is_ok_and(|k| k.send_queue() == 0);
+    let taken = e.tcp_conn(p.h).is_ok_and(|k| k.recv_queue() == 0) && !p.direct_rx;
+    Some(sent && taken)
+}
+
+/// Tells `gid`'s peer that the pipe `gid` writes may be read.
+fn open(sh: &mut Shared, apps: &mut [App], gid: u32) {
+    let Some(peer) = sh.socks.get(&gid).and_then(|g| match &g.kind {
+        Kind::Conn(Conn { fuse: Some(f), .. }) => Some(f.peer),
+        _ => None,
+    }) else {
+        return;
+    };
+    let Some(g) = sh.socks.get_mut(&peer) else {
+        return;
+    };
+    let Kind::Conn(Conn { fuse: Some(f), .. }) = &mut g.kind else {
+        return;
+    };
+    f.rx_open = true;
+    sh.counters.pipes_opened += 1;
+    if let Some((app, h)) = g.holder {
+        if let Some(a) = apps.iter_mut().find(|a| a.id == app) {
+            a.post(note(EventKind::PipeOpen, h));
+        }
+    }
+    if g.ph.is_some() && f.readable() {
+        sh.ph_actions.push((peer, true, false));
+    }
+}
+
+/// Socket `gid`'s end is closed for good: its peer's writes fail from now on, and the peer
+/// is woken to see it. True if bytes the peer wrote were never read (the close resets).
+pub(super) fn closing(sh: &mut Shared, c: &Conn) -> bool {
+    let Some(f) = &c.fuse else {
+        return false;
+    };
+    f.pipe.close_reader(f.rdir());
+    sh.kicks.push(f.peer);
+    f.unread()
+}
