@@ -43,9 +43,18 @@ impl Sock {
     /// Pipe bytes this socket may read now; when none, the writer is asked for a wake-up.
     pub(crate) fn piped(&self) -> usize {
         match &self.pipe {
-            Some(p) if p.open || self.eof => p.pipe.readable_arm(1 - p.wdir).unwrap_or(0) as usize,
+            Some(p) if (p.open || self.eof) && self.error.is_none() => {
+                p.pipe.readable_arm(1 - p.wdir).unwrap_or(0) as usize
+            }
             _ => 0,
         }
+    }
+
+    /// Bytes this end wrote into its pipe that the other end has not read (`SIOCOUTQ`).
+    pub(crate) fn pipe_queued(&self) -> u64 {
+        self.pipe
+            .as_ref()
+            .map_or(0, |p| p.pipe.readable(p.wdir).unwrap_or(0))
     }
 
     /// A fused socket whose bytes go on the pipe: whether a send would take bytes now (a
@@ -155,12 +164,27 @@ impl Client {
         Pipe::open(fd.try_clone().ok()?).ok()
     }
 
+    /// Whether the daemon is alive, looked at every [`LIVENESS_CHECK`] at most: a fused
+    /// socket's bytes do not go through it, but the connection ends with it (its sockets
+    /// all fail when it dies, as every waiting call's do).
+    fn pipe_alive(&mut self) -> bool {
+        if self.last_liveness.elapsed() >= LIVENESS_CHECK {
+            self.last_liveness = Instant::now();
+            self.check_daemon();
+        }
+        !self.dead
+    }
+
     /// A send on a fused socket: `None` if it is not fused (the send goes on the rings).
     pub(crate) fn pipe_send(
         &mut self,
         raw: u32,
         data: &[u8],
     ) -> Option<Result<usize, SocketError>> {
+        self.socks.get(&raw)?.pipe.as_ref()?;
+        if !self.pipe_alive() {
+            return Some(Err(SocketError::ConnectionReset));
+        }
         let s = self.socks.get_mut(&raw)?;
         let p = s.pipe.as_mut()?;
         if !p.switched {
@@ -191,9 +215,17 @@ impl Client {
 
     /// Reads socket `raw`'s pipe into `buf` (after its other unread bytes); how many.
     pub(crate) fn pipe_read(&mut self, raw: u32, buf: &mut [u8], peek: bool) -> usize {
+        if buf.is_empty() || self.socks.get(&raw).is_none_or(|s| s.pipe.is_none()) {
+            return 0;
+        }
+        let alive = self.pipe_alive();
         let Some(s) = self.socks.get_mut(&raw) else {
             return 0;
         };
+        if !alive {
+            s.error = Some(SocketError::ConnectionReset);
+            return 0;
+        }
         let eof = s.eof;
         let Some(p) = s
             .pipe

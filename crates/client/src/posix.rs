@@ -614,6 +614,9 @@ impl Posix {
                 if s.unread() > 0 {
                     // One copy: from the queue, then from the receive area (`held`).
                     let n = c.read_unread(id.0, &mut buf[got..], flags.peek);
+                    if n == 0 && got < buf.len() {
+                        continue; // a fused socket's pipe failed: its error is set now
+                    }
                     if !flags.peek {
                         if let Some(s) = c.socks.get_mut(&id.0) {
                             s.unreported += n as u64;
@@ -808,7 +811,7 @@ impl Posix {
         c.pump();
         Ok(c.socks
             .get(&id.0)
-            .map(|s| s.unflushed as usize)
+            .map(|s| (s.unflushed + s.pipe_queued()) as usize)
             .unwrap_or(0))
     }
 

@@ -125,8 +125,12 @@ impl Sockets for Client {
             let s = self.sock_mut(h)?;
             s.unreported += n as u64;
             self.report_consumed(raw, false);
-            return Ok(n);
+            if n > 0 || buf.is_empty() {
+                return Ok(n);
+            }
+            // Nothing came out of a fused socket's pipe: it failed (its error is set).
         }
+        let s = self.sock_mut(h)?;
         // Read by copying: its next bytes may stay in the area until read (`held`).
         s.direct = true;
         if buf.is_empty() {
