@@ -50,6 +50,11 @@ impl Sock {
         }
     }
 
+    /// Told `Fused`: its sends go through the pipe once it sends (`sendfile` too).
+    pub(crate) fn fused(&self) -> bool {
+        self.pipe.is_some()
+    }
+
     /// Bytes this end wrote into its pipe that the other end has not read (`SIOCOUTQ`).
     pub(crate) fn pipe_queued(&self) -> u64 {
         self.pipe
@@ -251,8 +256,8 @@ impl Client {
         }
     }
 
-    /// After a pump: the pipe bytes of fused sockets read in place ([`Sockets::tcp_peek`],
-    /// not `tcp_recv`) are moved into their queues, where `tcp_peek` borrows from. (Their
+    /// After a pump: the pipe bytes of fused sockets read in place ([`Sockets::tcp_peek`]
+    /// and `tcp_consume`, not `tcp_recv`) are moved into their queues, where `tcp_peek` borrows from. (Their
     /// `TcpConsume` then counts them too; the daemon's count stops at zero.)
     ///
     /// [`Sockets::tcp_peek`]: flowstack_api::Sockets::tcp_peek
@@ -264,7 +269,9 @@ impl Client {
                 return false;
             };
             let eof = s.eof;
-            let Some(p) = s.pipe.as_ref().filter(|p| (p.open || eof) && !s.direct) else {
+            // Only sockets this process reads in place: a pipe is shared with every process
+            // that has the socket (a forked child must not take its parent's bytes).
+            let Some(p) = s.pipe.as_ref().filter(|p| (p.open || eof) && s.peeking) else {
                 return true;
             };
             let mut buf = [0u8; 16 << 10];

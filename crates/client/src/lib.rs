@@ -170,6 +170,8 @@ struct Sock {
     unheld: bool,
     /// A fused connection's pipe (`fused`).
     pipe: Option<Box<fused::SockPipe>>,
+    /// Read in place (`tcp_consume` called): a fused pipe's bytes are moved into `rx`.
+    peeking: bool,
 }
 
 /// A registered application: its rings, its data areas and its sockets.

@@ -162,6 +162,7 @@ impl Sockets for Client {
         // Read in place from now on: every byte into the queue `tcp_peek` borrows from.
         self.evict_sock(raw, false);
         let s = self.sock_mut(h)?;
+        s.peeking = true;
         let n = n.min(s.rx.len());
         s.rx.drain(..n);
         s.unreported += n as u64;

@@ -127,6 +127,9 @@ impl Posix {
         if c.dead {
             return Err(Errno::EPIPE);
         }
+        if c.socks.get(&id.0).is_some_and(|s| s.fused()) {
+            return piped_send_file(g, id, f, offset, len);
+        }
         if !attached {
             attach_fds(c, id.0, AttachOp::File, &[f.as_fd()]).map_err(pipe)?;
             g.sock(id)?.file = Some(ident);
@@ -156,6 +159,38 @@ impl Posix {
                 r.map(|n| n as usize).map_err(pipe)
             }
         }
+    }
+}
+
+/// One try on a fused connection: its bytes go through the pipe, in order with the
+/// program's other sends, so the file is read here (one chunk) and sent like them.
+fn piped_send_file(
+    g: &mut Guard<'_>,
+    id: SockId,
+    f: &File,
+    offset: u64,
+    len: usize,
+) -> Result<usize, Errno> {
+    if g.sock(id)?.file.take().is_some() {
+        let c = g.client.as_mut().expect("registered");
+        let _ = c.post(Mode::Async, Command::FileRelease { handle: id.0 });
+    }
+    let mut buf = vec![0u8; len.min(256 << 10)];
+    let n = f
+        .read_at(&mut buf, offset)
+        .map_err(|e| Errno(e.raw_os_error().unwrap_or(5)))?;
+    if n == 0 {
+        return Ok(0);
+    }
+    let c = g.client.as_mut().expect("registered");
+    match crate::Sockets::tcp_send(c, tcp(id), &buf[..n]) {
+        Ok(k) => Ok(k),
+        Err(SocketError::WouldBlock) => {
+            make_unwritable(g, id).map_err(pipe)?;
+            Err(Errno::EAGAIN)
+        }
+        Err(SocketError::ConnectionReset) if c.dead => Err(Errno::EPIPE),
+        Err(e) => Err(pipe(e.into())),
     }
 }
 

@@ -1,0 +1,150 @@
+//! Issue 16: fused loopback connections under the shim (the daemon's `app::fuse`, the
+//! client's `fused`). Once a connection between two programs has carried `--fuse-after`
+//! bytes (1 MiB by default) its bytes go through a pipe both map; what programs see must not
+//! change:
+//!
+//! - `sendfile`: a server that interleaves `send` (a header) and `sendfile` (a 300 kB body)
+//!   on one keep-alive connection, as nginx does: after the switch the file's bytes go
+//!   through the pipe too, in order (the daemon's own file send would overtake the header).
+//! - `fork`: a fused connection that a forked child goes on writing (the child adopts it and
+//!   gets the pipe), while the parent keeps reading the other direction; then the parent
+//!   writes again after the child exits.
+//! - `peek`: `MSG_PEEK`, `FIONREAD`, `select` and a receive timeout on a fused socket, and
+//!   end of stream only after the last byte in the pipe.
+//!
+//! Every mode checks SHA-256 of what arrived, and that the connection was fused
+//! (`FlowstackdPipesFused`). One python3 process under `flowstack run`; bounded by socket
+//! timeouts and the test's time limit. Skipped with a printed reason only when python3 is
+//! not installed.
+
+mod apps_common;
+
+use apps_common::*;
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+const SCRIPT: &str = r#"
+import fcntl, hashlib, os, select, socket, sys, termios, array, threading
+port, how, tmp = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+
+def pair():
+    l = socket.socket()
+    l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    l.bind(("127.0.0.1", port))
+    l.listen(1)
+    c = socket.create_connection(("127.0.0.1", port), timeout=30)
+    s, _ = l.accept()
+    s.settimeout(30)
+    return c, s
+
+def drain(sock):
+    h, n = hashlib.sha256(), 0
+    while True:
+        d = sock.recv(1 << 16)
+        if not d:
+            return h.hexdigest(), n
+        h.update(d)
+        n += len(d)
+
+def blob(n, seed):
+    return (hashlib.sha256(seed).digest() * (n // 32 + 1))[:n]
+
+c, s = pair()
+if how == "sendfile":
+    path = os.path.join(tmp, "body.bin")
+    body = blob(300000, b"body")
+    with open(path, "wb") as f:
+        f.write(body)
+    want = hashlib.sha256()
+    def serve():
+        s.settimeout(None)  # os.sendfile on a non-blocking socket may say EAGAIN
+        fd = os.open(path, os.O_RDONLY)
+        for i in range(40):
+            head = b"HEAD%04d\r\n" % i
+            s.sendall(head)
+            want.update(head)
+            off = 0
+            while off < len(body):
+                off += os.sendfile(s.fileno(), fd, off, len(body) - off)
+            want.update(body)
+        s.shutdown(socket.SHUT_WR)
+    t = threading.Thread(target=serve)
+    t.start()
+    got, n = drain(c)
+    t.join()
+    assert n == 40 * (len(body) + 10), n
+    assert got == want.hexdigest(), "misordered"
+elif how == "fork":
+    first, second, third = blob(3000000, b"1"), blob(3000000, b"2"), blob(500000, b"3")
+    out = []
+    t = threading.Thread(target=lambda: out.append(drain(c)))
+    t.start()
+    s.sendall(first)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            s.sendall(second)
+            os._exit(0)
+        except BaseException as e:
+            print("child:", e, flush=True)
+            os._exit(1)
+    _, st = os.waitpid(pid, 0)
+    assert st == 0, st
+    s.sendall(third)
+    s.shutdown(socket.SHUT_WR)
+    t.join()
+    assert out[0] == (hashlib.sha256(first + second + third).hexdigest(), 6500000), out
+elif how == "peek":
+    data = blob(4000000, b"peek")
+    t = threading.Thread(target=lambda: (s.sendall(data), s.shutdown(socket.SHUT_WR)))
+    t.start()
+    h, n = hashlib.sha256(), 0
+    while True:
+        r, _, _ = select.select([c], [], [], 30)
+        assert r, "select timed out"
+        a = array.array("i", [0])
+        fcntl.ioctl(c, termios.FIONREAD, a)
+        p = c.recv(100, socket.MSG_PEEK)
+        d = c.recv(1 << 16)
+        if not d:
+            assert a[0] == 0 and p == b"", (a[0], p)
+            break
+        assert a[0] >= len(d) and d.startswith(p), (a[0], len(d), len(p))
+        h.update(d)
+        n += len(d)
+    t.join()
+    assert (h.hexdigest(), n) == (hashlib.sha256(data).hexdigest(), len(data))
+print("done", how, flush=True)
+"#;
+
+fn mode(how: &str) {
+    let Some(w) = python_world(&format!("fused-{how}"), "fused.py", SCRIPT) else {
+        return;
+    };
+    let port = free_port(Ipv4Addr::LOCALHOST).to_string();
+    let tmp = w.dir.to_str().unwrap().to_string();
+    let args = ["fused.py", &port, how, &tmp];
+    let Some((said, err)) = w.python(&args, &[], Duration::from_secs(120)) else {
+        return;
+    };
+    assert!(said.contains(&format!("done {how}\n")), "{said}{err}");
+    assert!(
+        w.counter("FlowstackdPipesFused") >= 1,
+        "the connection was never fused"
+    );
+}
+
+#[test]
+fn headers_and_sendfile_bodies_stay_in_order_on_a_fused_connection() {
+    mode("sendfile");
+}
+
+#[test]
+fn a_forked_child_goes_on_writing_a_fused_connection() {
+    mode("fork");
+}
+
+#[test]
+fn peek_fionread_select_and_end_of_stream_on_a_fused_connection() {
+    mode("peek");
+}
