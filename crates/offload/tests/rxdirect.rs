@@ -3,7 +3,8 @@
 //! holder's remaining receive credit (`Connection::set_read_limit`): the peer never sends
 //! more than the area takes at once, so the engine's receive buffer stays a fallback. A
 //! reader slower than the sender, reading in small pieces, still gets every byte direct but
-//! those that arrived before its first turn. Private socket path, bounded waits.
+//! those that arrived before its first turn. Fusing is off (two applications' loopback
+//! connection would otherwise move to a pipe after 1 MiB). Private socket path, bounded waits.
 
 mod common;
 use common::*;
@@ -15,7 +16,13 @@ fn bulk_receive_goes_straight_into_the_area() {
     // What the first window (offered before the holder's first turn, the engine's whole
     // receive buffer) may have let into the engine's buffer.
     const FIRST_WINDOW: u64 = 1 << 20;
-    let d = daemon("rxdirect-bulk", 1, false);
+    // Not fused (`fuse`): the bytes must go through the daemon for this to be seen.
+    let d = flowstack_offload::Daemon::spawn(&flowstack_offload::DaemonConfig {
+        socket: sock_path("rxdirect-bulk"),
+        fuse_pipe: 0,
+        ..flowstack_offload::DaemonConfig::default()
+    })
+    .unwrap();
     let mut srv = Client::connect(&d.path).unwrap();
     let mut cli = Client::connect(&d.path).unwrap();
     let l = listen(&mut srv, 7571).unwrap();
