@@ -50,9 +50,11 @@ impl Sock {
         }
     }
 
-    /// Told `Fused`: its sends go through the pipe once it sends (`sendfile` too).
-    pub(crate) fn fused(&self) -> bool {
-        self.pipe.is_some()
+    /// Its sends go through the pipe (`sendfile`'s too, to stay in order with them). Until
+    /// the first send after `Fused`, `sendfile` keeps the daemon's file path (the daemon
+    /// reads the file): the bytes it queued are delivered before the pipe opens.
+    pub(crate) fn pipe_switched(&self) -> bool {
+        self.pipe.as_ref().is_some_and(|p| p.switched)
     }
 
     /// Bytes this end wrote into its pipe that the other end has not read (`SIOCOUTQ`).

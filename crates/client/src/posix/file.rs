@@ -127,7 +127,7 @@ impl Posix {
         if c.dead {
             return Err(Errno::EPIPE);
         }
-        if c.socks.get(&id.0).is_some_and(|s| s.fused()) {
+        if c.socks.get(&id.0).is_some_and(|s| s.pipe_switched()) {
             return piped_send_file(g, id, f, offset, len);
         }
         if !attached {
