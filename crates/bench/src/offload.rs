@@ -297,6 +297,9 @@ fn offload_run(spec: &OffloadSpec, place: Option<Placement>) -> Result<Run, Stri
         cpu: place.map(|p| p.np),
         cores: spec.daemon_cores.clone().unwrap_or_default(),
         spread: spec.daemon_cores.is_some(),
+        // This bench measures the daemon's own path (seed 001's host interface): a stream
+        // between its two applications is not fused (`--fuse-pipe`).
+        fuse_pipe: 0,
         ..DaemonConfig::default()
     })
     .map_err(|e| format!("daemon: {e}"))?;

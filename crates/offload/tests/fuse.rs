@@ -33,7 +33,7 @@ fn drain_checked(app: &mut Client, c: TcpHandle, start: usize) -> usize {
 fn a_bulk_stream_moves_to_the_pipe_in_order_both_ways() {
     const TOTAL: usize = 32 << 20;
     const BACK: usize = 6 << 20;
-    let d = daemon("fuse-bulk", 1, false);
+    let d = fusing_daemon("fuse-bulk");
     let mut srv = Client::connect(&d.path).unwrap();
     let mut cli = Client::connect(&d.path).unwrap();
     let l = listen(&mut srv, 7581).unwrap();
@@ -88,7 +88,7 @@ impl ShutClose for Client {
 /// before the wait's bound, never hang.
 #[test]
 fn a_reader_that_closes_fails_the_writer() {
-    let d = daemon("fuse-close", 1, false);
+    let d = fusing_daemon("fuse-close");
     let mut srv = Client::connect(&d.path).unwrap();
     let mut cli = Client::connect(&d.path).unwrap();
     let l = listen(&mut srv, 7582).unwrap();

@@ -17,12 +17,7 @@ fn bulk_receive_goes_straight_into_the_area() {
     // receive buffer) may have let into the engine's buffer.
     const FIRST_WINDOW: u64 = 1 << 20;
     // Not fused (`fuse`): the bytes must go through the daemon for this to be seen.
-    let d = flowstack_offload::Daemon::spawn(&flowstack_offload::DaemonConfig {
-        socket: sock_path("rxdirect-bulk"),
-        fuse_pipe: 0,
-        ..flowstack_offload::DaemonConfig::default()
-    })
-    .unwrap();
+    let d = daemon("rxdirect-bulk", 1, false);
     let mut srv = Client::connect(&d.path).unwrap();
     let mut cli = Client::connect(&d.path).unwrap();
     let l = listen(&mut srv, 7571).unwrap();

@@ -20,13 +20,25 @@ pub fn sock_path(name: &str) -> PathBuf {
     dir.join("d.sock")
 }
 
-/// A daemon of `engines` engine threads; with `spread`, the applications of this process
-/// are assigned round robin over them (`DaemonConfig::spread`).
+/// A daemon of `engines` engine threads, fusing off; with `spread`, the applications of
+/// this process are assigned round robin over them (`DaemonConfig::spread`).
 pub fn daemon(name: &str, engines: usize, spread: bool) -> DaemonHandle {
     Daemon::spawn(&DaemonConfig {
         socket: sock_path(name),
         engines,
         spread,
+        // These tests look at the daemon's own path (credit, spans, counters): no fusing
+        // (`tests/fuse.rs` turns it on).
+        fuse_pipe: 0,
+        ..DaemonConfig::default()
+    })
+    .unwrap()
+}
+
+/// [`daemon`] with fused loopback connections at their defaults.
+pub fn fusing_daemon(name: &str) -> DaemonHandle {
+    Daemon::spawn(&DaemonConfig {
+        socket: sock_path(name),
         ..DaemonConfig::default()
     })
     .unwrap()
