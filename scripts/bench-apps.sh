@@ -112,20 +112,22 @@ EOF
 }
 
 bench_nginx() {
-  local mode=$1 p srv t0 t1 c0 c1 out n rps
+  local mode=$1 p srv t0 t1 c0 c1 d0 d1 out n rps
   command -v nginx >/dev/null || return 0
   next_port; p=$port
   nginx_start "$mode" "$p"
   local master; master=$(pids_of "nginx.*nginx-$p")
   srv="$master $(for m in $master; do pgrep -P "$m" || true; done)"
   if command -v wrk >/dev/null; then
-    t0=$(cpu_ticks $srv); c0=$(awk '{print $16+$17}' /proc/$$/stat)
+    t0=$(cpu_ticks $srv); c0=$(awk '{print $16+$17}' /proc/$$/stat); d0=$(cpu_ticks $DAEMON)
     out=$($(wrap "$mode") wrk -t1 -c20 -d5s "http://127.0.0.1:$p/index.html" 2>&1 || true)
-    c1=$(awk '{print $16+$17}' /proc/$$/stat); t1=$(cpu_ticks $srv)
+    c1=$(awk '{print $16+$17}' /proc/$$/stat); t1=$(cpu_ticks $srv); d1=$(cpu_ticks $DAEMON)
     rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
     n=$(echo "$out" | awk '/requests in/ {print $1}')
     record wrk "$mode" "$rps"
     [ -n "$n" ] && [ "$n" -gt 0 ] && record wrk_cpu "$mode" "$(echo "($t1-$t0+$c1-$c0)*1000000/$HZ/$n" | bc -l)"
+    [ -n "$n" ] && [ "$n" -gt 0 ] && [ "$mode" = flowstack ] &&
+      record wrk_daemon_cpu "$mode" "$(echo "($d1-$d0)*1000000/$HZ/$n" | bc -l)"
     echo "$out" | grep -q 'Socket errors\|unable' && echo "bench-apps: wrk ($mode): $(echo "$out" | grep 'Socket errors\|unable')" >&2
   fi
   if command -v ab >/dev/null; then
@@ -186,6 +188,7 @@ row redis_cpu "redis app CPU us/req"
 row redis_daemon_cpu "redis daemon CPU us/req"
 row wrk "wrk keep-alive req/s"
 row wrk_cpu "wrk+nginx app CPU us/req"
+row wrk_daemon_cpu "wrk daemon CPU us/req"
 row ab "ab short conns req/s"
 row iperf3 "iperf3 Gbit/s"
 row iperf3_cpu "iperf3 app CPU ms/GB"

@@ -11,6 +11,13 @@
 //!   writes again after the child exits.
 //! - `peek`: `MSG_PEEK`, `FIONREAD`, `select` and a receive timeout on a fused socket, and
 //!   end of stream only after the last byte in the pipe.
+//! - `epoll`: two processes ping-pong small messages over a fused connection, each waiting
+//!   in `epoll` (the child edge-triggered, the parent level-triggered). Their readers sleep
+//!   on their own wake-up channels, so the writers wake them directly: the daemon's kicks
+//!   must stay far below the number of messages.
+//! - `epoll-kill`: the same, and the daemon is killed (SIGKILL) halfway: both processes'
+//!   calls must fail within 10 s (their wake-up channels no longer hang up at the daemon's
+//!   death, since each peer holds a write end of the other's).
 //!
 //! Every mode checks SHA-256 of what arrived, and that the connection was fused
 //! (`FlowstackdPipesFused`). One python3 process under `flowstack run`; bounded by socket
@@ -49,6 +56,82 @@ def drain(sock):
 def blob(n, seed):
     return (hashlib.sha256(seed).digest() * (n // 32 + 1))[:n]
 
+ROUNDS = 4000
+
+def pingpong(kill):
+    # Each side sleeps in epoll once first: its wake-up channel exists when the connection
+    # is fused, so the daemon gives the peer a write end of it.
+    l = socket.socket()
+    l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    l.bind(("127.0.0.1", port))
+    l.listen(1)
+    pid = os.fork()
+    if pid == 0:
+        l.close()
+        try:
+            c = socket.create_connection(("127.0.0.1", port), timeout=30)
+            ep = select.epoll()
+            ep.register(c.fileno(), select.EPOLLIN | select.EPOLLET)
+            ep.poll(0.05)
+            c.sendall(blob(1200000, b"warm"))  # past --fuse-after one way
+            c.setblocking(False)
+            for i in range(ROUNDS):
+                if kill and i == ROUNDS // 2:
+                    os.kill(int(sys.argv[4]), 9)
+                msg = b"ping%06d" % i
+                assert c.send(msg) == len(msg)
+                got = b""
+                while len(got) < len(msg):
+                    assert ep.poll(10), "epoll timed out"
+                    while True:  # edge-triggered: until EAGAIN
+                        try:
+                            d = c.recv(64)
+                        except BlockingIOError:
+                            break
+                        assert d, "end of stream"
+                        got += d
+                assert got == b"pong%06d" % i, got
+            c.close()
+            os._exit(0 if not kill else 3)
+        except AssertionError as e:
+            print("child:", e, flush=True)
+            os._exit(1)
+        except OSError as e:
+            os._exit(2 if kill else 1)
+    s, _ = l.accept()
+    ep = select.epoll()
+    ep.register(s.fileno(), select.EPOLLIN)
+    ep.poll(0.05)
+    n = 0
+    try:
+        while n < 1200000:
+            assert ep.poll(10), "epoll timed out"
+            d = s.recv(min(1 << 16, 1200000 - n))  # not into the first ping
+            assert d, "end of stream"
+            n += len(d)
+        s.setblocking(False)
+        for i in range(ROUNDS):
+            buf = b""
+            while len(buf) < 10:
+                assert ep.poll(10), "epoll timed out"
+                d = s.recv(64)  # level-triggered: one receive per wake-up
+                assert d, "end of stream"
+                buf += d
+            assert buf == b"ping%06d" % i, buf
+            assert s.send(b"pong%06d" % i) == 10
+        failed = False
+    except OSError:
+        failed = True
+    _, st = os.waitpid(pid, 0)
+    if kill:
+        assert failed and os.WEXITSTATUS(st) == 2, (failed, st)
+    else:
+        assert not failed and st == 0, st
+
+if how.startswith("epoll"):
+    pingpong(how == "epoll-kill")
+    print("done", how, flush=True)
+    sys.exit(0)
 c, s = pair()
 if how == "sendfile":
     path = os.path.join(tmp, "body.bin")
@@ -117,21 +200,27 @@ elif how == "peek":
 print("done", how, flush=True)
 "#;
 
-fn mode(how: &str) {
-    let Some(w) = python_world(&format!("fused-{how}"), "fused.py", SCRIPT) else {
-        return;
-    };
+fn mode(how: &str) -> Option<World> {
+    let w = python_world(&format!("fused-{how}"), "fused.py", SCRIPT)?;
     let port = free_port(Ipv4Addr::LOCALHOST).to_string();
     let tmp = w.dir.to_str().unwrap().to_string();
-    let args = ["fused.py", &port, how, &tmp];
-    let Some((said, err)) = w.python(&args, &[], Duration::from_secs(120)) else {
-        return;
-    };
+    let daemon = w
+        .daemon
+        .as_ref()
+        .expect("the daemon runs")
+        .0
+        .id()
+        .to_string();
+    let args = ["fused.py", &port, how, &tmp, &daemon];
+    let (said, err) = w.python(&args, &[], Duration::from_secs(120))?;
     assert!(said.contains(&format!("done {how}\n")), "{said}{err}");
-    assert!(
-        w.counter("FlowstackdPipesFused") >= 1,
-        "the connection was never fused"
-    );
+    if how != "epoll-kill" {
+        assert!(
+            w.counter("FlowstackdPipesFused") >= 1,
+            "the connection was never fused"
+        );
+    }
+    Some(w)
 }
 
 #[test]
@@ -147,4 +236,22 @@ fn a_forked_child_goes_on_writing_a_fused_connection() {
 #[test]
 fn peek_fionread_select_and_end_of_stream_on_a_fused_connection() {
     mode("peek");
+}
+
+#[test]
+fn epoll_readers_of_a_fused_connection_are_woken_by_their_writers() {
+    let Some(w) = mode("epoll") else {
+        return;
+    };
+    // 8000 messages; through the daemon each would be at least one kick.
+    let kicks = w.counter("FlowstackdPipeKicks");
+    assert!(
+        kicks < 800,
+        "{kicks} kicks: the writers did not wake their readers directly"
+    );
+}
+
+#[test]
+fn killing_the_daemon_fails_fused_epoll_peers_that_wake_each_other() {
+    mode("epoll-kill");
 }

@@ -172,6 +172,9 @@ struct Sock {
     pipe: Option<Box<fused::SockPipe>>,
     /// Read in place (`tcp_consume` called): a fused pipe's bytes are moved into `rx`.
     peeking: bool,
+    /// The wake-up id an empty pipe asks for (`fused`): this process's own while the shim's
+    /// epoll computes the socket's readiness here (quiet), 0 (the daemon) otherwise.
+    pipe_who: u32,
 }
 
 /// A registered application: its rings, its data areas and its sockets.
@@ -241,9 +244,17 @@ pub struct Client {
     /// daemon's answer lets them back into the pool (`posix::pool`).
     recycling: VecDeque<(u32, Own<OwnedFd>)>,
     /// Pipe descriptors the daemon sent, by token, until their `Fused` event (`fused`).
-    pipe_fds: VecDeque<(u64, Own<OwnedFd>)>,
-    /// Sockets told `Fused` (some may be gone).
+    pipe_fds: VecDeque<fused::Waiting>,
+    /// This process's wake-up id (0: none; its channel is not a pipe, or not made yet).
+    wake_id: u32,
+    /// Peers' wake-up channels, by their id, while a fused socket names them (`fused`).
+    peer_wakes: Vec<(u32, std::sync::Weak<Own<OwnedFd>>)>,
+    /// A fused socket was set up here: peers may hold a write end of the wake-up channel,
+    /// so its hang-up no longer tells the daemon's death (sleeps are bounded).
+    peers_wake: bool,
+    /// Sockets told `Fused` (some may be gone), and those of them read in place.
     fused: Vec<u32>,
+    pulls: Vec<u32>,
 }
 
 impl std::fmt::Debug for Client {
@@ -340,7 +351,11 @@ impl Client {
             pooled: VecDeque::new(),
             recycling: VecDeque::new(),
             pipe_fds: VecDeque::new(),
+            wake_id: 0,
+            peer_wakes: Vec::new(),
+            peers_wake: false,
             fused: Vec::new(),
+            pulls: Vec::new(),
             sleeps: 0,
             area_blocked: false,
             app_id,
@@ -483,7 +498,7 @@ impl Client {
         if n > 0 {
             self.relieve_rx();
         }
-        if !self.fused.is_empty() {
+        if !self.pulls.is_empty() {
             self.pull_pipes();
         }
         n

@@ -162,6 +162,10 @@ impl Sockets for Client {
         // Read in place from now on: every byte into the queue `tcp_peek` borrows from.
         self.evict_sock(raw, false);
         let s = self.sock_mut(h)?;
+        if !s.peeking && s.pipe.is_some() {
+            self.pulls.push(raw);
+        }
+        let s = self.sock_mut(h)?;
         s.peeking = true;
         let n = n.min(s.rx.len());
         s.rx.drain(..n);

@@ -686,7 +686,7 @@ fn accepts_asked_ahead_are_seen_in_the_view_and_through_the_placeholder() {
             // Handed ahead: the token follows the events, so the view has it now.
             let mut out = Vec::new();
             server
-                .ready_many([lid].into_iter(), &[true], &mut out)
+                .ready_many([lid].into_iter(), &[true], true, &mut out)
                 .unwrap();
             assert!(out[0].is_some_and(|f| f.r.readable), "round {round}: view");
         }

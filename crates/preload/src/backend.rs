@@ -129,11 +129,13 @@ pub trait Backend: Sync {
     fn accept_ahead(&self, _id: SockId) {}
     /// Drains the events and answers for `ids` (None: not computable here); returns the
     /// pump count for [`Backend::sleep_begin`]. `reads[i]`: the caller waits for input on
-    /// `ids[i]` (a socket shared with another process is taken for this one).
+    /// `ids[i]` (a socket shared with another process is taken for this one). `woken`: the
+    /// caller sleeps on the wake-up channel (the shim's epoll), not on placeholders.
     fn ready_many(
         &self,
         _ids: &[SockId],
         _reads: &[bool],
+        _woken: bool,
         _out: &mut Vec<Option<FastReady>>,
     ) -> Result<u64, Errno> {
         Err(libc::ENOSYS)
@@ -472,10 +474,11 @@ impl Backend for PosixBackend {
         &self,
         ids: &[SockId],
         reads: &[bool],
+        woken: bool,
         out: &mut Vec<Option<FastReady>>,
     ) -> Result<u64, Errno> {
         self.p
-            .ready_many(ids.iter().map(|&i| posix::SockId(i)), reads, out)
+            .ready_many(ids.iter().map(|&i| posix::SockId(i)), reads, woken, out)
             .map_err(e)
     }
     fn changed(&self, cur: &mut Cursor, out: &mut Vec<SockId>) -> Result<(bool, u64), Errno> {

@@ -199,7 +199,7 @@ impl Interests {
             self.ready.clear(); // nothing to look at: no second lock
             gen
         } else {
-            let g2 = b.ready_many(&self.ids, &self.reads, &mut self.ready)?;
+            let g2 = b.ready_many(&self.ids, &self.reads, true, &mut self.ready)?;
             if known {
                 gen
             } else {

@@ -87,7 +87,9 @@ fn view(b: &dyn Backend, sc: &mut Scratch) {
     for &id in &sc.ids {
         b.tokens_on(id);
     }
-    if b.ready_many(&sc.ids, &sc.reads, &mut sc.out).is_err() {
+    if b.ready_many(&sc.ids, &sc.reads, false, &mut sc.out)
+        .is_err()
+    {
         return;
     }
     sc.ready

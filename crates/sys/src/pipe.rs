@@ -15,11 +15,16 @@
 //! outside the mapping. Bytes are only copied in and out ([`SharedRegion::read_at`]).
 //!
 //! # Wake-ups
-//! A reader that finds nothing sets `rwait` and looks again ([`Pipe::readable_arm`]); a
-//! writer publishes its bytes, then takes `rwait` and, if it was set, asks the daemon to wake
-//! the other side (the `kick` of [`Pipe::write`]). The same with `wwait` for a writer that
-//! finds no room. Both sides fence (`SeqCst`) between their store and their load, so one of
-//! them always sees the other (no lost wake-up).
+//! A reader that finds nothing says in `rwait` who is to be woken and looks again
+//! ([`Pipe::readable_arm`]); a writer publishes its bytes, then takes `rwait` (the `wake` of
+//! [`Pipe::write`]) and wakes whom it names. `rwait` is a [`Wake`] word: bit 0 asks the
+//! daemon (which writes the reader's placeholder token, or signals its wake-up channel), and
+//! the bits above name the one application that sleeps on its own wake-up channel and may be
+//! signalled there directly by the writer, with no daemon between them. A second reader
+//! that arms while another one's name is there turns bit 0 on, so both are woken. The same
+//! with `wwait` (daemon only) for a writer that finds no room. Both sides fence (`SeqCst`)
+//! between their store and their load, so one of them always sees the other (no lost
+//! wake-up).
 //!
 //! # Several processes
 //! Readers claim bytes with a compare-and-swap on `tail` after copying them (a losing reader
@@ -77,6 +82,50 @@ impl std::fmt::Display for PipeError {
 }
 
 impl std::error::Error for PipeError {}
+
+/// Who a reader waiting on an empty pipe wants woken (the `rwait` word): bit 0 — through
+/// the daemon; bits 1.. — the application with that wake-up id, directly on its wake-up
+/// channel. The word is written by the other program too: an id there is only a hint (the
+/// writer signals the channel it was given for that id, or asks the daemon).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Wake(pub u32);
+
+impl Wake {
+    /// Nobody asked.
+    pub const NONE: Wake = Wake(0);
+    /// Through the daemon.
+    pub const DAEMON: Wake = Wake(1);
+
+    /// The application with wake-up id `id` (1..2^31), directly; the daemon for 0.
+    pub fn direct(id: u32) -> Wake {
+        if id == 0 || id > u32::MAX >> 1 {
+            Wake::DAEMON
+        } else {
+            Wake(id << 1)
+        }
+    }
+
+    /// The direct id named, if any.
+    pub fn id(self) -> Option<u32> {
+        Some(self.0 >> 1).filter(|&i| i != 0)
+    }
+
+    /// Whether the daemon is to be asked.
+    pub fn daemon(self) -> bool {
+        self.0 & 1 != 0
+    }
+
+    /// This request joined by `who`'s: one direct id at most; a second, different one
+    /// turns to the daemon (which wakes whoever holds the socket).
+    pub fn with(self, who: Wake) -> Wake {
+        match (self.id(), who.id()) {
+            (None, _) => Wake(self.0 | who.0),
+            (Some(a), Some(b)) if a == b => Wake(self.0 | who.0),
+            (Some(_), None) => Wake(self.0 | who.0),
+            (Some(_), Some(_)) => Wake(self.0 | 1),
+        }
+    }
+}
 
 /// A mapped pipe (both directions).
 #[derive(Debug)]
@@ -167,14 +216,19 @@ impl Pipe {
         self.readable(d).map(|n| self.cap - n)
     }
 
-    /// [`Pipe::readable`]; when nothing waits, asks the writer for a wake-up (`rwait`) and
-    /// looks again, so bytes written after this call are announced.
-    pub fn readable_arm(&self, d: usize) -> Result<u64, PipeError> {
+    /// [`Pipe::readable`]; when nothing waits, asks the writer for a wake-up of `who`
+    /// (`rwait`, see [`Wake`]) and looks again, so bytes written after this call are
+    /// announced.
+    pub fn readable_arm(&self, d: usize, who: Wake) -> Result<u64, PipeError> {
         let n = self.readable(d)?;
         if n > 0 {
             return Ok(n);
         }
-        self.flag(d, RWAIT).store(1, Ordering::SeqCst);
+        let _ = self
+            .flag(d, RWAIT)
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |cur| {
+                Some(Wake(cur).with(who).0)
+            });
         fence(Ordering::SeqCst);
         self.readable(d)
     }
@@ -191,24 +245,24 @@ impl Pipe {
     }
 
     /// Copies as much of `data` as fits into direction `d`; returns how many bytes, and
-    /// whether the reader asked for a wake-up (the caller then asks the daemon to wake it).
+    /// whom the reader asked to be woken (the caller wakes them; [`Wake::NONE`] if nobody).
     /// When nothing fits, the writer's wake-up is asked for (`wwait`) and the room looked at
-    /// again before `Ok((0, false))` is returned.
-    pub fn write(&self, d: usize, data: &[u8]) -> Result<(usize, bool), PipeError> {
+    /// again before `Ok((0, Wake::NONE))` is returned.
+    pub fn write(&self, d: usize, data: &[u8]) -> Result<(usize, Wake), PipeError> {
         if data.is_empty() {
-            return Ok((0, false));
+            return Ok((0, Wake::NONE));
         }
         loop {
             let n = self.write_once(d, data)?;
             if n > 0 {
                 fence(Ordering::SeqCst);
-                let kick = self.flag(d, RWAIT).swap(0, Ordering::SeqCst) != 0;
-                return Ok((n, kick));
+                let wake = Wake(self.flag(d, RWAIT).swap(0, Ordering::SeqCst));
+                return Ok((n, wake));
             }
             self.flag(d, WWAIT).store(1, Ordering::SeqCst);
             fence(Ordering::SeqCst);
             if self.room(d)? == 0 {
-                return Ok((0, false));
+                return Ok((0, Wake::NONE));
             }
         }
     }
@@ -331,17 +385,35 @@ mod tests {
     #[test]
     fn wake_ups_are_asked_and_told() {
         let (a, b) = pair(4096);
-        assert_eq!(a.write(1, &[7u8; 5000]).unwrap(), (4096, false));
-        assert_eq!(a.write(1, &[7u8; 10]).unwrap(), (0, false));
+        assert_eq!(a.write(1, &[7u8; 5000]).unwrap(), (4096, Wake::NONE));
+        assert_eq!(a.write(1, &[7u8; 10]).unwrap(), (0, Wake::NONE));
         let mut buf = [0u8; 100];
         assert_eq!(b.read(1, &mut buf, true).unwrap(), (100, false), "peek");
         assert_eq!(b.read(1, &mut buf, false).unwrap(), (100, true));
         assert_eq!(b.read(1, &mut buf, false).unwrap(), (100, false));
         let mut big = vec![0u8; 8192];
         b.read(1, &mut big, false).unwrap();
-        assert_eq!(b.readable_arm(1).unwrap(), 0);
-        assert_eq!(a.write(1, b"x").unwrap(), (1, true));
-        assert_eq!(a.write(1, b"y").unwrap(), (1, false));
+        assert_eq!(b.readable_arm(1, Wake::DAEMON).unwrap(), 0);
+        assert_eq!(a.write(1, b"x").unwrap(), (1, Wake::DAEMON));
+        assert_eq!(a.write(1, b"y").unwrap(), (1, Wake::NONE));
+        b.read(1, &mut buf, false).unwrap();
+        // One application asking twice is one direct wake-up; a second one turns to the
+        // daemon (which wakes whoever holds the socket) and keeps the first one's.
+        assert_eq!(b.readable_arm(1, Wake::direct(5)).unwrap(), 0);
+        assert_eq!(b.readable_arm(1, Wake::direct(5)).unwrap(), 0);
+        let (_, w) = a.write(1, b"z").unwrap();
+        assert_eq!((w.id(), w.daemon()), (Some(5), false));
+        b.read(1, &mut buf, false).unwrap();
+        b.readable_arm(1, Wake::direct(5)).unwrap();
+        b.readable_arm(1, Wake::direct(9)).unwrap();
+        let (_, w) = a.write(1, b"z").unwrap();
+        assert_eq!((w.id(), w.daemon()), (Some(5), true));
+        assert_eq!(Wake::direct(0), Wake::DAEMON);
+        assert_eq!(
+            Wake::direct(u32::MAX),
+            Wake::DAEMON,
+            "ids above 2^31 do not fit"
+        );
     }
 
     /// A header written by a hostile peer is an error, not an access outside the mapping.

@@ -24,6 +24,19 @@
 //! A unix stream socket (one end of a pair; the daemon writes with `MSG_DONTWAIT`) is still
 //! accepted, for a daemon without `/proc` ([`DaemonEnd::accept`] refuses the pipe there and
 //! the application falls back to a pair).
+//!
+//! # Records, and peers that wake directly
+//! Everything written into the channel is a 4-byte record (a pipe write of at most
+//! `PIPE_BUF` bytes is atomic, so records never interleave): [`DAEMON_RECORD`] from the
+//! daemon, or a socket handle of the application from a *peer* — the other end of a fused
+//! connection (`flowstack_sys::pipe`), which the daemon gave a write end of its own
+//! ([`DaemonEnd::peer_writer`], a new open file description again) so that it wakes the
+//! reader of an empty pipe itself, with no daemon between them ([`signal_peer`]).
+//! [`drain_records`] hands the handles to the application; a record that does not decode
+//! (a peer that wrote something else) is reported as unknown, and the application then
+//! looks at every fused socket. A peer's write end keeps the read end from hanging up when
+//! the daemon dies: an application that gave one out also checks the daemon's liveness on
+//! a timer while it sleeps.
 
 use rustix::fs::{FileType, Mode, OFlags};
 use rustix::io::Errno;
@@ -50,6 +63,93 @@ pub enum Drained {
     Read(usize),
     /// The daemon's end is closed (and nothing is left to read): the daemon is gone.
     Closed,
+}
+
+/// The daemon's record ("look at your event ring").
+pub const DAEMON_RECORD: u32 = u32::MAX;
+
+/// Application side: [`drain`], handing each peer record to `peer` (`Some(handle)`, or
+/// `None` for bytes that do not decode as one).
+pub fn drain_records(
+    mine: BorrowedFd<'_>,
+    mut peer: impl FnMut(Option<u32>),
+) -> io::Result<Drained> {
+    let mut n = 0;
+    let mut buf = [0u8; 512];
+    let mut carry = 0usize; // bytes of a record split across two reads
+    loop {
+        match rustix::io::read(mine, &mut buf[carry..]) {
+            Ok(0) => {
+                if carry > 0 {
+                    peer(None);
+                }
+                return Ok(Drained::Closed);
+            }
+            Ok(k) => {
+                n += k;
+                let have = carry + k;
+                let whole = have - have % 4;
+                for r in buf[..whole].chunks_exact(4) {
+                    match u32::from_le_bytes(r.try_into().expect("4 bytes")) {
+                        DAEMON_RECORD => {}
+                        h => peer(Some(h)),
+                    }
+                }
+                let room = buf.len() - carry;
+                buf.copy_within(whole..have, 0);
+                carry = have - whole;
+                if k < room {
+                    // A short read emptied it.
+                    if carry > 0 {
+                        peer(None);
+                    }
+                    return Ok(Drained::Read(n));
+                }
+            }
+            Err(Errno::AGAIN) => {
+                if carry > 0 {
+                    peer(None);
+                }
+                return Ok(Drained::Read(n));
+            }
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// A peer's wake-up of socket `handle` of the application whose channel `end` writes into
+/// (a write end from [`DaemonEnd::peer_writer`]); false if it did not go (full, closed:
+/// ask the daemon instead). Never raises `SIGPIPE`: the signal is blocked for the write
+/// and one it raised is taken back (unless the thread had it blocked already, when it
+/// joins the one that may be pending).
+#[allow(unsafe_code)]
+pub fn signal_peer(end: BorrowedFd<'_>, handle: u32) -> bool {
+    let rec = handle.to_le_bytes();
+    // SAFETY: plain system calls on a sigset_t on the stack, initialised by sigemptyset
+    // before use, and on a 4-byte buffer that lives across the call; the descriptor is
+    // borrowed, so it stays open for the call.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPIPE);
+        if libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) != 0 {
+            return false;
+        }
+        let r = libc::write(end.as_raw_fd(), rec.as_ptr().cast(), 4);
+        let err = if r < 0 { *libc::__errno_location() } else { 0 };
+        if err == libc::EPIPE && libc::sigismember(&old, libc::SIGPIPE) == 0 {
+            // Not blocked before: nothing of the program's could be pending; ours is taken.
+            let zero = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            libc::sigtimedwait(&set, std::ptr::null_mut(), &zero);
+        }
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        r == 4
+    }
 }
 
 /// Application side: reads every byte waiting on its (non-blocking) end, a pipe's read end
@@ -110,22 +210,38 @@ impl DaemonEnd {
         Ok(DaemonEnd::Pipe(own))
     }
 
-    /// Writes one byte without blocking. `Ok(false)` if it is full (a byte is then surely
-    /// waiting) or the application's end is closed.
+    /// A write end of the same pipe for a peer application ([`signal_peer`]): a new open
+    /// file description (non-blocking, close-on-exec), so what the peer does to its flags
+    /// stays its own. `None` for a unix socket end (no peer wake-ups through it).
+    pub fn peer_writer(&self) -> Option<OwnedFd> {
+        let DaemonEnd::Pipe(fd) = self else {
+            return None;
+        };
+        let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        rustix::fs::open(
+            path.as_str(),
+            OFlags::WRONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
+            Mode::empty(),
+        )
+        .ok()
+    }
+
+    /// Writes one record ([`DAEMON_RECORD`]) without blocking. `Ok(false)` if it is full (a
+    /// record is then surely waiting) or the application's end is closed.
     ///
     /// A pipe without a reader would raise `SIGPIPE`: the daemon ignores it (Rust's runtime
     /// sets it to ignored before `main`), so the write answers `EPIPE`.
     pub fn signal(&self) -> io::Result<bool> {
         let r = match self {
-            DaemonEnd::Pipe(fd) => rustix::io::write(fd, b"w"),
+            DaemonEnd::Pipe(fd) => rustix::io::write(fd, &DAEMON_RECORD.to_le_bytes()),
             DaemonEnd::Unix(fd) => rustix::net::send(
                 fd,
-                b"w",
+                &DAEMON_RECORD.to_le_bytes(),
                 rustix::net::SendFlags::DONTWAIT | rustix::net::SendFlags::NOSIGNAL,
             ),
         };
         match r {
-            Ok(n) => Ok(n == 1),
+            Ok(n) => Ok(n == 4),
             Err(Errno::AGAIN | Errno::PIPE) => Ok(false),
             Err(e) => Err(e.into()),
         }
@@ -149,7 +265,7 @@ mod tests {
         assert_eq!(drain(r.as_fd()).unwrap(), Drained::Read(0));
         assert!(d.signal().unwrap());
         assert!(d.signal().unwrap());
-        assert_eq!(drain(r.as_fd()).unwrap(), Drained::Read(2));
+        assert_eq!(drain(r.as_fd()).unwrap(), Drained::Read(8));
         drop(d);
         assert_eq!(drain(r.as_fd()).unwrap(), Drained::Closed);
     }
@@ -171,6 +287,53 @@ mod tests {
     }
 
     #[test]
+    fn peers_wake_with_records_through_descriptions_of_their_own() {
+        let (r, w) = pipe().unwrap();
+        let d = DaemonEnd::accept(w).unwrap();
+        let p = d.peer_writer().expect("a pipe end gives peer writers");
+        assert!(signal_peer(p.as_fd(), 7));
+        assert!(d.signal().unwrap());
+        assert!(signal_peer(p.as_fd(), 9));
+        let mut got = Vec::new();
+        assert_eq!(
+            drain_records(r.as_fd(), |h| got.push(h)).unwrap(),
+            Drained::Read(12)
+        );
+        assert_eq!(
+            got,
+            [Some(7), Some(9)],
+            "the daemon's record is not a peer's"
+        );
+        // A peer that writes something else: unknown, never a wrong handle taken as news.
+        rustix::io::write(&p, b"xyz").unwrap();
+        got.clear();
+        drain_records(r.as_fd(), |h| got.push(h)).unwrap();
+        assert_eq!(got, [None]);
+        // The peer's flags are its own: clearing O_NONBLOCK leaves the daemon's alone.
+        rustix::fs::fcntl_setfl(&p, OFlags::empty()).unwrap();
+        let DaemonEnd::Pipe(own) = &d else { panic!() };
+        assert!(rustix::fs::fcntl_getfl(own)
+            .unwrap()
+            .contains(OFlags::NONBLOCK));
+        // With the reader gone: false, and no SIGPIPE (it would end this test process).
+        rustix::fs::fcntl_setfl(&p, OFlags::NONBLOCK).unwrap();
+        drop(r);
+        assert!(!signal_peer(p.as_fd(), 7));
+        // Hundreds of records split across reads keep their alignment.
+        let (r, w) = pipe().unwrap();
+        let d = DaemonEnd::accept(w).unwrap();
+        let p = d.peer_writer().unwrap();
+        for h in 0..1000 {
+            assert!(signal_peer(p.as_fd(), h));
+        }
+        got.clear();
+        drain_records(r.as_fd(), |h| got.push(h)).unwrap();
+        assert_eq!(got, (0..1000).map(Some).collect::<Vec<_>>());
+        let (_mine, theirs) = socket_pair().unwrap();
+        assert!(DaemonEnd::accept(theirs).unwrap().peer_writer().is_none());
+    }
+
+    #[test]
     fn other_descriptors_are_refused() {
         let (r, _w) = pipe().unwrap();
         assert!(DaemonEnd::accept(r).is_err(), "a read end");
@@ -180,7 +343,7 @@ mod tests {
         let d = DaemonEnd::accept(theirs).unwrap();
         assert!(matches!(d, DaemonEnd::Unix(_)));
         assert!(d.signal().unwrap());
-        assert_eq!(drain(mine.as_fd()).unwrap(), Drained::Read(1));
+        assert_eq!(drain(mine.as_fd()).unwrap(), Drained::Read(4));
         drop(d);
         assert_eq!(drain(mine.as_fd()).unwrap(), Drained::Closed);
     }

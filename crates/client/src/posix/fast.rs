@@ -47,7 +47,16 @@ pub struct FastReady {
 
 /// What [`Posix::sleep_begin`] announced (hand it back to [`Posix::sleep_end`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SleepTicket(u32);
+pub struct SleepTicket(u32, bool);
+
+impl SleepTicket {
+    /// The sleep must end within [`LIVENESS_CHECK`](crate::LIVENESS_CHECK) (and the caller
+    /// look again, which checks the daemon): peers hold write ends of the wake-up channel,
+    /// so it does not hang up when the daemon dies.
+    pub fn bounded(&self) -> bool {
+        self.1
+    }
+}
 
 fn sleepers(c: &Client) -> Option<&std::sync::atomic::AtomicU32> {
     c.region.atomic_u32(at::APP_SLEEPERS)
@@ -112,6 +121,9 @@ impl Posix {
     /// non-blocking connect left out (see [`Posix::connect`]); no-op if neither.
     pub fn tokens_on(&self, id: SockId) -> Result<(), Errno> {
         let mut g = self.lock()?;
+        if let Some(c) = g.client.as_mut() {
+            c.pipe_via_daemon(id.0);
+        }
         let ps = g.sock_as_is(id)?;
         ps.in_kernel = true;
         if ps.fill_later {
@@ -147,11 +159,13 @@ impl Posix {
     /// unknown here — closed, or a fresh socket; a listener is readable when a connection
     /// accepted ahead waits in the view). Returns the pump count to hand to
     /// [`Posix::sleep_begin`]. `reads`, one per id: the caller waits for input on it — a
-    /// socket another process may hold is taken (`hold`).
+    /// socket another process may hold is taken (`hold`). `woken`: the caller sleeps on the
+    /// wake-up channel (an empty pipe then asks its writer for this process directly).
     pub fn ready_many(
         &self,
         ids: impl Iterator<Item = SockId>,
         reads: &[bool],
+        woken: bool,
         out: &mut Vec<Option<FastReady>>,
     ) -> Result<u64, Errno> {
         let mut g = self.lock()?;
@@ -163,8 +177,16 @@ impl Posix {
             if reads.get(i) == Some(&true) {
                 super::hold::take(c, id.0);
             }
-            let r = match (g.socks.get(&id.0), c.socks.get(&id.0)) {
-                (Some(ps), Some(s)) => super::ready::one(ps, s, c.dead),
+            // Its readiness is computed here and the caller sleeps on the wake-up channel:
+            // an empty pipe asks its writer for this process directly (`fused`).
+            let who = c.wake_id();
+            let r = match (g.socks.get(&id.0), c.socks.get_mut(&id.0)) {
+                (Some(ps), Some(s)) => {
+                    if woken {
+                        s.pipe_who = who;
+                    }
+                    super::ready::one(ps, s, c.dead)
+                }
                 _ => None,
             };
             out.push(r);
@@ -235,7 +257,12 @@ impl Posix {
         let c = g.client.as_mut().expect("registered");
         let (mine, theirs) = wake::pipe().map_err(|_| Errno(24))?;
         let mine = match super::attach_fds(c, 0, AttachOp::Wake, &[theirs.as_fd()]) {
-            Ok(_) => mine,
+            Ok(id) => {
+                // The daemon's answer is this process's wake-up id (peers fused with it
+                // wake it directly, `fused`).
+                g.client.as_mut().expect("registered").set_wake_id(id);
+                mine
+            }
             Err(Errno::EINVAL) => {
                 let (mine, theirs) = wake::socket_pair().map_err(|_| Errno(24))?;
                 super::attach_fds(c, 0, AttachOp::Wake, &[theirs.as_fd()])?;
@@ -258,7 +285,7 @@ impl Posix {
         if c.dead {
             return Err(Errno::ECONNRESET); // nothing will wake a sleeper
         }
-        let t = SleepTicket(1 | if writable { 1 << 16 } else { 0 });
+        let t = SleepTicket(1 | if writable { 1 << 16 } else { 0 }, c.sleep_bounded());
         let Some(a) = sleepers(c) else {
             return Ok(None);
         };
@@ -292,7 +319,9 @@ impl Posix {
         let before = a.fetch_sub(t.0, Ordering::SeqCst);
         if before & 0xffff == 1 && pair_ready {
             if let Some(w) = &g.wake {
-                if let Ok(wake::Drained::Closed) = wake::drain(w.as_fd()) {
+                if let Ok(wake::Drained::Closed) =
+                    wake::drain_records(w.as_fd(), |h| c.peer_news(h))
+                {
                     c.dead = true;
                 }
             }

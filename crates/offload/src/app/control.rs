@@ -169,7 +169,7 @@ pub(super) fn readable_now(lo: &Loopback, k: &Kind) -> bool {
             c.outstanding > 0
                 || c.eof_told
                 || c.closed_told
-                || c.fuse.as_ref().is_some_and(|f| f.readable())
+                || c.fuse.as_ref().is_some_and(|f| f.readable_arm())
         }
         Kind::Listener {
             hs, kernel, queue, ..
@@ -217,7 +217,7 @@ pub(super) fn want_writable(sh: &mut Shared, gid: u32, area_room: bool) {
             let file_ok = c.file_want.is_none() || super::file::file_room(e, c);
             let room = match &c.fuse {
                 // Bytes go on the pipe: its room, not the send buffer's.
-                Some(f) if f.switched => f.writable(),
+                Some(f) if f.switched => f.writable_arm(),
                 _ => (c.queued_here() as u64) < SOCK_SNDBUF && area_room,
             };
             (c.open_told && room && file_ok)

@@ -20,7 +20,9 @@
 //! through the engine; only the payload moves. Wake-ups: a side that finds the pipe empty
 //! (full) sets a flag in it; the other side, seeing the flag after writing (reading), posts
 //! `Pipe{Kick}` and the daemon tells the first `PipeNews` and writes its placeholder's token
-//! (empties its filler) as the pipe says.
+//! (empties its filler) as the pipe says. A reader that sleeps on its own wake-up channel
+//! names itself in the flag instead, and its writer — given a write end of that channel
+//! with the pipe ([`send_pipe`]) — wakes it directly, with no daemon between them.
 //!
 //! # Limits
 //! Both ends on one engine; each held by one application that alone names it when fused
@@ -55,15 +57,24 @@ impl ConnFuse {
     fn rdir(&self) -> usize {
         1 - self.wdir
     }
-    /// Pipe bytes this end may read now. When there are none the writer is asked for a
-    /// wake-up again: the kick that brought us here took the request.
+    /// Pipe bytes this end may read now; when there are none the writer is asked to wake
+    /// this end through the daemon (a token handed back finds the pipe empty: the next
+    /// write writes one).
+    pub fn readable_arm(&self) -> bool {
+        self.rx_open
+            && self
+                .pipe
+                .readable_arm(self.rdir(), flowstack_sys::pipe::Wake::DAEMON)
+                .map_or(true, |n| n > 0)
+    }
+    /// Pipe bytes this end may read now (nothing asked: the reader asks for itself).
     pub fn readable(&self) -> bool {
-        self.rx_open && self.pipe.readable_arm(self.rdir()).map_or(true, |n| n > 0)
+        self.rx_open && self.pipe.readable(self.rdir()).map_or(true, |n| n > 0)
     }
     /// Room to write (a quarter of the pipe, as the client's readiness), or the reader gone.
     /// When not, the reader is asked for a wake-up again (a read that freed less than a
     /// quarter took the request; without asking again the next read would not tell).
-    pub fn writable(&self) -> bool {
+    pub fn writable_arm(&self) -> bool {
         self.pipe.reader_closed(self.wdir) || self.pipe.writable_arm(self.wdir).unwrap_or(true)
     }
     /// Bytes the other end wrote that this end never read.
@@ -105,12 +116,24 @@ fn note(kind: EventKind, handle: u32) -> EventRecord {
     }
 }
 
-/// Sends `pipe`'s descriptor to `app` (the token names it); false if it could not go.
-fn send_pipe(app: &App, pipe: &Pipe, token: u64) -> bool {
-    let mut msg = [0u8; 16];
+/// Sends `pipe`'s descriptor to `app` (the token names it); false if it could not go. With
+/// `peer` (the other end's application and its handle there) and a wake-up channel for it,
+/// also the peer's id and handle and a write end of its channel: `app` then wakes the peer
+/// directly when the pipe's flag names it (`flowstack_sys::wake`).
+fn send_pipe(app: &App, pipe: &Pipe, token: u64, peer: Option<(&App, u32)>) -> bool {
+    let mut msg = [0u8; 24];
     msg[..8].copy_from_slice(&PIPE_TAG);
-    msg[8..].copy_from_slice(&token.to_le_bytes());
-    flowstack_sys::fdpass::try_send_fds(&app.stream, &msg, &[pipe.fd()]).ok() == Some(16)
+    msg[8..16].copy_from_slice(&token.to_le_bytes());
+    let end = peer.and_then(|(p, h)| Some((p.wake.for_peer()?, h)));
+    let sent = match &end {
+        Some(((id, fd), h)) => {
+            msg[16..20].copy_from_slice(&id.to_le_bytes());
+            msg[20..].copy_from_slice(&h.to_le_bytes());
+            flowstack_sys::fdpass::try_send_fds(&app.stream, &msg, &[pipe.fd(), fd.as_fd()])
+        }
+        None => flowstack_sys::fdpass::try_send_fds(&app.stream, &msg[..16], &[pipe.fd()]),
+    };
+    sent.ok() == Some(if end.is_some() { 24 } else { 16 })
 }
 
 /// Tells `app`, which just adopted socket `gid` as `handle`, the pipe of a fused connection.
@@ -120,7 +143,7 @@ pub(super) fn tell_adopter(sh: &mut Shared, app: &mut App, gid: u32, handle: u32
     };
     let token = sh.next_pipe_token;
     sh.next_pipe_token += 1;
-    if send_pipe(app, &f.pipe, token) {
+    if send_pipe(app, &f.pipe, token, None) {
         let ev = fused(handle, token, f);
         app.post(ev);
     } else {
@@ -199,7 +222,9 @@ fn fuse_pair(sh: &mut Shared, apps: &mut [App], gid: u32) -> bool {
     };
     let token = sh.next_pipe_token;
     sh.next_pipe_token += 1;
-    if !send_pipe(&apps[ia], &pipe, token) || !send_pipe(&apps[ib], &pipe, token) {
+    if !send_pipe(&apps[ia], &pipe, token, Some((&apps[ib], hb)))
+        || !send_pipe(&apps[ib], &pipe, token, Some((&apps[ia], ha)))
+    {
         sh.counters.pipes_refused += 1;
         return false;
     }
@@ -253,7 +278,10 @@ pub(super) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
         let Kind::Conn(Conn { fuse: Some(f), .. }) = &g.kind else {
             continue;
         };
-        let (r, w) = (f.readable(), f.switched && f.writable());
+        // Not asked again for the reader: it asks for itself each time it finds the pipe
+        // empty (before any wait on its placeholder too: `Posix::tokens_on`). Asking here
+        // would bring every later write through the daemon.
+        let (r, w) = (f.readable(), f.switched && f.writable_arm());
         if let Some((app, h)) = g.holder {
             if let Some(a) = apps.iter_mut().find(|a| a.id == app) {
                 a.post(note(EventKind::PipeNews, h));

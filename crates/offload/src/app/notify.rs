@@ -31,9 +31,28 @@ use std::sync::atomic::Ordering;
 #[derive(Debug, Default)]
 pub(crate) struct Wake {
     end: Option<DaemonEnd>,
+    /// Its wake-up id (0: none, a unix socket end): peers fused with this application are
+    /// given a write end of the channel and wake it directly when its pipe's flag names
+    /// this id (`fuse`, `flowstack_sys::pipe::Wake`).
+    pub id: u32,
     /// Wake-ups written (a system call each).
     pub signals: u64,
 }
+
+impl Wake {
+    /// A write end of the channel for a peer, with this application's id (`None`: no
+    /// direct wake-ups for it).
+    pub(super) fn for_peer(&self) -> Option<(u32, OwnedFd)> {
+        if self.id == 0 {
+            return None;
+        }
+        Some((self.id, self.end.as_ref()?.peer_writer()?))
+    }
+}
+
+/// Wake-up ids handed out (1..2^31, then round again: two live applications share one only
+/// after two billion attachments between them).
+static NEXT_WAKE_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
 
 /// After events were published (the publish fenced after storing `head`): wakes a sleeper
 /// that may want them. `loud`: events other than send credit.
@@ -54,11 +73,19 @@ pub(super) fn after_publish(app: &mut App, loud: bool) {
 
 /// `Attach{Wake}`: the daemon's end of the application's wake-up channel (a pipe's write
 /// end, opened again as the daemon's own, or a unix stream socket; anything else is
-/// refused, and the application falls back to a socket pair).
+/// refused, and the application falls back to a socket pair). Answers the application's
+/// wake-up id (0 for a socket end).
 pub(super) fn attach_wake(app: &mut App, fd: OwnedFd) -> Result<u64, SocketError> {
     let end = DaemonEnd::accept(fd).map_err(|_| SocketError::InvalidArgument)?;
+    app.wake.id = match end {
+        DaemonEnd::Pipe(_) => {
+            let id = NEXT_WAKE_ID.fetch_add(1, Ordering::Relaxed) & (u32::MAX >> 1);
+            id.max(1)
+        }
+        DaemonEnd::Unix(_) => 0,
+    };
     app.wake.end = Some(end);
-    Ok(0)
+    Ok(app.wake.id as u64) // the application's id, for its pipes' flags
 }
 
 /// A deferred placeholder action (`Shared::placeholder_actions`): a token unless quiet,

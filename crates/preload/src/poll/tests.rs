@@ -85,6 +85,7 @@ impl Backend for Fake {
         &self,
         ids: &[SockId],
         _: &[bool],
+        _: bool,
         out: &mut Vec<Option<FastReady>>,
     ) -> Result<u64, Errno> {
         // Nothing computed here: the kernel's answer is judged by `confirm_readable`.
