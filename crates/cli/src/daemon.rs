@@ -53,6 +53,10 @@ pub struct DaemonArgs {
     /// A fused connection's pipe, bytes per direction (4K to 64M); 0: never fuse.
     #[arg(long, value_name = "BYTES", default_value = "512K", value_parser = crate::demo::parse_size)]
     pub fuse_pipe: u64,
+    /// Memory all fused connections' pipes may take together (each pipe: 2 × --fuse-pipe
+    /// + 4K); past it connections stay on the daemon's path (FlowstackdPipesRefused).
+    #[arg(long, value_name = "BYTES", default_value = "256M", value_parser = crate::demo::parse_size)]
+    pub fuse_memory: u64,
     /// Permission bits of the registration socket, in octal: who may connect (0666: every
     /// local user, as for the kernel's loopback — a server's workers often run as another
     /// user; 0660 with the socket's group, 0600 its owner only).
@@ -136,6 +140,7 @@ pub fn run_as(a: DaemonArgs, who: &str) -> ExitCode {
     }
     cfg.fuse_after = a.fuse_after;
     cfg.fuse_pipe = a.fuse_pipe;
+    cfg.fuse_memory = a.fuse_memory;
     match (&a.link, &a.addr) {
         (Some(l), Some(ad)) => match l.spec(ad) {
             Ok(s) => cfg.link = Some(s),

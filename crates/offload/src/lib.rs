@@ -137,6 +137,9 @@ pub struct DaemonConfig {
     /// A fused connection's pipe bytes per direction (`--fuse-pipe`); 0: no fusing. Default
     /// [`FUSE_CAP`].
     pub fuse_pipe: u64,
+    /// Bytes all live pipes may take (`--fuse-memory`), shared out equally among the
+    /// engines; a connection that would pass it is not fused. Default [`FUSE_MEMORY`].
+    pub fuse_memory: u64,
     /// Permission bits of the registration socket (`--socket-mode`), set right after bind;
     /// default [`DEFAULT_SOCKET_MODE`]: every local user may connect, as every user may use
     /// the kernel's loopback (a server's workers often run as another user than the master
@@ -147,7 +150,7 @@ pub struct DaemonConfig {
 /// Default of [`DaemonConfig::socket_mode`]: `0o666`.
 pub const DEFAULT_SOCKET_MODE: u32 = 0o666;
 
-pub use app::{FUSE_AFTER, FUSE_CAP, TX_HOLD_LIMIT};
+pub use app::{FUSE_AFTER, FUSE_CAP, FUSE_MEMORY, TX_HOLD_LIMIT};
 
 /// Default of [`DaemonConfig::max_app_memory`]: 256 MiB, the full send and receive buffers
 /// (1 MiB each) of 128 connections.
@@ -256,6 +259,7 @@ impl Default for DaemonConfig {
             tx_hold_limit: TX_HOLD_LIMIT,
             fuse_after: FUSE_AFTER,
             fuse_pipe: FUSE_CAP,
+            fuse_memory: FUSE_MEMORY,
             socket_mode: DEFAULT_SOCKET_MODE,
         }
     }
@@ -279,6 +283,7 @@ pub struct Daemon {
     tx_hold_limit: u64,
     fuse_after: u64,
     fuse_pipe: u64,
+    fuse_memory: u64,
 }
 
 /// A daemon running on its own thread ([`Daemon::spawn`]); stops and joins on drop.
@@ -397,6 +402,7 @@ impl Daemon {
             tx_hold_limit: cfg.tx_hold_limit,
             fuse_after: cfg.fuse_after,
             fuse_pipe: cfg.fuse_pipe,
+            fuse_memory: cfg.fuse_memory,
         })
     }
 
@@ -471,6 +477,7 @@ impl Daemon {
             sh.fuse_cap = self
                 .fuse_pipe
                 .clamp(flowstack_sys::pipe::MIN_CAP, flowstack_sys::pipe::MAX_CAP);
+            sh.fuse_memory = self.fuse_memory / n.max(1) as u64;
             sh.fuse_after = match self.fuse_pipe {
                 0 => u64::MAX,
                 _ => self.fuse_after,

@@ -138,3 +138,40 @@ fn fusing_can_be_turned_off() {
     assert_eq!(server.join().unwrap(), TOTAL);
     assert_eq!(counter(&d.path, "FlowstackdPipesFused"), 0);
 }
+
+/// `--fuse-memory`: with room for one pipe, a second connection stays on the daemon's path
+/// (refused, counted) while the first is fused, and both carry every byte.
+#[test]
+fn pipes_past_the_memory_limit_are_refused() {
+    const TOTAL: usize = 4 << 20;
+    let cap = 64 << 10;
+    let d = Daemon::spawn(&DaemonConfig {
+        socket: sock_path("fuse-mem"),
+        fuse_after: 256 << 10,
+        fuse_pipe: cap,
+        fuse_memory: 4096 + 2 * cap + 1000,
+        ..DaemonConfig::default()
+    })
+    .unwrap();
+    let mut srv = Client::connect(&d.path).unwrap();
+    let mut cli = Client::connect(&d.path).unwrap();
+    let l = listen(&mut srv, 7584).unwrap();
+    let c1 = cli.connect_to(lo(7584), T).unwrap();
+    let s1 = srv.accept(l, T).unwrap();
+    let c2 = cli.connect_to(lo(7584), T).unwrap();
+    let s2 = srv.accept(l, T).unwrap();
+    let server = std::thread::spawn(move || {
+        let a = drain_checked(&mut srv, s1, 0);
+        let b = drain_checked(&mut srv, s2, 0);
+        (a, b)
+    });
+    let data: Vec<u8> = (0..TOTAL).map(pattern).collect();
+    cli.send_all(c1, &data, T).unwrap();
+    cli.close(c1, T).unwrap();
+    // The first pipe may still be mapped by the server: the second connection is refused.
+    cli.send_all(c2, &data, T).unwrap();
+    cli.close(c2, T).unwrap();
+    assert_eq!(server.join().unwrap(), (TOTAL, TOTAL));
+    assert_eq!(counter(&d.path, "FlowstackdPipesFused"), 1);
+    assert!(counter(&d.path, "FlowstackdPipesRefused") >= 1);
+}

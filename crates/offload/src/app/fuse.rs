@@ -27,7 +27,9 @@
 //! # Limits
 //! Both ends on one engine; each held by one application that alone names it when fused
 //! (a socket adopted later, by a forked child or a program after exec, gets the pipe with
-//! its adoption). Pipe memory is not counted against `--max-app-memory`.
+//! its adoption). Pipe memory is not counted against `--max-app-memory`; live pipes take at
+//! most `--fuse-memory` in all (each engine its share), beyond which connections stay on
+//! the daemon's path.
 
 use super::*;
 use flowstack_api::record::PipeOp;
@@ -38,6 +40,21 @@ use flowstack_sys::pipe::Pipe;
 pub const FUSE_AFTER: u64 = 1 << 20;
 /// Default of `--fuse-pipe`: the pipe's bytes per direction.
 pub const FUSE_CAP: u64 = 512 << 10;
+/// Default of `--fuse-memory`: bytes all live pipes may take (shared out among engines).
+pub const FUSE_MEMORY: u64 = 256 << 20;
+
+/// Whether a pipe of `cap` fits in `sh.fuse_memory` with the live ones (counted as
+/// `FlowstackdPipesRefused` when not).
+fn room_for_pipe(sh: &mut Shared, cap: u64) -> bool {
+    sh.pipes.retain(|(p, _)| p.strong_count() > 0);
+    let live: u64 = sh.pipes.iter().map(|(_, b)| b).sum();
+    live.saturating_add(pipe_bytes(cap)) <= sh.fuse_memory
+}
+
+/// A pipe's memory: its header and both rings.
+fn pipe_bytes(cap: u64) -> u64 {
+    flowstack_sys::pipe::HEADER as u64 + 2 * cap
+}
 
 /// A fused connection's end.
 #[derive(Debug)]
@@ -215,11 +232,16 @@ fn fuse_pair(sh: &mut Shared, apps: &mut [App], gid: u32) -> bool {
     if pgid == gid || peng != eng || pc != ph {
         return false;
     }
+    if !room_for_pipe(sh, sh.fuse_cap) {
+        sh.counters.pipes_refused += 1; // asked again after `fuse_after` more bytes
+        return false;
+    }
     let Ok(pipe) = Pipe::create(sh.fuse_cap) else {
         sh.counters.pipes_refused += 1;
         sh.fuse_after = u64::MAX; // no memory for pipes: stop trying
         return false;
     };
+    sh.pipes.push((Arc::downgrade(&pipe), pipe_bytes(pipe.cap())));
     let token = sh.next_pipe_token;
     sh.next_pipe_token += 1;
     if !send_pipe(&apps[ia], &pipe, token, Some((&apps[ib], hb)))
@@ -354,7 +376,9 @@ fn open(sh: &mut Shared, apps: &mut [App], gid: u32) {
             a.post(note(EventKind::PipeOpen, h));
         }
     }
-    if g.ph.is_some() && f.readable() {
+    // Asked for through the daemon: a reader asleep on its placeholder could not ask while
+    // the pipe was closed to it (a quiet one's writer turns back to it after one kick).
+    if g.ph.is_some() && f.readable_arm() {
         sh.ph_actions.push((peer, true, false));
     }
 }

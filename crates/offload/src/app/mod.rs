@@ -87,7 +87,7 @@ use control::{
     addr_of, bind, detach, listen, readable_now, set_failed, token_cleared, want_writable,
 };
 pub use counters::DaemonCounters;
-pub use fuse::{FUSE_AFTER, FUSE_CAP};
+pub use fuse::{FUSE_AFTER, FUSE_CAP, FUSE_MEMORY};
 use handles::accepted_handle;
 pub(crate) use memory::account;
 pub(crate) use service::service;
@@ -359,6 +359,10 @@ pub(crate) struct Shared {
     /// never), and its pipe's bytes per direction (`--fuse-pipe`); see `fuse`.
     pub fuse_after: u64,
     pub fuse_cap: u64,
+    /// Bytes this engine's live pipes may take in all (its share of `--fuse-memory`), and
+    /// the pipes made (dead ones pruned when the next is made).
+    pub fuse_memory: u64,
+    pipes: Vec<(std::sync::Weak<flowstack_sys::pipe::Pipe>, u64)>,
     next_pipe_token: u64,
     /// Fused sockets whose application asked for a wake-up of the other end (`fuse`).
     kicks: Vec<u32>,
@@ -389,6 +393,8 @@ impl Shared {
             unheld: Vec::new(),
             fuse_after: fuse::FUSE_AFTER,
             fuse_cap: fuse::FUSE_CAP,
+            fuse_memory: fuse::FUSE_MEMORY,
+            pipes: Vec::new(),
             next_pipe_token: 1,
             kicks: Vec::new(),
             fusing: Vec::new(),
