@@ -70,11 +70,19 @@ def pingpong(kill):
         l.close()
         try:
             c = socket.create_connection(("127.0.0.1", port), timeout=30)
-            ep = select.epoll()
-            ep.register(c.fileno(), select.EPOLLIN | select.EPOLLET)
-            ep.poll(0.05)
-            c.sendall(blob(1200000, b"warm"))  # past --fuse-after one way
             c.setblocking(False)
+            ep = select.epoll()
+            ep.register(c.fileno(), select.EPOLLIN | select.EPOLLOUT | select.EPOLLET)
+            ep.poll(0.05)
+            # Past --fuse-after one way, waiting in epoll only (a blocking wait would turn
+            # the placeholder's tokens back on: its pipe then asks the daemon, README).
+            warm, off = blob(1200000, b"warm"), 0
+            while off < len(warm):
+                try:
+                    off += c.send(warm[off:off + 65536])
+                except BlockingIOError:
+                    assert ep.poll(10), "epoll timed out (warm-up)"
+            ep.modify(c.fileno(), select.EPOLLIN | select.EPOLLET)
             for i in range(ROUNDS):
                 if kill and i == ROUNDS // 2:
                     os.kill(int(sys.argv[4]), 9)
@@ -99,6 +107,7 @@ def pingpong(kill):
         except OSError as e:
             os._exit(2 if kill else 1)
     s, _ = l.accept()
+    s.setblocking(False)
     ep = select.epoll()
     ep.register(s.fileno(), select.EPOLLIN)
     ep.poll(0.05)
@@ -109,7 +118,6 @@ def pingpong(kill):
             d = s.recv(min(1 << 16, 1200000 - n))  # not into the first ping
             assert d, "end of stream"
             n += len(d)
-        s.setblocking(False)
         for i in range(ROUNDS):
             buf = b""
             while len(buf) < 10:

@@ -75,8 +75,8 @@ impl ConnFuse {
         1 - self.wdir
     }
     /// Pipe bytes this end may read now; when there are none the writer is asked to wake
-    /// this end through the daemon (a token handed back finds the pipe empty: the next
-    /// write writes one).
+    /// this end through the daemon again (the kick that brought us here took the request;
+    /// a reader with tokens needs the next write's).
     pub fn readable_arm(&self) -> bool {
         self.rx_open
             && self
@@ -84,7 +84,7 @@ impl ConnFuse {
                 .readable_arm(self.rdir(), flowstack_sys::pipe::Wake::DAEMON)
                 .map_or(true, |n| n > 0)
     }
-    /// Pipe bytes this end may read now (nothing asked: the reader asks for itself).
+    /// Pipe bytes this end may read now (nothing asked: a quiet reader asks for itself).
     pub fn readable(&self) -> bool {
         self.rx_open && self.pipe.readable(self.rdir()).map_or(true, |n| n > 0)
     }
@@ -241,7 +241,8 @@ fn fuse_pair(sh: &mut Shared, apps: &mut [App], gid: u32) -> bool {
         sh.fuse_after = u64::MAX; // no memory for pipes: stop trying
         return false;
     };
-    sh.pipes.push((Arc::downgrade(&pipe), pipe_bytes(pipe.cap())));
+    sh.pipes
+        .push((Arc::downgrade(&pipe), pipe_bytes(pipe.cap())));
     let token = sh.next_pipe_token;
     sh.next_pipe_token += 1;
     if !send_pipe(&apps[ia], &pipe, token, Some((&apps[ib], hb)))
@@ -300,10 +301,15 @@ pub(super) fn service(sh: &mut Shared, apps: &mut [App]) -> bool {
         let Kind::Conn(Conn { fuse: Some(f), .. }) = &g.kind else {
             continue;
         };
-        // Not asked again for the reader: it asks for itself each time it finds the pipe
-        // empty (before any wait on its placeholder too: `Posix::tokens_on`). Asking here
-        // would bring every later write through the daemon.
-        let (r, w) = (f.readable(), f.switched && f.writable_arm());
+        // A quiet reader (its readiness computed in its process, woken on its channel) asks
+        // for itself each time it finds the pipe empty: asking here for it would bring every
+        // later write through the daemon. A reader with tokens is asked for again.
+        let r = if notify::quiet(g) {
+            f.readable()
+        } else {
+            f.readable_arm()
+        };
+        let w = f.switched && f.writable_arm();
         if let Some((app, h)) = g.holder {
             if let Some(a) = apps.iter_mut().find(|a| a.id == app) {
                 a.post(note(EventKind::PipeNews, h));
