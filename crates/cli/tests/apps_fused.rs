@@ -18,6 +18,11 @@
 //! - `epoll-kill`: the same, and the daemon is killed (SIGKILL) halfway: both processes'
 //!   calls must fail within 10 s (their wake-up channels no longer hang up at the daemon's
 //!   death, since each peer holds a write end of the other's).
+//! - `epoll-busy`: the same ping-pong, but the child's epoll set also holds a second
+//!   flowstack connection, level-triggered for `EPOLLOUT`: every wait returns at once with
+//!   it, so the child never sleeps, and its peer's wake-ups (records on its wake-up channel,
+//!   drained by sleepers) must still make the pongs' socket reported (redis-benchmark's last
+//!   replies stalled so).
 //!
 //! Every mode checks SHA-256 of what arrived, and that the connection was fused
 //! (`FlowstackdPipesFused`). One python3 process under `flowstack run`; bounded by socket
@@ -58,7 +63,16 @@ def blob(n, seed):
 
 ROUNDS = 4000
 
-def pingpong(kill):
+def wait_in(ep, fd):
+    # Until `fd` is reported readable; other reports (the busy socket) do not count.
+    for _ in range(200000):
+        evs = ep.poll(10)
+        assert evs, "epoll timed out"
+        if any(f == fd and e & select.EPOLLIN for f, e in evs):
+            return
+    raise AssertionError("the connection was never reported readable")
+
+def pingpong(kill, busy):
     # Each side sleeps in epoll once first: its wake-up channel exists when the connection
     # is fused, so the daemon gives the peer a write end of it.
     l = socket.socket()
@@ -83,14 +97,27 @@ def pingpong(kill):
                 except BlockingIOError:
                     assert ep.poll(10), "epoll timed out (warm-up)"
             ep.modify(c.fileno(), select.EPOLLIN | select.EPOLLET)
-            for i in range(ROUNDS):
+            rounds = ROUNDS
+            if busy:
+                # A connection to itself, always writable, reported on every wait.
+                l2 = socket.socket()
+                l2.bind(("127.0.0.1", 0))
+                l2.listen(1)
+                c2 = socket.create_connection(l2.getsockname(), timeout=30)
+                a2, _ = l2.accept()
+                ep.register(c2.fileno(), select.EPOLLOUT)
+                rounds = ROUNDS // 4
+            for i in range(rounds):
                 if kill and i == ROUNDS // 2:
                     os.kill(int(sys.argv[4]), 9)
                 msg = b"ping%06d" % i
                 assert c.send(msg) == len(msg)
                 got = b""
                 while len(got) < len(msg):
-                    assert ep.poll(10), "epoll timed out"
+                    if busy:
+                        wait_in(ep, c.fileno())
+                    else:
+                        assert ep.poll(10), "epoll timed out"
                     while True:  # edge-triggered: until EAGAIN
                         try:
                             d = c.recv(64)
@@ -118,7 +145,7 @@ def pingpong(kill):
             d = s.recv(min(1 << 16, 1200000 - n))  # not into the first ping
             assert d, "end of stream"
             n += len(d)
-        for i in range(ROUNDS):
+        for i in range(ROUNDS // 4 if busy else ROUNDS):
             buf = b""
             while len(buf) < 10:
                 assert ep.poll(10), "epoll timed out"
@@ -137,7 +164,7 @@ def pingpong(kill):
         assert not failed and st == 0, st
 
 if how.startswith("epoll"):
-    pingpong(how == "epoll-kill")
+    pingpong(how == "epoll-kill", how == "epoll-busy")
     print("done", how, flush=True)
     sys.exit(0)
 c, s = pair()
@@ -262,4 +289,9 @@ fn epoll_readers_of_a_fused_connection_are_woken_by_their_writers() {
 #[test]
 fn killing_the_daemon_fails_fused_epoll_peers_that_wake_each_other() {
     mode("epoll-kill");
+}
+
+#[test]
+fn a_fused_reader_that_never_sleeps_still_hears_its_peer() {
+    mode("epoll-busy");
 }

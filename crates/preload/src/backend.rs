@@ -166,6 +166,9 @@ pub trait Backend: Sync {
     fn sleep_end(&self, _t: SleepTicket, _pair_ready: bool) -> bool {
         true
     }
+    /// The wake-up descriptor was readable in a wait that did not sleep
+    /// (`Posix::drain_awake`).
+    fn drain_awake(&self) {}
 }
 
 pub use flowstack_client::posix::{Cursor, FastReady, SleepTicket};
@@ -503,6 +506,9 @@ impl Backend for PosixBackend {
     }
     fn sleep_end(&self, t: SleepTicket, pair_ready: bool) -> bool {
         self.p.sleep_end(t, pair_ready)
+    }
+    fn drain_awake(&self) {
+        self.p.drain_awake();
     }
     fn report(&self, why: crate::addr::Reason, dst: Option<SocketAddrV4>) {
         use crate::addr::Reason;

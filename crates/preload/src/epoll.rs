@@ -561,13 +561,16 @@ fn dedupe(lst: &[Listen], done: &[epoll_event], rest: &mut [epoll_event], k: usi
 }
 
 /// Removes the shim's own entries (the wake-up descriptor, placeholders writable again)
-/// from `evs[..n]`; returns the new count. Placeholders writable again are unblocked.
-fn strip(b: &dyn Backend, ep: &Shared, evs: &mut [epoll_event], n: usize) -> usize {
+/// from `evs[..n]`; returns the new count and whether the wake-up descriptor was among
+/// them. Placeholders writable again are unblocked.
+fn strip(b: &dyn Backend, ep: &Shared, evs: &mut [epoll_event], n: usize) -> (usize, bool) {
     let mut k = 0;
+    let mut woke = false;
     let mut writable: Vec<c_int> = Vec::new();
     for i in 0..n {
         let d = evs[i].u64;
         if d == WAKE_TAG {
+            woke = true;
             continue;
         }
         if d & !0xffff_ffff == OUT_TAG {
@@ -587,7 +590,7 @@ fn strip(b: &dyn Backend, ep: &Shared, evs: &mut [epoll_event], n: usize) -> usi
         };
         inside(|| ids.iter().for_each(|&id| b.unblock(id)));
     }
-    k
+    (k, woke)
 }
 
 /// `epoll_pwait` with the fast path (`ms` < 0: forever).
@@ -645,12 +648,19 @@ pub unsafe fn wait(
             // Kernel descriptors too, without waiting.
             let rest = &mut evs[n..];
             let k = if rest.is_empty() {
+                // The kernel's set is not looked at: the wake-up descriptor neither.
+                inside(|| b.drain_awake());
                 0
             } else {
                 real::epoll_pwait(epfd, rest.as_mut_ptr(), rest.len() as c_int, 0, sigmask)
             };
             let k = if k > 0 {
-                strip(b, ep, rest, k as usize)
+                let (k, woke) = strip(b, ep, rest, k as usize);
+                if woke {
+                    // No sleep drains it: peers' news would wait for one (`drain_awake`).
+                    inside(|| b.drain_awake());
+                }
+                k
             } else {
                 0
             };
@@ -693,7 +703,7 @@ pub unsafe fn wait(
             real::set_errno(err);
             return -1;
         }
-        let k = strip(b, ep, evs, k as usize);
+        let (k, _) = strip(b, ep, evs, k as usize);
         if k > 0 {
             return k as c_int;
         }

@@ -300,6 +300,43 @@ impl Posix {
         Ok(Some(t))
     }
 
+    /// The wake-up descriptor was seen readable by a wait that did not sleep (its scan found
+    /// sockets ready, or the caller's array was full). A sleeper, if any, drains it when it
+    /// wakes; with none, it is drained here: a loop that never sleeps (redis-benchmark's
+    /// end, writable sockets reported on every pass while one connection waits for its
+    /// reply) would otherwise never hear of the sockets that peers named there, as the
+    /// scan looks only at sockets that changed. A socket named moves the pump count, so a
+    /// sleep begun on an older view (another thread's, under this lock) looks again.
+    pub fn drain_awake(&self) {
+        let Ok(mut g) = self.lock() else {
+            return;
+        };
+        let g: &mut Inner = &mut g;
+        let Some(c) = g.client.as_mut() else {
+            return;
+        };
+        // Only peers' records need it (the daemon's say the event ring has news, which
+        // the scan pumps anyway).
+        if !c.sleep_bounded() || sleepers(c).is_some_and(|a| a.load(Ordering::SeqCst) & 0xffff != 0)
+        {
+            return;
+        }
+        let Some(w) = &g.wake else {
+            return;
+        };
+        let mut named = false;
+        let r = wake::drain_records(w.as_fd(), |h| {
+            named = true;
+            c.peer_news(h)
+        });
+        if let Ok(wake::Drained::Closed) = r {
+            c.dead = true;
+        }
+        if named {
+            c.gen += 1;
+        }
+    }
+
     /// The caller woke (or gave up sleeping): uncounts it; the last sleeper drains the
     /// wake-up channel if its wait saw it readable (`pair_ready`; a byte written after
     /// its wait returned is drained by the next sleeper, which it wakes at once: one
