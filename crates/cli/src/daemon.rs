@@ -48,7 +48,7 @@ pub struct DaemonArgs {
     /// Bytes a loopback connection between two applications carries one way before it is
     /// fused: its bytes then go program to program through a shared pipe, the daemon only
     /// signalling (FlowstackdPipesFused).
-    #[arg(long, value_name = "BYTES", default_value = "1M", value_parser = crate::demo::parse_size)]
+    #[arg(long, value_name = "BYTES", default_value = "64K", value_parser = crate::demo::parse_size)]
     pub fuse_after: u64,
     /// A fused connection's pipe, bytes per direction (4K to 64M); 0: never fuse.
     #[arg(long, value_name = "BYTES", default_value = "512K", value_parser = crate::demo::parse_size)]

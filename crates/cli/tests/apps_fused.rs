@@ -1,6 +1,6 @@
 //! Issue 16: fused loopback connections under the shim (the daemon's `app::fuse`, the
 //! client's `fused`). Once a connection between two programs has carried `--fuse-after`
-//! bytes (1 MiB by default) its bytes go through a pipe both map; what programs see must not
+//! bytes (64 KiB by default) its bytes go through a pipe both map; what programs see must not
 //! change:
 //!
 //! - `sendfile`: a server that interleaves `send` (a header) and `sendfile` (a 300 kB body)

@@ -186,7 +186,7 @@ impl Posix {
     pub fn attach(path: impl AsRef<FsPath>) -> Result<Self, crate::ConnectError> {
         let path = path.as_ref().to_path_buf();
         let client = Client::connect(&path)?;
-        Ok(Self {
+        let p = Self {
             path,
             inner: Mutex::new(Inner {
                 client: Some(client),
@@ -200,7 +200,10 @@ impl Posix {
                 carry: HashMap::new(),
                 inherited: HashMap::new(),
             }),
-        })
+        };
+        // Without one, the process is woken through the daemon (`fast::make_wake`).
+        let _ = fast::make_wake(&mut p.inner.lock().unwrap_or_else(|e| e.into_inner()));
+        Ok(p)
     }
 
     /// The process's instance on [`default_socket_path`], registered on first use.
@@ -221,6 +224,8 @@ impl Posix {
         }
         if g.client.is_none() {
             g.client = Some(Client::connect(&self.path).map_err(|_| Errno::ECONNRESET)?);
+            // Without one, the process is woken through the daemon (`fast::make_wake`).
+            let _ = fast::make_wake(&mut g);
         }
         Ok(g)
     }

@@ -107,6 +107,7 @@ fn a_sender_waiting_for_area_room_is_woken_when_it_is_released() {
     let d = Daemon::spawn(&DaemonConfig {
         socket: dir,
         tx_hold_limit: u64::MAX,
+        fuse_pipe: 0, // the daemon's send area is what is tested; a pipe would bypass it
         ..DaemonConfig::default()
     })
     .unwrap();

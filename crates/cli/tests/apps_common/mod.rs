@@ -94,6 +94,11 @@ pub struct World {
 
 impl World {
     pub fn new(name: &str) -> World {
+        Self::with_daemon_args(name, &[])
+    }
+
+    /// A world whose daemon gets the extra arguments `args` (e.g. `--fuse-pipe 0`).
+    pub fn with_daemon_args(name: &str, args: &[&str]) -> World {
         let dir =
             std::env::temp_dir().join(format!("flowstack-apps-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -103,6 +108,7 @@ impl World {
             .arg("daemon")
             .arg("--socket")
             .arg(&sock)
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

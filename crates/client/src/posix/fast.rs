@@ -246,34 +246,11 @@ impl Posix {
         Ok(())
     }
 
-    /// This process's end of its wake-up channel, created and handed to the daemon on first
-    /// use: a pipe (`flowstack_sys::wake`), or a unix socket pair if the daemon refuses the
-    /// pipe (it cannot open it again without `/proc`).
+    /// This process's end of its wake-up channel, created and handed to the daemon when the
+    /// process registers ([`make_wake`]).
     pub fn wake_fd(&self) -> Result<RawFd, Errno> {
         let mut g = self.lock()?;
-        if let Some(w) = &g.wake {
-            return Ok(w.as_raw_fd());
-        }
-        let c = g.client.as_mut().expect("registered");
-        let (mine, theirs) = wake::pipe().map_err(|_| Errno(24))?;
-        let mine = match super::attach_fds(c, 0, AttachOp::Wake, &[theirs.as_fd()]) {
-            Ok(id) => {
-                // The daemon's answer is this process's wake-up id (peers fused with it
-                // wake it directly, `fused`).
-                g.client.as_mut().expect("registered").set_wake_id(id);
-                mine
-            }
-            Err(Errno::EINVAL) => {
-                let (mine, theirs) = wake::socket_pair().map_err(|_| Errno(24))?;
-                super::attach_fds(c, 0, AttachOp::Wake, &[theirs.as_fd()])?;
-                mine
-            }
-            Err(e) => return Err(e),
-        };
-        let mine: Own<OwnedFd> = Own::lift(mine);
-        let fd = mine.raw();
-        g.wake = Some(mine);
-        Ok(fd)
+        make_wake(&mut g)
     }
 
     /// Announces that the caller is about to sleep (waiting for send space too if
@@ -365,6 +342,38 @@ impl Posix {
         }
         c.dead
     }
+}
+
+/// This process's end of its wake-up channel, made and handed to the daemon if it does not
+/// exist yet: a pipe (`flowstack_sys::wake`), or a unix socket pair if the daemon refuses the
+/// pipe (it cannot open it again without `/proc`). Made when the process registers, not at
+/// its first sleep in epoll: the daemon gives a fused connection's writer a write end of its
+/// reader's channel when it fuses them, and a process that had none then would be woken
+/// through the daemon for the connection's life.
+pub(super) fn make_wake(g: &mut Inner) -> Result<RawFd, Errno> {
+    if let Some(w) = &g.wake {
+        return Ok(w.as_raw_fd());
+    }
+    let c = g.client.as_mut().expect("registered");
+    let (mine, theirs) = wake::pipe().map_err(|_| Errno(24))?;
+    let mine = match super::attach_fds(c, 0, AttachOp::Wake, &[theirs.as_fd()]) {
+        Ok(id) => {
+            // The daemon's answer is this process's wake-up id (peers fused with it wake it
+            // directly, `fused`).
+            g.client.as_mut().expect("registered").set_wake_id(id);
+            mine
+        }
+        Err(Errno::EINVAL) => {
+            let (mine, theirs) = wake::socket_pair().map_err(|_| Errno(24))?;
+            super::attach_fds(c, 0, AttachOp::Wake, &[theirs.as_fd()])?;
+            mine
+        }
+        Err(e) => return Err(e),
+    };
+    let mine: Own<OwnedFd> = Own::lift(mine);
+    let fd = mine.raw();
+    g.wake = Some(mine);
+    Ok(fd)
 }
 
 /// Writes the filler a non-blocking connect left out, unless the connect already ended in

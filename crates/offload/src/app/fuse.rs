@@ -37,7 +37,7 @@ use flowstack_api::record::{FUSED_OPEN, FUSED_SWITCHED, FUSED_WRITES_1, PIPE_TAG
 use flowstack_sys::pipe::Pipe;
 
 /// Default of `--fuse-after`: bytes one way before a loopback connection is fused.
-pub const FUSE_AFTER: u64 = 1 << 20;
+pub const FUSE_AFTER: u64 = 64 << 10;
 /// Default of `--fuse-pipe`: the pipe's bytes per direction.
 pub const FUSE_CAP: u64 = 512 << 10;
 /// Default of `--fuse-memory`: bytes all live pipes may take (shared out among engines).
