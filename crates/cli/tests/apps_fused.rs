@@ -15,9 +15,10 @@
 //!   in `epoll` (the child edge-triggered, the parent level-triggered). Their readers sleep
 //!   on their own wake-up channels, so the writers wake them directly: the daemon's kicks
 //!   must stay far below the number of messages.
-//! - `epoll-kill`: the same, and the daemon is killed (SIGKILL) halfway: both processes'
-//!   calls must fail within 10 s (their wake-up channels no longer hang up at the daemon's
-//!   death, since each peer holds a write end of the other's).
+//! - `epoll-kill`: the same, and the daemon is killed (SIGKILL) halfway; both processes go
+//!   on until a call fails, which must happen within 10 s (their wake-up channels no longer
+//!   hang up at the daemon's death, since each peer holds a write end of the other's, and
+//!   fused bytes do not pass the daemon: its death is seen at the next liveness check).
 //! - `epoll-busy`: the same ping-pong, but the child's epoll set also holds a second
 //!   flowstack connection, level-triggered for `EPOLLOUT`: every wait returns at once with
 //!   it, so the child never sleeps, and its peer's wake-ups (records on its wake-up channel,
@@ -36,7 +37,7 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 const SCRIPT: &str = r#"
-import fcntl, hashlib, os, select, socket, sys, termios, array, threading
+import fcntl, hashlib, os, select, socket, sys, termios, array, threading, time
 port, how, tmp = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 
 def pair():
@@ -62,6 +63,17 @@ def blob(n, seed):
     return (hashlib.sha256(seed).digest() * (n // 32 + 1))[:n]
 
 ROUNDS = 4000
+# epoll-kill: rounds go on after the kill until a call fails (fused bytes and direct
+# wake-ups do not pass through the daemon: its death is seen at the next liveness check,
+# within 100 ms), for at most this many seconds.
+KILL_BOUND = 10
+
+def rounds_for(kill, busy):
+    return 1 << 62 if kill else ROUNDS // 4 if busy else ROUNDS
+
+def still_alive(kill, since, bound=KILL_BOUND):
+    assert not kill or since is None or time.monotonic() - since < bound, \
+        "no call failed within %d s of the daemon's death" % bound
 
 def wait_in(ep, fd):
     # Until `fd` is reported readable; other reports (the busy socket) do not count.
@@ -97,7 +109,8 @@ def pingpong(kill, busy):
                 except BlockingIOError:
                     assert ep.poll(10), "epoll timed out (warm-up)"
             ep.modify(c.fileno(), select.EPOLLIN | select.EPOLLET)
-            rounds = ROUNDS
+            rounds = rounds_for(kill, busy)
+            killed = None
             if busy:
                 # A connection to itself, always writable, reported on every wait.
                 l2 = socket.socket()
@@ -106,10 +119,11 @@ def pingpong(kill, busy):
                 c2 = socket.create_connection(l2.getsockname(), timeout=30)
                 a2, _ = l2.accept()
                 ep.register(c2.fileno(), select.EPOLLOUT)
-                rounds = ROUNDS // 4
             for i in range(rounds):
                 if kill and i == ROUNDS // 2:
                     os.kill(int(sys.argv[4]), 9)
+                    killed = time.monotonic()
+                still_alive(kill, killed)
                 msg = b"ping%06d" % i
                 assert c.send(msg) == len(msg)
                 got = b""
@@ -145,7 +159,10 @@ def pingpong(kill, busy):
             d = s.recv(min(1 << 16, 1200000 - n))  # not into the first ping
             assert d, "end of stream"
             n += len(d)
-        for i in range(ROUNDS // 4 if busy else ROUNDS):
+        started = time.monotonic()
+        for i in range(rounds_for(kill, busy)):
+            # (The daemon dies after ROUNDS // 2 rounds; bounded from the start here.)
+            still_alive(kill, started, 3 * KILL_BOUND)
             buf = b""
             while len(buf) < 10:
                 assert ep.poll(10), "epoll timed out"
