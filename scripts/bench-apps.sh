@@ -131,8 +131,12 @@ bench_nginx() {
     echo "$out" | grep -q 'Socket errors\|unable' && echo "bench-apps: wrk ($mode): $(echo "$out" | grep 'Socket errors\|unable')" >&2
   fi
   if command -v ab >/dev/null; then
+    t0=$(cpu_ticks $srv); c0=$(awk '{print $16+$17}' /proc/$$/stat); d0=$(cpu_ticks $DAEMON)
     out=$($(wrap "$mode") ab -q -n 20000 -c 20 "http://127.0.0.1:$p/index.html" 2>&1 || true)
+    c1=$(awk '{print $16+$17}' /proc/$$/stat); t1=$(cpu_ticks $srv); d1=$(cpu_ticks $DAEMON)
     record ab "$mode" "$(echo "$out" | awk '/Requests per second/ {print $4}')"
+    record ab_cpu "$mode" "$(echo "($t1-$t0+$c1-$c0)*1000000/$HZ/20000" | bc -l)"
+    [ "$mode" = flowstack ] && record ab_daemon_cpu "$mode" "$(echo "($d1-$d0)*1000000/$HZ/20000" | bc -l)"
     echo "$out" | grep -q 'Failed requests:        0' || echo "bench-apps: ab ($mode): $(echo "$out" | tail -3)" >&2
   fi
   kill $srv 2>/dev/null || true
@@ -190,6 +194,8 @@ row wrk "wrk keep-alive req/s"
 row wrk_cpu "wrk+nginx app CPU us/req"
 row wrk_daemon_cpu "wrk daemon CPU us/req"
 row ab "ab short conns req/s"
+row ab_cpu "ab+nginx app CPU us/conn"
+row ab_daemon_cpu "ab daemon CPU us/conn"
 row iperf3 "iperf3 Gbit/s"
 row iperf3_cpu "iperf3 app CPU ms/GB"
 row iperf3_daemon_cpu "iperf3 daemon CPU ms/GB"
