@@ -85,8 +85,8 @@ def wait_in(ep, fd):
     raise AssertionError("the connection was never reported readable")
 
 def pingpong(kill, busy):
-    # Each side sleeps in epoll once first: its wake-up channel exists when the connection
-    # is fused, so the daemon gives the peer a write end of it.
+    # Each side sleeps in epoll once first (its wake-up channel, which the daemon hands the
+    # peer a write end of at fusion, is made at registration already; the sleep is kept).
     l = socket.socket()
     l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     l.bind(("127.0.0.1", port))

@@ -247,7 +247,7 @@ impl Posix {
     }
 
     /// This process's end of its wake-up channel, created and handed to the daemon when the
-    /// process registers ([`make_wake`]).
+    /// process registers (`make_wake`).
     pub fn wake_fd(&self) -> Result<RawFd, Errno> {
         let mut g = self.lock()?;
         make_wake(&mut g)
@@ -301,15 +301,7 @@ impl Posix {
         let Some(w) = &g.wake else {
             return;
         };
-        let mut named = false;
-        let r = wake::drain_records(w.as_fd(), |h| {
-            named = true;
-            c.peer_news(h)
-        });
-        if let Ok(wake::Drained::Closed) = r {
-            c.dead = true;
-        }
-        if named {
+        if drain_channel(c, w.as_fd()) {
             c.gen += 1;
         }
     }
@@ -333,15 +325,25 @@ impl Posix {
         let before = a.fetch_sub(t.0, Ordering::SeqCst);
         if before & 0xffff == 1 && pair_ready {
             if let Some(w) = &g.wake {
-                if let Ok(wake::Drained::Closed) =
-                    wake::drain_records(w.as_fd(), |h| c.peer_news(h))
-                {
-                    c.dead = true;
-                }
+                drain_channel(c, w.as_fd());
             }
         }
         c.dead
     }
+}
+
+/// Reads the wake-up channel `w` dry: peers' records mark their sockets changed
+/// ([`Client::peer_news`]); its hang-up means the daemon is gone. Whether a peer named any.
+fn drain_channel(c: &mut crate::Client, w: std::os::fd::BorrowedFd<'_>) -> bool {
+    let mut named = false;
+    let r = wake::drain_records(w, |h| {
+        named = true;
+        c.peer_news(h)
+    });
+    if let Ok(wake::Drained::Closed) = r {
+        c.dead = true;
+    }
+    named
 }
 
 /// This process's end of its wake-up channel, made and handed to the daemon if it does not
