@@ -211,39 +211,62 @@ mod tests {
     use super::*;
     use std::os::unix::net::UnixStream;
 
-    fn is_open(fd: RawFd) -> bool {
-        std::path::Path::new(&format!("/proc/self/fd/{fd}")).exists()
+    /// What descriptor `fd` names ("socket:[inode]"), if it is open.
+    fn target(fd: RawFd) -> Option<std::path::PathBuf> {
+        std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()
+    }
+
+    /// Whether `fd` still names the object `was` named. Other tests run in
+    /// threads of this process and may reuse a closed number at once, so
+    /// "is the number open" would be racy; "does it still name our socket"
+    /// is not (no other test holds it).
+    fn still_names(fd: RawFd, was: &std::path::Path) -> bool {
+        target(fd).as_deref() == Some(was)
+    }
+
+    /// The tests below note and un-note numbers in the process-wide bitmap; one at a time,
+    /// or a number one test closed could be lifted and noted by another before the first
+    /// looks at it.
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        SERIAL.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     #[test]
     fn lifted_descriptors_sit_above_the_floor_are_noted_and_un_noted_before_close() {
+        let _one = serial();
         let (a, b) = UnixStream::pair().unwrap();
         let low = a.as_raw_fd();
+        let sock = target(low).unwrap();
         let own: Own<UnixStream> = Own::lift(a.into());
         let n = own.raw();
         assert!(n >= floor(), "{n} below the floor {}", floor());
         assert!(is_own(n) && !is_own(low));
-        assert!(!is_open(low), "the original number is closed");
+        assert!(!still_names(low, &sock), "the original number is closed");
+        assert!(still_names(n, &sock));
         assert!(own_in(0, u32::MAX).any(|f| f == n));
         // Still the same socket: what the peer writes arrives.
         std::io::Write::write_all(&mut &b, b"x").unwrap();
         let mut buf = [0u8; 1];
         std::io::Read::read_exact(&mut &*own, &mut buf).unwrap();
         drop(own);
-        assert!(!is_own(n) && !is_open(n));
+        assert!(!is_own(n) && !still_names(n, &sock));
     }
 
     #[test]
     fn relocate_frees_the_number_and_keeps_the_file() {
+        let _one = serial();
         let (a, b) = UnixStream::pair().unwrap();
         let mut own: Own<OwnedFd> = Own::dup(a.as_fd()).unwrap();
         drop(a);
         let before = own.raw();
+        let sock = target(before).unwrap();
         own.relocate().unwrap();
         let after = own.raw();
         assert_ne!(before, after);
         assert!(!is_own(before) && is_own(after));
-        assert!(!is_open(before));
+        assert!(!still_names(before, &sock) && still_names(after, &sock));
         std::io::Write::write_all(&mut &b, b"y").unwrap();
         let mut buf = [0u8; 1];
         assert_eq!(rustix::io::read(&*own, &mut buf).unwrap(), 1);
@@ -252,6 +275,7 @@ mod tests {
 
     #[test]
     fn own_in_respects_the_bounds() {
+        let _one = serial();
         let (a, _b) = UnixStream::pair().unwrap();
         let own: Own<OwnedFd> = Own::dup(a.as_fd()).unwrap();
         let n = own.raw() as u32;
