@@ -64,6 +64,17 @@ fn a_full_table_ends_the_oldest_time_wait_instead_of_refusing() {
     );
     assert_eq!(net.a.counters().get(Counter::TcpExtTCPConnLimit), 0);
     assert!(net.a.tcp_iter().all(|k| k.state() == State::TimeWait));
+    // TIME-WAIT holds no buffers: nothing will be sent or arrive again (a full table of
+    // them held ~9 KiB each for 2·MSL before). What is left is its share of the shared
+    // configuration and the like. (A few milliseconds for the last one's next dispatch.)
+    net.run_until(Duration::from_millis(10), |_| false);
+    for k in net.a.tcp_iter() {
+        assert!(
+            k.heap_bytes() < 1024,
+            "a TIME-WAIT connection holds {}",
+            k.heap_bytes()
+        );
+    }
 }
 
 #[test]
@@ -92,4 +103,31 @@ fn live_connections_are_never_evicted() {
     for h in held {
         assert!(net.a.tcp_conn(h).is_ok_and(|k| k.is_open()));
     }
+}
+
+#[test]
+fn connections_ended_early_leave_no_timer_entries_behind() {
+    // Each connection evicted from TIME-WAIT had a 2·MSL deadline in the timer heap; a
+    // heap that kept such entries until their minute passed grew by one per short
+    // connection (millions under ab) and every push and pop walked all of it.
+    let cfg = NetConfig {
+        tune: small_table,
+        ..NetConfig::default()
+    };
+    let mut net = Net::new(cfg, None).unwrap();
+    let l = net.b.tcp_listen(80, 16).unwrap();
+    let n = 60 * LIMIT;
+    for i in 0..n {
+        short_connection(&mut net, l).unwrap_or_else(|e| panic!("connection {i}: {e:?}"));
+    }
+    let evicted = net.a.counters().get(Counter::TcpExtTCPTimeWaitOverflow) as usize;
+    assert_eq!(evicted, n - LIMIT);
+    let (entries, conns) = (net.a.tcp_timer_entries(), net.a.tcp_connections());
+    assert!(
+        entries <= 2 * conns + 64,
+        "{entries} timer entries for {conns} connections after {evicted} evictions"
+    );
+    // And the TIME-WAIT connections still there still end on time.
+    net.run_until(Duration::from_secs(121), |n| n.a.tcp_connections() == 0);
+    assert_eq!(net.a.tcp_connections(), 0);
 }

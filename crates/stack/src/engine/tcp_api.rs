@@ -356,6 +356,12 @@ impl Engine {
         self.tcp.connections()
     }
 
+    /// Entries in the TCP timer heap, stale ones included (at most about two per connection
+    /// plus 64: stale entries are dropped once they outnumber the connections).
+    pub fn tcp_timer_entries(&self) -> usize {
+        self.tcp.timer_entries()
+    }
+
     /// Bytes of memory the TCP socket table accounts for: table slots, connections with the
     /// heap they hold (buffers, reassembly, SACK and RACK lists), listeners, demux maps and
     /// timer structures (see `bench conns`).

@@ -46,7 +46,11 @@ pub struct TcpInfo {
 }
 
 /// How long a connection must have received nothing before
-/// [`Connection::release_at_rest`] frees its empty buffers.
+/// [`Connection::release_at_rest`] frees its empty buffers — except in TIME-WAIT, which
+/// rests at once: both FINs are in and acknowledged, so nothing will be sent or arrive
+/// again, and the buffers would only sit there for 2·MSL. (Under a stream of short
+/// connections the TIME-WAIT population is the table's size — 16 k connections holding
+/// ~9 KiB each, 150 MB of cold memory the allocator recycled for every new connection.)
 pub const REST_AFTER: Duration = Duration::from_secs(1);
 
 impl Connection {
@@ -115,7 +119,7 @@ impl Connection {
     /// quiet for [`REST_AFTER`], so a busy connection keeps its buffers between bursts.
     /// Returns the heap bytes freed.
     pub fn release_at_rest(&mut self, now: Instant) -> usize {
-        if now.saturating_since(self.timers.last_activity) < REST_AFTER {
+        if now.saturating_since(self.timers.last_activity) < self.rest_after() {
             return 0;
         }
         let before = self.heap_bytes();
@@ -166,7 +170,17 @@ impl Connection {
         if !holds || !self.timers.is_at_rest() {
             return None;
         }
-        Some(self.timers.last_activity + REST_AFTER)
+        Some(self.timers.last_activity + self.rest_after())
+    }
+
+    /// The quiet time before the buffers go ([`REST_AFTER`]; none in TIME-WAIT).
+    #[inline]
+    fn rest_after(&self) -> Duration {
+        if self.state == State::TimeWait {
+            Duration::ZERO
+        } else {
+            REST_AFTER
+        }
     }
 
     /// RACK's record list holds memory but no record (nothing in flight).
