@@ -59,6 +59,11 @@ impl EngineLoop {
         // Turns taken, for the periodic sweep; whether one swept since the last busy turn.
         let mut turns: u64 = 0;
         let mut swept = false;
+        // When the last sweep and the last full memory count ran; whether the last sleep
+        // skipped its sweep (then it was short, and a sweep follows it).
+        let mut last_sweep = Instant::now();
+        let mut last_account = Instant::now();
+        let mut owed = false;
         while !stop.load(Ordering::SeqCst) {
             let mut busy = false;
             // One clock read per turn: the engine's time, the periodic checks and the spin
@@ -69,8 +74,17 @@ impl EngineLoop {
             turns = turns.wrapping_add(1);
             // A sweep (every socket looked at, app/marks.rs) every SWEEP_EVERY turns, and as
             // the first empty turn's follow-up, so nothing marked late waits for a sleep.
-            let sweep = turns.is_multiple_of(app::SWEEP_EVERY) || idle_since.is_some() && !swept;
-            swept |= sweep;
+            let before_sleep = idle_since.is_some() && !swept;
+            let want = turns.is_multiple_of(app::SWEEP_EVERY) || before_sleep;
+            let sweep = want && t.saturating_duration_since(last_sweep) >= app::SWEEP_GAP;
+            if before_sleep {
+                owed = !sweep;
+            }
+            if sweep {
+                last_sweep = t;
+                owed = false;
+            }
+            swept |= want;
             if let Some(c) = ctl.as_mut() {
                 busy |= c.turn(&mut self.sh, &mut self.apps, t);
             }
@@ -91,7 +105,11 @@ impl EngineLoop {
             }
             sh.lo.set_now(now);
             busy |= sh.poll_engines(apps, now);
-            app::account(sh, apps);
+            let all = t.saturating_duration_since(last_account) >= app::ACCOUNT_GAP;
+            if all {
+                last_account = t;
+            }
+            app::account(sh, apps, all);
             busy |= app::service(sh, apps, sweep);
             for a in apps.iter_mut() {
                 busy |= a.tx_turn(sh);
@@ -127,7 +145,10 @@ impl EngineLoop {
                 continue;
             }
             idle_since = None;
-            let registering = self.sleep(&clock, ctl.as_mut())?;
+            let registering = self.sleep(&clock, ctl.as_mut(), owed)?;
+            if std::mem::take(&mut owed) {
+                swept = false; // the skipped sweep comes before the next sleep
+            }
             if let Some(c) = ctl.as_mut() {
                 c.woke(registering, Instant::now());
             }
@@ -146,7 +167,7 @@ impl EngineLoop {
     /// Sleep: announce it (in every application's header and on the mesh doorbell), look once
     /// more, then `poll(2)` until something arrives or the engine's next deadline. Returns
     /// true if the registration socket was found readable (a registration waits).
-    fn sleep(&mut self, clock: &Clock, ctl: Option<&mut Control>) -> io::Result<bool> {
+    fn sleep(&mut self, clock: &Clock, ctl: Option<&mut Control>, owed: bool) -> io::Result<bool> {
         let (sh, apps) = (&mut self.sh, &mut self.apps);
         for a in apps.iter() {
             a.set_sleeping(true);
@@ -157,6 +178,7 @@ impl EngineLoop {
             .map(|t| t.saturating_since(clock.now()))
             .map(|d| Duration::from_nanos(d.as_nanos().min(u64::MAX as u128) as u64))
             .unwrap_or(IDLE_CHECK)
+            .min(if owed { app::SWEEP_GAP } else { IDLE_CHECK })
             .min(if sh.lo.link_needs_slices() {
                 // A link without a descriptor to sleep on (the shm wire, several AF_XDP
                 // sockets in one device): look at it every slice.
@@ -187,9 +209,11 @@ impl EngineLoop {
                 // Readable when frames wait on the link (only woken on; after every index
                 // the loop below reads).
                 fds.extend(sh.lo.link_fd());
-                let ds: Vec<_> = sh.placeholders().map(|(_, d)| d).collect();
-                let (r, h) = flowstack_sys::placeholder::poll_sets(&fds, &ds, Some(wait))?;
-                Ok((r, h.iter().any(|&x| x)))
+                // Last, and readable while a placeholder's last copy is gone.
+                fds.push(sh.hups.fd());
+                let (r, _) = flowstack_sys::placeholder::poll_sets(&fds, &[], Some(wait))?;
+                let closed = r.last().copied().unwrap_or(false);
+                Ok((r, closed))
             };
             let now = clock.now();
             let pending = || {
@@ -225,7 +249,9 @@ impl EngineLoop {
         // Read the doorbell only when `poll` said it rang: a wake-up by anything else would
         // pay a `read` that answers `EAGAIN` (a rung bell not read here keeps the next
         // `poll` from sleeping, and is read then).
+        sh.counters.sleeps += 1;
         if ready[base - 1] {
+            sh.counters.bell_wakes += 1;
             let _ = self.bell.take();
         }
         let registering = base == 2 && ready[0];
@@ -250,10 +276,21 @@ impl EngineLoop {
 /// Whatever an application posted before closing its last copy (sends, consumed bytes) is
 /// in its ring by then: every ring is drained first, so the close comes after it.
 fn last_closes(sh: &mut Shared, apps: &mut [App]) -> io::Result<bool> {
-    let (gids, ds): (Vec<u32>, Vec<_>) = sh.placeholders().unzip();
-    if ds.is_empty() {
+    let (said, loose) = sh.hung_up()?;
+    for fd in loose {
+        if !apps.iter_mut().any(|a| a.unwatch_loose(sh, fd)) {
+            sh.counters.loose_hangups += 1;
+        }
+    }
+    if said.is_empty() {
         return Ok(false);
     }
+    // Checked on the descriptors themselves before anything is closed.
+    let ds: Vec<_> = said
+        .iter()
+        .filter_map(|g| sh.socks.get(g)?.ph.as_ref().map(|ph| ph.d.as_fd()))
+        .collect();
+    let gids = said;
     let (_, h) = flowstack_sys::placeholder::poll_sets(&[], &ds, Some(Duration::ZERO))?;
     let gone: Vec<u32> = gids
         .into_iter()

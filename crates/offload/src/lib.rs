@@ -470,7 +470,7 @@ impl Daemon {
         let mut engines = Vec::with_capacity(n);
         let mut peers = Vec::new();
         for (i, lo) in los.drain(..).enumerate() {
-            let mut sh = Shared::new(i, lo, ports.clone());
+            let mut sh = Shared::new(i, lo, ports.clone())?;
             sh.max_sockets_per_app = self.max_sockets_per_app;
             sh.max_app_memory = self.max_app_memory;
             sh.tx_hold_limit = self.tx_hold_limit;

@@ -173,6 +173,32 @@ fn a_closed_connections_pair_carries_the_next_connection() {
     assert_eq!(&buf[..n], b"back");
 }
 
+/// A kept pair stays in the daemon's watch set (no `epoll_ctl` per socket): when a later
+/// socket on it is closed by its last copy anywhere (pinned: another process may hold it),
+/// the daemon still sees that and closes the socket; nothing is reported that no socket or
+/// pool holds.
+#[test]
+fn a_recycled_pairs_last_close_is_still_seen() {
+    pooling_on();
+    let d = daemon("rewatch");
+    let app = Posix::attach(&d.path).unwrap();
+    let (a, id) = app.socket(Type::Stream).unwrap();
+    let ident = identity(&a);
+    app.forget(id).unwrap();
+    drop(a);
+    until(&d, "FlowstackdPlaceholdersRecycled", 1);
+    let ((ra, r), before) = socket_on_pair(&app, ident);
+    let open = before.len() as u64 + 1;
+    until(&d, "FlowstackdTableSockets", open);
+    app.pin(r);
+    app.forget(r).unwrap();
+    drop(ra);
+    until(&d, "FlowstackdLastCloses", 1);
+    until(&d, "FlowstackdTableSockets", open - 1);
+    assert_eq!(counter(&d, "FlowstackdPlaceholdersRecycled"), 1);
+    assert_eq!(counter(&d, "FlowstackdLooseHangups"), 0);
+}
+
 #[test]
 fn a_recycled_pair_that_held_a_token_comes_back_empty() {
     pooling_on();

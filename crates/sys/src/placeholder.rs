@@ -226,6 +226,86 @@ pub fn peek_len(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Option<usize> {
     }
 }
 
+/// Daemon side: the D descriptors watched for last close, as one epoll descriptor.
+///
+/// Each D is registered once (level-triggered `EPOLLRDHUP`, keyed by the daemon's socket
+/// id) and removed when the daemon lets its placeholder go. The daemon's sleep polls
+/// [`HupSet::fd`] next to its other descriptors, and [`HupSet::ready`] lists the hung-up
+/// ones: one system call each, whatever the number of sockets. (A [`poll_sets`] over every
+/// D cost O(sockets) per sleep: under `ab` the daemon slept about once per connection with
+/// dozens of placeholders open, and a host with ten thousand idle connections would poll
+/// ten thousand descriptors each time.)
+pub struct HupSet {
+    ep: OwnedFd,
+}
+
+/// Most hung-up descriptors one [`HupSet::ready`] reports; the rest stay ready (level
+/// triggered) for the next call.
+pub const HUP_BATCH: usize = 64;
+
+impl HupSet {
+    /// An empty set (one epoll descriptor, close-on-exec).
+    pub fn new() -> io::Result<Self> {
+        use rustix::event::epoll;
+        Ok(Self {
+            ep: epoll::create(epoll::CreateFlags::CLOEXEC)?,
+        })
+    }
+
+    /// Watches `d` for its peer's last close, reported as `key`.
+    pub fn add(&self, d: BorrowedFd<'_>, key: u32) -> io::Result<()> {
+        use rustix::event::epoll;
+        Ok(epoll::add(
+            &self.ep,
+            d,
+            epoll::EventData::new_u64(u64::from(key)),
+            epoll::EventFlags::RDHUP,
+        )?)
+    }
+
+    /// Stops watching `d` (not watched: nothing happens). Closing `d`'s last copy removes
+    /// it as well.
+    pub fn remove(&self, d: BorrowedFd<'_>) {
+        let _ = rustix::event::epoll::delete(&self.ep, d);
+    }
+
+    /// The descriptor to poll: readable while a watched D has hung up.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.ep.as_fd()
+    }
+
+    /// Appends the keys of watched descriptors whose peer closed (at most [`HUP_BATCH`]);
+    /// never blocks.
+    pub fn ready(&self, out: &mut Vec<u32>) -> io::Result<()> {
+        use rustix::event::epoll::{self, EventFlags};
+        use std::mem::MaybeUninit;
+        let mut buf = [MaybeUninit::<epoll::Event>::uninit(); HUP_BATCH];
+        let zero = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        let got: &[epoll::Event] = match epoll::wait(&self.ep, &mut buf, Some(&zero)) {
+            Ok((got, _)) => got,
+            Err(rustix::io::Errno::INTR) => &[],
+            Err(e) => return Err(e.into()),
+        };
+        let gone = EventFlags::RDHUP | EventFlags::HUP | EventFlags::ERR;
+        out.extend(
+            got.iter()
+                .filter(|e| {
+                    let flags = e.flags; // copied out: the event is packed
+                    flags.intersects(gone)
+                })
+                .map(|e| {
+                    let data = e.data;
+                    data.u64() as u32
+                }),
+        );
+        Ok(())
+    }
+}
+
 /// Waits up to `timeout` (`None`: forever; millisecond granularity, at least 1 ms unless
 /// zero) until one of `readable` becomes readable (or hangs up) or one of `hangup` reports
 /// `POLLRDHUP`/`POLLHUP` (its peer closed; filler waiting to be read does not count).
@@ -346,6 +426,50 @@ mod tests {
         drop(a2);
         assert_eq!(poll_sets(&[], &[d.as_fd()], z).unwrap().1, vec![true]);
         assert!(!drain(d.as_fd()).unwrap());
+    }
+
+    /// The watch set reports exactly the D's whose every A copy is gone, by key, as long as
+    /// they stay hung up (level-triggered); its descriptor polls readable then and only then;
+    /// tokens and filler are no hang-up; a removed or closed D is reported no more.
+    #[test]
+    fn hup_set_reports_last_closes_by_key() {
+        let set = HupSet::new().unwrap();
+        let z = Some(Duration::ZERO);
+        let readable = |set: &HupSet| poll_sets(&[set.fd()], &[], z).unwrap().0[0];
+        let ready = |set: &HupSet| {
+            let mut v = Vec::new();
+            set.ready(&mut v).unwrap();
+            v.sort_unstable();
+            v
+        };
+        let (a1, d1) = pair().unwrap();
+        let (a2, d2) = pair().unwrap();
+        let (a3, d3) = pair().unwrap();
+        set.add(d1.as_fd(), 11).unwrap();
+        set.add(d2.as_fd(), 22).unwrap();
+        set.add(d3.as_fd(), 33).unwrap();
+        assert!(set.add(d1.as_fd(), 11).is_err(), "watched twice");
+        assert!(put_token(d1.as_fd()).unwrap());
+        assert!(fill(a2.as_fd()).unwrap() > 0);
+        assert!(ready(&set).is_empty());
+        assert!(!readable(&set));
+        let a1b = a1.try_clone().unwrap();
+        drop(a1);
+        assert!(ready(&set).is_empty(), "a copy of A is left");
+        drop(a1b);
+        drop(a2);
+        assert!(readable(&set));
+        assert_eq!(ready(&set), vec![11, 22]);
+        assert_eq!(ready(&set), vec![11, 22], "level-triggered: still hung up");
+        set.remove(d1.as_fd());
+        set.remove(d1.as_fd()); // not watched: nothing happens
+        drop(d2);
+        assert!(ready(&set).is_empty());
+        assert!(!readable(&set));
+        drop(a3);
+        assert_eq!(ready(&set), vec![33]);
+        drop(d3);
+        assert!(!readable(&set));
     }
 
     /// A fresh pair costs no `setsockopt`: A keeps the default send buffer until its first

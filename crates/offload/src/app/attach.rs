@@ -61,19 +61,20 @@ impl App {
         };
         match op {
             AttachOp::New | AttachOp::Place | AttachOp::NewPooled | AttachOp::PlacePooled => {
-                let (ident, d) = match pooled {
+                let (ident, d, watched) = match pooled {
                     Some(p) => p,
                     None => {
                         let a = fds.pop().expect("two descriptors");
                         let d = fds.pop().expect("two descriptors");
-                        (pair_ident(a)?, d)
+                        (pair_ident(a)?, d, false)
                     }
                 };
                 if sh.by_ident.contains_key(&ident) || sh.ports.ident_engine(ident).is_some() {
                     return Err(SocketError::InvalidArgument);
                 }
-                let ph = Placeholder {
+                let mut ph = Placeholder {
                     d,
+                    watched,
                     ident,
                     token_out: false,
                     seq: 0,
@@ -93,6 +94,14 @@ impl App {
                         _ => return Err(SocketError::InvalidArgument),
                     }
                 };
+                if sh.ph_owner_set(&mut ph, gid).is_err() {
+                    // Its last close could not be seen (epoll's watch limit, no memory).
+                    if new {
+                        self.handles.remove(&handle);
+                        sh.release(gid, false);
+                    }
+                    return Err(SocketError::LimitReached);
+                }
                 sh.by_ident.insert(ident, gid);
                 sh.ports.claim_ident(ident, sh.me);
                 let g = sh.socks.get_mut(&gid).expect("just found");
@@ -226,10 +235,10 @@ impl App {
             let ok = pair_ident(a).ok().filter(|ident| {
                 !sh.by_ident.contains_key(ident)
                     && sh.ports.ident_engine(*ident).is_none()
-                    && !self.pool.iter().any(|(i, _)| i == ident)
+                    && !self.pool.iter().any(|(i, _, _)| i == ident)
             });
             match ok {
-                Some(ident) => self.pool.push_back((ident, d)),
+                Some(ident) => self.pool.push_back((ident, d, false)),
                 None => {
                     self.pool.truncate(before);
                     return Err(SocketError::InvalidArgument);
@@ -239,6 +248,22 @@ impl App {
         sh.counters.pool_batches += 1;
         sh.counters.pool_pairs += (self.pool.len() - before) as u64;
         Ok(0)
+    }
+
+    /// Stops watching the pooled or kept D numbered `fd` (its A is closed everywhere: it
+    /// would keep the watch set readable); true if this application holds it. Taken for a
+    /// socket later, it is watched again (and that socket's last close is seen at once).
+    pub(crate) fn unwatch_loose(&mut self, sh: &Shared, fd: i32) -> bool {
+        for p in self.pool.iter_mut().chain(self.recycled.iter_mut()) {
+            if std::os::fd::AsRawFd::as_raw_fd(&p.1) == fd {
+                if p.2 {
+                    sh.hups.remove(p.1.as_fd());
+                    p.2 = false;
+                }
+                return true;
+            }
+        }
+        false
     }
 
     /// Placeholder pairs pooled and not taken yet (`FlowstackdPlaceholdersWaiting`).
@@ -288,6 +313,7 @@ impl App {
             _ => None,
         };
         if let Some(ph) = &kept {
+            sh.ph_owner_clear(ph);
             sh.by_ident.remove(&ph.ident);
             sh.ports.forget_ident(ph.ident);
         }
@@ -302,7 +328,7 @@ impl App {
                 }
                 sh.counters.pool_recycled += 1;
                 let dirty = ph.tokens;
-                self.recycled.push_back((ph.ident, ph.d));
+                self.recycled.push_back((ph.ident, ph.d, ph.watched));
                 if dirty {
                     3
                 } else {

@@ -33,6 +33,14 @@ pub struct DaemonCounters {
     /// Sweeping turns (`service`: every [`SWEEP_EVERY`](super::SWEEP_EVERY)th turn and the
     /// last one before idling look at every socket).
     pub sweeps: u64,
+    /// Sleeps entered: announced to the applications and a `poll` made
+    /// (`FlowstackdSleeps`; under load most return at once).
+    pub sleeps: u64,
+    /// Sleeps the doorbell ended: an application rang it (`FlowstackdDoorbellWakes`).
+    pub bell_wakes: u64,
+    /// Watched placeholder descriptors reported hung up that no socket, pool or kept pair
+    /// holds (`FlowstackdLooseHangups`; expected 0).
+    pub loose_hangups: u64,
     /// Sockets a sweep found with something to do that no mark had named: a missed mark,
     /// served late rather than lost (`FlowstackdServiceUnmarked`; 0 when every change marks
     /// its socket).
@@ -83,6 +91,9 @@ impl DaemonCounters {
         self.app_mem_limited += o.app_mem_limited;
         self.udp_peer_filtered += o.udp_peer_filtered;
         self.sweeps += o.sweeps;
+        self.sleeps += o.sleeps;
+        self.bell_wakes += o.bell_wakes;
+        self.loose_hangups += o.loose_hangups;
         self.sweep_found += o.sweep_found;
         self.tx_zc_bytes += o.tx_zc_bytes;
         self.tx_rehomed_bytes += o.tx_rehomed_bytes;

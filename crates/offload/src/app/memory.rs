@@ -29,11 +29,18 @@ fn held(lo: &Loopback, c: &Conn) -> u64 {
         .unwrap_or(0)
 }
 
-/// Recounts every application's memory and sets its limited state.
-pub(crate) fn account(sh: &mut Shared, apps: &mut [App]) {
+/// Recounts the applications' memory and sets their limited state: every application if
+/// `all`, else only those limited now (so they are let go as soon as they are under).
+/// O(sockets): the engine loop asks for `all` every [`ACCOUNT_GAP`](super::ACCOUNT_GAP),
+/// not every turn (an application with thousands of idle connections made each turn
+/// count them all). The limit may be passed by what the engines take in that time.
+pub(crate) fn account(sh: &mut Shared, apps: &mut [App], all: bool) {
     let limit = sh.max_app_memory;
     let most = socket_max();
     for a in apps.iter_mut() {
+        if !all && !a.mem_limited {
+            continue;
+        }
         if (a.handles.len() as u64).saturating_mul(most) <= limit {
             a.memory = 0;
             unlimit(sh, a);

@@ -74,6 +74,16 @@ mod marks;
 /// Every this many turns an engine thread looks at all its sockets, not only the marked
 /// ones (`marks`).
 pub(crate) const SWEEP_EVERY: u64 = 64;
+
+/// Least time between two sweeps, whatever asks for one (the [`SWEEP_EVERY`]th turn, the
+/// turn before a sleep): a sweep costs O(sockets), and with thousands of idle connections
+/// a sweep before every sleep made each request of a lone client cost milliseconds. A
+/// sleep that skipped its sweep lasts at most this long, and the sweep follows.
+pub(crate) const SWEEP_GAP: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// Least time between two full recounts of the applications' memory (`memory::account`;
+/// an application already over its limit is recounted every turn).
+pub(crate) const ACCOUNT_GAP: std::time::Duration = std::time::Duration::from_millis(1);
 mod memory;
 mod notify;
 mod open;
@@ -230,6 +240,8 @@ pub(crate) enum Kind {
 #[derive(Debug)]
 pub(crate) struct Placeholder {
     pub d: OwnedFd,
+    /// D is registered in [`Shared::hups`] (it stays so until D is closed).
+    watched: bool,
     ident: (u64, u64),
     token_out: bool,
     /// Readable events posted (informative, see the module docs).
@@ -244,6 +256,11 @@ pub(crate) struct Placeholder {
     /// application empties A before reuse (`Forget { recycle }`).
     tokens: bool,
 }
+
+/// A placeholder pair the application may name next (pooled, or kept from a closed socket):
+/// A's identity, D, and whether D is watched in [`Shared::hups`] (a kept pair stays watched:
+/// no `epoll_ctl` per socket for the pairs an application cycles through).
+pub(crate) type Pair = ((u64, u64), OwnedFd, bool);
 
 impl Placeholder {
     /// Token and filler actions wait until the events that explain them are in the ring
@@ -368,11 +385,18 @@ pub(crate) struct Shared {
     kicks: Vec<u32>,
     /// Fused sockets switched to the pipe whose peer was not told `PipeOpen` yet.
     fusing: Vec<u32>,
+    /// Placeholders' D descriptors, watched for last close
+    /// (`flowstack_sys::placeholder::HupSet`), keyed by D's descriptor number; a D is
+    /// registered when a socket first takes it and stays so while it is kept for reuse.
+    pub hups: flowstack_sys::placeholder::HupSet,
+    /// The socket whose placeholder D is, by D's descriptor number (0: none — pooled, kept,
+    /// or a stale entry: checked against the socket before use).
+    ph_gid: Vec<u32>,
 }
 
 impl Shared {
-    pub fn new(me: usize, lo: Loopback, ports: Arc<PortTable>) -> Self {
-        Self {
+    pub fn new(me: usize, lo: Loopback, ports: Arc<PortTable>) -> std::io::Result<Self> {
+        Ok(Self {
             me,
             lo,
             socks: IdMap::default(),
@@ -398,7 +422,58 @@ impl Shared {
             next_pipe_token: 1,
             kicks: Vec::new(),
             fusing: Vec::new(),
+            hups: flowstack_sys::placeholder::HupSet::new()?,
+            ph_gid: Vec::new(),
+        })
+    }
+
+    /// Watches `ph`'s D for its last close (once per D) and names `gid` its socket.
+    fn ph_owner_set(&mut self, ph: &mut Placeholder, gid: u32) -> std::io::Result<()> {
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&ph.d);
+        if !ph.watched {
+            self.hups.add(ph.d.as_fd(), fd as u32)?;
+            ph.watched = true;
         }
+        let i = fd as usize;
+        if self.ph_gid.len() <= i {
+            self.ph_gid.resize(i + 1, 0);
+        }
+        self.ph_gid[i] = gid;
+        Ok(())
+    }
+
+    /// `ph` no longer belongs to a socket.
+    fn ph_owner_clear(&mut self, ph: &Placeholder) {
+        if let Some(x) = self
+            .ph_gid
+            .get_mut(std::os::fd::AsRawFd::as_raw_fd(&ph.d) as usize)
+        {
+            *x = 0;
+        }
+    }
+
+    /// The sockets whose placeholder's last copy may be gone (the watch set's word, checked
+    /// against the socket table), and the watched D's that belong to no socket (pooled or
+    /// kept pairs whose A every process closed).
+    pub(crate) fn hung_up(&self) -> std::io::Result<(Vec<u32>, Vec<i32>)> {
+        let mut keys = Vec::new();
+        self.hups.ready(&mut keys)?;
+        let (mut gids, mut loose) = (Vec::new(), Vec::new());
+        for k in keys {
+            let fd = k as i32;
+            let gid = self.ph_gid.get(fd as usize).copied().unwrap_or(0);
+            let owned = self
+                .socks
+                .get(&gid)
+                .and_then(|g| g.ph.as_ref())
+                .is_some_and(|ph| std::os::fd::AsRawFd::as_raw_fd(&ph.d) == fd);
+            if owned {
+                gids.push(gid);
+            } else {
+                loose.push(fd);
+            }
+        }
+        Ok((gids, loose))
     }
 
     /// A new socket: looked at by the next turn.
@@ -451,6 +526,8 @@ impl Shared {
             return;
         };
         if let Some(ph) = g.ph.take() {
+            // Closing D (dropping `ph`) also ends its watch.
+            self.ph_owner_clear(&ph);
             self.by_ident.remove(&ph.ident);
             self.ports.forget_ident(ph.ident);
         }
@@ -480,13 +557,6 @@ impl Shared {
             }
         }
         release_kind(&mut self.lo, g.kind, died);
-    }
-
-    /// Sockets whose placeholder's D descriptors should be watched for last close.
-    pub fn placeholders(&self) -> impl Iterator<Item = (u32, std::os::fd::BorrowedFd<'_>)> {
-        self.socks
-            .iter()
-            .filter_map(|(&gid, g)| g.ph.as_ref().map(|p| (gid, p.d.as_fd())))
     }
 
     /// Kernel listeners to wake the daemon (readable means a connection waits there); one
@@ -549,10 +619,10 @@ pub(crate) struct App {
     wake: notify::Wake,
     /// Placeholder pairs handed over ahead (`Attach{Pool}`), oldest first: A's identity and
     /// D. Taken by `Attach{NewPooled, PlacePooled}`; closed with the application.
-    pool: VecDeque<((u64, u64), OwnedFd)>,
+    pool: VecDeque<Pair>,
     /// Pairs kept by `Forget { recycle }`, oldest first, until `Attach{Repool}` moves them
     /// to the pool; closed with the application.
-    recycled: VecDeque<((u64, u64), OwnedFd)>,
+    recycled: VecDeque<Pair>,
     /// Bytes its sockets hold in the daemon, as of the last count (`memory`).
     pub memory: u64,
     /// Over `--max-app-memory`: new sockets refused, sends stalled (`memory`).
