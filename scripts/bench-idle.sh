@@ -51,12 +51,12 @@ for r in $(seq "$RUNS"); do
     echo '<h1>flowstack</h1>' >"$d/www/index.html"
     cat >"$d/nginx.conf" <<CONF
 daemon off; user root; master_process on; worker_processes 1; pid $d/nginx.pid;
-worker_rlimit_nofile 65536; error_log $d/error.log; events { worker_connections 65536; }
+error_log $d/error.log; events { worker_connections 16384; }
 http { access_log off; client_body_temp_path $d/b; proxy_temp_path $d/p;
   fastcgi_temp_path $d/f; uwsgi_temp_path $d/u; scgi_temp_path $d/s; keepalive_timeout 3600;
   server { listen 127.0.0.1:$port; root $d/www; } }
 CONF
-    ulimit -n 65536
+    ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
     $(wrap $mode) nginx -c "$d/nginx.conf" -e "$d/stderr.log" >/dev/null 2>&1 &
     ng=$!
     for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.05; done
