@@ -21,6 +21,8 @@ export FLOWSTACK_PRELOAD=${FLOWSTACK_PRELOAD:-$PWD/target/release/libflowstack_p
 for p in nginx ab python3; do
   command -v $p >/dev/null || { echo "bench-idle: $p not found" >&2; exit 2; }
 done
+# The daemon keeps one descriptor per socket of each side: raise the limit before it starts.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 TMP=$(mktemp -d)
 PIDS=()
 cleanup() {
@@ -56,13 +58,12 @@ http { access_log off; client_body_temp_path $d/b; proxy_temp_path $d/p;
   fastcgi_temp_path $d/f; uwsgi_temp_path $d/u; scgi_temp_path $d/s; keepalive_timeout 3600;
   server { listen 127.0.0.1:$port; root $d/www; } }
 CONF
-    ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
     $(wrap $mode) nginx -c "$d/nginx.conf" -e "$d/stderr.log" >/dev/null 2>&1 &
     ng=$!
     for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.05; done
     $(wrap $mode) python3 "$TMP/idle.py" "$port" "$IDLE" >"$TMP/idle.out" 2>&1 &
     idle=$!
-    for _ in $(seq 600); do grep -q open "$TMP/idle.out" && break; sleep 0.1; done
+    for _ in $(seq 1200); do grep -q open "$TMP/idle.out" && break; sleep 0.1; done
     grep -q "open $IDLE" "$TMP/idle.out" || { echo "bench-idle: $mode: idle client failed: $(cat "$TMP/idle.out")" >&2; exit 1; }
     t0=$(awk '{print $14+$15}' /proc/$DAEMON/stat)
     out=$($(wrap $mode) ab -q -n "$N" -c 1 "http://127.0.0.1:$port/index.html" 2>&1 || true)

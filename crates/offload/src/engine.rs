@@ -76,7 +76,8 @@ impl EngineLoop {
             // the first empty turn's follow-up, so nothing marked late waits for a sleep.
             let before_sleep = idle_since.is_some() && !swept;
             let want = turns.is_multiple_of(app::SWEEP_EVERY) || before_sleep;
-            let sweep = want && t.saturating_duration_since(last_sweep) >= app::SWEEP_GAP;
+            let sweep_gap = app::gap(app::SWEEP_GAP, self.sh.socks.len());
+            let sweep = want && t.saturating_duration_since(last_sweep) >= sweep_gap;
             if before_sleep {
                 owed = !sweep;
             }
@@ -105,7 +106,8 @@ impl EngineLoop {
             }
             sh.lo.set_now(now);
             busy |= sh.poll_engines(apps, now);
-            let all = t.saturating_duration_since(last_account) >= app::ACCOUNT_GAP;
+            let all = t.saturating_duration_since(last_account)
+                >= app::gap(app::ACCOUNT_GAP, sh.socks.len());
             if all {
                 last_account = t;
             }
@@ -127,11 +129,13 @@ impl EngineLoop {
                 last_close_check = t;
                 busy |= last_closes(sh, apps)?;
             }
+            self.sh.counters.turns += 1;
             if busy {
                 idle_since = None;
                 swept = false;
                 continue;
             }
+            self.sh.counters.idle_turns += 1;
             if !swept {
                 // One sweeping turn before the spin and the sleep.
                 idle_since.get_or_insert(t);
@@ -178,7 +182,11 @@ impl EngineLoop {
             .map(|t| t.saturating_since(clock.now()))
             .map(|d| Duration::from_nanos(d.as_nanos().min(u64::MAX as u128) as u64))
             .unwrap_or(IDLE_CHECK)
-            .min(if owed { app::SWEEP_GAP } else { IDLE_CHECK })
+            .min(if owed {
+                app::gap(app::SWEEP_GAP, sh.socks.len())
+            } else {
+                IDLE_CHECK
+            })
             .min(if sh.lo.link_needs_slices() {
                 // A link without a descriptor to sleep on (the shm wire, several AF_XDP
                 // sockets in one device): look at it every slice.

@@ -162,6 +162,7 @@ impl App {
                 match sh.socks.get_mut(&gid).map(|g| &mut g.kind) {
                     Some(Kind::Listener { kernel, .. }) => {
                         *kernel = Some(k);
+                        sh.note_kernel_listener(gid);
                         Ok(0)
                     }
                     _ => Err(SocketError::InvalidState),

@@ -41,6 +41,11 @@ pub struct DaemonCounters {
     /// Watched placeholder descriptors reported hung up that no socket, pool or kept pair
     /// holds (`FlowstackdLooseHangups`; expected 0).
     pub loose_hangups: u64,
+    /// Engine-loop turns, and those that found nothing to do (`FlowstackdTurns`,
+    /// `FlowstackdIdleTurns`).
+    pub turns: u64,
+    /// See `turns`.
+    pub idle_turns: u64,
     /// Sockets a sweep found with something to do that no mark had named: a missed mark,
     /// served late rather than lost (`FlowstackdServiceUnmarked`; 0 when every change marks
     /// its socket).
@@ -94,6 +99,8 @@ impl DaemonCounters {
         self.sleeps += o.sleeps;
         self.bell_wakes += o.bell_wakes;
         self.loose_hangups += o.loose_hangups;
+        self.turns += o.turns;
+        self.idle_turns += o.idle_turns;
         self.sweep_found += o.sweep_found;
         self.tx_zc_bytes += o.tx_zc_bytes;
         self.tx_rehomed_bytes += o.tx_rehomed_bytes;

@@ -203,6 +203,8 @@ pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
         ("FlowstackdSleeps", d.sleeps),
         ("FlowstackdDoorbellWakes", d.bell_wakes),
         ("FlowstackdLooseHangups", d.loose_hangups),
+        ("FlowstackdTurns", d.turns),
+        ("FlowstackdIdleTurns", d.idle_turns),
         ("FlowstackdServiceUnmarked", d.sweep_found),
         ("FlowstackdTxZcBytes", d.tx_zc_bytes),
         ("FlowstackdRxDirectBytes", d.rx_direct_bytes),
