@@ -107,3 +107,50 @@ fn connections_waiting_for_receive_area_room_resume_when_it_is_freed() {
     assert!(counter(&path, "FlowstackdServiceSweeps") > 0);
     assert_eq!(counter(&path, "FlowstackdServiceUnmarked"), 0);
 }
+
+/// Sweeps are rate-limited by time and by the number of sockets (`SWEEP_GAP`,
+/// `GAP_PER_SOCKET`: 2 µs per socket). With 1 000 idle connections open (2 003 sockets: a gap
+/// of at least 4 ms), 300 ping-pongs on one more connection — each one ending in a daemon
+/// sleep, before which it used to sweep every socket — take at most one sweep per 4 ms of the
+/// run, plus two for its edges; every byte arrives. A slow machine only raises the bound.
+#[test]
+fn idle_connections_do_not_make_every_sleep_sweep() {
+    let path = sock_path("idle");
+    let _d = Daemon::spawn(&DaemonConfig {
+        socket: path.clone(),
+        ..DaemonConfig::default()
+    })
+    .unwrap();
+    let mut b = Client::connect(&path).unwrap();
+    let l = b.tcp_listen(7202, 64).unwrap();
+    let mut a = Client::connect(&path).unwrap();
+    let remote = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7202);
+    let mut idle = Vec::new();
+    for _ in 0..1000 {
+        let h = a.connect_to(remote, T).unwrap();
+        let s = b.accept(l, T).unwrap();
+        idle.push((h, s));
+    }
+    let h = a.connect_to(remote, T).unwrap();
+    let s = b.accept(l, T).unwrap();
+    let start = std::time::Instant::now();
+    let before = counter(&path, "FlowstackdServiceSweeps");
+    let mut buf = [0u8; 8];
+    for i in 0..300u32 {
+        let x = i as u8;
+        a.send_all(h, &[x], T).unwrap();
+        assert_eq!(b.recv(s, &mut buf, T).unwrap(), 1);
+        assert_eq!(buf[0], x);
+        b.send_all(s, &[!x], T).unwrap();
+        assert_eq!(a.recv(h, &mut buf, T).unwrap(), 1);
+        assert_eq!(buf[0], !x);
+    }
+    let sweeps = counter(&path, "FlowstackdServiceSweeps") - before;
+    let took = start.elapsed();
+    let bound = (took.as_micros() / 4_000) as u64 + 2;
+    assert!(
+        sweeps <= bound,
+        "{sweeps} sweeps in {took:?} with 2 003 sockets (at most {bound})"
+    );
+    assert_eq!(idle.len(), 1000);
+}
