@@ -333,7 +333,7 @@ impl Producer {
             // SAFETY: `pos` is 8-aligned and below the capacity, so the 4-byte marker lies in
             // the data area, in space the consumer does not read until `head` passes it.
             unsafe { (data.add(pos) as *mut u32).write(SKIP) };
-            self.head += to_end;
+            self.head = self.head.wrapping_add(to_end);
             at = 0;
         }
         // SAFETY: [at, at + need) lies in the data area (`need <= to_end`, or `at == 0` and
@@ -344,7 +344,7 @@ impl Producer {
             (data.add(at) as *mut u32).write(len as u32);
             fill(std::slice::from_raw_parts_mut(data.add(at + HDR), len));
         }
-        self.head += need;
+        self.head = self.head.wrapping_add(need);
         Ok(())
     }
 
@@ -357,11 +357,13 @@ impl Producer {
         let to_end = cap - (self.head & self.raw.mask());
         // A record never wraps: if it does not fit before the end, skip to the start.
         let total = if need > to_end { to_end + need } else { need };
-        if self.head - self.tail + total <= cap {
+        // Positions are u64 counters compared modulo 2^64 (a ring left by a previous
+        // producer may sit anywhere): `head - tail` is at most `cap` once checked.
+        if self.head.wrapping_sub(self.tail) + total <= cap {
             return Ok(true);
         }
         self.refresh_tail()?;
-        Ok(self.head - self.tail + total <= cap)
+        Ok(self.head.wrapping_sub(self.tail) + total <= cap)
     }
 
     /// Re-reads the consumer's `tail`, checking that it only moved forward, within what was
@@ -491,7 +493,7 @@ impl Producer {
 
     /// Bytes written but not yet published.
     pub fn unpublished(&self) -> usize {
-        (self.head - self.published) as usize
+        self.head.wrapping_sub(self.published) as usize
     }
 }
 
@@ -558,7 +560,7 @@ impl Consumer {
         let mut err = None;
         while tail != head && n < budget {
             let pos = (tail & self.raw.mask()) as usize;
-            let avail = head - tail;
+            let avail = head.wrapping_sub(tail);
             // SAFETY: `pos` is 8-aligned (tail only moves by multiples of 8) and below the
             // capacity, a multiple of 8, so the 4-byte word lies in the data area, aligned.
             // Volatile: read exactly once, so the value checked is the value used even if the
@@ -570,7 +572,7 @@ impl Consumer {
                     err = Some(corrupt("skip marker past the published head", tail));
                     break;
                 }
-                tail += skip;
+                tail = tail.wrapping_add(skip);
                 continue;
             }
             let len = len as usize;
@@ -587,7 +589,7 @@ impl Consumer {
             // trade every shared-memory reader makes; see "Untrusted peer" above).
             let record = unsafe { std::slice::from_raw_parts(data.add(pos + HDR), len) };
             sink(record);
-            tail += rec;
+            tail = tail.wrapping_add(rec);
             n += 1;
         }
         if tail != self.tail {

@@ -781,3 +781,39 @@ fn recv_wakes_a_producer_sleeping_for_room() {
     assert!(took < Duration::from_secs(10), "woken, not timed out");
     assert_eq!(drain(&mut c).unwrap().len(), pushed);
 }
+
+/// Positions are u64 counters compared modulo 2^64: a ring left by a previous producer and
+/// consumer just below 2^64 (as a hostile peer may set it, and as the fuzzer found:
+/// `fuzz/corpus/ring_peer/crash-40d22e99…`, a subtraction overflow in `has_room`) carries
+/// records in order across the wrap of the counters, and the ring's own wrap, without
+/// overflowing (a build with overflow checks — the fuzzer's — panicked here before).
+#[test]
+fn records_cross_the_wrap_of_the_position_counters() {
+    let r = region();
+    let start = u64::MAX - 8 * 1024 + 1; // a multiple of 8, 8 KiB below 2^64
+    head(&r).store(start, Ordering::SeqCst);
+    tail(&r).store(start, Ordering::SeqCst);
+    let other = Arc::new(SharedRegion::from_fd(r.fd().try_clone_to_owned().unwrap()).unwrap());
+    let mut p = Producer::new(r.clone(), layout(4096)).unwrap();
+    let mut c = Consumer::new(other, layout(4096)).unwrap();
+    let mut sent = 0u32;
+    let mut got = 0u32;
+    for _ in 0..64 {
+        for _ in 0..8 {
+            let rec = vec![sent as u8; 1000 + (sent as usize % 7) * 100];
+            if p.push(&rec).is_err() {
+                break;
+            }
+            sent += 1;
+        }
+        p.publish();
+        assert_eq!(p.unpublished(), 0);
+        for rec in drain(&mut c).unwrap() {
+            assert_eq!(rec, vec![got as u8; 1000 + (got as usize % 7) * 100]);
+            got += 1;
+        }
+    }
+    assert_eq!(got, sent);
+    assert!(sent > 200, "the counters wrapped: {sent} records");
+    assert!(head(&r).load(Ordering::SeqCst) < start, "head passed 2^64");
+}
