@@ -293,12 +293,12 @@ fn last_closes(sh: &mut Shared, apps: &mut [App]) -> io::Result<bool> {
     if said.is_empty() {
         return Ok(false);
     }
-    // Checked on the descriptors themselves before anything is closed.
-    let ds: Vec<_> = said
+    // Checked on the descriptors themselves before anything is closed (ids and descriptors
+    // kept in pairs, so the answers line up with the ids whatever is filtered).
+    let (gids, ds): (Vec<u32>, Vec<_>) = said
         .iter()
-        .filter_map(|g| sh.socks.get(g)?.ph.as_ref().map(|ph| ph.d.as_fd()))
-        .collect();
-    let gids = said;
+        .filter_map(|&g| Some((g, sh.socks.get(&g)?.ph.as_ref()?.d.as_fd())))
+        .unzip();
     let (_, h) = flowstack_sys::placeholder::poll_sets(&[], &ds, Some(Duration::ZERO))?;
     let gone: Vec<u32> = gids
         .into_iter()
