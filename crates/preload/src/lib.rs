@@ -38,8 +38,10 @@ pub mod state;
 pub mod table;
 pub mod tcpinfo;
 
-/// Runs when the library is loaded: adopts placeholders inherited across exec.
+/// Runs when the library is loaded: learns whether SIGPIPE is ignored and adopts placeholders
+/// inherited across exec.
 extern "C" fn on_load() {
+    let _ = std::panic::catch_unwind(sig::learn_sigpipe);
     let _ = std::panic::catch_unwind(inherit::adopt_inherited);
 }
 

@@ -209,6 +209,47 @@ pub fn send(
         });
         return sigpipe(r, flags);
     }
+    if bufs.len() > 1 {
+        let total: usize = bufs.iter().map(|p| p.len()).sum();
+        if total <= GATHER_MAX {
+            // One send for the whole vector: one command on the rings (one segment when the
+            // daemon takes it) or one pipe write and one wake-up of a fused peer, where a
+            // send per part would wake the reader between parts (nginx's header and body).
+            return GATHER.with(|g| {
+                let mut g = g.borrow_mut();
+                g.clear();
+                for p in bufs {
+                    g.extend_from_slice(p);
+                }
+                send_parts(b, fd, e, &[&g[..]], flags, timeo)
+            });
+        }
+    }
+    send_parts(b, fd, e, bufs, flags, timeo)
+}
+
+/// A vectored stream send of at most this many bytes in all is gathered into one buffer and
+/// sent as one (see [`send`]); a larger one goes part by part (its parts are large enough
+/// that the per-part cost is small beside the copy).
+pub(crate) const GATHER_MAX: usize = 16 * 1024;
+
+thread_local! {
+    /// [`send`]'s gather buffer, kept between calls (no allocation per call once warm).
+    static GATHER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The stream part of [`send`]: the parts in order, blocking as the socket says; a partial
+/// count once something went and the rest would block or failed.
+fn send_parts(
+    b: &dyn Backend,
+    fd: i32,
+    e: &Entry,
+    bufs: &[&[u8]],
+    flags: i32,
+    timeo: u32,
+) -> Result<usize, Errno> {
+    let id = e.id;
+    let pass = flags & !libc::MSG_DONTWAIT;
     let mut sent = 0usize;
     for part in bufs {
         let mut off = 0;
@@ -620,5 +661,48 @@ fn kernel_listener(a: SocketAddrV4, inet6: bool, backlog: i32) -> Option<std::os
         }
         real::fcntl(k, libc::F_SETFL, libc::O_NONBLOCK as usize);
         Some(owned)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    /// The sends the fake backend saw for socket `id`.
+    fn sends_of(id: SockId) -> Vec<usize> {
+        let f = crate::poll::tests::fake();
+        let all = f.sends.lock().unwrap();
+        all.iter().filter(|s| s.0 == id).map(|s| s.1).collect()
+    }
+
+    #[test]
+    fn a_small_vectored_stream_send_goes_as_one_and_a_large_one_part_by_part() {
+        let f = crate::poll::tests::fake();
+        let st = crate::state::state();
+        // Non-blocking, as nginx's sockets: a partial send returns at once.
+        let e = Entry::new(7001, false, false, true);
+        let (head, body) = (vec![b'h'; 200], vec![b'b'; 19]);
+        let n = send(f, st, -1, &e, &[&head, &body], 0, None).unwrap();
+        assert_eq!(n, 219);
+        assert_eq!(sends_of(7001), vec![219], "one send for header and body");
+
+        let e = Entry::new(7002, false, false, true);
+        let big = vec![b'x'; GATHER_MAX];
+        let n = send(f, st, -1, &e, &[&head, &big], 0, None).unwrap();
+        assert_eq!(n, 200 + GATHER_MAX);
+        assert_eq!(
+            sends_of(7002),
+            vec![200, GATHER_MAX],
+            "past GATHER_MAX: per part"
+        );
+
+        // A gathered send that only partly goes returns its count, as writev does.
+        let e = Entry::new(7003, false, false, true);
+        f.send_room.store(100, Ordering::Relaxed);
+        let n = send(f, st, -1, &e, &[&head, &body], 0, None);
+        f.send_room.store(0, Ordering::Relaxed);
+        assert_eq!(n, Ok(100));
+        assert_eq!(sends_of(7003), vec![100]);
     }
 }

@@ -394,4 +394,4 @@ pub unsafe extern "C" fn pselect(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

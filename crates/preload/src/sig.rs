@@ -143,6 +143,10 @@ pub unsafe fn sigaction(
         None => (0, false),
     };
     let mut kact: Option<libc::sigaction> = None;
+    if sig == libc::SIGPIPE && !act.is_null() && (*act).sa_sigaction != libc::SIG_IGN {
+        // Before the kernel has it: a peer wake-up must mask SIGPIPE again from now on.
+        flowstack_sys::wake::set_sigpipe_ignored(false);
+    }
     if !act.is_null() {
         let a = *act;
         let h = a.sa_sigaction;
@@ -188,6 +192,9 @@ pub unsafe fn sigaction(
         }
         let a = *act;
         let h = a.sa_sigaction;
+        if sig == libc::SIGPIPE && h == libc::SIG_IGN {
+            flowstack_sys::wake::set_sigpipe_ignored(true);
+        }
         crate::state::signals::learn(
             sig,
             h != libc::SIG_DFL && h != libc::SIG_IGN,
@@ -195,6 +202,18 @@ pub unsafe fn sigaction(
         );
     }
     r
+}
+
+/// Tells the peer wake-ups whether SIGPIPE is ignored now (at load: an ignored signal stays
+/// ignored across exec), see [`flowstack_sys::wake::set_sigpipe_ignored`].
+pub fn learn_sigpipe() {
+    // SAFETY: sigaction with a null new action only reads the disposition into `old`.
+    let ignored = unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        real::sigaction(libc::SIGPIPE, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction == libc::SIG_IGN
+    };
+    flowstack_sys::wake::set_sigpipe_ignored(ignored);
 }
 
 /// `signal(3)` with glibc's (BSD) semantics — `SA_RESTART`, the signal blocked in its own
@@ -213,4 +232,34 @@ pub unsafe fn signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
         return libc::SIG_ERR;
     }
     old.sa_sigaction
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    extern "C" fn on_pipe(_: c_int) {}
+
+    #[test]
+    fn peer_wake_ups_know_whether_sigpipe_is_ignored() {
+        // The test harness runs with SIGPIPE ignored (Rust's runtime sets it).
+        learn_sigpipe();
+        assert!(flowstack_sys::wake::sigpipe_ignored());
+        // SAFETY: installs a handler that does nothing, then SIG_IGN again, through the
+        // wrapper; both are valid dispositions for SIGPIPE.
+        unsafe {
+            assert_ne!(
+                signal(libc::SIGPIPE, on_pipe as *const () as libc::sighandler_t),
+                libc::SIG_ERR
+            );
+            assert!(
+                !flowstack_sys::wake::sigpipe_ignored(),
+                "a handler: masked writes"
+            );
+            assert_ne!(signal(libc::SIGPIPE, libc::SIG_IGN), libc::SIG_ERR);
+        }
+        assert!(flowstack_sys::wake::sigpipe_ignored());
+        learn_sigpipe();
+        assert!(flowstack_sys::wake::sigpipe_ignored());
+    }
 }

@@ -42,6 +42,7 @@ use rustix::fs::{FileType, Mode, OFlags};
 use rustix::io::Errno;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Application side: a new wake-up pipe, `(read end, write end)`, both close-on-exec; the
 /// read end is non-blocking (the write end is sent to the daemon and closed at once).
@@ -118,14 +119,37 @@ pub fn drain_records(
     }
 }
 
+/// Whether this process ignores `SIGPIPE` (its disposition is `SIG_IGN`), as told by
+/// whoever tracks the disposition ([`set_sigpipe_ignored`]; the preload shim does, from
+/// its start and through its `sigaction`/`signal`). False until told: the safe answer.
+static SIGPIPE_IGNORED: AtomicBool = AtomicBool::new(false);
+
+/// Tells [`signal_peer`] whether `SIGPIPE` is ignored in this process, so that its write
+/// needs no signal mask around it. Say false *before* a disposition that is not `SIG_IGN`
+/// is installed and true only after `SIG_IGN` is.
+pub fn set_sigpipe_ignored(ignored: bool) {
+    SIGPIPE_IGNORED.store(ignored, Ordering::SeqCst);
+}
+
+/// What [`set_sigpipe_ignored`] last said.
+pub fn sigpipe_ignored() -> bool {
+    SIGPIPE_IGNORED.load(Ordering::SeqCst)
+}
+
 /// A peer's wake-up of socket `handle` of the application whose channel `end` writes into
 /// (a write end from [`DaemonEnd::peer_writer`]); false if it did not go (full, closed:
-/// ask the daemon instead). Never raises `SIGPIPE`: the signal is blocked for the write
-/// and one it raised is taken back (unless the thread had it blocked already, when it
-/// joins the one that may be pending).
+/// ask the daemon instead). Never raises `SIGPIPE`: when the process ignores it
+/// ([`set_sigpipe_ignored`]) the kernel drops it and the write is one system call (servers
+/// ignore it: nginx, redis, wrk, ab); else the signal is blocked for the write and one it
+/// raised is taken back (unless the thread had it blocked already, when it joins the one
+/// that may be pending) — three system calls.
 #[allow(unsafe_code)]
 pub fn signal_peer(end: BorrowedFd<'_>, handle: u32) -> bool {
     let rec = handle.to_le_bytes();
+    if SIGPIPE_IGNORED.load(Ordering::SeqCst) {
+        // An ignored SIGPIPE is discarded when raised (signal(7)): EPIPE is the only trace.
+        return rustix::io::write(end, &rec) == Ok(4);
+    }
     // SAFETY: plain system calls on a sigset_t on the stack, initialised by sigemptyset
     // before use, and on a 4-byte buffer that lives across the call; the descriptor is
     // borrowed, so it stays open for the call.
@@ -284,6 +308,26 @@ mod tests {
         assert!(!d.signal().unwrap(), "full: EAGAIN, not a blocked daemon");
         drop(r);
         assert!(!d.signal().unwrap(), "no reader: EPIPE is not an error");
+    }
+
+    #[test]
+    fn with_sigpipe_ignored_a_peer_wake_up_is_a_plain_write_and_a_gone_reader_is_false() {
+        // The test harness ignores SIGPIPE (Rust's runtime), so the kernel drops it.
+        set_sigpipe_ignored(true);
+        let (r, w) = pipe().unwrap();
+        let d = DaemonEnd::accept(w).unwrap();
+        let p = d.peer_writer().expect("a pipe end gives peer writers");
+        assert!(signal_peer(p.as_fd(), 5));
+        let mut got = Vec::new();
+        assert_eq!(
+            drain_records(r.as_fd(), |h| got.push(h)).unwrap(),
+            Drained::Read(4)
+        );
+        assert_eq!(got, vec![Some(5)]);
+        drop(r);
+        assert!(!signal_peer(p.as_fd(), 6), "no reader: EPIPE, not sent");
+        set_sigpipe_ignored(false);
+        assert!(!signal_peer(p.as_fd(), 6), "the masked path says the same");
     }
 
     #[test]

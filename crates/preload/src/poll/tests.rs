@@ -17,13 +17,17 @@ use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// The view: per socket, its placeholder (A) and whether a read would find data.
+/// The view: per socket, its placeholder (A) and whether a read would find data; and the
+/// sends made through it (socket, length), each taking at most `send_room` bytes (0: all).
 #[derive(Default)]
-struct Fake {
+pub(crate) struct Fake {
     socks: Mutex<HashMap<SockId, (RawFd, bool)>>,
+    pub(crate) sends: Mutex<Vec<(SockId, usize)>>,
+    pub(crate) send_room: std::sync::atomic::AtomicUsize,
 }
 
-fn fake() -> &'static Fake {
+/// The fake, installed as this test process's backend (the `ops` tests use it too).
+pub(crate) fn fake() -> &'static Fake {
     static F: OnceLock<Fake> = OnceLock::new();
     let f = F.get_or_init(Fake::default);
     // The process's shim state answers with the fake (every test here shares it).
@@ -114,8 +118,21 @@ impl Backend for Fake {
     fn connect(&self, _: SockId, _: SocketAddrV4) -> Result<(), Errno> {
         unreachable!()
     }
-    fn sendto(&self, _: SockId, _: &[u8], _: i32, _: Option<SocketAddrV4>) -> Result<usize, Errno> {
-        unreachable!()
+    fn sendto(
+        &self,
+        id: SockId,
+        data: &[u8],
+        _: i32,
+        _: Option<SocketAddrV4>,
+    ) -> Result<usize, Errno> {
+        let room = self.send_room.load(Ordering::Relaxed);
+        let n = if room == 0 {
+            data.len()
+        } else {
+            data.len().min(room)
+        };
+        self.sends.lock().unwrap().push((id, n));
+        Ok(n)
     }
     fn recvfrom(
         &self,
