@@ -200,6 +200,29 @@ fn a_recycled_pairs_last_close_is_still_seen() {
 }
 
 #[test]
+fn recycled_pairs_go_back_to_the_pool_a_batch_at_a_time() {
+    pooling_on();
+    let d = daemon("repool");
+    let app = Posix::attach(&d.path).unwrap();
+    let n = 4 * POOL_BATCH as u64;
+    for i in 1..=n {
+        let (a, id) = app.socket(Type::Stream).unwrap();
+        app.forget(id).unwrap();
+        drop(a);
+        // The daemon's answer is in before the next socket looks for it.
+        until(&d, "FlowstackdPlaceholdersRecycled", i);
+    }
+    let repools = counter(&d, "FlowstackdPlaceholderRepools");
+    // One per socket before batching (31 here); now one per POOL_BATCH closed sockets.
+    assert!(
+        (1..=n / POOL_BATCH as u64 + 1).contains(&repools),
+        "{repools} repools for {n} closed sockets"
+    );
+    // The recycled pairs were used again: one fresh batch, two at most.
+    assert!(counter(&d, "FlowstackdPlaceholderBatches") <= 2);
+}
+
+#[test]
 fn a_recycled_pair_that_held_a_token_comes_back_empty() {
     pooling_on();
     let d = daemon("token");

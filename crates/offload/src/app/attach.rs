@@ -13,7 +13,11 @@ impl App {
         ty: SockType,
     ) -> Result<u64, SocketError> {
         if op == AttachOp::Repool {
-            return self.repool(handle as usize);
+            let r = self.repool(handle as usize);
+            if r.is_ok() {
+                sh.counters.pool_repools += 1;
+            }
+            return r;
         }
         // A pooled op takes the oldest pooled pair first, whatever follows, so the two sides'
         // pools stay in step; it comes with no message on the stream.

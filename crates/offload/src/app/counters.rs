@@ -63,6 +63,9 @@ pub struct DaemonCounters {
     pub pool_pairs: u64,
     /// Placeholder pairs kept by `Forget { recycle }` for reuse (`FlowstackdPlaceholdersRecycled`).
     pub pool_recycled: u64,
+    /// `Attach{Repool}` records taken: recycled pairs moved back to a pool, a batch each
+    /// (`FlowstackdPlaceholderRepools`).
+    pub pool_repools: u64,
     /// Sockets shared by processes that changed holder by `Hold` (`FlowstackdHoldsMoved`).
     pub holds_moved: u64,
     /// Holders that gave a socket up, before a fork (`FlowstackdHoldsReleased`).
@@ -108,6 +111,7 @@ impl DaemonCounters {
         self.pool_batches += o.pool_batches;
         self.pool_pairs += o.pool_pairs;
         self.pool_recycled += o.pool_recycled;
+        self.pool_repools += o.pool_repools;
         self.holds_moved += o.holds_moved;
         self.holds_released += o.holds_released;
         self.pipes_fused += o.pipes_fused;

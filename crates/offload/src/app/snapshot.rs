@@ -180,6 +180,7 @@ pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
         ("FlowstackdPlaceholderBatches", d.pool_batches),
         ("FlowstackdPlaceholdersPooled", d.pool_pairs),
         ("FlowstackdPlaceholdersRecycled", d.pool_recycled),
+        ("FlowstackdPlaceholderRepools", d.pool_repools),
         (
             "FlowstackdPlaceholdersWaiting",
             apps.iter().map(|a| a.pool_len() as u64).sum(),
