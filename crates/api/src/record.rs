@@ -50,7 +50,10 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 /// `AttachOp::Adopt` no longer makes the adopter the holder.
 /// 9: fused loopback connections: `Command::Pipe`, `EventKind::{Fused, PipeOpen, PipeNews}`
 /// and the pipe's descriptor on the registration stream; `HoldHow::IfFree` is gone.
-pub const VERSION: u16 = 9;
+/// 10: the header's `woken` word (`region::at::APP_WOKEN`): one wake-up channel write per
+/// sleep, the application clearing it after each read of its channel (an older client never
+/// would, and would be woken once only).
+pub const VERSION: u16 = 10;
 /// Size of every record.
 pub const RECORD_LEN: usize = 64;
 /// Largest handle index a record may carry.

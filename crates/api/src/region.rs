@@ -19,6 +19,8 @@
 //! 104  wants_writable   u32  1 while the application waits for send space (app writes)
 //! 108  sleepers         u32  threads asleep on the wake-up eventfd (app writes): low 16
 //!                            bits all of them, high 16 bits those also waiting for send space
+//! 112  woken            u32  1 once the daemon wrote the wake-up channel (daemon sets), 0
+//!                            once the application read it dry (app clears)
 //! ```
 
 /// "FSDREGN2" little-endian (2: `wants_writable`, credit events published without a wake-up).
@@ -61,6 +63,11 @@ pub mod at {
     /// signals the eventfd after publishing events while it is not zero (for events that only
     /// return send credit: while the high half is not zero).
     pub const APP_SLEEPERS: usize = 108;
+    /// u32 (record version 10): the daemon wrote the wake-up channel and the application has
+    /// not read it dry since; the daemon writes only when it turns this from 0 to 1 (one
+    /// write per sleep, `flowstack_sys::wake::should_signal`), the application clears it
+    /// after each read of its channel (`flowstack_sys::wake::drained`).
+    pub const APP_WOKEN: usize = 112;
 }
 /// Bytes of the header.
 pub const HEADER_BYTES: usize = 4096;
@@ -122,6 +129,7 @@ mod tests {
             (at::APP_ID, 8),
             (at::APP_WANTS_WRITABLE, 4),
             (at::APP_SLEEPERS, 4),
+            (at::APP_WOKEN, 4),
         ];
         for w in fields.windows(2) {
             let ((a, wa), (b, _)) = (w[0], w[1]);

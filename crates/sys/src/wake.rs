@@ -131,6 +131,40 @@ pub fn set_sigpipe_ignored(ignored: bool) {
     SIGPIPE_IGNORED.store(ignored, Ordering::SeqCst);
 }
 
+/// The daemon's side of the sleep protocol (the application's header words `sleepers` and
+/// `woken`, `flowstack_api::region::at::{APP_SLEEPERS, APP_WOKEN}`), after it published
+/// events (its publish fenced after storing the ring's `head`): whether to write a record
+/// into the channel now. `loud`: events other than send credit, which wake any sleeper;
+/// credit wakes only those that wait for send space (the high half of `sleepers`).
+///
+/// One write per sleep: the daemon writes only when it turns `woken` from 0 to 1, and the
+/// application sets it back to 0 only after it read the channel dry ([`drained`]). So while
+/// `woken` is 1 a record written since the last clear is still in the channel (or being
+/// written), and every sleeper — level-triggered on the channel — wakes for it; events
+/// published meanwhile are seen by the ring check that follows every wake-up and precedes
+/// every sleep. Before this, each turn that published events for a process not yet awake
+/// wrote again (1.75 writes per `ab` connection, each a system call that may wake a
+/// sleeper). Modelled with loom (`ring/loom_models.rs`).
+pub fn should_signal(
+    sleepers: &crate::sync::AtomicU32,
+    woken: &crate::sync::AtomicU32,
+    loud: bool,
+) -> bool {
+    use crate::sync::Ordering::SeqCst;
+    let v = sleepers.load(SeqCst);
+    let want = if loud { v != 0 } else { v >> 16 != 0 };
+    want && woken.swap(1, SeqCst) == 0
+}
+
+/// The application's side of [`should_signal`]: it read its channel dry (after the read,
+/// never before: a record written between a clear and the read would be taken while
+/// `woken` stays 1, and the next sleeper would wait for a write that never comes).
+pub fn drained(woken: &crate::sync::AtomicU32) {
+    // A swap, not a store: a read-modify-write, ordered with the daemon's swaps in the
+    // word's one order (and an `xchg` either way on x86, as a SeqCst store is).
+    woken.swap(0, crate::sync::Ordering::SeqCst);
+}
+
 /// What [`set_sigpipe_ignored`] last said.
 pub fn sigpipe_ignored() -> bool {
     SIGPIPE_IGNORED.load(Ordering::SeqCst)
@@ -308,6 +342,34 @@ mod tests {
         assert!(!d.signal().unwrap(), "full: EAGAIN, not a blocked daemon");
         drop(r);
         assert!(!d.signal().unwrap(), "no reader: EPIPE is not an error");
+    }
+
+    #[test]
+    fn the_daemon_writes_once_per_sleep_until_the_channel_is_read_dry() {
+        use std::sync::atomic::AtomicU32;
+        let (sleepers, woken) = (AtomicU32::new(0), AtomicU32::new(0));
+        assert!(!should_signal(&sleepers, &woken, true), "nobody asleep");
+        sleepers.store(1, Ordering::SeqCst);
+        assert!(
+            !should_signal(&sleepers, &woken, false),
+            "credit wakes only writers"
+        );
+        assert!(should_signal(&sleepers, &woken, true));
+        assert!(
+            !should_signal(&sleepers, &woken, true),
+            "written once for this sleep"
+        );
+        drained(&woken);
+        assert!(
+            should_signal(&sleepers, &woken, true),
+            "again after the read"
+        );
+        drained(&woken);
+        sleepers.store(1 << 16 | 1, Ordering::SeqCst);
+        assert!(
+            should_signal(&sleepers, &woken, false),
+            "a writer waits for credit"
+        );
     }
 
     #[test]

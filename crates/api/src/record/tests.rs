@@ -354,9 +354,10 @@ fn file_sends_are_versioned_and_their_ranges_checked() {
 #[test]
 fn notify_modes_are_versioned_and_strict() {
     assert_eq!(
-        VERSION, 9,
+        VERSION, 10,
         "SetNotify and AttachOp::Wake came with version 4, TcpInfo with 5, pools with 6, \
-         recycling with 7, Hold and Unheld with 8, pipes with 9"
+         recycling with 7, Hold and Unheld with 8, pipes with 9, the header's woken word \
+         with 10"
     );
     // Hold's argument is one of three ways, nothing else.
     let mut h = [0; RECORD_LEN];

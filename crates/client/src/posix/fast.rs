@@ -15,7 +15,8 @@
 //!   took meanwhile; the daemon stores `head`, fences, reads `APP_SLEEPERS` and writes a
 //!   byte into its end: one side sees the other (no lost wake-up). [`Posix::sleep_end`]
 //!   uncounts the caller; the last sleeper out drains the channel, so every thread asleep on
-//!   it (level-triggered) wakes for the same byte. When the daemon dies its end closes: every
+//!   it (level-triggered) wakes for the same byte, and then clears the header's `APP_WOKEN`
+//!   (the daemon writes once per sleep, while that word is 0: `wake::should_signal`). When the daemon dies its end closes: every
 //!   sleeper wakes at once and finds the client dead (sockets report error and hang-up).
 //!
 //! The lock is never held while the caller sleeps.
@@ -340,6 +341,10 @@ fn drain_channel(c: &mut crate::Client, w: std::os::fd::BorrowedFd<'_>) -> bool 
         named = true;
         c.peer_news(h)
     });
+    // After the read, never before (`wake::drained`): the daemon may write again.
+    if let Some(woken) = c.region.atomic_u32(at::APP_WOKEN) {
+        wake::drained(woken);
+    }
     if let Ok(wake::Drained::Closed) = r {
         c.dead = true;
     }

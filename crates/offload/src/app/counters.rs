@@ -63,6 +63,9 @@ pub struct DaemonCounters {
     pub pool_pairs: u64,
     /// Placeholder pairs kept by `Forget { recycle }` for reuse (`FlowstackdPlaceholdersRecycled`).
     pub pool_recycled: u64,
+    /// Wake-up channel writes of applications that left (`FlowstackdAppWakes` adds the live
+    /// ones').
+    pub app_wakes: u64,
     /// `Attach{Repool}` records taken: recycled pairs moved back to a pool, a batch each
     /// (`FlowstackdPlaceholderRepools`).
     pub pool_repools: u64,
@@ -112,6 +115,7 @@ impl DaemonCounters {
         self.pool_pairs += o.pool_pairs;
         self.pool_recycled += o.pool_recycled;
         self.pool_repools += o.pool_repools;
+        self.app_wakes += o.app_wakes;
         self.holds_moved += o.holds_moved;
         self.holds_released += o.holds_released;
         self.pipes_fused += o.pipes_fused;

@@ -849,6 +849,8 @@ impl App {
     /// Leaves every socket: native ones are closed (FIN, or RST where received bytes were
     /// left unread, as the kernel does on exit); placeholder ones only lose this holder.
     pub fn release_all(&mut self, sh: &mut Shared) {
+        // Its wake-ups still count once it is gone (`FlowstackdAppWakes`).
+        sh.counters.app_wakes += std::mem::take(&mut self.wake.signals);
         let keys = *self.handles.hasher();
         for (h, gid) in std::mem::replace(&mut self.handles, keyed_map(keys)) {
             detach(sh, gid, self.id, h, true);

@@ -11,8 +11,10 @@
 //!   (bits 16.. too if it waits for send space), issues a sequentially consistent fence and
 //!   checks the event ring once more. After publishing events the daemon (whose publish
 //!   fenced after storing `head`) reads `APP_SLEEPERS` and, if a sleeper could want them,
-//!   writes one byte into its end (`MSG_DONTWAIT`, never blocking on a full or hostile
-//!   peer). One side or the other sees the other's store: no lost wake-up (the ring's
+//!   writes one record into its end (`MSG_DONTWAIT`, never blocking on a full or hostile
+//!   peer) — once per sleep: only when it turns the header's `APP_WOKEN` from 0 to 1, which
+//!   the application clears after it read its end dry (`flowstack_sys::wake::should_signal`;
+//!   `FlowstackdAppWakes` counts the writes). One side or the other sees the other's store: no lost wake-up (the ring's
 //!   argument; `scripts/loom.sh` models it). When the daemon dies its end closes and every
 //!   sleeper wakes at once (hang-up).
 //! - **Quiet sockets.** `SetNotify{quiet}` stops token writes for a socket while the
@@ -60,13 +62,13 @@ pub(super) fn after_publish(app: &mut App, loud: bool) {
     let Some(end) = &app.wake.end else {
         return;
     };
-    let v = app
-        .region
-        .atomic_u32(at::APP_SLEEPERS)
-        .map(|a| a.load(Ordering::SeqCst))
-        .unwrap_or(0);
-    let want = if loud { v != 0 } else { v >> 16 != 0 };
-    if want && end.signal().unwrap_or(false) {
+    let (Some(sleepers), Some(woken)) = (
+        app.region.atomic_u32(at::APP_SLEEPERS),
+        app.region.atomic_u32(at::APP_WOKEN),
+    ) else {
+        return;
+    };
+    if flowstack_sys::wake::should_signal(sleepers, woken, loud) && end.signal().unwrap_or(false) {
         app.wake.signals += 1;
     }
 }

@@ -203,6 +203,10 @@ pub(crate) fn snapshot(sh: &Shared, apps: &[App]) -> crate::stats::Stats {
         ("FlowstackdServiceSweeps", d.sweeps),
         ("FlowstackdSleeps", d.sleeps),
         ("FlowstackdDoorbellWakes", d.bell_wakes),
+        (
+            "FlowstackdAppWakes",
+            d.app_wakes + apps.iter().map(|a| a.wake.signals).sum::<u64>(),
+        ),
         ("FlowstackdLooseHangups", d.loose_hangups),
         ("FlowstackdTurns", d.turns),
         ("FlowstackdIdleTurns", d.idle_turns),

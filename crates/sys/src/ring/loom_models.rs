@@ -245,3 +245,57 @@ fn loom_wake_pair_sleeper_is_woken_after_a_publish() {
         assert_eq!(got, [1, 2]);
     });
 }
+
+/// The same wake-up with one channel write per sleep (`crate::wake::should_signal` and
+/// `crate::wake::drained`, the header's `woken` word): the producer writes a token only when
+/// it turns `woken` from 0 to 1; the consumer, once awake, reads the tokens dry and only then
+/// clears `woken`. Three records, so the consumer sleeps and wakes more than once and a
+/// stale `woken` (set, with its token already taken) would show up as a deadlock.
+#[test]
+fn loom_wake_pair_one_write_per_sleep() {
+    use crate::sync::{fence, futex, AtomicU32, Ordering::SeqCst};
+    use crate::wake::{drained, should_signal};
+    check(3, || {
+        let (r, l, _) = region(1, 8);
+        let sleepers = Arc::new(AtomicU32::new(0));
+        let woken = Arc::new(AtomicU32::new(0));
+        let tokens = Arc::new(AtomicU32::new(0));
+        let mut p = Producer::new(r.clone(), l[0]).unwrap();
+        let mut c = Consumer::new(r, l[0]).unwrap();
+        let (s, w, t) = (sleepers.clone(), woken.clone(), tokens.clone());
+        let th = thread::spawn(move || {
+            for v in [1u8, 2, 3] {
+                p.push(&[v]).unwrap();
+                if p.publish_quiet() && should_signal(&s, &w, true) {
+                    t.fetch_add(1, SeqCst);
+                    futex::wake(&t, 1);
+                }
+            }
+        });
+        let mut got = Vec::new();
+        let mut drained_to = 0;
+        while got.len() < 3 {
+            c.recv(usize::MAX, |rec| got.push(rec[0])).unwrap();
+            if got.len() == 3 {
+                break;
+            }
+            sleepers.fetch_add(1, SeqCst);
+            fence(SeqCst);
+            let mut slept = false;
+            if !c.pending() {
+                while tokens.load(SeqCst) == drained_to {
+                    futex::wait(&tokens, drained_to, Some(FOREVER));
+                }
+                slept = true;
+            }
+            sleepers.fetch_sub(1, SeqCst);
+            if slept || tokens.load(SeqCst) != drained_to {
+                // The channel was seen readable: read it dry, then clear.
+                drained_to = tokens.load(SeqCst);
+                drained(&woken);
+            }
+        }
+        th.join().unwrap();
+        assert_eq!(got, [1, 2, 3]);
+    });
+}
